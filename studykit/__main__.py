@@ -1,0 +1,3 @@
+from studykit.cli import main
+
+raise SystemExit(main())

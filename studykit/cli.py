@@ -1,0 +1,43 @@
+"""``python -m studykit COMMAND ...``: the kit's entry points from a shell (also under torchrun).
+
+Each command lives in the module that computes it and exposes ``main(argv) -> int``.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "compressors": ("studykit.compressors.cli", "list compressors, their parameters and wire bytes"),
+    "profile": ("studykit.measure.cli", "time encode/decode of compressors on real model shapes"),
+    "sweep": ("studykit.measure.cli", "time collectives (all-reduce, all-gather, PS) over message sizes"),
+    "tcomp": ("studykit.measure.cli", "time forward/backward of a model on one device (T_comp)"),
+    "ddp": ("studykit.measure.cli", "time DDP iterations: syncSGD and compressor hooks"),
+    "fit": ("studykit.perfmodel.cli", "fit a calibration (alpha, BW, gamma, T_comp) from records"),
+    "predict": ("studykit.perfmodel.cli", "predict iteration times as JSON"),
+    "train": ("studykit.train.cli", "train to accuracy with a compressor (static/dynamic)"),
+    "bench": ("studykit.bench", "compressor speed vs memory floor, and DDP hooks vs PyTorch's"),
+    "throttle": ("studykit.throttle", "run measurements on a throttled network (netns + tc)"),
+    "verify": ("studykit.verify", "score the performance model against measurements"),
+    "notebooks": ("studykit.notebooks", "run every notebook with papermill -> reports/"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: python -m studykit COMMAND [options]   (COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {desc}" for name, (_, desc) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"studykit: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main([name, *rest]) or 0)

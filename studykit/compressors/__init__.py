@@ -1,0 +1,26 @@
+"""Every gradient compressor from the seed papers behind one API.
+
+>>> from studykit import compressors
+>>> "powersgd" in compressors.available()
+True
+>>> c = compressors.get("topk", ratio=0.01)
+
+See :mod:`studykit.compressors.base` for the protocol and :mod:`studykit.comm`
+for the communicators it runs on.
+"""
+from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
+from studykit.compressors.registry import available, get, parameters, register
+from studykit.compressors.simulate import Simulation, simulate
+
+# Families register themselves on import.
+from studykit.compressors import precision  # noqa: F401,E402
+
+for _mod in ("quantization", "sparsification", "lowrank", "thc"):
+    try:
+        __import__(f"studykit.compressors.{_mod}")
+    except ModuleNotFoundError as _exc:  # a family not written yet
+        if _exc.name != f"studykit.compressors.{_mod}":
+            raise
+
+__all__ = ["Compressor", "CompressorError", "ErrorFeedback", "available", "get", "parameters",
+           "register", "simulate", "Simulation"]

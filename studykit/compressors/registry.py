@@ -1,0 +1,59 @@
+"""Name -> compressor class, and ``get`` with parameter checking."""
+from __future__ import annotations
+
+import inspect
+
+from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
+
+_REGISTRY: dict[str, type[Compressor]] = {}
+GENERIC_PARAMS = ("error_feedback", "seed", "allow_nonfinite")
+
+
+def register(cls: type[Compressor]) -> type[Compressor]:
+    """Class decorator: make ``cls`` available under ``cls.name``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise TypeError(f"compressor name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available() -> list[str]:
+    """Names of every registered compressor, sorted."""
+    return sorted(_REGISTRY)
+
+
+def parameters(name: str) -> dict[str, object]:
+    """The specific parameters of compressor ``name`` with their defaults."""
+    cls = _lookup(name)
+    sig = inspect.signature(cls.__init__)
+    return {k: p.default for k, p in sig.parameters.items()
+            if k not in ("self", "seed", "allow_nonfinite") and p.kind is p.KEYWORD_ONLY}
+
+
+def get(name: str | Compressor, **params) -> Compressor:
+    """A new compressor ``name`` with ``params``; unknown names or parameters raise.
+
+    ``error_feedback=True/False`` wraps it in :class:`ErrorFeedback` (default: the
+    method's own convention, e.g. on for PowerSGD and EF-SignSGD).
+    """
+    if isinstance(name, Compressor):
+        if params:
+            raise CompressorError(f"compressor {name.name!r}: got an instance and parameters {sorted(params)}; "
+                                  "pass a name to set parameters")
+        return name
+    cls = _lookup(name)
+    valid = list(parameters(name)) + list(GENERIC_PARAMS)
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise CompressorError(f"compressor {name!r}: unknown parameter(s) {unknown}; valid: {sorted(valid)}")
+    ef = params.pop("error_feedback", cls.default_error_feedback)
+    comp = cls(**params)
+    return ErrorFeedback(comp) if ef else comp
+
+
+def _lookup(name: str) -> type[Compressor]:
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise CompressorError(f"unknown compressor {name!r}; available: {', '.join(available())}")
+    return _REGISTRY[name]

@@ -1,0 +1,171 @@
+"""Properties every registered compressor must have (new compressors are covered automatically)."""
+import math
+
+import pytest
+import torch
+
+from studykit import compressors as C
+from studykit.comm import LocalComm, RecordingComm, SimGroup
+from studykit.compressors.base import CompressorError
+from tests.conftest import worker_grads
+
+NAMES = C.available()
+REQUIRED = ["none", "fp16", "bf16", "signsgd", "ef_signsgd", "qsgd", "terngrad", "topk", "randomk", "mstopk",
+            "dgc", "topk_chunked", "thc", "powersgd", "atomo", "natural", "quantize"]
+
+
+def test_every_method_from_the_papers_is_registered():
+    missing = sorted(set(REQUIRED) - set(NAMES))
+    assert not missing, f"not registered: {missing}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_shapes_and_dtypes_preserved_and_all_workers_agree(name, dtype):
+    grads = worker_grads(3, dtype=dtype)
+    out = C.simulate(name, grads)
+    for worker in out:
+        assert [t.shape for t in worker] == [t.shape for t in grads[0]]
+        assert all(t.dtype == dtype for t in worker)
+        assert all(torch.isfinite(t.float()).all() for t in worker)
+    for worker in out[1:]:  # every worker holds the same estimate
+        for a, b in zip(worker, out[0]):
+            assert torch.equal(a, b), f"{name}: workers disagree"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_non_contiguous_input_same_as_contiguous(name):
+    base = worker_grads(2, shapes=((5, 8),))
+    nc = [[g[0].t()] for g in base]  # transposed views: non-contiguous
+    assert not nc[0][0].is_contiguous()
+    c = [[g[0].t().contiguous()] for g in base]
+    a, b = C.simulate(name, nc), C.simulate(name, c)
+    assert torch.equal(a[0][0], b[0][0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_plan_matches_collectives_actually_issued(name, world_size):
+    """plan() (run on meta tensors) equals what the protocol sends on real tensors."""
+    shapes = [(6, 5), (7,), (2, 3, 4)]
+    comp = C.get(name)
+    planned = comp.plan(shapes, world_size)
+    assert planned, f"{name} plans no communication"
+    grads = worker_grads(world_size, shapes)
+    group = SimGroup(world_size)
+    recorded = []
+
+    import threading
+
+    def run(rank):
+        rec = RecordingComm(group.comm(rank))
+        C.get(name).reduce(grads[rank], rec)
+        if rank == 0:
+            recorded.extend(rec.log)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert [(c.op, c.numel, c.dtype) for c in recorded] == [(c.op, c.numel, c.dtype) for c in planned]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ratio_is_dense_bytes_over_wire_bytes(name):
+    shapes = [(64, 32), (32,)]
+    comp = C.get(name)
+    wire = sum(c.nbytes for c in comp.plan(shapes, 2))
+    assert math.isclose(comp.ratio(shapes, 2), 4 * (64 * 32 + 32) / wire)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not C.get(n, error_feedback=False).stochastic
+                                  or C.get(n, error_feedback=False).unbiased])
+def test_world_size_one_estimate_is_close_to_input_in_expectation_or_exact_for_dense(name):
+    if name not in ("none", "fp16", "bf16"):
+        pytest.skip("lossy compressors are checked against references in their family tests")
+    g = worker_grads(1)[0]
+    out = C.simulate(name, [g])[0]
+    tol = {"none": 0.0, "fp16": 1e-3, "bf16": 1e-2}[name]
+    for a, b in zip(out, g):
+        assert torch.allclose(a, b, rtol=tol, atol=tol)
+
+
+def test_dense_average_is_exact():
+    grads = worker_grads(4)
+    out = C.simulate("none", grads)[2]
+    for i, t in enumerate(out):
+        ref = sum(g[i] for g in grads) / 4
+        assert torch.allclose(t, ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_half_precision_average_within_precision(name):
+    grads = worker_grads(4)
+    out = C.simulate(name, grads)[0]
+    eps = {"fp16": 2**-10, "bf16": 2**-7}[name]
+    for i, t in enumerate(out):
+        ref = sum(g[i] for g in grads) / 4
+        assert torch.allclose(t, ref, rtol=4 * eps, atol=4 * eps)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_allreduce_compatible_payloads_add_up(name):
+    """For single-round all-reduce codecs: decoding the summed payloads = summing decodings."""
+    comp = C.get(name, error_feedback=False)
+    if not comp.allreduce_compatible:
+        pytest.skip("gathers payloads")
+    flat = [torch.randn(300, generator=torch.Generator().manual_seed(r)) for r in range(3)]
+    try:
+        payloads = [comp.compress(f, 3) for f in flat]
+    except NotImplementedError:
+        pytest.skip("multi-round protocol: checked against simulate in its family tests")
+    ctx = payloads[0][1]
+    summed = [sum(p[0][i].double() for p in payloads) for i in range(len(payloads[0][0]))]
+    summed = [s.to(payloads[0][0][i].dtype) for i, s in enumerate(summed)]
+    decoded_sum = comp.decompress(summed, ctx)
+    sum_decoded = sum(comp.decompress(p, c) for p, c in payloads)
+    tol = 2e-2 if any(p.dtype == torch.bfloat16 for p in payloads[0][0]) else 1e-3
+    assert torch.allclose(decoded_sum, sum_decoded, rtol=tol, atol=tol)
+
+
+# ----------------------------------------------------------------- bad input
+def test_unknown_compressor_lists_valid_ones():
+    with pytest.raises(CompressorError, match="available: .*fp16"):
+        C.get("nope")
+
+
+def test_unknown_parameter_lists_valid_ones():
+    with pytest.raises(CompressorError, match=r"unknown parameter.*'bogus'.*valid"):
+        C.get("none", bogus=1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_nan_and_inf_rejected_by_default(name):
+    g = worker_grads(2)
+    g[1][0][0, 0] = float("nan")
+    with pytest.raises(CompressorError, match=rf"'{name}'.*NaN or Inf"):
+        C.simulate(name, g)
+    g[1][0][0, 0] = float("inf")
+    with pytest.raises(CompressorError, match="NaN or Inf"):
+        C.simulate(name, g)
+
+
+def test_nonfinite_allowed_when_asked():
+    g = worker_grads(2)
+    g[1][0][0, 0] = float("inf")
+    out = C.simulate("none", g, allow_nonfinite=True)
+    assert torch.isinf(out[0][0][0, 0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_integer_and_empty_tensors_rejected(name):
+    with pytest.raises(CompressorError, match="dtype"):
+        C.get(name).reduce(torch.ones(4, dtype=torch.int32), LocalComm())
+    with pytest.raises(CompressorError, match="empty"):
+        C.get(name).reduce(torch.ones(0), LocalComm())
+
+
+def test_mismatched_shapes_in_simulate():
+    with pytest.raises(CompressorError, match="mismatched shapes"):
+        C.simulate("none", [torch.ones(3), torch.ones(4)])
+    with pytest.raises(CompressorError, match="2 gradients for 3 workers"):
+        C.Simulation("none", 3).step([torch.ones(3), torch.ones(3)])
