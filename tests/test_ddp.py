@@ -1,0 +1,115 @@
+"""Every compressor through DDP's comm hook and through the post-backward reducer, on gloo,
+with several buckets; and training with a hook converges like training without one."""
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from studykit import compressors as C
+from studykit import ddp as sk_ddp
+
+torch.set_num_threads(1)
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                               torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+
+def _data(rank, n=64):
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(n, 8, generator=g)
+    w = torch.linspace(-1, 1, 8)
+    return x, (x @ w).unsqueeze(1)
+
+
+def _train(mode, name, rank, steps):
+    model = _model()
+    opt_model = model
+    state = None
+    if mode == "hook":
+        # tiny buckets -> several buckets per step
+        opt_model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+        if name is not None:
+            state = sk_ddp.register(opt_model, name)
+    elif mode == "post":
+        state = sk_ddp.PostBackwardReducer(model, name, bucket_bytes=1000)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = _data(rank)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(opt_model(x), y)
+        loss.backward()
+        if mode == "post":
+            state.reduce()
+        opt.step()
+        losses.append(loss.item())
+    nbytes = state.bytes_sent if state is not None else 0
+    calls = state.calls if state is not None else 0
+    del opt_model, opt
+    return losses, nbytes, calls, [p.detach().clone() for p in model.parameters()]
+
+
+def _worker(rank, world_size, init_file, out_dir, names, steps):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        res = {("hook", None): _train("hook", None, rank, steps)}
+        for name in names:
+            for mode in ("hook", "post"):
+                res[(mode, name)] = _train(mode, name, rank, steps)
+        torch.save(res, os.path.join(out_dir, f"r{rank}.pt"))
+        import gc
+        gc.collect()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(world_size, names, steps):
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(world_size, os.path.join(tmp, "init"), tmp, names, steps),
+                 nprocs=world_size, join=True)
+        return [torch.load(os.path.join(tmp, f"r{r}.pt")) for r in range(world_size)]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return _run(2, C.available(), steps=60)
+
+
+def test_every_compressor_runs_as_hook_and_reducer_with_identical_models_on_all_ranks(runs):
+    for key in runs[0]:
+        assert key in runs[1]
+        for a, b in zip(runs[0][key][3], runs[1][key][3]):
+            assert torch.allclose(a, b, atol=1e-5), f"{key}: ranks' models diverged"
+        if key[1] is not None:
+            assert runs[0][key][1] > 0, f"{key}: no bytes counted"
+
+
+def test_hook_ran_over_several_buckets(runs):
+    losses, nbytes, calls, _ = runs[0][("hook", "none")]
+    assert calls > 60 + 50, "expected several buckets per step"
+
+
+def test_dense_hook_equals_plain_ddp(runs):
+    plain = runs[0][("hook", None)][3]
+    hooked = runs[0][("hook", "none")][3]
+    for a, b in zip(plain, hooked):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["fp16", "powersgd", "ef_signsgd", "topk", "quantize"])
+def test_training_with_a_hook_converges_like_uncompressed(runs, name):
+    if name not in C.available():
+        pytest.skip(f"{name} not available")
+    base = runs[0][("hook", None)][0]
+    for mode in ("hook", "post"):
+        losses = runs[0][(mode, name)][0]
+        assert losses[-1] < 0.2 * losses[0], f"{mode}/{name} did not converge: {losses[0]:.3f} -> {losses[-1]:.3f}"
+        assert losses[-1] < max(5 * base[-1], 0.05), f"{mode}/{name} much worse than uncompressed"
