@@ -9,7 +9,7 @@ See :mod:`studykit.compressors.base` for the protocol and :mod:`studykit.comm`
 for the communicators it runs on.
 """
 from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
-from studykit.compressors.registry import available, get, parameters, register
+from studykit.compressors.registry import available, get, parameters, parse_spec, register, spec_string
 from studykit.compressors.simulate import Simulation, simulate
 
 # Families register themselves on import.
@@ -23,4 +23,4 @@ for _mod in ("quantization", "sparsification", "lowrank", "thc"):
             raise
 
 __all__ = ["Compressor", "CompressorError", "ErrorFeedback", "available", "get", "parameters",
-           "register", "simulate", "Simulation"]
+           "register", "simulate", "Simulation", "parse_spec", "spec_string"]

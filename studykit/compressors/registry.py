@@ -57,3 +57,37 @@ def _lookup(name: str) -> type[Compressor]:
     if not isinstance(name, str) or name not in _REGISTRY:
         raise CompressorError(f"unknown compressor {name!r}; available: {', '.join(available())}")
     return _REGISTRY[name]
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``"topk:ratio=0.01,scope=layer"`` -> ``("topk", {"ratio": 0.01, "scope": "layer"})``.
+
+    Values are read as int, float, bool (true/false) or left as strings. The name and
+    parameters are checked by building the compressor once.
+    """
+    name, _, rest = spec.partition(":")
+    params: dict = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise CompressorError(f"compressor spec {spec!r}: expected key=value, got {item!r}")
+        params[key.strip()] = _literal(value.strip())
+    get(name.strip(), **params)  # validates name and parameters
+    return name.strip(), params
+
+
+def spec_string(name: str, params: dict) -> str:
+    """Inverse of :func:`parse_spec`."""
+    return name + (":" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
+
+
+def _literal(value: str):
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value

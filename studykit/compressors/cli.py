@@ -1,0 +1,43 @@
+"""``python -m studykit compressors``: every compressor, its parameters, and wire bytes for a model."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from studykit import compressors as C
+from studykit import models
+
+
+def table(model: str, world_size: int) -> list[dict]:
+    shapes = models.param_shapes(model)
+    rows = []
+    for name in C.available():
+        comp = C.get(name)
+        plan = comp.plan(shapes, world_size)
+        rows.append({"compressor": name, "params": C.parameters(name),
+                     "allreduce_compatible": comp.allreduce_compatible,
+                     "error_feedback": type(comp).__name__ == "ErrorFeedback",
+                     "collectives": [c.as_dict() for c in plan],
+                     "wire_bytes": sum(c.nbytes for c in plan), "ratio": round(comp.ratio(shapes, world_size), 2)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m studykit compressors", description=__doc__)
+    ap.add_argument("--model", default="resnet50", choices=models.available())
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv[1:] if argv and argv[0] == "compressors" else argv)
+    if args.world_size < 1:
+        ap.error(f"--world-size must be >= 1, got {args.world_size}")
+    rows = table(args.model, args.world_size)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+        return 0
+    print(f"{args.model}, {args.world_size} workers, fp32 gradient {models.size_bytes(args.model) / 2**20:.1f} MiB")
+    print(f"{'compressor':<14}{'all-reduce':<12}{'EF':<5}{'wire MiB':>10}{'ratio':>9}  collectives")
+    for r in rows:
+        ops = ", ".join(f"{c['op']}({c['dtype']})" for c in r["collectives"])
+        print(f"{r['compressor']:<14}{str(r['allreduce_compatible']):<12}{'yes' if r['error_feedback'] else '':<5}"
+              f"{r['wire_bytes'] / 2**20:>10.2f}{r['ratio']:>9.1f}  {ops}")
+    return 0
