@@ -92,10 +92,10 @@ class TorchComm:
         return tensor
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        tensor = tensor.contiguous()
-        out = torch.empty((self.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
-        self._dist.all_gather_into_tensor(out, tensor, group=self.group)
-        return list(out.unbind(0))
+        # gloo wants a flat output buffer; NCCL accepts either
+        out = torch.empty(self.world_size * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+        self._dist.all_gather_into_tensor(out, tensor.contiguous().reshape(-1), group=self.group)
+        return list(out.view(self.world_size, *tensor.shape).unbind(0))
 
 
 class RecordingComm:

@@ -142,8 +142,13 @@ class Compressor:
                 raise self.error(f"tensor {i} has dtype {t.dtype}; valid dtypes are float32, float16, bfloat16")
             if t.numel() == 0:
                 raise self.error(f"tensor {i} is empty (shape {tuple(t.shape)}); gradients must have elements")
-            if not self.allow_nonfinite and t.device.type != "meta" and not bool(torch.isfinite(t).all()):
-                raise self.error(f"tensor {i} contains NaN or Inf; pass allow_nonfinite=True to let them through")
+        if self.allow_nonfinite or tensors[0].device.type == "meta":
+            return
+        # one fused pass and one host sync for all tensors (max |x| is NaN/Inf iff some x is)
+        peaks = torch.stack([m.float() for m in torch._foreach_max(torch._foreach_abs(list(tensors)))])
+        if not bool(torch.isfinite(peaks).all()):
+            i = int((~torch.isfinite(peaks)).nonzero()[0])
+            raise self.error(f"tensor {i} contains NaN or Inf; pass allow_nonfinite=True to let them through")
 
     # -------------------------------------------------------- wire accounting
     def plan(self, shapes: Sequence[Sequence[int]] | Sequence[int], world_size: int = 2,
@@ -210,10 +215,12 @@ class ErrorFeedback(Compressor):
         if mem is not None and [tuple(m.shape) for m in mem] != [tuple(t.shape) for t in tensors]:
             raise self.error(f"error-feedback memory for key {key!r} has shapes "
                              f"{[tuple(m.shape) for m in mem]}, got {[tuple(t.shape) for t in tensors]}")
-        corrected = [t.float() + m for t, m in zip(tensors, mem)] if mem is not None else [t.float() for t in tensors]
+        corrected = [t.float() for t in tensors]
+        if mem is not None:
+            corrected = torch._foreach_add(corrected, mem)
         self.inner.step = self.step
         avg, local = self.inner._reduce(corrected, comm, key, True)
-        self.memory[key] = [c - l.float() for c, l in zip(corrected, local)]
+        self.memory[key] = torch._foreach_sub(corrected, [l.float() for l in local])
         return avg, (local if return_local else None)
 
 

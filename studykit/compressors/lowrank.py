@@ -1,0 +1,473 @@
+"""Low-rank compressors: every gradient matrix travels as thin factors.
+
+* ``powersgd``: one step of subspace (power) iteration per training step, warm-started
+  from the previous step's Q (Vogels et al. 2019, Algorithm 1). All-reduce compatible:
+  P = M Q and Q = M^T P are linear in M, so summing them over workers gives the
+  factors of the summed gradient. Biased, so it runs under error feedback by default.
+* ``atomo``: truncated SVD of each worker's matrix with ATOMO's unbiased sampling of
+  singular components (Wang et al. 2018). Every worker has its own factors, so the
+  payloads are all-gathered (Agarwal et al. 2022, Table 2: not all-reduce compatible).
+
+Which tensors are compressed (both methods): a tensor with ``ndim >= 2`` is viewed
+as the matrix ``(shape[0], prod(shape[1:]))`` of size n x m (a conv kernel
+``(out, in, kh, kw)`` becomes ``(out, in*kh*kw)``, as in Vogels et al.), its rank is
+``r = min(rank, n, m)``, and it is compressed when the factors are smaller:
+``n * m > min_compression * r * (n + m)``. Everything else (biases, norm weights,
+matrices not worth factoring) is packed into ONE uncompressed fp32 all-reduce.
+
+Speed: matrices of the same shape are stacked and handled by batched matmuls
+(``torch.bmm``), and PowerSGD orthogonalizes all P factors of equal row count (or
+rows padded with zeros up to a common count, while the padding stays cheap) in one
+batched Gram-Schmidt, so the number of kernels grows with the number of distinct
+shapes, not with the number of tensors.
+
+Everything is meta-safe: payload sizes depend on shapes alone and nothing branches
+on tensor values, so :meth:`Compressor.plan` runs the real protocol on ``meta`` tensors.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from studykit.compressors.base import Compressor
+from studykit.compressors.registry import register
+
+__all__ = ["PowerSGD", "Atomo", "matrix_shape", "orthonormalize_", "atomo_probabilities",
+           "systematic_sample"]
+
+#: column norms below this are treated as zero by Gram-Schmidt (its square, 1e-40,
+#: is where fp32 sums of squares turn subnormal; a column that small is dropped
+#: gracefully instead of being blown up to unit length from underflowed noise)
+_NORM_EPS = 1e-20
+#: padding P factors to a common row count is accepted while the padded batch has
+#: at most this many elements (4 MiB of fp32) or at most twice the unpadded ones
+_PAD_FREE_NUMEL = 2**20
+_PAD_MAX_FACTOR = 2.0
+
+
+def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
+    """The matrix a gradient of ``shape`` is viewed as: ``(shape[0], prod(shape[1:]))``."""
+    return int(shape[0]), int(math.prod(shape[1:]))
+
+
+# ------------------------------------------------------------------ layout
+@dataclass(frozen=True)
+class _Group:
+    """Tensors of one matrix shape ``n x m``, compressed to rank ``r`` together."""
+
+    n: int
+    m: int
+    r: int
+    index: tuple[int, ...]  # positions in the list of gradients
+    shape: tuple[int, ...] | None  # the gradients' common shape, None if they differ
+    batch: int  # len(index), read often enough per call to be stored
+
+
+@dataclass(frozen=True)
+class _OrthoBatch:
+    """Consecutive groups whose P factors are orthonormalized in one batched call."""
+
+    groups: tuple[int, ...]  # group positions, consecutive, all with the same r
+    rows: int  # common (padded) row count: the largest n among the groups
+    padded: bool  # False when all groups have n == rows (then P is a view, no copy)
+
+
+class _Layout:
+    """How a list of gradient shapes is split: dense tensors and groups of matrices.
+
+    Groups are ordered by ``(r, n, m)``, so groups sharing ``(r, n)`` are adjacent in
+    the concatenated P buffer and can be orthonormalized as one batch without copies.
+    """
+
+    def __init__(self, shapes: Sequence[tuple[int, ...]], rank: int, min_compression: float):
+        by_matrix: dict[tuple[int, int, int], list[int]] = {}
+        dense = []
+        for i, shape in enumerate(shapes):
+            if len(shape) >= 2:
+                n, m = matrix_shape(shape)
+                r = min(rank, n, m)
+                if n * m > min_compression * r * (n + m):
+                    by_matrix.setdefault((r, n, m), []).append(i)
+                    continue
+            dense.append(i)
+        self.shapes = tuple(shapes)
+        self.dense = tuple(dense)
+        self.dense_numel = [math.prod(shapes[i]) for i in self.dense]
+        self.groups = tuple(_Group(n, m, r, tuple(ix), shapes[ix[0]] if len({shapes[i] for i in ix}) == 1 else None,
+                                   len(ix))
+                            for (r, n, m), ix in sorted(by_matrix.items()))
+        self.p_numel = [g.batch * g.n * g.r for g in self.groups]
+        self.q_numel = [g.batch * g.m * g.r for g in self.groups]
+        self.p_offset = _offsets(self.p_numel)
+        self.q_offset = _offsets(self.q_numel)
+        self.ortho = self._ortho_batches()
+
+    def _ortho_batches(self) -> tuple[_OrthoBatch, ...]:
+        out: list[_OrthoBatch] = []
+        cur: list[int] = []
+
+        def cost(ix):  # (padded numel, unpadded numel) of orthonormalizing groups ix together
+            g = [self.groups[i] for i in ix]
+            rows = max(x.n for x in g)
+            return sum(x.batch for x in g) * rows * g[0].r, sum(x.batch * x.n * x.r for x in g)
+
+        for i, g in enumerate(self.groups):
+            if cur and self.groups[cur[0]].r == g.r:
+                padded, actual = cost(cur + [i])
+                if self.groups[cur[-1]].n == g.n or padded <= max(_PAD_FREE_NUMEL, _PAD_MAX_FACTOR * actual):
+                    cur.append(i)
+                    continue
+            if cur:
+                out.append(self._batch(cur))
+            cur = [i]
+        if cur:
+            out.append(self._batch(cur))
+        return tuple(out)
+
+    def _batch(self, ix: list[int]) -> _OrthoBatch:
+        ns = {self.groups[i].n for i in ix}
+        return _OrthoBatch(tuple(ix), max(ns), len(ns) > 1)
+
+
+def _scatter(out: torch.Tensor, group: _Group, tensors: Sequence[torch.Tensor], dest: list) -> None:
+    """Put the rows of the batch ``out`` (B, n, m) into ``dest`` at the group's positions,
+    shaped like the gradients (views, no copies)."""
+    if group.shape is not None:
+        for i, x in zip(group.index, out.view(group.batch, *group.shape).unbind(0)):
+            dest[i] = x
+    else:
+        for i, x in zip(group.index, out.unbind(0)):
+            dest[i] = x.view(tensors[i].shape)
+
+
+def _offsets(sizes: Sequence[int]) -> list[int]:
+    out, acc = [], 0
+    for s in sizes:
+        out.append(acc)
+        acc += s
+    return out + [acc]
+
+
+def _stack(tensors: Sequence[torch.Tensor], group: _Group) -> torch.Tensor:
+    """The group's gradients as one contiguous fp32 batch ``(B, n, m)``."""
+    if group.batch == 1:  # a view when possible: no copy for a lone big matrix
+        t = tensors[group.index[0]].reshape(1, group.n, group.m)
+    elif group.shape is not None:  # one stack, no per-tensor reshape (host time counts)
+        t = torch.stack([tensors[i] for i in group.index]).view(group.batch, group.n, group.m)
+    else:
+        t = torch.stack([tensors[i].reshape(group.n, group.m) for i in group.index])
+    # contiguous: non-contiguous inputs then take exactly the same kernels as contiguous ones
+    return t.float().contiguous()
+
+
+# ------------------------------------------------------------ shared base
+class _LowRank(Compressor):
+    """Parameter validation, layout cache and the dense (uncompressed) all-reduce."""
+
+    def __init__(self, *, rank: int = 4, min_compression: float = 1.0, seed: int = 0,
+                 allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise self.error(f"rank must be an integer >= 1, got {rank!r}")
+        if (isinstance(min_compression, bool) or not isinstance(min_compression, Real)
+                or not math.isfinite(min_compression) or min_compression < 0):
+            raise self.error(f"min_compression must be a finite number >= 0, got {min_compression!r}")
+        self.rank = int(rank)
+        self.min_compression = float(min_compression)
+        self._layouts: dict[tuple, _Layout] = {}
+
+    def layout(self, shapes: Sequence[Sequence[int]]) -> _Layout:
+        """Which of these gradient shapes are compressed, grouped by matrix shape (cached)."""
+        shapes = tuple(shapes)  # torch.Size is a tuple: hashable, compares equal to tuples
+        lay = self._layouts.get(shapes)
+        if lay is None:
+            lay = self._layouts[shapes] = _Layout([tuple(int(d) for d in s) for s in shapes],
+                                                  self.rank, self.min_compression)
+        return lay
+
+    @staticmethod
+    def _reduce_dense(tensors, lay: _Layout, comm, avg: list, local: list | None) -> None:
+        """One fp32 all-reduce of every uncompressed tensor. Their local decoding is the
+        input itself (sent exactly, so error feedback keeps no residual for them)."""
+        if not lay.dense:
+            return
+        # cat copies, so the all-reduce may work in place; one cast for all
+        flat = torch.cat([tensors[i].reshape(-1) for i in lay.dense]).float()
+        flat = comm.all_reduce(flat) / comm.world_size
+        for i, piece in zip(lay.dense, flat.split(lay.dense_numel)):
+            shape = tensors[i].shape
+            avg[i] = piece if piece.shape == shape else piece.view(shape)
+            if local is not None:
+                local[i] = tensors[i]
+
+
+# ---------------------------------------------------------------- PowerSGD
+def orthonormalize_(x: torch.Tensor) -> torch.Tensor:
+    """Orthonormalize the columns of every matrix in the batch ``x`` (B, n, r), in place.
+
+    Classical Gram-Schmidt with re-orthogonalization ("twice is enough"): each column
+    is projected off the previous ones twice, so columns stay orthogonal to working
+    precision even when P is rank-deficient (a zero gradient, rank above the
+    gradient's own rank); a column that is (numerically) zero stays zero. Rows of
+    zeros (padding) stay zero and do not change the result. About ``7 * r`` kernels
+    for the whole batch, where ``torch.linalg.qr`` on CUDA loops over the batch.
+    """
+    for i in range(x.shape[-1]):
+        col = x[:, :, i:i + 1]
+        if i:
+            prev = x[:, :, :i]
+            for _ in range(2):
+                col = torch.baddbmm(col, prev, torch.bmm(prev.transpose(1, 2), col), alpha=-1)
+        x[:, :, i:i + 1] = F.normalize(col, dim=1, eps=_NORM_EPS)
+    return x
+
+
+@register
+class PowerSGD(_LowRank):
+    """PowerSGD (Vogels et al. 2019, Algorithm 1): rank-``rank`` factors P, Q of each matrix.
+
+    Protocol, per call (at most three all-reduces, all fp32):
+
+    1. the uncompressed tensors, packed into one all-reduce (skipped if there are none);
+    2. ``P = M Q`` for every compressed matrix, one all-reduce of all Ps concatenated;
+    3. orthonormalize each summed P; ``Q = M^T P``, one all-reduce of all Qs concatenated;
+    4. estimate ``P Q^T / world_size`` = ``P P^T mean(M)``, the mean gradient projected
+       on the shared subspace. P needs no averaging (it is orthonormalized); Q is divided.
+
+    ``warm_start=True`` reuses the summed Q of the previous call with the same ``key``
+    (per tensor, kept in ``self.state[key]``; identical on every worker since it was
+    all-reduced) as the next query, so successive steps continue the power iteration.
+    The first Q (and every Q with ``warm_start=False``) is drawn from the generator
+    shared by all workers (seed and step, no rank), so every worker starts from the same Q.
+
+    Error feedback: the local decoding this protocol returns for a compressed matrix
+    is the *aggregated* estimate ``P Q^T / world_size``, as in the reference
+    implementation (epfml/powersgd ``RankKReducer``: ``memory = grad - out``; also
+    PyTorch's ``powerSGD_hook``), so each worker's memory is its corrected gradient
+    minus the shared estimate, and the mean of the memories is exactly the global
+    compression error. Uncompressed tensors decode locally to themselves (their
+    memory stays zero, as the reference zeroes the memory of rank-1 tensors).
+    """
+
+    name = "powersgd"
+    allreduce_compatible = True
+    default_error_feedback = True
+
+    def __init__(self, *, rank: int = 4, warm_start: bool = True, min_compression: float = 1.0,
+                 seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(rank=rank, min_compression=min_compression, seed=seed, allow_nonfinite=allow_nonfinite)
+        if not isinstance(warm_start, bool):
+            raise self.error(f"warm_start must be True or False, got {warm_start!r}")
+        self.warm_start = warm_start
+
+    def _initial_q(self, lay: _Layout, key: Any, device: torch.device) -> torch.Tensor:
+        prev = self.state.get(key) if self.warm_start else None
+        if prev is not None and prev["shapes"] == lay.shapes and prev["q"].device == device:
+            return prev["q"]
+        # shared randomness (no rank): every worker draws the same Q
+        return torch.randn(lay.q_offset[-1], generator=self.generator(device), device=device)
+
+    def _reduce(self, tensors, comm, key, return_local):
+        lay = self.layout([t.shape for t in tensors])
+        avg: list = [None] * len(tensors)
+        local: list | None = [None] * len(tensors) if return_local else None
+        self._reduce_dense(tensors, lay, comm, avg, local)
+        if not lay.groups:
+            return avg, local
+        device = tensors[0].device
+        mats = [_stack(tensors, g) for g in lay.groups]
+        q_flat = self._initial_q(lay, key, device)
+
+        # P = M Q for every group, written straight into the buffer that is all-reduced
+        p_flat = torch.empty(lay.p_offset[-1], device=device)
+        for j, (g, mat) in enumerate(zip(lay.groups, mats)):
+            q = q_flat[lay.q_offset[j]:lay.q_offset[j + 1]].view(g.batch, g.m, g.r)
+            torch.bmm(mat, q, out=p_flat[lay.p_offset[j]:lay.p_offset[j + 1]].view(g.batch, g.n, g.r))
+        p_flat = comm.all_reduce(p_flat)
+        ps = self._orthonormalized_ps(p_flat, lay)
+
+        # Q = M^T P, again straight into the all-reduce buffer
+        q_flat = torch.empty(lay.q_offset[-1], device=device)
+        for j, (g, mat, p) in enumerate(zip(lay.groups, mats, ps)):
+            torch.bmm(mat.transpose(1, 2), p,
+                      out=q_flat[lay.q_offset[j]:lay.q_offset[j + 1]].view(g.batch, g.m, g.r))
+        q_flat = comm.all_reduce(q_flat)
+        if self.warm_start:
+            self.state[key] = {"shapes": lay.shapes, "q": q_flat}
+        q_mean = q_flat / comm.world_size
+
+        for j, (g, p) in enumerate(zip(lay.groups, ps)):
+            q = q_mean[lay.q_offset[j]:lay.q_offset[j + 1]].view(g.batch, g.m, g.r)
+            _scatter(torch.bmm(p, q.transpose(1, 2)), g, tensors, avg)
+        if local is not None:  # the aggregated estimate (see the class docstring)
+            for g in lay.groups:
+                for i in g.index:
+                    local[i] = avg[i]
+        return avg, local
+
+    @staticmethod
+    def _orthonormalized_ps(p_flat: torch.Tensor, lay: _Layout) -> list[torch.Tensor]:
+        """Each group's P (B, n, r), orthonormalized in one batched call per ortho batch."""
+        ps: list = [None] * len(lay.groups)
+        for ob in lay.ortho:
+            first, last = ob.groups[0], ob.groups[-1]
+            if not ob.padded:  # same n: the groups are one contiguous run of p_flat
+                total = sum(lay.groups[j].batch for j in ob.groups)
+                block = p_flat[lay.p_offset[first]:lay.p_offset[last + 1]]
+                orthonormalize_(block.view(total, ob.rows, lay.groups[first].r))
+                for j in ob.groups:
+                    g = lay.groups[j]
+                    ps[j] = p_flat[lay.p_offset[j]:lay.p_offset[j + 1]].view(g.batch, g.n, g.r)
+                continue
+            # different n: copy runs of equal n into a zero-padded (B, rows, r) batch
+            r = lay.groups[first].r
+            total = sum(lay.groups[j].batch for j in ob.groups)
+            buf = p_flat.new_zeros(total, ob.rows, r)
+            b0, k = 0, 0
+            rows_at: dict[int, int] = {}  # group -> its first batch position in buf
+            runs = []
+            while k < len(ob.groups):  # runs of consecutive groups with the same n
+                k1 = k
+                while k1 + 1 < len(ob.groups) and lay.groups[ob.groups[k1 + 1]].n == lay.groups[ob.groups[k]].n:
+                    k1 += 1
+                runs.append(ob.groups[k:k1 + 1])
+                k = k1 + 1
+            for run in runs:
+                n = lay.groups[run[0]].n
+                nb = sum(lay.groups[j].batch for j in run)
+                src = p_flat[lay.p_offset[run[0]]:lay.p_offset[run[-1] + 1]].view(nb, n, r)
+                buf[b0:b0 + nb, :n].copy_(src)
+                for j in run:
+                    rows_at[j] = b0
+                    b0 += lay.groups[j].batch
+            orthonormalize_(buf)
+            for j in ob.groups:
+                g = lay.groups[j]
+                ps[j] = buf[rows_at[j]:rows_at[j] + g.batch, :g.n]
+        return ps
+
+
+# ------------------------------------------------------------------- ATOMO
+def atomo_probabilities(s: torch.Tensor, budget: int) -> torch.Tensor:
+    """ATOMO's sampling probabilities for singular values ``s`` (B, k), sorted descending.
+
+    Minimizes the estimator's variance subject to ``sum(p) = budget`` and ``p <= 1``
+    (Wang et al. 2018, Algorithm 2): ``p_i = 1`` for the largest values, the rest
+    ``p_i = (budget - #capped) * s_i / sum(uncapped s)``. The capping is iterated a
+    fixed ``min(budget, k)`` times (each pass caps at least one value until the fixed
+    point, which caps at most ``budget``), so nothing branches on values. Zero
+    singular values get probability 0; a matrix of rank <= budget gets all p = 1.
+    """
+    k = s.shape[-1]
+    capped = torch.zeros_like(s, dtype=torch.bool)
+
+    def probabilities(capped):
+        left = (budget - capped.sum(-1, keepdim=True)).clamp_min(0)
+        rest = torch.where(capped, 0.0, s).sum(-1, keepdim=True)
+        return torch.where(capped, 1.0, left * s / rest.clamp_min(torch.finfo(s.dtype).tiny))
+
+    for _ in range(min(budget, k)):
+        capped = capped | (probabilities(capped) >= 1)
+    return probabilities(capped).clamp(0, 1)
+
+
+def systematic_sample(p: torch.Tensor, slots: int, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick at most ``slots`` of the k components of each row of ``p`` (B, k), component
+    i with probability exactly ``p_i``, given ``u`` (B,) uniform on [0, 1).
+
+    Systematic sampling: points ``(1 - u) + t`` for ``t = 0 .. slots-1`` on the line cut
+    into intervals of lengths ``p_i``; a component is chosen when a point falls in its
+    interval. As every ``p_i <= 1``, each interval holds at most one point, and it holds
+    one with probability ``p_i``, so the marginals are exact (the estimate stays
+    unbiased) while the number chosen never exceeds ``slots`` (``sum(p) <= slots``):
+    a payload of fixed size, unlike independent coin flips. Returns (indices (B, slots),
+    valid (B, slots)); an invalid slot (fewer components chosen) carries zeros.
+    """
+    k = p.shape[-1]
+    cum = torch.cumsum(p, dim=-1)
+    points = (1 - u).unsqueeze(-1) + torch.arange(slots, device=p.device, dtype=p.dtype)
+    idx = torch.searchsorted(cum.contiguous(), points.contiguous())  # first i with cum_i >= point
+    safe = idx.clamp(max=k - 1)
+    valid = (idx < k) & (torch.gather(p, -1, safe) > 0)
+    return safe, valid
+
+
+@register
+class Atomo(_LowRank):
+    """ATOMO with singular-value atoms (Wang et al. 2018): unbiased rank-``rank`` sketches.
+
+    Each worker computes the thin SVD ``M = sum_i s_i u_i v_i^T`` of its own matrix,
+    draws components with the probabilities of :func:`atomo_probabilities` (budget
+    ``r``) and sends ``(s_i / p_i) u_i`` and ``v_i`` for each chosen component. To keep
+    the payload size fixed, exactly ``r`` slots are sent per matrix and chosen by
+    :func:`systematic_sample` (exact marginals ``p_i``, never more than r chosen);
+    unused slots are zeros. Folding the weight ``s_i / p_i`` into ``u_i`` sends
+    ``r (n + m)`` floats per matrix, the same as PowerSGD. The estimate is unbiased:
+    ``E[sum_i (Z_i / p_i) s_i u_i v_i^T] = M``.
+
+    Protocol: the uncompressed tensors in one fp32 all-reduce (exact, and cheaper than
+    gathering them), then one all-gather of all factors concatenated; the estimate is
+    the mean of every worker's reconstruction. Sampling uses private randomness (seed,
+    step and the worker's rank).
+    """
+
+    name = "atomo"
+    allreduce_compatible = False
+    stochastic = True
+    unbiased = True
+
+    def __init__(self, *, rank: int = 4, min_compression: float = 1.0, seed: int = 0,
+                 allow_nonfinite: bool = False):
+        super().__init__(rank=rank, min_compression=min_compression, seed=seed, allow_nonfinite=allow_nonfinite)
+
+    def _reduce(self, tensors, comm, key, return_local):
+        lay = self.layout([t.shape for t in tensors])
+        avg: list = [None] * len(tensors)
+        local: list | None = [None] * len(tensors) if return_local else None
+        self._reduce_dense(tensors, lay, comm, avg, local)
+        if not lay.groups:
+            return avg, local
+        device = tensors[0].device
+        world_size = comm.world_size
+        # payload of group j: u-slots (B, n, r) then v-slots (B, r, m)
+        sizes = [g.batch * g.r * (g.n + g.m) for g in lay.groups]
+        offset = _offsets(sizes)
+        payload = torch.empty(offset[-1], device=device)
+        starts = _offsets([g.batch for g in lay.groups])
+        uniform = torch.rand(starts[-1], generator=self.generator(device, comm.rank), device=device)
+        for j, g in enumerate(lay.groups):
+            mat = _stack(tensors, g)
+            u, s, vh = torch.linalg.svd(mat, full_matrices=False)  # (B,n,k) (B,k) (B,k,m)
+            p = atomo_probabilities(s, g.r)
+            idx, valid = systematic_sample(p, g.r, uniform[starts[j]:starts[j + 1]])
+            weight = torch.where(valid, torch.gather(s, -1, idx) / torch.gather(p, -1, idx).clamp_min(1e-30), 0.0)
+            us, vs = self._slots(payload, offset[j], g)
+            torch.mul(torch.gather(u, 2, idx.unsqueeze(1).expand(g.batch, g.n, g.r)), weight.unsqueeze(1), out=us)
+            vs.copy_(torch.gather(vh, 1, idx.unsqueeze(2).expand(g.batch, g.r, g.m)))
+            if local is not None:
+                _scatter(torch.bmm(us, vs), g, tensors, local)
+
+        gathered = torch.stack(comm.all_gather(payload))  # (world_size, numel)
+        for j, g in enumerate(lay.groups):
+            u_all, v_all = self._slots(gathered, offset[j], g, world_size)
+            # every worker's slots side by side: one bmm sums the W reconstructions
+            u_cat = u_all.permute(1, 2, 0, 3).reshape(g.batch, g.n, world_size * g.r)
+            v_cat = v_all.permute(1, 0, 2, 3).reshape(g.batch, world_size * g.r, g.m)
+            _scatter(torch.bmm(u_cat, v_cat) / world_size, g, tensors, avg)
+        return avg, local
+
+    @staticmethod
+    def _slots(buf: torch.Tensor, start: int, g: _Group, world_size: int | None = None):
+        """Views of the u-slots (B, n, r) and v-slots (B, r, m) of group ``g`` in ``buf``
+        (with a leading worker dimension when ``world_size`` is given)."""
+        nu, nv = g.batch * g.n * g.r, g.batch * g.r * g.m
+        if world_size is None:
+            return (buf[start:start + nu].view(g.batch, g.n, g.r),
+                    buf[start + nu:start + nu + nv].view(g.batch, g.r, g.m))
+        return (buf[:, start:start + nu].reshape(world_size, g.batch, g.n, g.r),
+                buf[:, start + nu:start + nu + nv].reshape(world_size, g.batch, g.r, g.m))
