@@ -1,0 +1,380 @@
+"""Quantizers: signSGD, EF-SignSGD, QSGD, TernGrad, natural compression, b-bit ``quantize``.
+
+Table 2 of seed 000 (Agarwal et al., MLSys'22) lists SignSGD, QSGD and TernGrad as the
+quantization methods; all of them are all-gather methods (their aggregation is not a sum
+of payloads). ``quantize`` is seed 001's fixed b-bit building block, written to be
+all-reduce compatible: a shared scale makes integer levels of different workers addable.
+
+Everything works on the flat float32 gradient and is meta-safe: payload shapes depend
+only on ``numel`` and ``world_size``, never on values (see :meth:`Compressor.plan`).
+Wire dtypes are ones NCCL *and* gloo can reduce: neither supports int16, so integer sums
+that outgrow int8 travel as float16 (exact for integers up to 2048) or int32.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from studykit.compressors.base import Compressor, flatten, unflatten
+from studykit.compressors.registry import register
+
+__all__ = ["pack_bits", "unpack_bits", "integer_sum_dtype",
+           "SignSGD", "EFSignSGD", "QSGD", "TernGrad", "Natural", "Quantize"]
+
+#: smallest scale a quantizer divides by (an all-zero gradient then encodes as zeros)
+TINY = 1e-30
+_EXACT_FP16_INT = 2048  # float16 holds every integer in [-2^11, 2^11] exactly
+_PACK_MAGIC = 0x0102040810204080  # sum_j 2^(56 - 7j), j = 0..7
+
+
+# ------------------------------------------------------------------ bit packing
+def pack_bits(bits: torch.Tensor) -> torch.Tensor:
+    """Pack a 1-D bool (or 0/1 uint8) tensor into ``ceil(numel / 8)`` uint8, 8 bits per byte,
+    bit ``i % 8`` of byte ``i // 8`` (little-endian, as ``numpy.packbits(bitorder="little")``).
+
+    Fast path: eight 0/1 bytes read as one int64 ``sum_i b_i 2^(8i)``; multiplying by
+    ``sum_j 2^(56 - 7j)`` lands ``b_i`` on bit ``56 + i`` and every other partial product on a
+    distinct lower bit (no carries), so ``>> 56`` is the packed byte: one multiply per 8 signs
+    instead of a reduction.
+    """
+    bits = bits.reshape(-1)
+    bits = bits.view(torch.uint8) if bits.dtype == torch.bool else bits.to(torch.uint8)  # bool -> uint8 is free
+    pad = -bits.numel() % 8
+    if pad:
+        bits = F.pad(bits, (0, pad))
+    if bits.storage_offset() % 8:  # an int64 view needs 8-byte alignment
+        bits = bits.clone()
+    lanes = bits.view(torch.int64)
+    return ((lanes * _PACK_MAGIC) >> 56).to(torch.uint8)  # the cast keeps the low byte
+
+
+def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """Inverse of :func:`pack_bits` on the last dim: ``(..., nbytes)`` uint8 -> ``(..., numel)`` uint8 0/1."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(*packed.shape[:-1], -1)[..., :numel]
+
+
+def integer_sum_dtype(max_abs_sum: int, signed: bool) -> torch.dtype:
+    """Smallest wire dtype that NCCL and gloo can all-reduce and that holds every integer sum
+    of magnitude <= ``max_abs_sum`` exactly: int8/uint8, then float16 (exact integers up to
+    2048; int16 is not supported by either backend), then int32."""
+    if max_abs_sum <= (127 if signed else 255):
+        return torch.int8 if signed else torch.uint8
+    if max_abs_sum <= _EXACT_FP16_INT:
+        return torch.float16
+    if max_abs_sum <= 2**31 - 1:
+        return torch.int32
+    raise ValueError(f"integer sums up to {max_abs_sum} do not fit int32")
+
+
+def stochastic_floor(x: torch.Tensor, generator: torch.Generator | None,
+                     scale: torch.Tensor | float = 1.0, offset: float = 0.0) -> torch.Tensor:
+    """``floor(x * scale + offset + u)``, u ~ U[0, 1): an integer-valued float32 tensor whose
+    expectation is ``x * scale + offset`` (stochastic rounding to a neighbouring integer).
+    ``scale`` may be a tensor broadcastable to ``x``; computed in place on the noise (few passes)."""
+    v = torch.rand(x.shape, generator=generator, device=x.device)
+    if offset:
+        v.add_(offset)
+    if isinstance(scale, torch.Tensor):
+        v.addcmul_(x, scale)
+    else:
+        v.add_(x, alpha=scale)
+    return v.floor_()
+
+
+def _check_int(comp: Compressor, name: str, value, lo: int, hi: int | None = None) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        rng = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+        raise comp.error(f"{name} must be {rng}, got {value!r}")
+    return int(value)
+
+
+class _PrivateRandomness(Compressor):
+    """Single-round codecs with per-worker randomness: remembers ``comm.rank`` for ``compress``."""
+
+    _rank = 0  # direct compress() calls (profiling) act as worker 0
+
+    def _reduce(self, tensors, comm, key, return_local):
+        self._rank = comm.rank
+        return super()._reduce(tensors, comm, key, return_local)
+
+    def private_generator(self, device: torch.device) -> torch.Generator | None:
+        return self.generator(device, self._rank)
+
+
+def _stack(gathered, i: int) -> torch.Tensor:
+    """Payload ``i`` of every worker, stacked in rank order: ``(world_size, ...)``."""
+    return torch.stack([p[i] for p in gathered])
+
+
+def _weighted_mean(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``mean_w scales[w] * values[w]`` for values ``(world_size, numel)``, scales ``(world_size, 1)``.
+
+    Broadcast and sum rather than ``scales @ values``: a GEMM with k = world_size runs a slow
+    degenerate kernel on CUDA (~15x a memory pass at k = 1).
+    """
+    if values.shape[0] == 1:
+        return values[0] * scales[0]
+    return (values * scales).sum(0) / values.shape[0]
+
+
+def _mean0(values: torch.Tensor) -> torch.Tensor:
+    """Mean over the leading (worker) dim; no reduction kernel for one worker."""
+    return values[0] if values.shape[0] == 1 else values.sum(0) / values.shape[0]
+
+
+# ------------------------------------------------------------------- signSGD
+@register
+class SignSGD(Compressor):
+    """signSGD with majority vote (Bernstein et al., ICLR 2019, "signSGD with majority vote is
+    communication efficient and fault tolerant"; Algorithm 1).
+
+    Each worker sends ``sign(g)`` as 1 bit per element, packed 8 per byte (``ceil(numel/8)``
+    bytes; ``g >= 0``, including zeros, is sent as +1). The server's vote ``sign(sum_w sign(g_w))``
+    is what every worker gets back: the estimate is the plain majority sign (entries in
+    {-1, 0, +1}), since signSGD uses the sign itself as the update direction and lets the
+    learning rate set the step size. A tie (possible for an even world size) gives 0, i.e.
+    ``sign(0) = 0``: that coordinate is not updated. Majority vote is not a sum, so the
+    packed signs are all-gathered.
+    """
+
+    name = "signsgd"
+    allreduce_compatible = False
+
+    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+
+    def compress(self, flat, world_size):
+        return [pack_bits(flat >= 0)], flat.numel()
+
+    def decompress(self, payload, ctx):
+        return unpack_bits(payload[0], ctx).float() * 2 - 1
+
+    def combine(self, gathered, ctx):
+        bits = unpack_bits(_stack(gathered, 0), ctx)
+        # sum of the +-1 signs = 2 * positives - world_size; float32 counts are exact below 2^24
+        positives = bits[0].float() if len(gathered) == 1 else bits.sum(0, dtype=torch.float32)
+        return positives.sub_(len(gathered) / 2).sign_()
+
+
+@register
+class EFSignSGD(Compressor):
+    """Scaled sign compression with error feedback (Karimireddy et al., ICML 2019, "Error
+    feedback fixes SignSGD and other gradient compression schemes"; Algorithm 1, EF-SIGNSGD).
+
+    ``C(p) = (||p||_1 / d) * sign(p)``: each worker sends packed signs (``g >= 0`` -> +1) plus
+    one float32 scale, ``ceil(numel/8) + 4`` bytes, all-gathered; the estimate is the average
+    of the workers' ``scale * sign``. Error feedback is on by default (``get`` wraps it).
+    """
+
+    name = "ef_signsgd"
+    allreduce_compatible = False
+    default_error_feedback = True
+
+    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+
+    def compress(self, flat, world_size):
+        scale = (flat.abs().sum() / flat.numel()).reshape(1)
+        return [pack_bits(flat >= 0), scale], flat.numel()
+
+    def decompress(self, payload, ctx):
+        return (unpack_bits(payload[0], ctx).float() * 2 - 1) * payload[1]
+
+    def combine(self, gathered, ctx):
+        signs = unpack_bits(_stack(gathered, 0), ctx).float() * 2 - 1  # (world_size, numel)
+        return _weighted_mean(signs, _stack(gathered, 1))
+
+
+# ---------------------------------------------------------------------- QSGD
+@register
+class QSGD(_PrivateRandomness):
+    """QSGD (Alistarh et al., NeurIPS 2017, "QSGD: Communication-efficient SGD via gradient
+    quantization and encoding"; Sec. 3.1, Eq. for Q_s).
+
+    Per bucket of ``bucket_size`` elements (0: the whole gradient is one bucket),
+    ``Q_s(v_i) = ||v||_2 * sign(v_i) * xi_i`` where ``xi_i`` is ``|v_i| / ||v||_2`` rounded
+    stochastically to one of its two neighbouring levels in ``{0, 1/s, ..., 1}``: unbiased.
+    Wire: one float32 norm per bucket plus the signed level per element as int8 (int16 is
+    not all-gatherable on every backend, so ``levels`` is capped at 127), i.e.
+    ``numel + 4 * ceil(numel / bucket_size)`` bytes; all-gathered (no Elias coding: the
+    paper's variable-length code would make payload sizes data-dependent). ``levels=4``
+    (9 values, about 3.2 bits before coding) and 512-element buckets follow the paper's
+    bucketed low-bit experiments.
+    """
+
+    name = "qsgd"
+    allreduce_compatible = False
+    stochastic = True
+    unbiased = True
+
+    def __init__(self, *, levels: int = 4, bucket_size: int = 512, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+        self.levels = _check_int(self, "levels", levels, 1, 127)
+        self.bucket_size = _check_int(self, "bucket_size", bucket_size, 0)
+
+    def _buckets(self, numel: int) -> tuple[int, int]:
+        size = self.bucket_size or numel
+        return -(-numel // size), size
+
+    def compress(self, flat, world_size):
+        numel = flat.numel()
+        n_buckets, size = self._buckets(numel)
+        x = F.pad(flat, (0, n_buckets * size - numel)).view(n_buckets, size)
+        norms = torch.linalg.vector_norm(x, dim=1).clamp_min(TINY)
+        # |x| / norm * s in [0, s], rounded stochastically to an integer level
+        level = stochastic_floor(x.abs(), self.private_generator(flat.device), (self.levels / norms).unsqueeze(1))
+        q = level.clamp_max_(self.levels).copysign_(x).reshape(-1)[:numel].to(torch.int8)
+        return [norms, q], numel
+
+    def _decode(self, norms, q, numel):
+        """norms ``(..., n_buckets)``, q ``(..., numel)`` -> decoded ``(..., numel)`` float32."""
+        n_buckets, size = self._buckets(numel)
+        levels = F.pad(q.float(), (0, n_buckets * size - numel)).view(*q.shape[:-1], n_buckets, size)
+        out = levels * (norms / self.levels).unsqueeze(-1)
+        return out.reshape(*q.shape[:-1], -1)[..., :numel]
+
+    def decompress(self, payload, ctx):
+        return self._decode(payload[0], payload[1], ctx)
+
+    def combine(self, gathered, ctx):
+        return _mean0(self._decode(_stack(gathered, 0), _stack(gathered, 1), ctx))
+
+
+# ------------------------------------------------------------------ TernGrad
+@register
+class TernGrad(_PrivateRandomness):
+    """TernGrad (Wen et al., NeurIPS 2017, "TernGrad: Ternary gradients to reduce communication
+    in distributed deep learning"; Eq. 2-3).
+
+    ``g~ = s * sign(g) * b`` with ``s = max|g|`` and ``b_i ~ Bernoulli(|g_i| / s)``: unbiased.
+    The scaler is per worker and per call (one bucket / flat gradient; the paper's layer-wise
+    scalers and its optional gradient clipping are not applied). Wire, 2 bits per element:
+    one float32 scaler plus two packed bitmaps, ``b`` and the sign (``g < 0``):
+    ``4 + 2 * ceil(numel / 8)`` bytes, all-gathered.
+    """
+
+    name = "terngrad"
+    allreduce_compatible = False
+    stochastic = True
+    unbiased = True
+
+    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+
+    def compress(self, flat, world_size):
+        scale = flat.abs().amax().reshape(1)
+        u = torch.rand(flat.shape, generator=self.private_generator(flat.device), device=flat.device)
+        keep = u * scale < flat.abs()  # P = |g| / s; never true when s = 0
+        return [scale, pack_bits(keep), pack_bits(flat < 0)], flat.numel()
+
+    @staticmethod
+    def _ternary(keep, negative, numel):
+        """Packed bitmaps -> float32 values in {-1, 0, 1} (any leading dims)."""
+        return unpack_bits(keep, numel).float() * (1 - 2 * unpack_bits(negative, numel).float())
+
+    def decompress(self, payload, ctx):
+        return self._ternary(payload[1], payload[2], ctx) * payload[0]
+
+    def combine(self, gathered, ctx):
+        ternary = self._ternary(_stack(gathered, 1), _stack(gathered, 2), ctx)  # (world_size, numel)
+        return _weighted_mean(ternary, _stack(gathered, 0))
+
+
+# ------------------------------------------------------------------- natural
+@register
+class Natural(_PrivateRandomness):
+    """Natural compression (Horvath et al., MSML 2022 / arXiv:1905.10988, "Natural compression
+    for distributed deep learning"; Eq. 3, C_nat).
+
+    Each value ``t`` with ``2^a <= |t| < 2^(a+1)`` becomes ``sign(t) 2^a`` with probability
+    ``(2^(a+1) - |t|) / 2^a`` and ``sign(t) 2^(a+1)`` otherwise: unbiased. On float32 bits this
+    is "round the exponent up with probability mantissa / 2^23", which also treats zero and
+    subnormals correctly (they round to 0 or 2^-126). Values whose rounding would overflow
+    to infinity (>= 2^127) are rounded down instead (finite, slightly biased there).
+    Wire, 9 bits per element: the biased float32 exponent as one uint8 per element plus the
+    sign bits packed 8 per byte, ``numel + ceil(numel / 8)`` bytes, all-gathered.
+    """
+
+    name = "natural"
+    allreduce_compatible = False
+    stochastic = True
+    unbiased = True
+
+    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+
+    def compress(self, flat, world_size):
+        bits = flat.view(torch.int32)
+        exponent = (bits >> 23) & 0xFF
+        mantissa = bits & 0x7FFFFF
+        r = torch.randint(0, 1 << 23, flat.shape, generator=self.private_generator(flat.device),
+                          dtype=torch.int32, device=flat.device)
+        up = (r < mantissa) & (exponent < 254)  # 254 + 1 would be inf (and 255 is inf/nan)
+        return [(exponent + up).to(torch.uint8), pack_bits(bits < 0)], flat.numel()
+
+    @staticmethod
+    def _decode(exponent, packed_signs, numel):
+        magnitude = (exponent.to(torch.int32) << 23).view(torch.float32)
+        return torch.where(unpack_bits(packed_signs, numel).bool(), -magnitude, magnitude)
+
+    def decompress(self, payload, ctx):
+        return self._decode(payload[0], payload[1], ctx)
+
+    def combine(self, gathered, ctx):
+        return _mean0(self._decode(_stack(gathered, 0), _stack(gathered, 1), ctx))
+
+
+# ------------------------------------------------------------------ quantize
+@register
+class Quantize(Compressor):
+    """Fixed b-bit uniform stochastic quantization, all-reduce compatible (the building block of
+    seed 001, Tirupati et al., "Distributed model training with dynamic gradient compression":
+    static 8-bit and dynamic 4-16-bit quantization of the all-reduced gradients).
+
+    Protocol (two rounds): (1) every worker all-gathers its ``max|g|`` (4 bytes) and all take
+    the maximum ``M``, a scale shared by all; (2) each worker rounds ``g * L / M`` stochastically
+    (unbiased) to an integer level in ``[-L, L]``, ``L = 2^(bits-1) - 1``, and the levels are
+    all-reduced (summed) in the smallest dtype that cannot overflow for ``world_size`` workers
+    (:func:`integer_sum_dtype`: int8, then float16 carrying exact integers up to 2048, then
+    int32). Wire: ``numel * itemsize + 4`` bytes. The average is ``sum * M / (L * world_size)``.
+    """
+
+    name = "quantize"
+    allreduce_compatible = True
+    stochastic = True
+    unbiased = True
+
+    def __init__(self, *, bits: int = 8, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
+        self.bits = _check_int(self, "bits", bits, 2, 16)
+
+    @property
+    def max_level(self) -> int:
+        """L: levels are the integers in [-L, L]."""
+        return 2 ** (self.bits - 1) - 1
+
+    def wire_dtype(self, world_size: int) -> torch.dtype:
+        return integer_sum_dtype(world_size * self.max_level, signed=True)
+
+    def encode(self, flat: torch.Tensor, scale: torch.Tensor, world_size: int, rank: int = 0) -> torch.Tensor:
+        """Integer levels of ``flat`` against the shared ``scale`` (>= max|flat|), in the wire dtype."""
+        L = self.max_level
+        level = stochastic_floor(flat, self.generator(flat.device, rank), L / scale).clamp_(-L, L)
+        return level.to(self.wire_dtype(world_size))
+
+    def decode(self, levels: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """(Summed) levels -> (summed) float32 values; linear in ``levels``."""
+        return levels.float() * (scale / self.max_level)
+
+    def _reduce(self, tensors, comm, key, return_local):
+        flat = flatten(tensors)
+        world_size = comm.world_size
+        scale = torch.cat(comm.all_gather(flat.abs().amax().reshape(1))).amax().clamp_min(TINY)
+        q = self.encode(flat, scale, world_size, comm.rank)
+        local = self.decode(q, scale) if return_local else None  # before all_reduce may reuse q
+        avg = self.decode(comm.all_reduce(q), scale) / world_size
+        return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
+
