@@ -13,14 +13,7 @@ from studykit.compressors.registry import available, get, parameters, parse_spec
 from studykit.compressors.simulate import Simulation, simulate
 
 # Families register themselves on import.
-from studykit.compressors import precision  # noqa: F401,E402
-
-for _mod in ("quantization", "sparsification", "lowrank", "thc"):
-    try:
-        __import__(f"studykit.compressors.{_mod}")
-    except ModuleNotFoundError as _exc:  # a family not written yet
-        if _exc.name != f"studykit.compressors.{_mod}":
-            raise
+from studykit.compressors import lowrank, precision, quantization, sparsification, thc  # noqa: F401,E402
 
 __all__ = ["Compressor", "CompressorError", "ErrorFeedback", "available", "get", "parameters",
            "register", "simulate", "Simulation", "parse_spec", "spec_string"]
