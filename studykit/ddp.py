@@ -38,6 +38,9 @@ class HookState:
         self.process_group = process_group
         self.bytes_sent = 0
         self.calls = 0
+        #: parameters (by id) and shapes of each bucket index, as last seen
+        self.bucket_params: dict = {}
+        self.bucket_shapes: dict = {}
 
     @property
     def comm(self) -> Communicator:
@@ -60,6 +63,28 @@ def _views(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tenso
     return out
 
 
+def _rekey(comp, key, old_ids: list, new_ids: list) -> None:
+    """DDP rebuilds its buckets after the first iteration (forward order -> gradient-ready
+    order), so a bucket index then holds its parameters in another order. Per-bucket state
+    kept under that index must follow: error-feedback memory is permuted to the new order
+    (or dropped if the bucket now holds other parameters); any other per-key state
+    (e.g. PowerSGD's warm start) is dropped and rebuilt by the compressor."""
+    mem = getattr(comp, "memory", None)
+    if isinstance(mem, dict) and key in mem:
+        if sorted(old_ids) == sorted(new_ids):
+            by_id = dict(zip(old_ids, mem[key]))
+            mem[key] = [by_id[i] for i in new_ids]
+        else:
+            del mem[key]
+    st = getattr(comp, "state", None)
+    if isinstance(st, dict):
+        for k in [k for k in st if k == key or (isinstance(k, tuple) and key in k)]:
+            del st[k]
+    inner = getattr(comp, "inner", None)
+    if inner is not None:
+        _rekey(inner, key, old_ids, new_ids)
+
+
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: compress-communicate-decompress one gradient bucket.
 
@@ -67,10 +92,18 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     when a hook is registered).
     """
     buf = bucket.buffer()
-    shapes = [p.shape for p in bucket.parameters()]
+    params = bucket.parameters()
+    key = bucket.index()
+    ids = [id(p) for p in params]
+    old = state.bucket_params.get(key)
+    if old is not None and old != ids:
+        _rekey(state.compressor, key, old, ids)
+    state.bucket_params[key] = ids
+    shapes = [p.shape for p in params]
+    state.bucket_shapes[key] = [tuple(s) for s in shapes]
     grads = _views(buf, shapes)
     rec = RecordingComm(state.comm)
-    out = state.compressor.reduce(grads, rec, key=bucket.index())
+    out = state.compressor.reduce(grads, rec, key=key)
     for g, o in zip(grads, out):
         g.copy_(o)
     state.bytes_sent += rec.nbytes

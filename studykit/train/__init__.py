@@ -1,0 +1,17 @@
+"""Training to accuracy with any compressor as a DDP communication hook, static or dynamic.
+
+* :mod:`studykit.train.data`: MNIST-1D (generated), digits, CIFAR-10 (local copy), synthetic
+* :mod:`studykit.train.nets`: small models for them
+* :mod:`studykit.train.dynamic`: compression ladders, triggers, the pure controller (seed 001)
+* :mod:`studykit.train.methods`: method specs (``none``, ``fp16``, ``quantize8``, ``dynamic``, ...)
+* :mod:`studykit.train.loop` / :mod:`studykit.train.launch`: the training loop and its process groups
+* :mod:`studykit.train.analysis` / :mod:`studykit.train.plots`: Table I, time to accuracy, figures
+
+Shell: ``python -m studykit train --help`` (also under ``torchrun``).
+"""
+from studykit.train.launch import read_records, train
+from studykit.train.loop import TrainConfig, run_methods
+from studykit.train.methods import PRESETS, Method, parse_method, parse_methods
+
+__all__ = ["TrainConfig", "train", "run_methods", "read_records", "Method", "PRESETS", "parse_method",
+           "parse_methods"]
