@@ -60,12 +60,18 @@ def _mlp(sizes=(40, 128, 128, 10)) -> list[Shape]:
     return s
 
 
+def _cnn_small() -> list[Shape]:
+    # conv 3->16 3x3, conv 16->32 3x3 stride 2, global average pool, linear 32->10
+    return [(16, 3, 3, 3), (16,), (32, 16, 3, 3), (32,), (10, 32), (10,)]
+
+
 _SHAPES = {
     "resnet50": lambda: _resnet([3, 4, 6, 3]),
     "resnet101": lambda: _resnet([3, 4, 23, 3]),
     "vgg19": _vgg19,
     "bert_base": _bert,
     "mlp_small": _mlp,  # CPU smoke runs
+    "cnn_small": _cnn_small,  # CPU smoke runs (3x32x32 images)
 }
 
 
@@ -89,3 +95,86 @@ def numel(name: str) -> int:
 def size_bytes(name: str, bytes_per_param: int = 4) -> int:
     """Gradient size in bytes (fp32 by default)."""
     return numel(name) * bytes_per_param
+
+
+# --------------------------------------------------------------------------- real modules
+#: per-worker batch sizes used by default when timing (MACHINE-NOTES: ResNets 64, VGG19 32, BERT 16)
+DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "mlp_small": 32, "cnn_small": 32}
+#: BERT sequence length when timing (seed 000 fine-tunes on Sogou News; 128 tokens is the usual setting)
+BERT_SEQ_LEN = 128
+_IMAGE_SIZE = {"resnet50": 224, "resnet101": 224, "vgg19": 224, "cnn_small": 32}
+_CLASSES = {"resnet50": 1000, "resnet101": 1000, "vgg19": 1000, "cnn_small": 10, "mlp_small": 10}
+
+
+def build(name: str):
+    """A freshly initialised ``torch.nn.Module`` for ``name`` whose parameters have
+    exactly :func:`param_shapes` (``name``) in order.
+
+    ResNets/VGG need torchvision and ``bert_base`` needs transformers (both on the
+    GPU machines); ``mlp_small`` and ``cnn_small`` are plain torch.
+    """
+    import torch.nn as nn
+
+    if name not in _SHAPES:
+        raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
+    if name == "mlp_small":
+        sizes = (40, 128, 128, 10)
+        layers: list = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        return nn.Sequential(*layers[:-1])
+    if name == "cnn_small":
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                             nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    if name in ("resnet50", "resnet101", "vgg19"):
+        try:
+            import torchvision
+        except Exception as exc:  # noqa: BLE001 - ImportError or a torch/torchvision mismatch
+            raise ModuleNotFoundError(f"model {name!r} needs torchvision ({exc}); "
+                                      "CPU smoke runs can use mlp_small or cnn_small") from None
+        return getattr(torchvision.models, name)(weights=None)
+    if name == "bert_base":
+        try:
+            from transformers import BertConfig, BertModel
+        except Exception as exc:  # noqa: BLE001
+            raise ModuleNotFoundError(f"model 'bert_base' needs transformers ({exc}); "
+                                      "CPU smoke runs can use mlp_small or cnn_small") from None
+        return BertModel(BertConfig())  # bert-base-uncased architecture, random weights, with pooler
+    raise AssertionError(f"build: no module written for {name!r}")
+
+
+def example_batch(name: str, batch_size: int, device="cpu", seq_len: int = BERT_SEQ_LEN):
+    """A random ``(inputs, target)`` batch for ``name`` on ``device`` (ImageNet-sized images for the CNNs)."""
+    import torch
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    g = torch.Generator().manual_seed(0)
+    if name == "bert_base":
+        ids = torch.randint(0, 30522, (batch_size, seq_len), generator=g)
+        return ids.to(device), None
+    if name == "mlp_small":
+        x = torch.randn(batch_size, 40, generator=g)
+    elif name in _IMAGE_SIZE:
+        s = _IMAGE_SIZE[name]
+        x = torch.randn(batch_size, 3, s, s, generator=g)
+    else:
+        raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
+    y = torch.randint(0, _CLASSES[name], (batch_size,), generator=g)
+    return x.to(device), y.to(device)
+
+
+def loss(name: str, model, batch):
+    """Forward ``batch`` through ``model`` and return a scalar training loss.
+
+    Classifiers: cross-entropy. ``bert_base``: mean square of the pooled output (a
+    timing loss: the paper's classifier head would add 1.5k parameters, omitted so
+    the gradients are exactly :func:`param_shapes` ('bert_base'); the backward still
+    runs through every layer).
+    """
+    import torch.nn.functional as F
+
+    x, y = batch
+    if name == "bert_base":
+        return model(input_ids=x).pooler_output.float().square().mean()
+    return F.cross_entropy(model(x), y)

@@ -1,0 +1,248 @@
+"""``python -m studykit {profile,sweep,tcomp,ddp} ...``: the measurement commands.
+
+Single device::
+
+    python -m studykit profile --models resnet50 --compressors powersgd:rank=4 topk:ratio=0.01 --out p.jsonl
+    python -m studykit tcomp --models resnet50 --batch-sizes 32 64 --out t.jsonl
+
+Under torchrun (NCCL on GPUs, gloo on CPUs)::
+
+    torchrun --standalone --nproc-per-node 2 -m studykit sweep --min-bytes 1K --max-bytes 1G --out s.jsonl
+    torchrun --standalone --nproc-per-node 2 -m studykit ddp --models resnet50 --bucket-mb 5 100 --out d.jsonl
+
+Records are appended to ``--out`` as they are measured; rerunning with the same
+``--out`` skips what is there. Timing defaults to the paper's method (10 warm-up
+iterations discarded, 50 timed); ``--budget-s`` caps the time per configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from studykit import models as M
+from studykit import paths
+from studykit.measure.runtime import parse_compressor_specs, parse_size
+
+__all__ = ["main", "build_parser"]
+
+COMMANDS = ("profile", "sweep", "tcomp", "ddp")
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common(p: argparse.ArgumentParser, cmd: str) -> None:
+    p.add_argument("--out", default=str(paths.REPORTS / "measurements" / f"{cmd}.jsonl"),
+                   help="JSON Lines file to append records to; a rerun skips what it holds "
+                        "(default: reports/measurements/%(prog)s.jsonl)".replace("%(prog)s", cmd))
+    p.add_argument("--iters", type=_positive_int, default=50, help="timed iterations (default 50, the paper's)")
+    p.add_argument("--warmup", type=_nonneg_int, default=10, help="discarded warm-up iterations (default 10)")
+    p.add_argument("--budget-s", type=_positive_float, default=None,
+                   help="cap seconds per configuration: fewer iterations (never below --min-iter) when slow")
+    p.add_argument("--min-iter", type=_positive_int, default=3, help="timed iterations kept under --budget-s")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="measure again the configurations whose records in --out are errors")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-record lines")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    models = M.available()
+    ap = argparse.ArgumentParser(prog="python -m studykit", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+
+    ap.commands = {}  # name -> subparser, so errors print the command's own usage
+    p = ap.commands["profile"] = sub.add_parser("profile", help="encode/decode time of compressors on a model's gradient shapes")
+    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], choices=models, metavar="MODEL",
+                   help=f"models whose parameter shapes to use (choices: {', '.join(models)})")
+    p.add_argument("--compressors", "--compressor", nargs="+", default=None, metavar="NAME[:k=v,...]",
+                   help="compressors with parameters, e.g. powersgd:rank=4 topk:ratio=0.01 (default: all)")
+    p.add_argument("--paper", action="store_true",
+                   help="also the paper's Table 2-3 settings (PowerSGD rank 4/8/16, MS-TopK 1%%/0.1%%, ...) "
+                        "of the compressors named in --compressors (all when none are named)")
+    p.add_argument("--no-split", action="store_true", help="skip the separate encode/decode timings")
+    p.add_argument("--sim-world-size", type=_positive_int, default=1,
+                   help="decode as if this many workers sent payloads (all-gather codecs; no communication)")
+    p.add_argument("--copy-bytes", type=_size, default=None,
+                   help="tensor size for the copy-bandwidth measurement (default 256M on GPU, 64M on CPU)")
+    p.add_argument("--device", default="auto", help="auto (GPU if any), cpu, cuda, cuda:N")
+    _common(p, "profile")
+
+    p = ap.commands["sweep"] = sub.add_parser("sweep", help="collectives over message sizes (under torchrun)")
+    p.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "ps_gather", "ps_reduce"],
+                   choices=["all_reduce", "all_gather", "ps_gather", "ps_reduce"], metavar="OP",
+                   help="all_reduce all_gather ps_gather ps_reduce (default: all)")
+    p.add_argument("--sizes", nargs="+", type=_size, default=None, metavar="SIZE",
+                   help="explicit message sizes per rank, e.g. 1K 64K 1M (overrides --min/--max-bytes)")
+    p.add_argument("--min-bytes", type=_size, default=parse_size("1K"), help="smallest message (default 1K)")
+    p.add_argument("--max-bytes", type=_size, default=None,
+                   help="largest message (default 1G on GPUs, 4M on CPUs)")
+    p.add_argument("--factor", type=int, default=2, help="size multiplier between steps (default 2)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="element type")
+    p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"], help="default: nccl on GPUs")
+    p.add_argument("--timeout-s", type=_positive_float, default=300.0, help="process-group timeout")
+    _common(p, "sweep")
+
+    p = ap.commands["tcomp"] = sub.add_parser("tcomp", help="forward+backward and backward-only time on one device (T_comp)")
+    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], choices=models, metavar="MODEL",
+                   help=f"models (choices: {', '.join(models)})")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
+                   help="per-device batch sizes (default: each model's usual one)")
+    p.add_argument("--phases", nargs="+", default=["fwd_bwd", "bwd"], choices=["fwd_bwd", "bwd"])
+    p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN, help="BERT sequence length")
+    p.add_argument("--device", default="auto", help="auto (GPU if any), cpu, cuda, cuda:N")
+    _common(p, "tcomp")
+
+    p = ap.commands["ddp"] = sub.add_parser("ddp", help="DDP iteration time: syncSGD, compressor hooks, PyTorch's hooks (torchrun)")
+    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], choices=models, metavar="MODEL",
+                   help=f"models (choices: {', '.join(models)})")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
+                   help="per-worker batch sizes (default: each model's usual one)")
+    p.add_argument("--compressors", "--compressor", nargs="*", default=None, metavar="NAME[:k=v,...]",
+                   help="compressors for hook/post modes (default: all; give none with an empty list)")
+    p.add_argument("--modes", nargs="+", default=["syncsgd", "builtin", "hook", "post"],
+                   choices=["syncsgd", "builtin", "hook", "post"])
+    p.add_argument("--bucket-mb", nargs="*", type=_positive_float, default=[],
+                   help="extra syncSGD bucket sizes in MB, besides DDP's default (25)")
+    p.add_argument("--builtin", nargs="*", default=["torch_fp16", "torch_bf16", "torch_powersgd"],
+                   choices=["torch_fp16", "torch_bf16", "torch_powersgd"], help="PyTorch hooks (NCCL only)")
+    p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN, help="BERT sequence length")
+    p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"], help="default: nccl on GPUs")
+    p.add_argument("--device", default=None, help="default: cuda:LOCAL_RANK with NCCL, cpu with gloo")
+    p.add_argument("--timeout-s", type=_positive_float, default=300.0, help="process-group timeout")
+    _common(p, "ddp")
+    return ap
+
+
+def _timing(args) -> dict:
+    return dict(n_iter=args.iters, n_warmup=args.warmup, budget_s=args.budget_s, min_iter=args.min_iter)
+
+
+def _single_device(parser, args):
+    from studykit.measure.runtime import pick_device
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        parser.error(f"{args.cmd} runs on one device; start it with python -m studykit {args.cmd}, not torchrun")
+    try:
+        return pick_device(args.device)
+    except (ValueError, RuntimeError) as exc:
+        parser.error(str(exc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = build_parser()
+    args = top.parse_args(argv)
+    parser = top.commands[args.cmd]
+    from studykit.measure.records import RecordWriter
+
+    if args.budget_s is not None and args.warmup < 1:
+        parser.error("--budget-s needs --warmup >= 1 (the warm-up estimates the time per iteration)")
+    out = Path(args.out)
+    verbose = not args.quiet
+    specs = []
+    if args.cmd in ("profile", "ddp"):
+        if args.cmd == "ddp" and args.compressors == []:
+            specs = []
+        else:
+            try:
+                specs = parse_compressor_specs(args.compressors)
+            except ValueError as exc:
+                parser.error(str(exc))
+        if args.cmd == "profile" and args.paper:
+            from studykit.measure.profile import paper_specs
+
+            named = {s.name for s in specs} if args.compressors else None  # --paper: only the named ones
+            specs += [s for s in paper_specs() if s not in specs and (named is None or s.name in named)]
+
+    if args.cmd == "profile":
+        from studykit.measure.profile import run_profile
+
+        device = _single_device(parser, args)
+        writer = RecordWriter(out, retry_errors=args.retry_errors)
+        n = run_profile(args.models, specs, writer, device=device, split=not args.no_split,
+                        sim_world_size=args.sim_world_size, copy_bytes=args.copy_bytes, verbose=verbose,
+                        **_timing(args))
+    elif args.cmd == "tcomp":
+        from studykit.measure.tcomp import run_tcomp
+
+        device = _single_device(parser, args)
+        writer = RecordWriter(out, retry_errors=args.retry_errors)
+        n = 0
+        for model in args.models:  # default batch size per model unless given
+            n += run_tcomp([model], args.batch_sizes or [M.DEFAULT_BATCH.get(model, 32)], writer, device=device,
+                           phases=args.phases, seq_len=args.seq_len, verbose=verbose, **_timing(args))
+    else:
+        from studykit.measure.runtime import finish_dist, init_dist
+
+        if args.cmd == "sweep":
+            sizes = args.sizes
+            if sizes is None:
+                from studykit.measure.sweep import sizes_between
+
+                gpu = args.backend == "nccl" or (args.backend == "auto" and torch.cuda.is_available())
+                max_bytes = args.max_bytes or parse_size("1G" if gpu else "4M")
+                try:
+                    sizes = sizes_between(args.min_bytes, max_bytes, args.factor)
+                except ValueError as exc:
+                    parser.error(str(exc))
+        try:
+            d = init_dist(args.backend, getattr(args, "device", None), require_group=args.cmd == "ddp",
+                          timeout_s=args.timeout_s)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if args.cmd == "sweep" and d.world_size < 2:
+            finish_dist(d)
+            parser.error("sweep needs at least 2 processes: torchrun --standalone --nproc-per-node 2 -m studykit sweep")
+        writer = RecordWriter(out, enabled=d.is_main, retry_errors=args.retry_errors)
+        ok = False
+        try:
+            if args.cmd == "sweep":
+                from studykit.measure.sweep import run_sweep
+
+                dtype = getattr(torch, args.dtype)
+                n = run_sweep(d, args.ops, sizes, writer, dtype=dtype, verbose=verbose, **_timing(args))
+            else:
+                from studykit.measure.ddp import run_ddp
+
+                n = run_ddp(d, args.models, specs, writer, batch_sizes=args.batch_sizes, modes=args.modes,
+                            bucket_mbs=args.bucket_mb, builtins=args.builtin, seq_len=args.seq_len,
+                            verbose=verbose, **_timing(args))
+            ok = True
+        finally:
+            writer = None
+            finish_dist(d, ok)
+        if not d.is_main:
+            return 0
+    if verbose:
+        print(f"{args.cmd}: wrote {n} records to {out}")
+    return 0

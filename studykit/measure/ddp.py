@@ -1,0 +1,221 @@
+"""``ddp``: DDP iteration time (forward + backward + optimizer step) under torchrun.
+
+Seed 000, Sec. 3.1 / App. A compare compression overlapped with the backward pass
+(a DDP communication hook) against compression after it (the paper's faster
+choice), and both against optimized syncSGD (PyTorch DDP). Per model and batch
+size this times, on every rank (the record holds the max over ranks per iteration):
+
+* ``syncsgd``: plain DDP at its default bucket size and at each ``bucket_mb``;
+* ``builtin``: PyTorch's own hooks as peers (``fp16_compress_hook``,
+  ``bf16_compress_hook``, PowerSGD rank 4 from iteration 2). Only on NCCL: on
+  gloo the bf16 hook is refused and PowerSGD deadlocks with several buckets
+  (MACHINE-NOTES), so a ``skipped`` record says so instead of hanging;
+* ``hook``: every compressor through :func:`studykit.ddp.register` (DDP's buckets);
+* ``post``: every compressor through :class:`studykit.ddp.PostBackwardReducer`
+  on the plain model, one bucket (the paper's non-overlapped implementation).
+
+Each configuration starts from a fresh copy of the same initial model with a
+fresh SGD (momentum 0.9) optimizer. Compressors run with ``allow_nonfinite=True``
+(no finite check: it adds a pass and a host synchronisation per call).
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from studykit import compressors as C
+from studykit import ddp as sk_ddp
+from studykit import models as M
+from studykit.measure.profile import effective_params
+from studykit.measure.records import RecordWriter, config_id, done_ids, make_record
+from studykit.measure.runtime import CompressorSpec, Dist, note, progress
+from studykit.measure.timing import time_fn
+
+__all__ = ["MODES", "BUILTIN_HOOKS", "run_ddp"]
+
+MODES = ("syncsgd", "builtin", "hook", "post")
+#: PyTorch's built-in hooks timed as peers: name -> params recorded
+BUILTIN_HOOKS = {"torch_fp16": {}, "torch_bf16": {}, "torch_powersgd": {"rank": 4, "start_iter": 2}}
+BUILTIN_SKIP_REASON = ("PyTorch's built-in DDP comm hooks are run on NCCL only: on gloo bf16_compress_hook "
+                       "is refused and powerSGD_hook deadlocks with more than one bucket (MACHINE-NOTES.md)")
+OPTIMIZER = "sgd(lr=0.01,momentum=0.9)"
+
+
+@dataclass
+class _Config:
+    model: str
+    batch_size: int
+    mode: str
+    compressor: Optional[str]
+    params: dict
+    bucket_mb: Optional[float]
+    spec: Optional[CompressorSpec]
+    cid: str
+
+
+def _builtin_hook(name: str):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if name == "torch_fp16":
+        return None, default_hooks.fp16_compress_hook
+    if name == "torch_bf16":
+        return None, default_hooks.bf16_compress_hook
+    if name == "torch_powersgd":
+        p = BUILTIN_HOOKS[name]
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=p["rank"],
+                                            start_powerSGD_iter=p["start_iter"])
+        return state, powerSGD_hook.powerSGD_hook
+    raise ValueError(f"unknown built-in hook {name!r}; valid: {', '.join(BUILTIN_HOOKS)}")
+
+
+def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len) -> list[_Config]:
+    """Every configuration, most important first *across models*, so a run cut short by a
+    deadline still has syncSGD and post-backward compression for every model: syncSGD at
+    DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
+    each compressor as a hook."""
+    groups: list[list[_Config]] = [[] for _ in range(5)]
+    seen: set[str] = set()
+    for model in model_names:
+        for bs in batch_sizes or [M.DEFAULT_BATCH.get(model, 32)]:
+            sl = seq_len if model == "bert_base" else None
+
+            def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None):
+                params = params or {}
+                cid = config_id(kind="ddp", model=model, batch_size=bs, mode=mode, compressor=compressor,
+                                params=params, bucket_mb=bucket_mb, seq_len=sl, world_size=d.world_size,
+                                backend=d.backend, device_type=d.device.type)
+                if cid not in seen:  # a spec equal to another's defaults runs once
+                    seen.add(cid)
+                    groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid))
+
+            if "syncsgd" in modes:
+                add(0, "syncsgd")
+                for mb in bucket_mbs:
+                    add(1, "syncsgd", bucket_mb=mb)
+            if "builtin" in modes:
+                for name in builtins:
+                    add(2, "builtin", name, BUILTIN_HOOKS[name])
+            for spec in specs:
+                params = effective_params(C.get(spec.name, allow_nonfinite=True, **spec.kwargs))
+                if "post" in modes:
+                    add(3, "post", spec.name, params, spec=spec)
+                if "hook" in modes:
+                    add(4, "hook", spec.name, params, spec=spec)
+    # within a group: configuration by configuration, every model in turn
+    order = {m: i for i, m in enumerate(model_names)}
+    out = []
+    for g in groups:
+        keyed = [(i, c) for i, c in enumerate(g)]
+        keyed.sort(key=lambda ic: (_rank_in_model(g, ic[1]), order[ic[1].model], ic[1].batch_size))
+        out += [c for _, c in keyed]
+    return out
+
+
+def _rank_in_model(group: list[_Config], cfg: _Config) -> int:
+    """Position of ``cfg`` among its model's (and batch size's) configurations in ``group``."""
+    same = [c for c in group if (c.model, c.batch_size) == (cfg.model, cfg.batch_size)]
+    return same.index(cfg)
+
+
+def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> dict:
+    """Build the configuration's model/optimizer/hook, time its iterations; returns result fields."""
+    net = copy.deepcopy(base)
+    fwd, reducer, state = net, None, None
+    if cfg.mode in ("syncsgd", "builtin", "hook"):
+        kw = {} if cfg.bucket_mb is None else {"bucket_cap_mb": cfg.bucket_mb}
+        fwd = DDP(net, device_ids=[d.device.index] if d.device.type == "cuda" else None, **kw)
+        if cfg.mode == "builtin":
+            hook_state, hook = _builtin_hook(cfg.compressor)
+            fwd.register_comm_hook(hook_state, hook)
+        elif cfg.mode == "hook":
+            comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
+            state = sk_ddp.register(fwd, comp)
+    else:  # post: the plain model and one bucket
+        comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
+        state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    steps = [0]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        M.loss(cfg.model, fwd, batch).backward()
+        if reducer is not None:
+            reducer.reduce()
+        opt.step()
+        steps[0] += 1
+
+    primed = 0
+    if cfg.compressor == "torch_powersgd":  # PowerSGD starts compressing at iteration 2
+        for _ in range(BUILTIN_HOOKS["torch_powersgd"]["start_iter"]):
+            step()
+            primed += 1
+    t = time_fn(step, device=d.device, agree=d.agree_max, **timing_kw)
+    fields = t.as_dict()
+    fields["n_warmup"] += primed
+    fields["wire_bytes_per_iter"] = state.bytes_sent / steps[0] if state is not None and steps[0] else None
+    del fwd, net, opt, reducer, state, step
+    return fields
+
+
+def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec], writer: RecordWriter, *,
+            batch_sizes: Optional[Sequence[int]] = None, modes: Sequence[str] = MODES,
+            bucket_mbs: Sequence[float] = (), builtins: Sequence[str] = tuple(BUILTIN_HOOKS),
+            seq_len: int = M.BERT_SEQ_LEN, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
+            min_iter: int = 3, verbose: bool = True) -> int:
+    """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written."""
+    timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
+    done = d.broadcast_object(writer.done() if d.is_main else None)
+    todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len)
+            if c.cid not in done]
+    written = 0
+    bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
+    main = verbose and d.is_main
+    for cfg in progress(todo, total=len(todo), desc="ddp", enabled=main):
+        fields = dict(model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode, compressor=cfg.compressor,
+                      params=cfg.params, bucket_mb=cfg.bucket_mb,
+                      seq_len=seq_len if cfg.model == "bert_base" else None, optimizer=OPTIMIZER)
+        if cfg.mode == "builtin" and d.backend != "nccl":
+            rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
+                              status="skipped", reason=BUILTIN_SKIP_REASON, **fields)
+        else:
+            try:
+                key = (cfg.model, cfg.batch_size)
+                if key not in bases:
+                    torch.manual_seed(0)  # the same initial model on every rank
+                    bases[key] = (M.build(cfg.model).to(d.device).train(),
+                                  M.example_batch(cfg.model, cfg.batch_size, d.device, seq_len=seq_len))
+                result = _measure(cfg, d, *bases[key], timing_kw)
+                rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
+                                  **fields, **result)
+            except ModuleNotFoundError as exc:  # torchvision/transformers missing (same on every rank)
+                rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
+                                  status="skipped", reason=str(exc), **fields)
+            except Exception as exc:  # noqa: BLE001
+                # Written by whichever rank failed (the others may be blocked in a collective
+                # until the group's timeout); a rerun then skips this configuration.
+                rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
+                                  status="error", reason=f"rank {d.rank}: {type(exc).__name__}: {exc}"[:500], **fields)
+                print(f"ddp: rank {d.rank} {cfg.model} {cfg.mode} {cfg.compressor}: {rec['reason']}", file=sys.stderr)
+                if not d.is_main:  # unless rank 0 failed too and wrote it (then it is there by now)
+                    time.sleep(1.0)
+                    if cfg.cid not in done_ids(writer.path):
+                        RecordWriter(writer.path, enabled=True, repair=False).write(rec)
+        gc.collect()
+        if d.device.type == "cuda":
+            torch.cuda.empty_cache()
+        writer.write(rec)
+        written += 1
+        label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode:<7} {cfg.compressor or '':<16} " \
+                f"{'' if cfg.bucket_mb is None else f'{cfg.bucket_mb:g}MB':<6}"
+        msg = f"{rec['ms_mean']:9.2f} ms (n={rec['n_iter']})" if rec["status"] == "ok" else \
+            f"{rec['status'].upper()} {str(rec['reason'])[:70]}"
+        note(f"{label} {msg}", main)
+        d.barrier()
+    return written

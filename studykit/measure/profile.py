@@ -1,0 +1,199 @@
+"""``profile``: encode/decode time of compressors on a model's real gradient shapes.
+
+Seed 000, Tables 2-3 and App. C: T_encode-decode is the time to compress and
+decompress one step's gradients (the paper: 60 iterations, first 10 discarded).
+Gradients are random fp32 tensors with the model's parameter shapes on the
+device; the timed call is ``compressor.reduce(grads, comm)`` with a world-size-1
+communicator (collectives are identities), so it is encode + decode alone.
+
+Each record also carries the memory-bandwidth floor: a codec must at least read
+the fp32 gradient once and write its output once (8 bytes per element), which at
+the device copy bandwidth measured in the same run (a ``copy_bw`` record) takes
+``floor_ms``; ``x_floor = ms_mean / floor_ms``.
+
+Compressors are built with ``allow_nonfinite=True``: the finite check in
+``Compressor.check`` costs a pass over the gradients and a host synchronisation,
+a cost of the kit's input validation, not of the codec (App. C times the
+computation only).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from studykit import compressors as C
+from studykit import models as M
+from studykit.comm import LocalComm, RecordingComm
+from studykit.compressors.base import Compressor, ErrorFeedback, flatten
+from studykit.measure.records import RecordWriter, config_id, make_record
+from studykit.measure.runtime import CompressorSpec, note, progress
+from studykit.measure.timing import Timing, time_fn
+
+__all__ = ["PAPER_SPECS", "paper_specs", "effective_params", "single_round", "measure_copy_bandwidth",
+           "run_profile"]
+
+#: Tables 2-3 of seed 000 as (compressor, params): MS-TopK/DGC/TopK/RandomK 1%, MS-TopK 0.1%,
+#: SignSGD, QSGD 2-bit (read as levels=1: sign + one magnitude level, values {-1, 0, 1} x norm),
+#: TernGrad, PowerSGD rank 4/8/16, ATOMO rank 4. Parameter names follow the kit's
+#: compressors; a spec the registry rejects is skipped by :func:`paper_specs`.
+PAPER_SPECS: list[tuple[str, dict]] = [
+    ("mstopk", {"ratio": 0.01}), ("mstopk", {"ratio": 0.001}), ("dgc", {"ratio": 0.01}),
+    ("topk", {"ratio": 0.01}), ("randomk", {"ratio": 0.01}), ("signsgd", {}), ("qsgd", {"levels": 1}),
+    ("terngrad", {}), ("powersgd", {"rank": 4}), ("powersgd", {"rank": 8}), ("powersgd", {"rank": 16}),
+    ("atomo", {"rank": 4}),
+]
+
+
+def paper_specs() -> list[CompressorSpec]:
+    """The :data:`PAPER_SPECS` the registry accepts (names and parameters)."""
+    out = []
+    for name, params in PAPER_SPECS:
+        try:
+            C.get(name, **params)
+        except (ValueError, TypeError):
+            continue
+        out.append(CompressorSpec(name, tuple(sorted(params.items()))))
+    return out
+
+
+def effective_params(comp: Compressor) -> dict:
+    """The compressor's full parameters (defaults included, seed dropped): records are self-describing."""
+    params = dict(comp.params())
+    params.pop("seed", None)
+    return params
+
+
+def single_round(comp: Compressor) -> bool:
+    """Whether encode and decode can be timed apart: the default one-round protocol, no error feedback."""
+    return not isinstance(comp, ErrorFeedback) and type(comp)._reduce is Compressor._reduce
+
+
+def measure_copy_bandwidth(device, size_bytes: int, **timing_kw) -> tuple[Timing, float]:
+    """Time ``dst.copy_(src)`` of ``size_bytes``; returns (timing, GB/s counting bytes read + written)."""
+    n = max(1, size_bytes // 4)
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    t = time_fn(lambda: dst.copy_(src), device=device, **timing_kw)
+    gbps = 2 * n * 4 / (t.ms_median * 1e-3) / 1e9
+    del src, dst
+    return t, gbps
+
+
+@dataclass
+class _Config:
+    model: str
+    spec: CompressorSpec
+    phase: str
+    params: dict
+    cid: str
+
+
+def _plan(comp: Compressor, shapes) -> tuple[Optional[int], Optional[float]]:
+    try:
+        wire = comp.wire_bytes(shapes, world_size=2)
+        return wire, (4 * sum(math.prod(s) for s in shapes)) / wire if wire else None
+    except Exception:  # noqa: BLE001 - a compressor without meta-tensor support: bytes unknown
+        return None, None
+
+
+def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_world_size: int):
+    """The function one timed iteration calls for ``phase``."""
+    if phase == "reduce":
+        comm = LocalComm() if sim_world_size == 1 else RecordingComm(LocalComm(), world_size=sim_world_size)
+        return lambda: comp.reduce(grads, comm, key=0)
+    flat = flatten(grads)
+    if phase == "encode":
+        return lambda: comp.compress(flat, sim_world_size)
+    payload, ctx = comp.compress(flat, sim_world_size)
+    if comp.allreduce_compatible:
+        return lambda: comp.decompress(payload, ctx)
+    gathered = [payload] * sim_world_size
+    return lambda: comp.combine(gathered, ctx)
+
+
+def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], writer: RecordWriter, *,
+                device: torch.device, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
+                min_iter: int = 3, split: bool = True, sim_world_size: int = 1,
+                copy_bytes: Optional[int] = None, verbose: bool = True) -> int:
+    """Profile every (model, compressor spec[, phase]) not yet in ``writer``'s file; returns records written."""
+    device = torch.device(device)
+    done = writer.done()
+    timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
+    written = 0
+
+    # -- the device copy bandwidth behind the memory floor (reused from the file on resume)
+    copy_bytes = copy_bytes or (256 * 2**20 if device.type == "cuda" else 64 * 2**20)
+    cid = config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=device.type)
+    prior = [r for r in writer_records(writer) if r.get("config_id") == cid and r.get("status") == "ok"]
+    if prior:
+        copy_gbps = prior[-1]["copy_GBps"]
+    else:
+        t, copy_gbps = measure_copy_bandwidth(device, copy_bytes, **timing_kw)
+        writer.write(make_record("copy_bw", cid, device=device, timing=t, size_bytes=copy_bytes,
+                                 copy_GBps=copy_gbps))
+        written += 1
+    note(f"device copy bandwidth {copy_gbps:.1f} GB/s ({device})", verbose)
+
+    # -- the list of configurations, so the bar knows its length
+    configs: list[_Config] = []
+    for model in model_names:
+        for spec in specs:
+            comp = C.get(spec.name, allow_nonfinite=True, **spec.kwargs)
+            params = effective_params(comp)
+            phases = ["reduce"] + (["encode", "decode"] if split and single_round(comp) else [])
+            for phase in phases:
+                cid = config_id(kind="profile", model=model, compressor=spec.name, params=params, world_size=1,
+                                sim_world_size=sim_world_size, phase=phase, device_type=device.type)
+                if cid not in done:  # (a spec equal to another's defaults is measured once)
+                    done.add(cid)
+                    configs.append(_Config(model, spec, phase, params, cid))
+    if not configs:
+        note("profile: every configuration is already in the file; nothing to do", verbose)
+        return written
+
+    grads, grads_model = None, None
+    bar = progress(configs, total=len(configs), desc="profile", enabled=verbose)
+    for cfg in bar:
+        if grads_model != cfg.model:
+            grads = None
+            gen = torch.Generator(device=device).manual_seed(0)
+            grads = [torch.randn(s, generator=gen, device=device) for s in M.param_shapes(cfg.model)]
+            grads_model = cfg.model
+            shapes = [tuple(g.shape) for g in grads]
+            numel = sum(g.numel() for g in grads)
+        comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
+        wire, ratio = _plan(comp, shapes)
+        floor_bytes = 8 * numel
+        floor_ms = floor_bytes / (copy_gbps * 1e9) * 1e3
+        fields = dict(model=cfg.model, compressor=cfg.spec.name, params=cfg.params, phase=cfg.phase,
+                      sim_world_size=sim_world_size, numel=numel, grad_bytes=4 * numel, wire_bytes=wire,
+                      ratio=ratio, allreduce_compatible=bool(comp.allreduce_compatible), floor_bytes=floor_bytes,
+                      copy_GBps=copy_gbps, floor_ms=floor_ms)
+        fn = None
+        try:
+            fn = _timed_call(comp, cfg.phase, grads, sim_world_size)
+            t = time_fn(fn, device=device, **timing_kw)
+            rec = make_record("profile", cfg.cid, device=device, timing=t, x_floor=t.ms_mean / floor_ms, **fields)
+        except Exception as exc:  # noqa: BLE001 - one codec failing (OOM, unsupported op) must not stop a sweep
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            rec = make_record("profile", cfg.cid, device=device, status="error",
+                              reason=f"{type(exc).__name__}: {exc}"[:500], **fields)
+        fn = None  # frees the codec's buffers before the next configuration
+        writer.write(rec)
+        written += 1
+        if rec["status"] == "ok":
+            note(f"{cfg.model:>10} {str(cfg.spec):<28} {cfg.phase:<7} {rec['ms_mean']:9.3f} ms "
+                 f"(x{rec['x_floor']:.1f} floor, n={rec['n_iter']})", verbose)
+        else:
+            note(f"{cfg.model:>10} {str(cfg.spec):<28} {cfg.phase:<7} ERROR {rec['reason'][:80]}", verbose)
+    return written
+
+
+def writer_records(writer: RecordWriter) -> list[dict]:
+    from studykit.measure.records import load_records
+
+    return load_records(writer.path) if writer.path.exists() else []

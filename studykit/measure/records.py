@@ -1,0 +1,301 @@
+"""Measurement records: JSON Lines, one object per measurement, with provenance.
+
+Records are appended and flushed (and fsync'ed) one line at a time as they are
+measured, so an interrupted run loses nothing; a rerun with the same ``--out``
+skips every configuration already in the file (its ``config_id``). A line cut
+short by a crash is removed when the file is reopened, and skipped (with a
+warning) when read. The schema is :data:`FIELDS` (documented again in
+``data/measurements/README.md``; a test keeps the two in step).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Optional
+
+import torch
+
+from studykit import paths
+
+__all__ = ["SCHEMA_VERSION", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "make_record",
+           "RecordWriter", "load_records", "done_ids"]
+
+SCHEMA_VERSION = 1
+
+#: fields every record carries (null where they do not apply)
+FIELDS: dict[str, str] = {
+    "schema": "record schema version (1)",
+    "kind": "what was measured: profile, copy_bw, sweep, tcomp, ddp",
+    "status": "ok, skipped (not measurable here; see reason), error (raised; see reason)",
+    "reason": "why a record is skipped or an error (null when ok)",
+    "config_id": "identity of the configuration (JSON of the identifying fields); resume key",
+    "model": "model name (studykit.models), null for collectives and copy_bw",
+    "compressor": "compressor name (studykit.compressors), torch_* for PyTorch's built-in DDP hooks, null otherwise",
+    "params": "compressor parameters in full, defaults included, seed left out (JSON object; {} without one)",
+    "world_size": "number of processes (1 for single-device kinds)",
+    "batch_size": "per-worker batch size (tcomp, ddp), null otherwise",
+    "ms_median": "median of the timed iterations, ms (null unless status is ok)",
+    "ms_mean": "mean of the timed iterations, ms (the paper's statistic)",
+    "ms_min": "minimum, ms (the paper's lower error bar)",
+    "ms_max": "maximum, ms (the paper's upper error bar)",
+    "n_iter": "timed iterations (paper: 50)",
+    "n_warmup": "discarded warm-up iterations actually run (paper: 10)",
+    "times_ms": "raw per-iteration times, ms (in a process group: max over ranks per iteration)",
+    "device": "torch device the work ran on (cpu, cuda:0, ...)",
+    "backend": "torch.distributed backend (nccl, gloo) or none for single-device kinds",
+    "gpu": "GPU name, or the CPU's model name on CPU runs",
+    "driver": "NVIDIA driver version (null on CPU)",
+    "tf32_matmul": "torch.backends.cuda.matmul.allow_tf32 (GPU runs; null on CPU)",
+    "tf32_cudnn": "torch.backends.cudnn.allow_tf32 (GPU runs; null on CPU)",
+    "cpu": "CPU model name",
+    "num_threads": "torch intra-op threads",
+    "torch": "torch version",
+    "cuda": "CUDA version torch was built with (null on CPU builds)",
+    "nccl": "NCCL version (null without CUDA)",
+    "python": "Python version",
+    "host": "host name",
+    "git_commit": "commit of the kit (env STUDYKIT_GIT_COMMIT, else git rev-parse HEAD; unknown without git)",
+    "git_dirty": "true when the working tree had uncommitted changes (null if unknown)",
+    "timestamp": "UTC time the record was written, ISO 8601",
+    "argv": "the command line that produced the record",
+}
+
+#: extra fields per kind
+KIND_FIELDS: dict[str, dict[str, str]] = {
+    "profile": {
+        "phase": "reduce (compressor.reduce with world size 1: encode+decode incl. flatten), "
+                 "encode (compress on the flat gradient), decode (decompress/combine); "
+                 "encode/decode only for single-round codecs without error feedback",
+        "sim_world_size": "workers whose payloads are decoded: reduce runs under a RecordingComm that "
+                          "pretends this world size (all-gather codecs combine that many payloads; no communication)",
+        "numel": "gradient elements (sum over the model's parameters)",
+        "grad_bytes": "fp32 gradient bytes (4 * numel)",
+        "wire_bytes": "bytes one worker puts into collectives per step at world size 2 (compressor.plan)",
+        "ratio": "compression ratio against the fp32 all-reduce (compressor.ratio)",
+        "allreduce_compatible": "whether the payloads are summed by all-reduce (else all-gather)",
+        "floor_bytes": "bytes the codec must touch at least: read fp32 gradient + write output = 8 * numel",
+        "copy_GBps": "device copy bandwidth measured in the same run (copy_bw record), GB/s (1e9 B/s, read+write)",
+        "floor_ms": "memory-bandwidth floor: floor_bytes / copy bandwidth, ms",
+        "x_floor": "ms_mean / floor_ms (how far above the memory floor)",
+    },
+    "copy_bw": {
+        "size_bytes": "bytes of the copied tensor",
+        "copy_GBps": "2 * size_bytes / ms_median (bytes read + written per second), GB/s",
+    },
+    "sweep": {
+        "op": "all_reduce, all_gather, ps_gather (gather to rank 0, sum, broadcast), "
+              "ps_reduce (reduce to rank 0, broadcast)",
+        "size_bytes": "bytes each rank contributes (the swept message size)",
+        "dtype": "element type of the message",
+        "nccl_tests_bytes": "the size nccl-tests reports: size_bytes, or world_size * size_bytes for all_gather",
+        "algbw_GBps": "nccl_tests_bytes / ms_mean, GB/s (1e9 B/s)",
+        "bus_factor": "nccl-tests factor: 2(p-1)/p all_reduce, (p-1)/p all_gather, 1 for PS emulations",
+        "busbw_GBps": "algbw_GBps * bus_factor, GB/s",
+    },
+    "tcomp": {
+        "phase": "fwd_bwd (zero_grad excluded, forward + loss + backward), bwd (backward only: T_comp)",
+        "seq_len": "sequence length for BERT, null otherwise",
+    },
+    "ddp": {
+        "mode": "syncsgd (plain DDP), hook (studykit.ddp.register, overlapped with backward), "
+                "post (PostBackwardReducer after backward, one bucket), builtin (PyTorch DDP hook)",
+        "bucket_mb": "DDP bucket_cap_mb (null: DDP's default, 25)",
+        "seq_len": "sequence length for BERT, null otherwise",
+        "wire_bytes_per_iter": "bytes this worker put into collectives per iteration (hook/post modes)",
+        "optimizer": "optimizer of the timed step",
+    },
+}
+
+#: fields that identify a configuration (-> config_id); everything else is a result or provenance
+IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
+            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type")
+
+
+def config_id(**fields) -> str:
+    """The resume key: compact sorted JSON of the identifying fields given."""
+    unknown = set(fields) - set(IDENTITY)
+    if unknown:
+        raise ValueError(f"config_id: {sorted(unknown)} are not identifying fields; valid: {list(IDENTITY)}")
+    return json.dumps({k: v for k, v in fields.items() if v is not None}, sort_keys=True,
+                      separators=(",", ":"), default=str)
+
+
+def make_record(kind: str, cid: str, *, device, backend: str = "none", world_size: int = 1,
+                timing=None, status: str = "ok", reason: Optional[str] = None, **fields) -> dict:
+    """A record: provenance of ``device`` + identity/result ``fields`` + the timing statistics."""
+    rec = provenance(device)
+    rec.update(kind=kind, config_id=cid, status=status, reason=reason, device=str(device),
+               backend=backend, world_size=world_size)
+    rec.update(fields)
+    if timing is not None:
+        rec.update(timing.as_dict())
+    return rec
+
+
+def _run(cmd: list[str], cwd=None) -> Optional[str]:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def _static_provenance(device_str: str) -> dict:
+    device = torch.device(device_str)
+    cpu = _cpu_name()
+    prov = {"gpu": cpu, "driver": None, "cpu": cpu, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "nccl": None, "python": platform.python_version(),
+            "host": socket.gethostname()}
+    if torch.cuda.is_available():
+        try:
+            prov["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - provenance must never stop a run
+            pass
+    if device.type == "cuda":
+        try:
+            prov["gpu"] = torch.cuda.get_device_name(device)
+        except Exception:  # noqa: BLE001
+            prov["gpu"] = "unknown cuda device"
+        drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        prov["driver"] = drv.splitlines()[0].strip() if drv else None
+        prov["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
+        prov["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
+    commit = os.environ.get("STUDYKIT_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT)
+    prov["git_commit"] = commit or "unknown"
+    status = None if os.environ.get("STUDYKIT_GIT_COMMIT") else _run(["git", "status", "--porcelain"], cwd=paths.ROOT)
+    prov["git_dirty"] = None if status is None else bool(status)
+    return prov
+
+
+def provenance(device="cpu") -> dict:
+    """Where and with what a record was measured (STYLE.md item 5); timestamp is now."""
+    prov = dict(_static_provenance(str(torch.device(device))))
+    prov["num_threads"] = torch.get_num_threads()
+    prov["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    prov["argv"] = " ".join(sys.argv)
+    return prov
+
+
+def _clean(x):
+    """JSON-safe: NaN/inf -> null, tuples -> lists, torch/numpy scalars -> Python."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, (str, int, bool)) or x is None:
+        return x
+    if hasattr(x, "item"):
+        return _clean(x.item())
+    return str(x)
+
+
+class RecordWriter:
+    """Appends records to a JSON Lines file, one flushed line per record.
+
+    ``enabled=False`` (ranks other than 0) makes it a no-op that still reports
+    what is done. Lines are written with a single ``write`` of the whole line.
+    """
+
+    def __init__(self, path: Path | str, enabled: bool = True, repair: bool = True, retry_errors: bool = False):
+        self.path = Path(path)
+        self.enabled = enabled
+        self.retry_errors = retry_errors
+        self.written = 0
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if repair:
+                _repair(self.path)
+
+    def done(self) -> set[str]:
+        """config_ids already in the file (see :func:`done_ids`)."""
+        return done_ids(self.path, self.retry_errors)
+
+    def write(self, record: dict) -> dict:
+        missing = [k for k in ("kind", "config_id", "status") if k not in record]
+        if missing:
+            raise ValueError(f"record lacks {missing}: {record}")
+        rec = {k: None for k in FIELDS}
+        rec.update({k: None for k in KIND_FIELDS.get(record["kind"], {})})  # same keys in every record of a kind
+        rec.update({"schema": SCHEMA_VERSION, "params": {}, "reason": None})
+        rec.update(record)
+        line = json.dumps(_clean(rec), allow_nan=False, separators=(",", ":"))
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self.written += 1
+        return rec
+
+
+def _repair(path: Path) -> None:
+    """Drop a trailing partial line (a run killed mid-write) so appends start on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        data = f.read()
+        cut = data.rfind(b"\n") + 1
+        f.truncate(cut)
+    warnings.warn(f"{path}: removed a partial last line ({len(data) - cut} bytes) left by an interrupted run")
+
+
+def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None) -> list[dict]:
+    """Records from JSONL files or folders (searched recursively for ``*.jsonl``).
+
+    Unparsable lines (a run killed mid-write) are skipped with a warning.
+    """
+    files: list[Path] = []
+    for s in sources:
+        if isinstance(s, (str, Path)):
+            p = Path(s)
+            files += sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]
+        else:
+            files += [Path(x) for x in s]
+    out = []
+    for f in files:
+        if not f.exists():
+            continue
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                warnings.warn(f"{f}:{i}: skipping an unparsable line (interrupted write?)")
+                continue
+            if isinstance(rec, dict) and (kind is None or rec.get("kind") == kind):
+                rec.setdefault("source", str(f))
+                out.append(rec)
+    return out
+
+
+def done_ids(path: Path | str, retry_errors: bool = False) -> set[str]:
+    """config_ids present in ``path``: every status counts, ``error`` too unless ``retry_errors``."""
+    return {r["config_id"] for r in load_records(path)
+            if "config_id" in r and not (retry_errors and r.get("status") == "error")}

@@ -1,0 +1,123 @@
+"""``profile`` and ``tcomp`` on CPU, model modules, and clear errors for bad arguments."""
+import importlib.util
+
+import pytest
+import torch
+
+from studykit import compressors as C
+from studykit import models as M
+from studykit.measure import cli
+from studykit.measure.profile import paper_specs, single_round
+from studykit.measure.records import load_records
+
+
+@pytest.fixture(scope="module")
+def profile_records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile") / "p.jsonl"
+    assert cli.main(["profile", "--models", "mlp_small", "--iters", "3", "--warmup", "1", "--copy-bytes", "1M",
+                     "--quiet", "--out", str(out)]) == 0
+    return load_records(out)
+
+
+def test_one_reduce_record_per_compressor(profile_records):
+    reduce = [r for r in profile_records if r["kind"] == "profile" and r["phase"] == "reduce"]
+    assert sorted(r["compressor"] for r in reduce) == C.available()
+    for r in reduce:
+        assert r["status"] == "ok", r["reason"]
+        assert r["n_iter"] == 3 and r["n_warmup"] == 1 and len(r["times_ms"]) == 3
+        assert r["ms_min"] <= r["ms_median"] <= r["ms_max"]
+        assert r["numel"] == M.numel("mlp_small") and r["floor_bytes"] == 8 * r["numel"]
+        assert r["floor_ms"] == pytest.approx(r["floor_bytes"] / (r["copy_GBps"] * 1e9) * 1e3)
+        assert r["x_floor"] == pytest.approx(r["ms_mean"] / r["floor_ms"])
+        assert r["ratio"] and r["ratio"] > 0 and r["wire_bytes"] > 0
+        assert r["device"] == "cpu" and r["backend"] == "none" and r["world_size"] == 1
+
+
+def test_copy_bandwidth_record_and_split_phases(profile_records):
+    (copy,) = [r for r in profile_records if r["kind"] == "copy_bw"]
+    assert copy["size_bytes"] == 2**20 and copy["copy_GBps"] > 0
+    split = {r["compressor"] for r in profile_records if r["kind"] == "profile" and r["phase"] == "encode"}
+    assert split == {n for n in C.available() if single_round(C.get(n))}
+    assert {"none", "fp16"} <= split
+    assert all(r["copy_GBps"] == copy["copy_GBps"] for r in profile_records if r["kind"] == "profile")
+
+
+def test_params_are_recorded_in_full(tmp_path):
+    out = tmp_path / "p.jsonl"
+    assert cli.main(["profile", "--models", "mlp_small", "--compressors", "topk:ratio=0.1", "--iters", "1",
+                     "--warmup", "0", "--copy-bytes", "64K", "--quiet", "--out", str(out)]) == 0
+    (rec,) = load_records(out, kind="profile")
+    assert rec["params"]["ratio"] == 0.1 and set(C.parameters("topk")) <= set(rec["params"])
+
+
+def test_paper_specs_are_valid():
+    specs = paper_specs()
+    assert any(s.name == "powersgd" and s.kwargs == {"rank": 16} for s in specs)
+    for s in specs:
+        C.get(s.name, **s.kwargs)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["profile", "--compressors", "nosuch"], "available: "),
+    (["profile", "--compressors", "topk:nosuch=1"], "valid: "),
+    (["profile", "--compressors", "topk:ratio"], "key=value"),
+    (["profile", "--models", "resnet5"], "invalid choice"),
+    (["sweep", "--ops", "broadcast"], "invalid choice"),
+    (["sweep", "--sizes", "12Q"], "bad size"),
+    (["tcomp", "--batch-sizes", "0"], "must be >= 1"),
+    (["ddp", "--modes", "nosuch"], "invalid choice"),
+    (["profile", "--budget-s", "1", "--warmup", "0"], "--warmup >= 1"),
+])
+def test_bad_arguments_fail_clearly_and_write_nothing(argv, needle, tmp_path, capsys):
+    out = tmp_path / "x.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--out", str(out)])
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_sweep_refuses_a_single_process(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--sizes", "1K", "--out", str(tmp_path / "s.jsonl")])
+    assert "at least 2 processes" in capsys.readouterr().err
+
+
+def test_tcomp_records_both_phases(tmp_path):
+    out = tmp_path / "t.jsonl"
+    assert cli.main(["tcomp", "--models", "mlp_small", "cnn_small", "--batch-sizes", "4", "--iters", "3",
+                     "--warmup", "1", "--quiet", "--out", str(out)]) == 0
+    recs = load_records(out)
+    assert {(r["model"], r["phase"]) for r in recs} == {(m, p) for m in ("mlp_small", "cnn_small")
+                                                        for p in ("fwd_bwd", "bwd")}
+    assert all(r["status"] == "ok" and r["batch_size"] == 4 and r["ms_mean"] > 0 for r in recs)
+
+
+def test_tcomp_without_the_library_is_a_skip_record(tmp_path):
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed here")
+    out = tmp_path / "t.jsonl"
+    assert cli.main(["tcomp", "--models", "resnet50", "--batch-sizes", "2", "--quiet", "--out", str(out)]) == 0
+    recs = load_records(out)
+    assert len(recs) == 2 and all(r["status"] == "skipped" and "torchvision" in r["reason"] for r in recs)
+
+
+@pytest.mark.parametrize("name", ["mlp_small", "cnn_small"])
+def test_small_models_build_with_their_shapes(name):
+    m = M.build(name)
+    assert [tuple(p.shape) for p in m.parameters()] == M.param_shapes(name)
+    loss = M.loss(name, m, M.example_batch(name, 3))
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_big_models_build_when_their_libraries_exist():
+    for name, lib in [("resnet50", "torchvision"), ("bert_base", "transformers")]:
+        try:
+            __import__(lib)
+        except Exception:  # noqa: BLE001
+            with pytest.raises(ModuleNotFoundError, match=lib):
+                M.build(name)
+            continue
+        m = M.build(name)
+        assert sum(p.numel() for p in m.parameters()) == M.PARAM_COUNTS[name]
