@@ -59,8 +59,8 @@ for n in 1 2; do
     echo "== skipping $n GPUs ($NGPU visible) =="
     continue
   fi
-  run mnist1d 100 "$n" --dataset mnist1d --epochs 30
-  run synthetic 60 "$n" --dataset synthetic --synthetic-shape 3 32 32 --limit-train 8192 \
+  run mnist1d "${MNIST_LIMIT_S:-100}" "$n" --dataset mnist1d --epochs 30
+  run synthetic "${SYNTH_LIMIT_S:-60}" "$n" --dataset synthetic --synthetic-shape 3 32 32 --limit-train 8192 \
       --limit-test 1024 --width 64 --batch-size 128 --epochs 3
 done
 echo "records under $DEST"
