@@ -67,6 +67,8 @@ FIELDS: dict[str, str] = {
     "git_dirty": "true when the working tree had uncommitted changes (null if unknown)",
     "timestamp": "UTC time the record was written, ISO 8601",
     "argv": "the command line that produced the record",
+    "network": "emulated network (JSON object from STUDYKIT_NETWORK, set by `python -m studykit throttle`: "
+               "rate_gbps, mtu, workers, latency_ms, shaper, ...); null on real networks",
 }
 
 #: extra fields per kind
@@ -125,7 +127,11 @@ def config_id(**fields) -> str:
     unknown = set(fields) - set(IDENTITY)
     if unknown:
         raise ValueError(f"config_id: {sorted(unknown)} are not identifying fields; valid: {list(IDENTITY)}")
-    return json.dumps({k: v for k, v in fields.items() if v is not None}, sort_keys=True,
+    ident = {k: v for k, v in fields.items() if v is not None}
+    net = _network()
+    if net is not None:  # the same configuration at another emulated rate is another configuration
+        ident["network"] = {k: net.get(k) for k in ("rate_gbps", "latency_ms", "workers", "mtu")}
+    return json.dumps(ident, sort_keys=True,
                       separators=(",", ":"), default=str)
 
 
@@ -193,7 +199,22 @@ def provenance(device="cpu") -> dict:
     prov["num_threads"] = torch.get_num_threads()
     prov["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     prov["argv"] = " ".join(sys.argv)
+    prov["network"] = _network()
     return prov
+
+
+def _network() -> Optional[dict]:
+    """The emulated network this process runs in (``STUDYKIT_NETWORK``), or None."""
+    raw = os.environ.get("STUDYKIT_NETWORK")
+    if not raw:
+        return None
+    try:
+        net = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"STUDYKIT_NETWORK is not valid JSON ({exc}): {raw[:80]!r}") from None
+    if not isinstance(net, dict):
+        raise ValueError(f"STUDYKIT_NETWORK must be a JSON object, got {raw[:80]!r}")
+    return net
 
 
 def _clean(x):

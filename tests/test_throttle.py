@@ -1,0 +1,197 @@
+"""The throttled cluster (netns + tc tbf): comes up, shapes, runs workers, always cleans up.
+
+Needs root, iproute2 and tbf; skipped otherwise. Bounded: the whole file runs in ~15-25 s.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from studykit import throttle as T
+
+REASON = T.unavailable_reason()
+skip_no_netns = pytest.mark.skipif(REASON is not None, reason=f"throttle: {REASON}")
+PY = sys.executable
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(T.__file__)))
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+
+
+def _ours_left(names):
+    return sorted(set(names) & set(T.list_namespaces()))
+
+
+# ---- no rights needed ----------------------------------------------------------------------------
+def test_merge_network_fills_only_missing():
+    net = {"rate_gbps": 1.0}
+    assert T.merge_network({"x": 1}, net) == {"x": 1, "network": net}
+    assert T.merge_network({"x": 1, "network": None}, net)["network"] == net  # schema default: null
+    kept = {"network": {"rate_gbps": 2.0}}  # the writer read STUDYKIT_NETWORK itself
+    assert T.merge_network(kept, net)["network"]["rate_gbps"] == 2.0
+
+
+def test_parameters_validated():
+    with pytest.raises(ValueError):
+        T.ThrottledCluster(n_workers=5)
+    with pytest.raises(ValueError):
+        T.ThrottledCluster(n_workers=3, topology="veth")
+    with pytest.raises(ValueError):
+        T.ThrottledCluster(latency_ms=1.0, topology="bridge")
+    assert T.ThrottledCluster(latency_ms=1.0).topology == "tun"
+    c = T.ThrottledCluster(rate_gbps=1.0, mtu=9000)
+    assert c.burst_bytes >= 2 * 9014 and c.burst_bytes * 8 / 1e9 <= 0.5e-3  # <= 0.5 ms at the rate
+    assert T.ThrottledCluster(n_workers=3).topology == "bridge"
+
+
+# ---- root + netns --------------------------------------------------------------------------------
+@pytest.mark.netns
+@skip_no_netns
+@pytest.mark.parametrize("n_workers", [2, 3])
+def test_up_down_leaves_nothing(n_workers):
+    with T.ThrottledCluster(n_workers, rate_gbps=1.0) as c:
+        names = list(c.names)
+        assert len(names) == n_workers + (n_workers > 2)
+        assert set(names) <= set(T.list_namespaces())
+        res = c.run(lambda r: ["sh", "-c", 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $GLOO_SOCKET_IFNAME '
+                                            '$TP_SOCKET_IFNAME"; ip -o link | wc -l; cat /sys/class/net/sk0/mtu; '
+                                            'tc qdisc show dev sk0'], timeout_s=10)
+        for r in res:
+            assert r.ok, r.stderr
+            env_line, n_links, mtu, qdisc = r.stdout.splitlines()[:4]
+            assert env_line.split() == [str(r.rank), str(n_workers), "0", c.address(0), T.IFNAME, T.IFNAME]
+            assert int(n_links) == 2  # lo and sk0 only: no way out to the host's networks
+            assert int(mtu) == 9000
+            assert "tbf" in qdisc and "rate 1Gbit" in qdisc
+    assert _ours_left(names) == []
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_exception_inside_with_cleans_up():
+    names = []
+    with pytest.raises(RuntimeError, match="boom"):
+        with T.ThrottledCluster(2, rate_gbps=0.5) as c:
+            names = list(c.names)
+            c.run(lambda r: ["sleep", "0.1"], timeout_s=5)
+            raise RuntimeError("boom")
+    assert names and _ours_left(names) == []
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_timeout_and_failure_kill_workers():
+    with T.ThrottledCluster(2, rate_gbps=1.0) as c:
+        t0 = time.monotonic()
+        res = c.run(lambda r: ["sleep", "30"], timeout_s=1.0)
+        assert all(r.timed_out and r.killed and r.returncode is None for r in res)
+        # one rank fails: the other, stuck "in a collective", is killed after the grace period
+        res = c.run(lambda r: ["sh", "-c", "exit 3"] if r == 0 else ["sleep", "30"], timeout_s=20, fail_grace_s=0.5)
+        assert res[0].returncode == 3 and res[1].killed and not res[1].timed_out
+        assert time.monotonic() - t0 < 10
+        for ns in c.worker_namespaces:
+            assert T._namespace_pids(ns) == []
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_sigterm_tears_down(tmp_path):
+    script = ("import sys, time; from studykit.throttle import ThrottledCluster\n"
+              "with ThrottledCluster(2, rate_gbps=1.0) as c:\n"
+              "    print(' '.join(c.names), flush=True); time.sleep(30)\n")
+    p = subprocess.Popen([PY, "-c", script], stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        names = p.stdout.readline().split()
+        assert names and set(names) <= set(T.list_namespaces())
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert _ours_left(names) == []
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_leftovers_of_a_killed_owner_are_removed():
+    script = ("import time; from studykit.throttle import ThrottledCluster\n"
+              "c = ThrottledCluster(2, rate_gbps=1.0).__enter__()\n"
+              "print(' '.join(c.names), flush=True); time.sleep(30)\n")
+    p = subprocess.Popen([PY, "-c", script], stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        names = p.stdout.readline().split()
+    finally:
+        p.kill()  # SIGKILL: no chance to clean up
+        p.wait(timeout=10)
+    assert names and set(names) <= set(T.list_namespaces())
+    removed = T.cleanup_leftovers()  # what every ThrottledCluster does on entry
+    assert set(names) <= set(removed) and _ours_left(names) == []
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_probe_tracks_1gbps():
+    """A 16 MiB gloo all-reduce between 2 workers shaped at 1 Gbps: busbw (== algbw for 2) ~ 1 Gbps.
+
+    The shaper caps it (<= 1.05); a busy shared CPU can only slow it down, so a low result gets
+    one more try on the same cluster before it counts as a failure.
+    """
+    got = []
+    with T.ThrottledCluster(2, rate_gbps=1.0) as c:
+        for _attempt in range(2):
+            res = c.run(lambda r: [PY, "-m", "studykit.throttle", "_probe", "--size-mb", "16", "--iters", "5"],
+                        timeout_s=60)
+            assert all(r.ok for r in res), [r.stderr[-1000:] for r in res]
+            rec = json.loads(res[0].stdout)
+            assert rec["network"]["rate_gbps"] == 1.0
+            got.append(rec["busbw_gbps"])
+            assert rec["busbw_gbps"] <= 1.05, rec
+            if rec["busbw_gbps"] >= 0.85:
+                break
+    assert 0.85 <= got[-1] <= 1.05, f"measured busbw {got} Gbps at 1 Gbps configured"
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_delay_line_adds_latency_and_keeps_rate():
+    """TUN + user-space delay line: 2 ms one-way adds ~4 ms to a round trip; 0.5 Gbps still shapes.
+
+    Like the probe test, a low rate (a starved delay line or receiver on the shared CPU) gets one
+    more try; the upper bounds hold on every try.
+    """
+    with T.ThrottledCluster(2, rate_gbps=0.5, latency_ms=2.0) as c:
+        assert c.topology == "tun" and c._delay_proc is not None
+        delay_pid = c._delay_proc.pid
+        for _attempt in range(2):
+            res = c.run(lambda r: [PY, "-m", "studykit.throttle", "_stream", "--size-mb", "16"], timeout_s=30)
+            assert all(r.ok for r in res), [r.stderr[-1000:] for r in res]
+            rec = json.loads(res[0].stdout)
+            assert rec["goodput_gbps"] <= 0.51 and rec["goodput_2nd_half_gbps"] <= 0.52, rec
+            if rec["goodput_2nd_half_gbps"] >= 0.40:
+                break
+        names = list(c.names)
+    assert rec["network"]["latency_ms"] == 2.0
+    assert 3.9 <= rec["rtt_ms"]["min"] <= 5.5, rec["rtt_ms"]
+    assert rec["goodput_2nd_half_gbps"] >= 0.40, rec  # steady state, after TCP's window grew
+    assert _ours_left(names) == [] and c._delay_proc is None
+    assert not T._alive(delay_pid)  # killed and reaped by close()
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_cli_stamps_records(tmp_path):
+    """The CLI end to end, on a 3-worker bridge: ranks 1 and 2 both stream to rank 0 (incast),
+    so the aggregate must be held to rank 0's shaped ingress, not 2x the rate."""
+    out = tmp_path / "stream.jsonl"
+    p = subprocess.run([PY, "-m", "studykit", "throttle", "--workers", "3", "--rate-gbps", "0.5",
+                        "--out", str(out), "--", "_stream", "--size-mb", "8", "--incast"],
+                       capture_output=True, text=True, timeout=60, env=ENV)
+    assert p.returncode == 0, p.stderr
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    net = rec["network"]
+    assert (net["rate_gbps"], net["workers"], net["topology"], net["mtu"]) == (0.5, 3, "bridge", 9000)
+    assert net["shaped"] == "egress and ingress of each worker"
+    assert rec["senders"] == 2
+    assert 0.40 <= rec["goodput_gbps"] <= 0.51, rec  # at most payload efficiency x rate
