@@ -1,0 +1,167 @@
+"""The explorer notebook's one pure function: settings in, iteration-time breakdown out.
+
+:func:`explore_data` computes (syncSGD, Sec. 4.1; compressor, App. B) for one
+setting plus the speed-up curve over GPU counts; :func:`explore` draws it.
+The notebook calls :func:`explore` once (so a headless run renders) and then
+wraps it with ``ipywidgets.interact`` using :func:`controls` (every slider has
+``continuous_update=False``). No logic lives in the widget callback.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from studykit import compressors, models
+from studykit.perfmodel.calibration import Calibration
+from studykit.perfmodel.model import MIB, Hardware, Workload, predict
+
+__all__ = ["main_param", "compressor_choices", "explore_data", "explore", "bind", "controls", "CURVE_GPUS"]
+
+#: GPU counts of the speed-up curve (powers of two: one plan() per count, cached)
+CURVE_GPUS = (2, 4, 8, 16, 32, 64, 128, 256)
+_PREFERRED = ("rank", "ratio", "bits", "levels")
+
+
+def main_param(compressor: str) -> tuple[str | None, object]:
+    """The parameter the explorer's slider moves (rank, ratio, bits or levels) and its default."""
+    if compressor == "none":
+        return None, None
+    params = compressors.parameters(compressor)
+    for name in _PREFERRED:
+        if name in params:
+            return name, params[name]
+    for name, default in params.items():  # first numeric parameter
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            return name, default
+    return None, None
+
+
+def compressor_choices(calibration: Calibration, model: str) -> list[str]:
+    """Compressors with an encode/decode time in the calibration (any model: scaled by size), plus 'none'."""
+    names = sorted(({c for c, _ in calibration.compressors()} & set(compressors.available())) - {"none"})
+    return ["none"] + names
+
+
+def _params_for(compressor: str, param_value, calibration: Calibration) -> dict:
+    name, default = main_param(compressor)
+    if name is None:
+        return {}
+    if param_value is None:  # the calibration's first entry for this compressor, else the default
+        for c, p in calibration.compressors():
+            if c == compressor and name in p:
+                return dict(p)
+        return {name: default}
+    value = int(round(param_value)) if isinstance(default, int) and not isinstance(default, bool) else float(param_value)
+    return {name: value}
+
+
+def explore_data(calibration: Calibration, model: str = "resnet101", batch_size: int = 64,
+                 bandwidth_gbps: float = 10.0, world_size: int = 64, compute_speedup: float = 1.0,
+                 t_comp_ms: float | None = None, bucket_mb: float = 25.0, alpha_us: float | None = None,
+                 gamma: float | None = None, compressor: str = "powersgd", param_value: float | None = None) -> dict:
+    """Breakdown (ms) of syncSGD and ``compressor`` at one setting, and the speed-up vs GPUs curve.
+
+    ``t_comp_ms``/``alpha_us``/``gamma`` default to the calibration's values;
+    ``param_value`` sets the compressor's main parameter (:func:`main_param`).
+    """
+    hw = Hardware.from_calibration(calibration, bandwidth_gbps=bandwidth_gbps, compute_speedup=compute_speedup,
+                                   alpha_s=None if alpha_us is None else alpha_us * 1e-6, gamma=gamma)
+    w = Workload(model, batch_size, t_comp_s=None if t_comp_ms is None else t_comp_ms / 1e3,
+                 bucket_bytes=bucket_mb * MIB)
+    comp = None if compressor in (None, "none") else compressor
+    params = _params_for(compressor, param_value, calibration) if comp else {}
+    gpus = np.array(sorted(set(CURVE_GPUS) | {int(world_size)}))
+    pr = predict(w, hw, gpus, comp, params, calibration=calibration)
+    i = int(np.nonzero(gpus == int(world_size))[0][0])
+    s = {k: float(np.broadcast_to(v, gpus.shape)[i]) for k, v in pr.sync.items()}
+    out = {"model": model, "world_size": int(world_size), "bandwidth_gbps": bandwidth_gbps,
+           "linear_ms": float(pr.linear_s) * 1e3, "label": compressor,
+           "sync": {"compute_ms": s["compute_s"] * 1e3, "exposed_comm_ms": s["exposed_comm_s"] * 1e3,
+                    "encode_decode_ms": 0.0, "total_ms": s["total_s"] * 1e3},
+           "compressed": None, "speedup": None, "notes": dict(pr.notes), "params": params}
+    if comp is not None:
+        c = {k: float(np.broadcast_to(v, gpus.shape)[i]) for k, v in pr.compressed.items()}
+        out["label"] = f"{compressor} {params}" if params else compressor
+        out["compressed"] = {"compute_ms": c["compute_s"] * 1e3, "exposed_comm_ms": c["comm_s"] * 1e3,
+                             "encode_decode_ms": c["encode_decode_s"] * 1e3, "total_ms": c["total_s"] * 1e3,
+                             "wire_bytes": float(np.broadcast_to(pr.wire_bytes, gpus.shape)[i])}
+        sp = np.broadcast_to(pr.speedup, gpus.shape)
+        out["speedup"] = float(sp[i])
+        out["curve"] = pd.DataFrame({"world_size": gpus, "speedup": sp})
+    return out
+
+
+def explore(calibration: Calibration, model: str = "resnet101", batch_size: int = 64, bandwidth_gbps: float = 10.0,
+            world_size: int = 64, compute_speedup: float = 1.0, t_comp_ms: float | None = None,
+            bucket_mb: float = 25.0, alpha_us: float | None = None, gamma: float | None = None,
+            compressor: str = "powersgd", param_value: float | None = None):
+    """Draw :func:`explore_data`: breakdown bars (left), speed-up vs GPUs (right). Returns ``(fig, axes)``."""
+    from studykit import plots
+
+    d = explore_data(calibration, model, batch_size, bandwidth_gbps, world_size, compute_speedup, t_comp_ms,
+                     bucket_mb, alpha_us, gamma, compressor, param_value)
+    fig, axes = plots.new(ncols=2, width=5.5)
+    plots.breakdown_plot(d, ax=axes[0])
+    if d["compressed"] is not None:
+        plots.speedup_curve_plot(d["curve"], current=(d["world_size"], d["speedup"]), ax=axes[1])
+        how = d["notes"].get("t_encode_decode", "").split(" (")[0]
+        scaled = "; scaled by size" if "scaled by parameter count" in d["notes"].get("t_encode_decode", "") else ""
+        axes[1].set_title(f"T_encode_decode = {d['compressed']['encode_decode_ms']:.0f} ms ({how}{scaled})",
+                          fontsize="small")
+    else:
+        axes[1].set_axis_off()
+    fig.suptitle(f"{model}, batch {batch_size}, {world_size} GPUs, {bandwidth_gbps:g} Gbit/s, "
+                 f"compute x{compute_speedup:g}", fontsize="medium")
+    fig.tight_layout()
+    return fig, axes
+
+
+def bind(calibration: Calibration):
+    """:func:`explore` with the calibration fixed: the callback ``ipywidgets.interact`` wraps.
+
+    The figure is displayed explicitly and closed, so nothing is left for the inline
+    backend to flush after the cell (headless runs with widgets can otherwise stall).
+    """
+    def explore_with(**settings):
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        fig, _ = explore(calibration, **settings)
+        display(fig)
+        plt.close(fig)
+
+    explore_with.__name__ = explore_with.__qualname__ = "explore"
+    explore_with.__doc__ = explore.__doc__
+    return explore_with
+
+
+def controls(calibration: Calibration, model: str = "resnet101", batch_size: int = 64, bandwidth_gbps: float = 10.0,
+             world_size: int = 64, compressor: str = "powersgd", param_value: float = 4.0) -> dict:
+    """The explorer's widgets (all with ``continuous_update=False``), keyed by :func:`explore`'s arguments,
+    starting at the given values."""
+    import ipywidgets as W
+
+    t_comp, _ = calibration.t_comp_s(model, batch_size)
+    kw = dict(continuous_update=False, style={"description_width": "initial"})
+    alpha = calibration.alpha_s.value if calibration.alpha_s else 1e-5
+    gamma = calibration.gamma.value if calibration.gamma else 1.05
+    return {
+        "model": W.Dropdown(options=[m for m in ("resnet50", "resnet101", "bert_base", "vgg19")
+                                     if m in models.available()], value=model, description="model"),
+        "batch_size": W.IntSlider(value=batch_size, min=8, max=256, step=8, description="batch / GPU", **kw),
+        "bandwidth_gbps": W.FloatLogSlider(value=bandwidth_gbps, base=10, min=-1, max=np.log10(400), step=0.05,
+                                           description="bandwidth (Gbit/s)", **kw),
+        "world_size": W.IntSlider(value=world_size, min=2, max=256, description="GPUs", **kw),
+        "compute_speedup": W.FloatSlider(value=1.0, min=0.5, max=8.0, step=0.25, description="compute speed-up (x)",
+                                         **kw),
+        "t_comp_ms": W.FloatSlider(value=round(t_comp * 1e3, 1), min=5.0, max=1500.0, step=1.0,
+                                   description="T_comp (ms)", **kw),
+        "bucket_mb": W.FloatLogSlider(value=25.0, base=2, min=0, max=9, step=0.5, description="bucket (MiB)", **kw),
+        "alpha_us": W.FloatLogSlider(value=alpha * 1e6, base=10, min=-1, max=3, step=0.1, description="alpha (us)",
+                                     **kw),
+        "gamma": W.FloatSlider(value=gamma, min=1.0, max=1.5, step=0.01, description="gamma", **kw),
+        "compressor": W.Dropdown(options=compressor_choices(calibration, model), value=compressor,
+                                 description="compressor"),
+        "param_value": W.FloatLogSlider(value=param_value, base=2, min=-10, max=6, step=1,
+                                        description="main parameter (rank / ratio / bits)", **kw),
+    }

@@ -1,0 +1,267 @@
+"""A calibration: the performance model's measured constants, each with uncertainty and source.
+
+Seed 000, App. C ("Using the Performance Model") lists what the model needs:
+the latency ``alpha``, the bandwidth ``BW``, the overlap slowdown ``gamma``, the
+single-GPU backward time ``T_comp`` per model and batch size, and
+``T_encode_decode`` per compressor and model. A :class:`Calibration` holds them
+and is saved as a small JSON file under ``data/calibrations/``
+(:meth:`Calibration.load` / :meth:`Calibration.save`).
+
+Look-ups say how they found a value (``exact``, or a documented fallback), so a
+prediction can report which numbers were measured and which were extrapolated.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from studykit import models
+
+__all__ = ["Constant", "TComp", "TEncodeDecode", "Calibration", "GENERIC_PARAMS", "normalize_params"]
+
+#: compressor parameters that do not change encode/decode cost or wire bytes
+GENERIC_PARAMS = ("seed", "allow_nonfinite", "error_feedback")
+
+
+def normalize_params(params: dict | None, compressor: str | None = None) -> dict:
+    """Compressor parameters without the generic ones, keys sorted (for matching and caching).
+
+    With ``compressor``, the compressor's defaults fill in what ``params`` leaves out, so
+    ``{"rank": 4}`` and a record's full ``{"rank": 4, "warm_start": True, ...}`` match.
+    """
+    p = dict(params or {})
+    if compressor is not None:
+        from studykit import compressors
+
+        if compressor in compressors.available():
+            p = {**compressors.parameters(compressor), **p}
+    return {k: p[k] for k in sorted(p) if k not in GENERIC_PARAMS}
+
+
+@dataclass
+class Constant:
+    """One calibrated number: value, interval ``[low, high]``, unit, where it came from."""
+
+    value: float
+    unit: str
+    source: str
+    low: float | None = None
+    high: float | None = None
+    r2: float | None = None  # goodness of the fit that produced it, if fitted
+    n: int | None = None  # number of records behind it, if fitted
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Constant":
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"calibration constant has unknown field(s) {unknown}; valid: {sorted(known)}")
+        return cls(**d)
+
+
+@dataclass
+class TComp(Constant):
+    """Single-GPU backward time ``T_comp`` (s) of ``model`` at ``batch_size`` per worker."""
+
+    model: str = ""
+    batch_size: int | None = None  # None: the source does not state it (used for any batch size)
+
+
+@dataclass
+class TEncodeDecode(Constant):
+    """``T_encode_decode`` (s) of ``compressor(**params)`` on ``model``'s gradients.
+
+    ``T(p) = value + per_worker_s * p`` (``per_worker_s`` = 0 unless fitted from
+    profiles at several world sizes; seed 000 Fig. 8 notes SignSGD's decode grows with p).
+    """
+
+    compressor: str = ""
+    params: dict = field(default_factory=dict)
+    model: str = ""
+    per_worker_s: float = 0.0
+
+
+@dataclass
+class Calibration:
+    """The constants of one cluster (or of the paper). Any of them may be absent (``None``)."""
+
+    name: str
+    description: str = ""
+    alpha_s: Constant | None = None
+    bandwidth_gbps: Constant | None = None
+    gamma: Constant | None = None
+    incast_coeff: Constant | None = None
+    t_comp: list[TComp] = field(default_factory=list)
+    t_encode_decode: list[TEncodeDecode] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff")
+
+    # ------------------------------------------------------------------ I/O
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"name": self.name, "description": self.description}
+        for k in self.SCALARS:
+            c = getattr(self, k)
+            if c is not None:
+                d[k] = c.to_dict()
+        d["t_comp"] = [c.to_dict() for c in self.t_comp]
+        d["t_encode_decode"] = [c.to_dict() for c in self.t_encode_decode]
+        d["provenance"] = self.provenance
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Calibration":
+        known = {"name", "description", "t_comp", "t_encode_decode", "provenance", *cls.SCALARS}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"calibration has unknown key(s) {unknown}; valid: {sorted(known)}")
+        if "name" not in d:
+            raise ValueError("calibration has no 'name'")
+        kw = {k: Constant.from_dict(d[k]) for k in cls.SCALARS if d.get(k) is not None}
+        return cls(name=d["name"], description=d.get("description", ""),
+                   t_comp=[TComp.from_dict(c) for c in d.get("t_comp", [])],
+                   t_encode_decode=[TEncodeDecode.from_dict(c) for c in d.get("t_encode_decode", [])],
+                   provenance=d.get("provenance", {}), **kw)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"calibration file {path} not found")
+        return cls.from_dict(json.loads(path.read_text()))
+
+    def to_frame(self):
+        """Every constant as one row of a pandas DataFrame (for tables and plots)."""
+        import pandas as pd
+
+        rows = []
+        for k in self.SCALARS:
+            c = getattr(self, k)
+            if c is not None:
+                rows.append({"constant": k, **c.to_dict()})
+        for c in self.t_comp:
+            rows.append({"constant": "t_comp_s", **c.to_dict()})
+        for c in self.t_encode_decode:
+            d = c.to_dict()
+            d["params"] = json.dumps(c.params, sort_keys=True)
+            rows.append({"constant": "t_encode_decode_s", **d})
+        cols = ["constant", "model", "batch_size", "compressor", "params", "value", "low", "high", "unit", "r2", "n",
+                "per_worker_s", "source", "note"]
+        df = pd.DataFrame(rows)
+        return df[[c for c in cols if c in df.columns]]
+
+    # --------------------------------------------------------------- look-ups
+    def require(self, name: str) -> Constant:
+        """The scalar constant ``name``; ValueError naming it when the calibration lacks it."""
+        if name not in self.SCALARS:
+            raise ValueError(f"unknown calibration constant {name!r}; valid: {list(self.SCALARS)}")
+        c = getattr(self, name)
+        if c is None:
+            raise ValueError(f"calibration {self.name!r} has no {name}; pass it explicitly")
+        return c
+
+    def t_comp_s(self, model: str, batch_size: int) -> tuple[float, str]:
+        """``T_comp`` (s) of ``model`` at ``batch_size`` and how it was found.
+
+        Exact entry if present; otherwise scaled linearly in batch size from the
+        nearest batch size of the same model (assumes a saturated GPU: T_comp ∝ batch).
+        """
+        same = [c for c in self.t_comp if c.model == model]
+        if not same:
+            have = sorted({c.model for c in self.t_comp})
+            raise ValueError(f"calibration {self.name!r} has no T_comp for model {model!r} "
+                             f"(has: {have}); pass t_comp_s explicitly")
+        for c in same:
+            if c.batch_size == batch_size:
+                return c.value, f"exact ({c.source})"
+        known = [c for c in same if c.batch_size]
+        if not known:
+            c = same[0]
+            return c.value, f"batch size not stated by the source, used as is ({c.source})"
+        near = min(known, key=lambda c: (abs(math.log(c.batch_size / batch_size)), c.batch_size))
+        return (near.value * batch_size / near.batch_size,
+                f"scaled linearly from batch {near.batch_size} ({near.source})")
+
+    def t_encode_decode_s(self, compressor: str, params: dict | None, model: str) -> tuple[float, float, str]:
+        """``(value_s, per_worker_s, how)`` for ``compressor(**params)`` on ``model``.
+
+        Fallbacks, in order (each named in ``how``): exact match; linear interpolation
+        (or extrapolation) in the one parameter that differs among this compressor's
+        entries for ``model``; scaling an entry of another model by parameter count.
+        """
+        q = normalize_params(params, compressor)
+        same_c = [e for e in self.t_encode_decode if e.compressor == compressor]
+        if not same_c:
+            have = sorted({e.compressor for e in self.t_encode_decode})
+            raise ValueError(f"calibration {self.name!r} has no T_encode_decode for compressor {compressor!r} "
+                             f"(has: {have}); pass t_encode_decode_s explicitly")
+        # candidate sets: this model's entries, then each other model's scaled by parameter count
+        sets = [([e for e in same_c if e.model == model], "")]
+        others = sorted({e.model for e in same_c} - {model},
+                        key=lambda m: (-sum(1 for e in same_c if e.model == m), m))
+        for src in others:
+            scale = models.numel(model) / models.numel(src)
+            sets.append(([TEncodeDecode(**{**asdict(e), "value": e.value * scale,
+                                           "per_worker_s": e.per_worker_s * scale, "model": model})
+                          for e in same_c if e.model == src],
+                         f"; scaled by parameter count from {src} (x{scale:.3f})"))
+        for cands, how_model in sets:
+            found = _match(cands, q, compressor)
+            if found is not None:
+                v, pw, how = found
+                return v, pw, how + how_model
+        have = sorted({(e.model, json.dumps(normalize_params(e.params), sort_keys=True, default=str))
+                       for e in same_c})
+        raise ValueError(f"calibration {self.name!r} has no T_encode_decode for {compressor} {q} on {model} "
+                         f"(has (model, params): {have}); pass t_encode_decode_s explicitly")
+
+    def compressors(self, model: str | None = None) -> list[tuple[str, dict]]:
+        """(compressor, params) pairs with a T_encode_decode entry (for ``model`` if given)."""
+        out, seen = [], set()
+        for e in self.t_encode_decode:
+            if model is None or e.model == model:
+                norm = normalize_params(e.params, e.compressor)
+                key = (e.compressor, json.dumps(norm, sort_keys=True, default=str))
+                if key not in seen:
+                    seen.add(key)
+                    out.append((e.compressor, normalize_params(e.params)))
+        return out
+
+
+def _match(cands: list[TEncodeDecode], q: dict, compressor: str | None = None):
+    """Exact params match, else linear interpolation/extrapolation in the one numeric
+    parameter where ``q`` differs (needs two entries agreeing on the others); else None."""
+    for e in cands:
+        if normalize_params(e.params, compressor) == q:
+            return e.value, e.per_worker_s, f"exact ({e.source})"
+    for key, val in q.items():
+        if not isinstance(val, (int, float)) or isinstance(val, bool):
+            continue
+        rest = {k: v for k, v in q.items() if k != key}
+        line = sorted((e for e in cands if isinstance(e.params.get(key), (int, float))
+                       and {k: v for k, v in normalize_params(e.params, compressor).items() if k != key} == rest),
+                      key=lambda e: e.params[key])
+        if len(line) >= 2:
+            xs = [float(e.params[key]) for e in line]
+            # the two nearest points: interpolation inside, linear extrapolation outside
+            i = max(1, min(len(xs) - 1, sum(1 for x in xs if x <= val)))
+            a, b = line[i - 1], line[i]
+            w = (val - a.params[key]) / (b.params[key] - a.params[key])
+            v = a.value + w * (b.value - a.value)
+            pw = a.per_worker_s + w * (b.per_worker_s - a.per_worker_s)
+            kind = "interpolated" if xs[0] <= val <= xs[-1] else "extrapolated"
+            return max(v, 0.0), max(pw, 0.0), f"{kind} in {key} from {a.params[key]} and {b.params[key]}"
+    return None

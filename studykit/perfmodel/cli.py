@@ -1,0 +1,189 @@
+"""``python -m studykit predict ...`` and ``python -m studykit fit ...``.
+
+predict: iteration times of syncSGD (Sec. 4.1) and of a compressor (App. B) over a
+(GPUs x bandwidth) grid, as JSON on stdout::
+
+    python -m studykit predict --model resnet101 --batch-size 64 --gpus 8 16 64 \\
+        --bandwidth-gbps 1 10 25 --compressor powersgd --param rank=4
+
+fit: a calibration from measurement records (JSON Lines)::
+
+    python -m studykit fit data/measurements/RUN.jsonl --out data/calibrations/NAME.json
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from studykit import compressors, models, paths
+from studykit.perfmodel.calibration import Calibration
+from studykit.perfmodel.model import MIB, Hardware, Workload, predict
+
+DEFAULT_CALIBRATION = paths.CALIBRATIONS / "paper_v100.json"
+
+
+def _param(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        val = ast.literal_eval(v)
+    except (ValueError, SyntaxError):
+        val = v  # a bare string, e.g. scope=global
+    return k.strip(), val
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def predict_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m studykit predict",
+                                 description="Predict syncSGD and compressed iteration times (JSON).")
+    ap.add_argument("--model", required=True, choices=models.available(), help="model whose gradients are sent")
+    ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
+    ap.add_argument("--gpus", type=_positive_int, nargs="+", default=[8, 16, 32, 64], help="world sizes")
+    ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=[10.0], help="bandwidths, Gbit/s")
+    ap.add_argument("--compressor", choices=compressors.available(), default=None,
+                    help="compressor to compare with syncSGD (default: syncSGD only)")
+    ap.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                    help="compressor parameter (repeatable), e.g. rank=4")
+    ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
+                    help=f"calibration JSON (default: {DEFAULT_CALIBRATION.relative_to(paths.ROOT)})")
+    ap.add_argument("--alpha-s", type=float, default=None, help="override alpha (s per ring step)")
+    ap.add_argument("--gamma", type=_positive_float, default=None, help="override gamma")
+    ap.add_argument("--compute-speedup", type=_positive_float, default=1.0, help="divide T_comp, T_encode_decode")
+    ap.add_argument("--t-comp-ms", type=_positive_float, default=None, help="override T_comp (ms)")
+    ap.add_argument("--t-encode-decode-ms", type=float, default=None, help="override T_encode_decode (ms)")
+    ap.add_argument("--bucket-mb", type=_positive_float, default=25.0, help="DDP bucket size, MiB (default 25)")
+    ap.add_argument("--allreduce", choices=["ring", "tree"], default="ring", help="all-reduce algorithm")
+    return ap
+
+
+def fit_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m studykit fit",
+                                 description="Fit a calibration (alpha, BW, gamma, T_comp, T_encode_decode) "
+                                             "from measurement records.")
+    ap.add_argument("records", nargs="+", help="JSON Lines record files or folders")
+    ap.add_argument("--out", required=True, help="calibration JSON to write")
+    ap.add_argument("--name", default=None, help="calibration name (default: the output file's stem)")
+    ap.add_argument("--stat", choices=["ms_median", "ms_mean", "ms_min", "ms_max"], default="ms_median",
+                    help="timing statistic to fit (default ms_median; the paper reports means)")
+    ap.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples (default 200)")
+    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--lenient", action="store_true",
+                    help="leave out constants the records cannot determine (reasons in provenance.not_fitted) "
+                         "instead of failing")
+    return ap
+
+
+def run_predict(argv: list[str]) -> int:
+    ap = predict_parser()
+    a = ap.parse_args(argv)
+    params = dict(a.param)
+    if params and a.compressor is None:
+        ap.error("--param needs --compressor")
+    if a.compressor is not None:
+        valid = compressors.parameters(a.compressor)
+        unknown = sorted(set(params) - set(valid) - {"error_feedback", "seed"})
+        if unknown:
+            ap.error(f"compressor {a.compressor!r} has no parameter(s) {unknown}; valid: {sorted(valid)}")
+    try:
+        cal = Calibration.load(a.calibration)
+    except (FileNotFoundError, ValueError) as exc:
+        ap.error(f"--calibration: {exc}")
+    hw = Hardware.from_calibration(cal, bandwidth_gbps=np.asarray(a.bandwidth_gbps)[:, None], alpha_s=a.alpha_s,
+                                   gamma=a.gamma, compute_speedup=a.compute_speedup, allreduce=a.allreduce)
+    w = Workload(a.model, a.batch_size, t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3,
+                 bucket_bytes=a.bucket_mb * MIB)
+    gpus = np.asarray(a.gpus)[None, :]
+    ted = None if a.t_encode_decode_ms is None else a.t_encode_decode_ms / 1e3
+    try:
+        pr = predict(w, hw, gpus, a.compressor, params, calibration=cal, t_encode_decode_s=ted)
+    except (ValueError, compressors.CompressorError) as exc:
+        ap.error(f"{exc} (options: --t-comp-ms, --t-encode-decode-ms, --calibration)")
+    points = []
+    for r in pr.to_records():
+        pt = {"world_size": r["world_size"], "bandwidth_gbps": r["bandwidth_gbps"],
+              "linear_ms": r["linear_s"] * 1e3,
+              "syncsgd": {"total_ms": r["sync_total_s"] * 1e3, "compute_ms": r["sync_compute_s"] * 1e3,
+                          "exposed_comm_ms": r["sync_exposed_comm_s"] * 1e3, "comm_ms": r["sync_comm_s"] * 1e3,
+                          "buckets": int(r["sync_k"]),
+                          "scaling_speedup": r["world_size"] * r["linear_s"] / r["sync_total_s"]}}
+        if pr.compressed is not None:
+            pt["compressed"] = {"total_ms": r["compressed_total_s"] * 1e3,
+                                "compute_ms": r["compressed_compute_s"] * 1e3,
+                                "encode_decode_ms": r["compressed_encode_decode_s"] * 1e3,
+                                "comm_ms": r["compressed_comm_s"] * 1e3,
+                                "allreduce_ms": r["compressed_allreduce_s"] * 1e3,
+                                "allgather_ms": r["compressed_allgather_s"] * 1e3,
+                                "wire_bytes": int(r["wire_bytes"]),
+                                "scaling_speedup": r["world_size"] * r["linear_s"] / r["compressed_total_s"]}
+            pt["speedup_over_syncsgd"] = r["speedup"]
+        points.append(pt)
+    out = {"model": a.model, "batch_size": a.batch_size, "compressor": a.compressor, "params": params,
+           "calibration": {"name": cal.name, "path": a.calibration},
+           "hardware": {"alpha_s": float(np.max(hw.alpha_s)), "gamma": float(np.max(hw.gamma)),
+                        "compute_speedup": a.compute_speedup, "allreduce": a.allreduce, "bucket_mb": a.bucket_mb},
+           "inputs": pr.notes,
+           "plans": {str(k): v for k, v in pr.plans.items()},
+           "model_equations": {"syncsgd": "seed 000 Sec. 4.1 with Eq. 1",
+                               "compressed": "seed 000 App. B, collectives from compressor.plan()"},
+           "points": points}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def run_fit(argv: list[str]) -> int:
+    from studykit.perfmodel import fit
+
+    ap = fit_parser()
+    a = ap.parse_args(argv)
+    try:
+        df = fit.load_records(*a.records)
+        cal = fit.fit_calibration(df, a.name or Path(a.out).stem, stat=a.stat, n_boot=a.bootstrap, seed=a.seed,
+                                  strict=not a.lenient)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"python -m studykit fit: error: {exc}", file=sys.stderr)
+        return 2
+    path = cal.save(a.out)
+    summary = {k: v for k, v in cal.to_dict().items() if k in ("name", *Calibration.SCALARS)}
+    summary["t_comp"] = len(cal.t_comp)
+    summary["t_encode_decode"] = len(cal.t_encode_decode)
+    summary["not_fitted"] = cal.provenance.get("not_fitted", {})
+    summary["written"] = str(path)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``argv[0]`` is the subcommand: ``predict`` or ``fit``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("predict", "fit"):
+        print("usage: python -m studykit {predict,fit} ...  (subcommand must be one of: predict, fit)",
+              file=sys.stderr)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    try:
+        return run_predict(rest) if cmd == "predict" else run_fit(rest)
+    except SystemExit as exc:  # argparse exits 2 on bad args, 0 on --help
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

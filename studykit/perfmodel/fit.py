@@ -1,0 +1,587 @@
+"""Fit a calibration (alpha, BW, gamma, T_comp, T_encode_decode) from measurement records.
+
+Seed 000, App. C describes how the paper obtains each constant; the kit fits them
+from timing records (JSON Lines, :mod:`studykit.measure.records`) instead:
+
+* **alpha, BW** (Eq. 1): weighted least squares of all-reduce times on
+  ``T = 2 alpha (p-1) + 2 b (p-1) / (p BW)`` across message sizes ``b`` and world
+  sizes ``p`` (relative errors: weights ``1/T``; non-negative coefficients).
+  Per world size, ``T = a(p) + b / BW_eff(p)`` is fitted too (the plot's lines).
+* **incast** (beyond the paper): all-gather times against App. B's ring all-gather
+  with the fitted alpha and BW: ``T - (p-1) alpha = (1 + c) (p-1) b / BW``.
+* **gamma** (Sec. 4.1): DDP iteration times vs single-GPU backward time ``T_comp``:
+  for records where the model says the backward pass (not communication) bounds the
+  overlap, ``gamma = (T_ddp - overhead - T_comm(b_last)) / T_comp``.
+* **T_comp**, **T_encode_decode**: profiles (median), per model and batch size, per
+  compressor, parameters and model (linear in world size when profiled at several).
+
+Every constant carries a bootstrap interval (2.5-97.5 %; resampling records, or a
+single record's raw iteration times) and an R^2. Data that cannot determine a
+constant raise :class:`ValueError` naming what is missing.
+
+Records may use the measurement module's schema (``kind`` = sweep / profile / tcomp
+/ ddp with ``op`` / ``phase`` / ``mode``, ``status``) or the short kinds
+``allreduce``, ``allgather``, ``ps``, ``encode_decode``, ``tcomp``, ``ddp``;
+:func:`normalize` maps both onto the short kinds.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from studykit import models, paths
+from studykit.perfmodel import collectives as col
+from studykit.perfmodel.calibration import Calibration, Constant, TComp, TEncodeDecode, normalize_params
+from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, buckets
+
+__all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
+           "fit_encode_decode", "fit_calibration", "KINDS"]
+
+KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
+STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
+_SWEEP_OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "ps_gather": "ps", "ps_reduce": "ps"}
+
+
+# ------------------------------------------------------------------ records
+def load_records(*sources: str | Path) -> pd.DataFrame:
+    """JSON Lines files (or folders searched for ``*.jsonl``) as one DataFrame; bad lines raise."""
+    files: list[Path] = []
+    for s in sources:
+        p = Path(s)
+        if p.is_dir():
+            files += sorted(p.rglob("*.jsonl"))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"records file {p} not found")
+    rows = []
+    for f in files:
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{f}:{i}: not JSON ({exc.msg})") from None
+                rec.setdefault("source", str(f))
+                rows.append(rec)
+    if not rows:
+        raise ValueError(f"no records in {[str(f) for f in files] or list(map(str, sources))}")
+    return pd.DataFrame(rows)
+
+
+def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
+    """Records with a canonical ``kind`` (one of :data:`KINDS`); failed/skipped records dropped.
+
+    Maps the measurement schema: ``sweep`` + ``op`` -> allreduce / allgather / ps;
+    ``profile`` with ``phase`` reduce (or none) -> encode_decode; ``tcomp`` keeps
+    ``phase`` (``bwd`` is T_comp, ``fwd_bwd`` the forward+backward time); ``ddp`` with
+    ``mode`` syncsgd (or none) -> ddp.
+    """
+    df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    if "kind" not in df.columns:
+        raise ValueError("records lack the 'kind' column")
+    if "status" in df.columns:
+        df = df[df["status"].isna() | (df["status"] == "ok")]
+    kind = df["kind"].astype(str).copy()
+    if "op" in df.columns:
+        sweep = kind == "sweep"
+        kind[sweep] = df.loc[sweep, "op"].map(_SWEEP_OPS).fillna("sweep_other")
+    if "phase" in df.columns:
+        prof = kind == "profile"
+        ok = prof & (df["phase"].isna() | (df["phase"] == "reduce"))
+        kind[ok] = "encode_decode"
+        kind[prof & ~ok] = "profile_other"
+    else:
+        kind[kind == "profile"] = "encode_decode"
+    if "mode" in df.columns:
+        other = (kind == "ddp") & df["mode"].notna() & (df["mode"] != "syncsgd")
+        kind[other] = "ddp_other"
+    df = df.assign(kind=kind)
+    return df.reset_index(drop=True)
+
+
+def _need(df: pd.DataFrame, cols: Iterable[str], what: str) -> None:
+    missing = [c for c in cols if c not in df.columns or df[c].isna().all()]
+    if missing:
+        raise ValueError(f"cannot fit {what}: records lack column(s) {missing}")
+    bad = [c for c in cols if df[c].isna().any()]
+    if bad:
+        raise ValueError(f"cannot fit {what}: {int(df[bad].isna().any(axis=1).sum())} record(s) have empty {bad}")
+
+
+def _times_s(df: pd.DataFrame, stat: str, what: str) -> np.ndarray:
+    if stat not in STATS:
+        raise ValueError(f"unknown statistic {stat!r}; valid: {list(STATS)}")
+    _need(df, [stat], what)
+    t = df[stat].to_numpy(dtype=float) / 1e3
+    if np.any(~np.isfinite(t)) or np.any(t <= 0):
+        n = int(np.sum(~np.isfinite(t) | (t <= 0)))
+        raise ValueError(f"cannot fit {what}: {n} record(s) have non-positive or non-finite {stat}")
+    return t
+
+
+def _of_kind(df: pd.DataFrame, kind: str, what: str) -> pd.DataFrame:
+    sub = df[df["kind"] == kind]
+    if sub.empty:
+        have = sorted(df["kind"].astype(str).unique())
+        raise ValueError(f"cannot fit {what}: no records of kind {kind!r} (have kinds {have})")
+    return sub
+
+
+def _r2(y, yhat) -> float:
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return float("nan") if ss_tot == 0 else 1.0 - float(np.sum((y - yhat) ** 2)) / ss_tot
+
+
+def _interval(samples: list[float]) -> tuple[float | None, float | None]:
+    s = np.asarray([x for x in samples if np.isfinite(x)], dtype=float)
+    if len(s) < 10:
+        return None, None
+    return float(np.percentile(s, 2.5)), float(np.percentile(s, 97.5))
+
+
+# --------------------------------------------------------------- alpha, BW
+@dataclass
+class AlphaBWFit:
+    """Fitted Eq. 1 constants plus what the plots need."""
+
+    alpha_s: Constant
+    bandwidth_gbps: Constant
+    per_world_size: pd.DataFrame  # world_size, intercept_s, bw_eff_gbps, bw_gbps, r2, n
+    data: pd.DataFrame  # the records used: world_size, size_bytes, t_s, t_fit_s
+
+
+def _eq1_design(size_bytes, world_size):
+    p = np.asarray(world_size, dtype=float)
+    b = np.asarray(size_bytes, dtype=float)
+    return np.column_stack([2.0 * (p - 1.0), 2.0 * b * (p - 1.0) / p])
+
+
+def _wls_nonneg(X, y):
+    w = 1.0 / y  # relative errors: small messages weigh as much as large ones
+    coef, _ = nnls(X * w[:, None], y * w)
+    return coef
+
+
+def fit_alpha_bw(records: pd.DataFrame, *, stat: str = "ms_median", n_boot: int = 200,
+                 seed: int = 0) -> AlphaBWFit:
+    """alpha (s) and BW (Gbit/s) of Eq. 1 (Sec. 4.1) from all-reduce records.
+
+    Needs all-reduce records at world size >= 2 and at least two distinct message
+    sizes (one size cannot separate latency from bandwidth). Records at world size 1
+    move nothing and are ignored.
+    """
+    what = "alpha and BW (Eq. 1)"
+    df = _of_kind(normalize(records), "allreduce", what)
+    _need(df, ["size_bytes", "world_size"], what)
+    df = df[df["world_size"].astype(float) >= 2]
+    if df.empty:
+        raise ValueError(f"cannot fit {what}: all all-reduce records are at world_size 1 (p=1 moves no bytes); "
+                         "need records at world_size >= 2")
+    if df["size_bytes"].nunique() < 2:
+        raise ValueError(f"cannot fit {what}: one message size only ({int(df['size_bytes'].iloc[0])} bytes); "
+                         "need at least 2 distinct size_bytes to separate latency from bandwidth")
+    t = _times_s(df, stat, what)
+    p = df["world_size"].to_numpy(dtype=float)
+    b = df["size_bytes"].to_numpy(dtype=float)
+    X = _eq1_design(b, p)
+    alpha, inv_bw = _wls_nonneg(X, t)
+    if inv_bw <= 0 or np.max(X[:, 1] * inv_bw / t) < 1e-6:  # the bandwidth term explains nothing
+        raise ValueError(f"cannot fit {what}: times do not grow with message size; bandwidth undetermined")
+    t_fit = X @ np.array([alpha, inv_bw])
+    r2 = _r2(t, t_fit)
+    rng = np.random.default_rng(seed)
+    boot_a, boot_bw = [], []
+    n = len(t)
+    for _ in range(n_boot):
+        i = rng.integers(0, n, n)
+        if len(np.unique(b[i])) < 2:
+            continue
+        a_i, ib_i = _wls_nonneg(X[i], t[i])
+        if ib_i > 0:
+            boot_a.append(a_i)
+            boot_bw.append(float(col.bytes_s_to_gbps(1.0 / ib_i)))
+    bw_gbps = float(col.bytes_s_to_gbps(1.0 / inv_bw))
+    a_lo, a_hi = _interval(boot_a)
+    b_lo, b_hi = _interval(boot_bw)
+    src = f"fit of Eq. 1 to {n} all-reduce records ({stat}), weighted least squares"
+    per = []
+    for q, g in df.assign(t_s=t).groupby("world_size"):
+        if g["size_bytes"].nunique() < 2:
+            continue
+        Xq = np.column_stack([np.ones(len(g)), g["size_bytes"].to_numpy(float)])
+        a_q, s_q = _wls_nonneg(Xq, g["t_s"].to_numpy(float))
+        if s_q <= 0:
+            continue
+        bw_eff = 1.0 / s_q
+        per.append({"world_size": int(q), "intercept_s": a_q, "bw_eff_gbps": float(col.bytes_s_to_gbps(bw_eff)),
+                    "bw_gbps": float(col.bytes_s_to_gbps(bw_eff * 2.0 * (q - 1.0) / q)),
+                    "r2": _r2(g["t_s"], Xq @ np.array([a_q, s_q])), "n": len(g)})
+    data = pd.DataFrame({"world_size": p.astype(int), "size_bytes": b, "t_s": t, "t_fit_s": t_fit})
+    return AlphaBWFit(
+        alpha_s=Constant(float(alpha), "s", src, low=a_lo, high=a_hi, r2=r2, n=n),
+        bandwidth_gbps=Constant(bw_gbps, "Gbit/s", src, low=b_lo, high=b_hi, r2=r2, n=n),
+        per_world_size=pd.DataFrame(per), data=data)
+
+
+def fit_incast(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, stat: str = "ms_median",
+               n_boot: int = 200, seed: int = 0) -> Constant:
+    """All-gather congestion coefficient ``c`` (beyond the paper; App. C names the gap).
+
+    ``T - (p-1) alpha = (1 + c) (p-1) b / BW`` over all-gather records (p >= 2),
+    with alpha and BW from the all-reduce fit; ``c`` is clipped at 0. When the
+    records hold the all-reduce sweep too, the bootstrap refits alpha and BW in each
+    resample, so the interval carries their uncertainty.
+    """
+    what = "the all-gather incast coefficient"
+    norm = normalize(records)
+    df = _of_kind(norm, "allgather", what)
+    _need(df, ["size_bytes", "world_size"], what)
+    df = df[df["world_size"].astype(float) >= 2]
+    if df.empty:
+        raise ValueError(f"cannot fit {what}: need all-gather records at world_size >= 2")
+    t = _times_s(df, stat, what)
+    p = df["world_size"].to_numpy(float)
+    b = df["size_bytes"].to_numpy(float)
+
+    def slope(i, a_s, bw_gbps):
+        x = (p[i] - 1.0) * b[i] / col.gbps_to_bytes_s(bw_gbps)
+        y = t[i] - (p[i] - 1.0) * a_s
+        w = 1.0 / t[i]
+        return float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+
+    idx = np.arange(len(t))
+    s = slope(idx, alpha_s, bandwidth_gbps)
+    ar = norm[(norm["kind"] == "allreduce")]
+    if len(ar) and {"size_bytes", "world_size", stat} <= set(ar.columns):
+        ar = ar[ar["world_size"].astype(float) >= 2]
+    joint = len(ar) >= 2 and ar["size_bytes"].nunique() >= 2
+    if joint:
+        Xa = _eq1_design(ar["size_bytes"].to_numpy(float), ar["world_size"].to_numpy(float))
+        ta = ar[stat].to_numpy(float) / 1e3
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        a_s, bw_g = alpha_s, bandwidth_gbps
+        if joint:
+            j = rng.integers(0, len(ta), len(ta))
+            a_j, ib_j = _wls_nonneg(Xa[j], ta[j])
+            if ib_j <= 0:
+                continue
+            a_s, bw_g = a_j, float(col.bytes_s_to_gbps(1.0 / ib_j))
+        boot.append(max(slope(rng.integers(0, len(t), len(t)), a_s, bw_g) - 1.0, 0.0))
+    lo, hi = _interval(boot)
+    x = (p - 1.0) * b / col.gbps_to_bytes_s(bandwidth_gbps)
+    return Constant(max(s - 1.0, 0.0), "ratio", f"all-gather records ({len(t)}, {stat}) vs ring all-gather "
+                    "with the fitted alpha/BW (beyond seed 000)" + ("; bootstrap refits alpha/BW" if joint else ""),
+                    low=lo, high=hi, r2=_r2(t, (p - 1.0) * alpha_s + s * x), n=len(t))
+
+
+# ------------------------------------------------------- T_comp, encode/decode
+def _median_interval(g: pd.DataFrame, stat: str, n_boot: int, rng) -> tuple[float, float | None, float | None, str]:
+    """Median over records; interval by bootstrap over records, or over one record's raw times."""
+    t = g[stat].to_numpy(float) / 1e3
+    if len(t) >= 2:
+        boot = [float(np.median(t[rng.integers(0, len(t), len(t))])) for _ in range(n_boot)]
+        lo, hi = _interval(boot)
+        return float(np.median(t)), lo, hi, f"bootstrap over {len(t)} records"
+    raw = g["times_ms"].iloc[0] if "times_ms" in g.columns else None
+    if isinstance(raw, (list, tuple, np.ndarray)) and len(raw) >= 2:
+        r = np.asarray(raw, float) / 1e3
+        fn = np.median if stat == "ms_median" else np.mean if stat == "ms_mean" else (
+            np.min if stat == "ms_min" else np.max)
+        boot = [float(fn(r[rng.integers(0, len(r), len(r))])) for _ in range(n_boot)]
+        lo, hi = _interval(boot)
+        return float(t[0]), lo, hi, f"bootstrap over {len(r)} iterations of one record"
+    lo = g["ms_min"].iloc[0] / 1e3 if "ms_min" in g.columns and pd.notna(g["ms_min"].iloc[0]) else None
+    hi = g["ms_max"].iloc[0] / 1e3 if "ms_max" in g.columns and pd.notna(g["ms_max"].iloc[0]) else None
+    return float(t[0]), lo, hi, "one record without raw times: interval = min..max iteration"
+
+
+def _tcomp_records(df: pd.DataFrame, phase: str = "bwd") -> pd.DataFrame:
+    sub = df[df["kind"] == "tcomp"]
+    if "phase" in sub.columns:
+        sub = sub[sub["phase"].isna() | (sub["phase"] == phase)] if phase == "bwd" else sub[sub["phase"] == phase]
+    elif phase != "bwd":
+        return sub.iloc[0:0]
+    return sub
+
+
+def fit_t_comp(records: pd.DataFrame, *, stat: str = "ms_median", n_boot: int = 200, seed: int = 0) -> list[TComp]:
+    """Single-GPU backward time ``T_comp`` per (model, batch size) from ``tcomp`` records (App. C).
+
+    R^2 is that of ``T = a + s * batch`` per model when there are >= 2 batch sizes.
+    """
+    what = "T_comp"
+    df = normalize(records)
+    sub = _tcomp_records(df)
+    if sub.empty:
+        raise ValueError(f"cannot fit {what}: no tcomp records of phase 'bwd' (the backward pass alone)")
+    _need(sub, ["model", "batch_size"], what)
+    _times_s(sub, stat, what)
+    rng = np.random.default_rng(seed)
+    out = []
+    for m, gm in sub.groupby("model"):
+        r2 = None
+        if gm["batch_size"].nunique() >= 2:
+            x = gm["batch_size"].to_numpy(float)
+            y = gm[stat].to_numpy(float)
+            A = np.column_stack([np.ones_like(x), x])
+            coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+            r2 = _r2(y, A @ coef)
+        for bs, g in gm.groupby("batch_size"):
+            v, lo, hi, how = _median_interval(g, stat, n_boot, rng)
+            out.append(TComp(value=v, unit="s", source=f"tcomp records ({stat}); {how}", low=lo, high=hi,
+                             r2=r2, n=len(g), model=str(m), batch_size=int(bs),
+                             note="R^2 of T_comp linear in batch size (per model)" if r2 is not None else ""))
+    return out
+
+
+def fit_encode_decode(records: pd.DataFrame, *, stat: str = "ms_median", n_boot: int = 200,
+                      seed: int = 0) -> list[TEncodeDecode]:
+    """``T_encode_decode`` per (compressor, params, model) from profile records (App. C).
+
+    With profiles at >= 2 (simulated) world sizes the fit is ``value + per_worker_s * p``
+    (seed 000 Fig. 8: SignSGD's decode grows with p), R^2 of that line; else the median.
+    """
+    what = "T_encode_decode"
+    df = _of_kind(normalize(records), "encode_decode", what)
+    _need(df, ["compressor", "model"], what)
+    _times_s(df, stat, what)
+    if "params" not in df.columns:
+        df = df.assign(params=[{}] * len(df))
+    df = df.assign(_pkey=df["params"].map(lambda p: json.dumps(normalize_params(p if isinstance(p, dict) else {}),
+                                                                sort_keys=True)))
+    wcol = "sim_world_size" if "sim_world_size" in df.columns and df["sim_world_size"].notna().any() else "world_size"
+    rng = np.random.default_rng(seed)
+    out = []
+    for (c, pk, m), g in df.groupby(["compressor", "_pkey", "model"]):
+        params = json.loads(pk)
+        ws = g[wcol].fillna(1).to_numpy(float) if wcol in g.columns else np.ones(len(g))
+        t = g[stat].to_numpy(float) / 1e3
+        if len(np.unique(ws)) >= 2:
+            A = np.column_stack([np.ones_like(ws), ws])
+            coef, *_ = np.linalg.lstsq(A, t, rcond=None)
+            boot = []
+            for _ in range(n_boot):
+                i = rng.integers(0, len(t), len(t))
+                if len(np.unique(ws[i])) >= 2:
+                    boot.append(np.linalg.lstsq(A[i], t[i], rcond=None)[0][0])
+            lo, hi = _interval(boot)
+            out.append(TEncodeDecode(value=float(coef[0]), unit="s", low=lo, high=hi, r2=_r2(t, A @ coef), n=len(t),
+                                     source=f"profile records ({stat}); linear in {wcol}", compressor=str(c),
+                                     params=params, model=str(m), per_worker_s=float(coef[1])))
+        else:
+            v, lo, hi, how = _median_interval(g, stat, n_boot, rng)
+            out.append(TEncodeDecode(value=v, unit="s", low=lo, high=hi, n=len(g),
+                                     source=f"profile records ({stat}); {how}", compressor=str(c), params=params,
+                                     model=str(m)))
+    return out
+
+
+# ---------------------------------------------------------------- gamma
+def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t_comp: list[TComp] | None = None,
+              stat: str = "ms_median", n_boot: int = 200, seed: int = 0, margin: float = 0.05) -> Constant:
+    """gamma (Sec. 4.1) from DDP (syncSGD) iteration times and single-GPU backward times.
+
+    For each DDP record at world size >= 2 the part of the iteration that is backward
+    plus synchronization is ``S = T_ddp - overhead``, where the overhead (forward,
+    optimizer) is taken from a DDP record at world size 1 of the same model / batch
+    (``T_ddp(1) - T_comp``), else from a ``tcomp`` forward+backward record
+    (``T_fwd_bwd - T_comp``), else 0 (records then time backward + sync only).
+    Where the Sec. 4.1 model is clearly compute-bound
+    (``(1 + margin) (k-1) T_comm(b) <= S - T_comm(b_last)``; the margin keeps noisy
+    communication-bound records out) ``gamma_i = (S - T_comm(b_last)) / T_comp``; gamma
+    is their median. R^2 compares the model's ``S`` with the observed over every record.
+    """
+    what = "gamma"
+    df = normalize(records)
+    ddp = _of_kind(df, "ddp", what)
+    _need(ddp, ["model", "batch_size", "world_size"], what)
+    _times_s(ddp, stat, what)
+    if t_comp is None:
+        try:
+            t_comp = fit_t_comp(df, stat=stat, n_boot=0)
+        except ValueError as exc:
+            raise ValueError(f"cannot fit {what}: needs single-GPU backward times ({exc})") from None
+    tc = {(c.model, c.batch_size): c.value for c in t_comp}
+    bwd_groups = {(m, int(bs)): g for (m, bs), g in _tcomp_records(df).groupby(["model", "batch_size"])}
+    fb_groups = {(m, int(bs)): g for (m, bs), g in _tcomp_records(df, "fwd_bwd").groupby(["model", "batch_size"])}
+    one_groups = {(m, int(bs)): g for (m, bs), g in
+                  ddp[ddp["world_size"].astype(int) == 1].groupby(["model", "batch_size"])}
+    bw = col.gbps_to_bytes_s(bandwidth_gbps)
+    recs = []
+    for idx, r in ddp.iterrows():
+        p = int(r["world_size"])
+        key = (r["model"], int(r["batch_size"]))
+        if p < 2:
+            continue
+        if key not in tc:
+            raise ValueError(f"cannot fit {what}: no T_comp (tcomp bwd record) for model {key[0]!r} batch {key[1]}")
+        bmb = r["bucket_mb"] if "bucket_mb" in ddp.columns else None
+        bucket = DEFAULT_BUCKET_BYTES if bmb is None or pd.isna(bmb) else float(bmb) * MIB
+        k, b, last = buckets(models.size_bytes(r["model"]), bucket)
+        recs.append({"key": key, "world_size": p, "T": float(r[stat]) / 1e3,
+                     "times": r["times_ms"] if "times_ms" in ddp.columns else None,
+                     "overlap_comm": float((k - 1) * col.ring_allreduce_s(b, p, alpha_s, bw)),
+                     "t_last": float(col.ring_allreduce_s(last, p, alpha_s, bw))})
+    if not recs:
+        raise ValueError(f"cannot fit {what}: need DDP records at world_size >= 2")
+    how = {r["key"]: "ddp world_size 1" if r["key"] in one_groups else
+           "tcomp fwd_bwd" if r["key"] in fb_groups else "none" for r in recs}
+
+    def estimate(rng=None, idx=None):
+        """gamma from (optionally resampled) records; also the per-record table."""
+        def stat_of(g):
+            return _resample_stat(g, stat, rng) if rng is not None else float(g[stat].median()) / 1e3
+        t_c = {k: stat_of(g) for k, g in bwd_groups.items()} if rng is not None else tc
+        use = recs if idx is None else [recs[i] for i in idx]
+        rows = []
+        for r in use:
+            key, tck = r["key"], t_c.get(r["key"], tc[r["key"]])
+            if key in one_groups:
+                overhead = stat_of(one_groups[key]) - tck
+            elif key in fb_groups:
+                overhead = stat_of(fb_groups[key]) - tck
+            else:
+                overhead = 0.0
+            T = r["T"] if rng is None else _resample_list(r["times"], stat, rng, r["T"])
+            S = T - overhead
+            rows.append({"S": S, "t_comp": tck, "overlap_comm": r["overlap_comm"], "t_last": r["t_last"],
+                         "compute_bound": (1.0 + margin) * r["overlap_comm"] <= S - r["t_last"]})
+        tab = pd.DataFrame(rows)
+        cb = tab[tab["compute_bound"]]
+        g = float(np.median((cb["S"] - cb["t_last"]) / cb["t_comp"])) if len(cb) else float("nan")
+        return g, tab
+
+    gamma, tab = estimate()
+    n_cb = int(tab["compute_bound"].sum())
+    if n_cb == 0:
+        raise ValueError(f"cannot fit {what}: every DDP record is communication-bound under alpha={alpha_s:.3g} s, "
+                         f"BW={bandwidth_gbps:.3g} Gbit/s (the backward pass is hidden, gamma unobservable); "
+                         "measure at fewer GPUs or a larger batch")
+    pred = np.maximum(gamma * tab["t_comp"], tab["overlap_comm"]) + tab["t_last"]
+    rng = np.random.default_rng(seed)
+    boot = [estimate(rng, rng.integers(0, len(recs), len(recs)))[0] for _ in range(n_boot)]
+    lo, hi = _interval(boot)
+    hows = ",".join(sorted(set(how.values())))
+    return Constant(gamma, "ratio", f"{n_cb} compute-bound DDP records ({stat}) of {len(tab)}; "
+                    f"non-backward overhead from: {hows}; bootstrap resamples records and iterations",
+                    low=lo, high=hi, r2=_r2(tab["S"], pred), n=n_cb)
+
+
+def _resample_list(times, stat: str, rng, fallback: float) -> float:
+    if not isinstance(times, (list, tuple, np.ndarray)) or len(times) < 2:
+        return fallback
+    r = np.asarray(times, float)[rng.integers(0, len(times), len(times))] / 1e3
+    return float({"ms_median": np.median, "ms_mean": np.mean, "ms_min": np.min, "ms_max": np.max}[stat](r))
+
+
+def _resample_stat(g: pd.DataFrame, stat: str, rng) -> float:
+    """One bootstrap draw of a group's statistic (s): over records, or one record's iterations."""
+    t = g[stat].to_numpy(float) / 1e3
+    if len(t) >= 2:
+        return float(np.median(t[rng.integers(0, len(t), len(t))]))
+    times = g["times_ms"].iloc[0] if "times_ms" in g.columns else None
+    return _resample_list(times, stat, rng, float(t[0]))
+
+
+# ------------------------------------------------------------ calibration
+def default_records() -> Path:
+    """The records the calibrate notebook fits by default: committed GPU records
+    (``data/measurements/gpu/``), else CPU records (``cpu/``), else the synthetic demo."""
+    for sub in ("gpu", "cpu"):
+        folder = paths.MEASUREMENTS / sub
+        if folder.is_dir() and any(folder.rglob("*.jsonl")):
+            return folder
+    return paths.MEASUREMENTS / "synthetic" / "demo.jsonl"
+
+
+def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str = "ms_median", n_boot: int = 200,
+                    seed: int = 0, description: str = "", strict: bool = True) -> Calibration:
+    """Every constant the records can determine, as a :class:`Calibration`.
+
+    Kinds with no records are skipped. Kinds with records that cannot determine
+    their constant raise (``strict``, the default: a half-usable file should not
+    pass silently) or, with ``strict=False``, are left out and their reasons kept
+    in ``provenance["not_fitted"]``.
+    """
+    raw = load_records(records) if isinstance(records, (str, Path)) else records
+    df = normalize(raw)
+    kinds = set(df["kind"])
+    cal = Calibration(name=name, description=description or f"fitted by studykit.perfmodel.fit from {len(df)} records")
+    fitted: list[str] = []
+    failed: dict[str, str] = {}
+
+    def attempt(label, fn):
+        try:
+            return fn()
+        except ValueError as exc:
+            if strict:
+                raise
+            failed[label] = str(exc)
+            return None
+
+    def alpha_bw():
+        ab = fit_alpha_bw(df, stat=stat, n_boot=n_boot, seed=seed)
+        cal.alpha_s, cal.bandwidth_gbps = ab.alpha_s, ab.bandwidth_gbps
+        fitted.extend(["alpha_s", "bandwidth_gbps"])
+        return ab
+
+    if "allreduce" in kinds and attempt("alpha_s, bandwidth_gbps", alpha_bw) is not None:
+        if "allgather" in kinds:
+            cal.incast_coeff = attempt("incast_coeff", lambda: fit_incast(
+                df, cal.alpha_s.value, cal.bandwidth_gbps.value, stat=stat, n_boot=n_boot, seed=seed))
+            if cal.incast_coeff is not None:
+                fitted.append("incast_coeff")
+    if "tcomp" in kinds and not _tcomp_records(df).empty:
+        cal.t_comp = attempt("t_comp", lambda: fit_t_comp(df, stat=stat, n_boot=n_boot, seed=seed)) or []
+        if cal.t_comp:
+            fitted.append("t_comp")
+    if "encode_decode" in kinds:
+        cal.t_encode_decode = attempt("t_encode_decode", lambda: fit_encode_decode(
+            df, stat=stat, n_boot=n_boot, seed=seed)) or []
+        if cal.t_encode_decode:
+            fitted.append("t_encode_decode")
+    if "ddp" in kinds and (df[df["kind"] == "ddp"]["world_size"].astype(float) >= 2).any():
+        def gamma():
+            if cal.alpha_s is None:
+                raise ValueError("cannot fit gamma: DDP records need all-reduce records too (for alpha and BW)")
+            return fit_gamma(df, cal.alpha_s.value, cal.bandwidth_gbps.value, t_comp=cal.t_comp or None,
+                             stat=stat, n_boot=n_boot, seed=seed)
+        cal.gamma = attempt("gamma", gamma)
+        if cal.gamma is not None:
+            fitted.append("gamma")
+    if not fitted:
+        raise ValueError(f"nothing to fit: records have kinds {sorted(map(str, kinds))}; need one of {list(KINDS)}"
+                         + (f"; failures: {failed}" if failed else ""))
+    cal.provenance = _provenance(df, stat, n_boot, seed, fitted)
+    if failed:
+        cal.provenance["not_fitted"] = failed
+    return cal
+
+
+def _provenance(df: pd.DataFrame, stat: str, n_boot: int, seed: int, fitted: list[str]) -> dict[str, Any]:
+    def uniq(c):
+        return sorted({str(v) for v in df[c].dropna()}) if c in df.columns else []
+
+    def rel(path: str) -> str:
+        try:
+            return str(Path(path).resolve().relative_to(paths.ROOT.resolve()))
+        except ValueError:
+            return path
+
+    from datetime import datetime, timezone
+
+    return {"records": int(len(df)), "kinds": {str(k): int(v) for k, v in df["kind"].value_counts().items()},
+            "sources": sorted({rel(s) for s in uniq("source")}), "gpu": uniq("gpu"), "host": uniq("host"), "torch": uniq("torch"),
+            "nccl": uniq("nccl"), "git_commit": uniq("git_commit"), "record_timestamps": uniq("timestamp")[:1] +
+            uniq("timestamp")[-1:], "statistic": stat, "n_boot": n_boot, "seed": seed, "fitted": fitted,
+            "fitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -1,0 +1,115 @@
+"""Synthetic measurement records generated from known constants (for tests and the calibrate demo).
+
+The records follow the measurement schema of :mod:`studykit.measure.records`
+(``sweep`` with ``op``, ``tcomp`` with ``phase``, ``profile`` with ``phase``,
+``ddp`` with ``mode``) and are stamped ``synthetic: true`` with the generating
+constants, so they can never be mistaken for measurements. Times follow the
+kit's own model (Eq. 1, App. B ring all-gather, Sec. 4.1) times log-normal noise.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from studykit import models, paths
+from studykit.perfmodel import collectives as col
+from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, syncsgd_s
+
+__all__ = ["Truth", "synthetic_records", "write_jsonl", "DEMO_PATH", "main"]
+
+
+@dataclass
+class Truth:
+    """The constants the synthetic records are generated from."""
+
+    alpha_s: float = 20e-6
+    bandwidth_gbps: float = 100.0
+    gamma: float = 1.06
+    incast_coeff: float = 0.3
+    t_comp_s: dict = field(default_factory=lambda: {("resnet50", 32): 0.060, ("resnet50", 64): 0.118,
+                                                    ("resnet101", 64): 0.200})
+    t_forward_fraction: float = 0.5  # forward time / backward time
+    t_encode_decode_s: dict = field(default_factory=lambda: {("powersgd", '{"rank": 4}', "resnet50"): 0.030,
+                                                             ("signsgd", "{}", "resnet50"): 0.008})
+
+
+def _noise(rng, n, sigma):
+    return np.exp(rng.normal(0.0, sigma, n))
+
+
+def _timing(rng, t_s: float, sigma: float, n_iter: int = 20) -> dict:
+    times = t_s * 1e3 * _noise(rng, n_iter, sigma)
+    return {"ms_median": float(np.median(times)), "ms_mean": float(times.mean()), "ms_min": float(times.min()),
+            "ms_max": float(times.max()), "n_iter": n_iter, "n_warmup": 5,
+            "times_ms": [round(float(x), 6) for x in times]}
+
+
+def synthetic_records(truth: Truth | None = None, *, world_sizes=(2, 4, 8), sizes_bytes=None, ddp_world_sizes=(2, 4),
+                      noise: float = 0.03, seed: int = 0, n_iter: int = 20) -> list[dict]:
+    """Records of every kind, generated from ``truth`` with multiplicative noise ``noise``."""
+    truth = truth or Truth()
+    rng = np.random.default_rng(seed)
+    sizes = np.asarray(sizes_bytes if sizes_bytes is not None else np.geomspace(2**10, 2**28, 10), dtype=float)
+    bw = col.gbps_to_bytes_s(truth.bandwidth_gbps)
+    stamp = datetime(2024, 1, 1, tzinfo=timezone.utc).isoformat()
+    base = {"schema": 1, "status": "ok", "reason": None, "synthetic": True,
+            "truth": json.dumps({k: v for k, v in truth.__dict__.items() if not isinstance(v, dict)}),
+            "gpu": "synthetic", "host": "synthetic", "torch": None, "nccl": None, "git_commit": "synthetic",
+            "timestamp": stamp, "device": "synthetic", "backend": "synthetic"}
+    out: list[dict] = []
+    for p in world_sizes:
+        for b in sizes:
+            t_ar = float(col.ring_allreduce_s(b, p, truth.alpha_s, bw))
+            out.append({**base, "kind": "sweep", "op": "all_reduce", "world_size": int(p), "size_bytes": int(b),
+                        "dtype": "float32", "model": None, "compressor": None, "params": {}, "batch_size": None,
+                        **_timing(rng, t_ar, noise, n_iter)})
+            t_ag = float(col.allgather_incast_s(b, p, truth.alpha_s, bw, truth.incast_coeff))
+            out.append({**base, "kind": "sweep", "op": "all_gather", "world_size": int(p), "size_bytes": int(b),
+                        "dtype": "float32", "model": None, "compressor": None, "params": {}, "batch_size": None,
+                        **_timing(rng, t_ag, noise, n_iter)})
+    for (m, bs), t in truth.t_comp_s.items():
+        out.append({**base, "kind": "tcomp", "phase": "bwd", "model": m, "batch_size": bs, "world_size": 1,
+                    "compressor": None, "params": {}, **_timing(rng, t, noise, n_iter)})
+        out.append({**base, "kind": "tcomp", "phase": "fwd_bwd", "model": m, "batch_size": bs, "world_size": 1,
+                    "compressor": None, "params": {}, **_timing(rng, t * (1 + truth.t_forward_fraction), noise,
+                                                                  n_iter)})
+        hw = Hardware(bandwidth_gbps=truth.bandwidth_gbps, alpha_s=truth.alpha_s, gamma=truth.gamma)
+        for p in ddp_world_sizes:
+            s = float(syncsgd_s(t, models.size_bytes(m), p, hw, DEFAULT_BUCKET_BYTES)["total_s"])
+            out.append({**base, "kind": "ddp", "mode": "syncsgd", "model": m, "batch_size": bs, "world_size": int(p),
+                        "compressor": None, "params": {}, "bucket_mb": None,
+                        **_timing(rng, s + t * truth.t_forward_fraction, noise, n_iter)})
+    for (c, pk, m), t in truth.t_encode_decode_s.items():
+        out.append({**base, "kind": "profile", "phase": "reduce", "model": m, "compressor": c,
+                    "params": json.loads(pk), "world_size": 1, "sim_world_size": None, "batch_size": None,
+                    **_timing(rng, t, noise, n_iter)})
+    return out
+
+
+def write_jsonl(records: list[dict], path: str | Path) -> Path:
+    """Write records as JSON Lines (one object per line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+    return path
+
+
+#: the committed demo file (``python -m studykit.perfmodel.synthetic`` rewrites it)
+DEMO_PATH = paths.MEASUREMENTS / "synthetic" / "demo.jsonl"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the synthetic demo records to ``data/measurements/synthetic/demo.jsonl``."""
+    path = write_jsonl(synthetic_records(), DEMO_PATH)
+    print(f"wrote {path} ({len(synthetic_records())} synthetic records; truth: {Truth()})")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

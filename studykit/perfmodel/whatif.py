@@ -1,0 +1,160 @@
+"""The paper's what-if analyses (Sec. 4.2, App. D) as functions returning tidy DataFrames.
+
+Each function is one figure of seed 000, computed by :func:`studykit.perfmodel.model.predict`
+(one vectorized call per sweep) from a :class:`~studykit.perfmodel.calibration.Calibration`
+(default: the paper's V100 inputs, ``data/calibrations/paper_v100.json``):
+
+* :func:`bandwidth_sweep`: Fig. 3 (ResNet-101) and Fig. 19 (all models);
+* :func:`required_ratio_sweep`: Fig. 12 (ResNet-101) and Fig. 18 (all models);
+* :func:`compute_speedup_sweep`: Fig. 20;
+* :func:`tradeoff_grid`: Fig. 21 (encode/decode time vs compression ratio).
+
+App. D uses PowerSGD rank 4 as the baseline compressor throughout.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from studykit import paths
+from studykit.perfmodel.calibration import Calibration
+from studykit.perfmodel.model import (DEFAULT_BUCKET_BYTES, Hardware, Workload, crossover_bandwidth_gbps, predict,
+                                      required_ratio)
+
+__all__ = ["paper_calibration", "hardware", "bandwidth_sweep", "required_ratio_sweep", "compute_speedup_sweep",
+           "tradeoff_grid", "tradeoff_all_help", "crossover", "BASELINE"]
+
+#: App. D: "we use PowerSGD with Rank-4 as the baseline for these what-if analyses"
+BASELINE = ("powersgd", {"rank": 4})
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> Calibration:
+    return Calibration.load(path)
+
+
+def paper_calibration() -> Calibration:
+    """``data/calibrations/paper_v100.json`` (the paper's V100 inputs)."""
+    return _load(str(paths.CALIBRATIONS / "paper_v100.json"))
+
+
+def hardware(calibration: Calibration | None = None, **overrides) -> Hardware:
+    """Hardware from a calibration (default: the paper's), with overrides."""
+    return Hardware.from_calibration(calibration or paper_calibration(), **overrides)
+
+
+def _workload(model: str, batch_size: int, t_comp_s=None, bucket_bytes=DEFAULT_BUCKET_BYTES) -> Workload:
+    return Workload(model, batch_size, t_comp_s=t_comp_s, bucket_bytes=bucket_bytes)
+
+
+def bandwidth_sweep(model: str = "resnet101", batch_size: int = 64, world_size: int = 64,
+                    bandwidths_gbps=None, compressor: str = BASELINE[0], params: dict | None = None,
+                    calibration: Calibration | None = None, **hw_overrides) -> pd.DataFrame:
+    """Figs. 3 and 19: syncSGD vs a compressor as the bandwidth varies (one predict call).
+
+    Columns: bandwidth_gbps, sync_s, compressed_s, speedup (sync / compressed),
+    sync_scaling and compressed_scaling (``p T_comp / T``, the paper's speed-up
+    over one GPU; linear = ``world_size``).
+    """
+    cal = calibration or paper_calibration()
+    params = dict(BASELINE[1]) if params is None and compressor == BASELINE[0] else (params or {})
+    bw = np.asarray(np.geomspace(1, 30, 60) if bandwidths_gbps is None else bandwidths_gbps, dtype=float)
+    pr = predict(_workload(model, batch_size), hardware(cal, bandwidth_gbps=bw, **hw_overrides), world_size,
+                 compressor, params, calibration=cal)
+    return pd.DataFrame({
+        "model": model, "batch_size": batch_size, "world_size": world_size, "bandwidth_gbps": bw,
+        "sync_s": pr.sync["total_s"], "compressed_s": pr.compressed["total_s"], "speedup": pr.speedup,
+        "sync_scaling": pr.scaling_speedup("sync"), "compressed_scaling": pr.scaling_speedup("compressed"),
+        "linear_scaling": float(world_size)})
+
+
+def crossover(model: str = "resnet101", batch_size: int = 64, world_size: int = 64,
+              compressor: str = BASELINE[0], params: dict | None = None,
+              calibration: Calibration | None = None, **hw_overrides) -> float:
+    """Bandwidth (Gbit/s) where the compressor stops paying off (Fig. 3: 8.2 Gbps for ResNet-101)."""
+    cal = calibration or paper_calibration()
+    params = dict(BASELINE[1]) if params is None and compressor == BASELINE[0] else (params or {})
+    return crossover_bandwidth_gbps(_workload(model, batch_size), hardware(cal, **hw_overrides), world_size,
+                                    compressor, params, calibration=cal)
+
+
+def required_ratio_sweep(models=("resnet50", "resnet101", "bert_base"), batch_sizes=(16, 32, 64),
+                         world_size: int = 64, bandwidths_gbps=None, calibration: Calibration | None = None,
+                         slack: float = 0.0, include_last_bucket: bool = False, **hw_overrides) -> pd.DataFrame:
+    """Figs. 12 and 18: compression ratio needed for near-linear scaling vs bandwidth.
+
+    One row per (model, batch size, bandwidth); see
+    :func:`studykit.perfmodel.model.required_ratio` for the definition. Models whose
+    ``T_comp`` the calibration stores without a batch size (BERT in the paper) get
+    ``batch_size`` = -1 and one curve.
+    """
+    cal = calibration or paper_calibration()
+    bw = np.asarray(np.geomspace(1, 100, 80) if bandwidths_gbps is None else bandwidths_gbps, dtype=float)
+    hw = hardware(cal, bandwidth_gbps=bw, **hw_overrides)
+    frames = []
+    for m in models:
+        entries = [c for c in cal.t_comp if c.model == m]
+        unstated = entries and all(c.batch_size is None for c in entries)
+        for bs in ([-1] if unstated else batch_sizes):
+            t, how = cal.t_comp_s(m, 64 if bs == -1 else bs)
+            c = required_ratio(_workload(m, 64 if bs == -1 else bs, t_comp_s=t), hw, world_size,
+                               slack=slack, include_last_bucket=include_last_bucket)
+            frames.append(pd.DataFrame({"model": m, "batch_size": bs, "world_size": world_size,
+                                        "bandwidth_gbps": bw, "required_ratio": c, "t_comp_s": t,
+                                        "t_comp_how": how}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def compute_speedup_sweep(model: str = "resnet50", batch_size: int = 64, world_size: int = 64,
+                          bandwidth_gbps: float = 10.0, factors=None, compressor: str = BASELINE[0],
+                          params: dict | None = None, calibration: Calibration | None = None,
+                          scale_encode_decode: bool = True, **hw_overrides) -> pd.DataFrame:
+    """Fig. 20: faster compute at fixed bandwidth. T_comp and T_encode_decode both shrink
+    by the factor (App. D: "the encode-decode time also reduces by the same factor");
+    ``scale_encode_decode=False`` keeps T_encode_decode fixed (an alternative reading)."""
+    cal = calibration or paper_calibration()
+    params = dict(BASELINE[1]) if params is None and compressor == BASELINE[0] else (params or {})
+    f = np.asarray(np.linspace(1, 4, 31) if factors is None else factors, dtype=float)
+    hw = hardware(cal, bandwidth_gbps=bandwidth_gbps, compute_speedup=f, **hw_overrides)
+    pr = predict(_workload(model, batch_size), hw, world_size, compressor, params, calibration=cal,
+                 encode_decode_scale=1.0 if scale_encode_decode else f)
+    return pd.DataFrame({"model": model, "batch_size": batch_size, "world_size": world_size,
+                         "bandwidth_gbps": bandwidth_gbps, "compute_speedup": f,
+                         "scale_encode_decode": scale_encode_decode,
+                         "sync_s": pr.sync["total_s"], "compressed_s": pr.compressed["total_s"],
+                         "speedup": pr.speedup, "sync_exposed_comm_s": pr.sync["exposed_comm_s"]})
+
+
+def tradeoff_grid(model: str = "resnet50", batch_size: int = 64, world_size: int = 64, bandwidth_gbps: float = 10.0,
+                  ks=(1, 2, 3, 4), ls=(1, 2, 3), compressor: str = BASELINE[0], params: dict | None = None,
+                  calibration: Calibration | None = None, **hw_overrides) -> pd.DataFrame:
+    """Fig. 21: encode/decode ``k`` times faster at the price of ``l k`` times more bytes.
+
+    App. D: "if we decrease encode-decode time by a factor k the size of gradients
+    communicated increases by lk" (k = 1..4, l = 1, 2, 3). The kit applies the
+    formula literally, so at ``k = 1`` the bytes are ``l`` times the baseline's
+    (the paper does not say what its k = 1 points are). Bytes scale the
+    compressor's own plan.
+    """
+    cal = calibration or paper_calibration()
+    params = dict(BASELINE[1]) if params is None and compressor == BASELINE[0] else (params or {})
+    hw = hardware(cal, bandwidth_gbps=bandwidth_gbps, **hw_overrides)
+    w = _workload(model, batch_size)
+    base = predict(w, hw, world_size, compressor, params, calibration=cal)
+    rows = []
+    for l in ls:
+        for k in ks:
+            pr = predict(w, hw, world_size, compressor, params, calibration=cal, bytes_scale=l * k,
+                         encode_decode_scale=1.0 / k)
+            rows.append({"model": model, "l": l, "k": k, "bytes_scale": l * k, "encode_decode_scale": 1.0 / k,
+                         "compressed_s": float(pr.compressed["total_s"]), "sync_s": float(pr.sync["total_s"]),
+                         "baseline_s": float(base.compressed["total_s"]), "speedup": float(pr.speedup)})
+    return pd.DataFrame(rows)
+
+
+def tradeoff_all_help(grid: pd.DataFrame) -> bool:
+    """Fig. 21's claim on a :func:`tradeoff_grid`: every point with ``k > 1`` beats the baseline."""
+    better = grid[grid["k"] > 1]
+    return bool((better["compressed_s"] < better["baseline_s"]).all())

@@ -1,0 +1,190 @@
+"""Fitting alpha, BW, gamma, incast, T_comp, T_encode_decode from records: recovery and errors."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from studykit.perfmodel import fit, synthetic
+from studykit.perfmodel.calibration import Calibration
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["seed0", "seed1"])
+def records(request):
+    return pd.DataFrame(synthetic.synthetic_records(seed=request.param))
+
+
+TRUTH = synthetic.Truth()
+
+
+def _inside(c, truth, rel=0.05):
+    assert c.low is not None and c.high is not None, c
+    assert c.low <= truth <= c.high, f"{truth} outside [{c.low}, {c.high}] ({c.source})"
+    assert c.value == pytest.approx(truth, rel=rel)
+
+
+def test_alpha_bw_recovered_within_bootstrap_interval(records):
+    ab = fit.fit_alpha_bw(records)
+    _inside(ab.alpha_s, TRUTH.alpha_s)
+    _inside(ab.bandwidth_gbps, TRUTH.bandwidth_gbps)
+    assert ab.alpha_s.r2 > 0.99 and ab.alpha_s.n == 30
+    # per world size: the Eq. 1 bandwidth is the same at every p
+    assert set(ab.per_world_size["world_size"]) == {2, 4, 8}
+    np.testing.assert_allclose(ab.per_world_size["bw_gbps"], TRUTH.bandwidth_gbps, rtol=0.05)
+
+
+def test_alpha_bw_from_one_world_size():
+    df = pd.DataFrame(synthetic.synthetic_records(world_sizes=(4,), seed=2))
+    ab = fit.fit_alpha_bw(df)
+    _inside(ab.alpha_s, TRUTH.alpha_s, rel=0.1)
+    _inside(ab.bandwidth_gbps, TRUTH.bandwidth_gbps, rel=0.1)
+
+
+def test_incast_recovered(records):
+    ab = fit.fit_alpha_bw(records)
+    c = fit.fit_incast(records, ab.alpha_s.value, ab.bandwidth_gbps.value)
+    _inside(c, TRUTH.incast_coeff, rel=0.1)
+
+
+def test_gamma_recovered(records):
+    ab = fit.fit_alpha_bw(records)
+    g = fit.fit_gamma(records, ab.alpha_s.value, ab.bandwidth_gbps.value)
+    _inside(g, TRUTH.gamma, rel=0.03)
+    assert "tcomp fwd_bwd" in g.source
+
+
+def test_gamma_overhead_from_ddp_at_world_size_one():
+    recs = synthetic.synthetic_records(seed=3, ddp_world_sizes=(1, 2, 4))
+    df = pd.DataFrame([r for r in recs if not (r["kind"] == "tcomp" and r["phase"] == "fwd_bwd")])
+    g = fit.fit_gamma(df, TRUTH.alpha_s, TRUTH.bandwidth_gbps)
+    assert "ddp world_size 1" in g.source
+    assert g.value == pytest.approx(TRUTH.gamma, rel=0.03)
+
+
+def test_t_comp_and_encode_decode_recovered(records):
+    tc = {(c.model, c.batch_size): c for c in fit.fit_t_comp(records)}
+    assert set(tc) == set(TRUTH.t_comp_s)
+    for key, truth in TRUTH.t_comp_s.items():
+        _inside(tc[key], truth)
+    ed = {(e.compressor, json.dumps(e.params, sort_keys=True), e.model): e for e in fit.fit_encode_decode(records)}
+    for key, truth in TRUTH.t_encode_decode_s.items():
+        _inside(ed[key], truth)
+
+
+def test_encode_decode_linear_in_world_size():
+    base = {"kind": "encode_decode", "compressor": "signsgd", "params": {}, "model": "resnet50"}
+    rows = [{**base, "world_size": p, "ms_median": 10 + 0.5 * p + 0.01 * (-1) ** p} for p in (2, 4, 8, 16, 32, 64)]
+    (e,) = fit.fit_encode_decode(pd.DataFrame(rows))
+    assert e.value == pytest.approx(0.010, rel=0.01)
+    assert e.per_worker_s == pytest.approx(0.0005, rel=0.01)
+    assert e.r2 > 0.999
+
+
+def test_fit_calibration_end_to_end(records, tmp_path):
+    cal = fit.fit_calibration(records, "synthetic", n_boot=50)
+    for name in ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff"):
+        assert getattr(cal, name) is not None, name
+    assert cal.provenance["records"] == len(records)
+    again = Calibration.load(cal.save(tmp_path / "cal.json"))
+    assert again.to_dict() == cal.to_dict()
+
+
+def test_short_kinds_are_accepted():
+    rows = [{"kind": "allreduce", "world_size": p, "size_bytes": b,
+             "ms_median": 1e3 * (2 * 1e-5 * (p - 1) + 2 * b * (p - 1) / (p * 1.25e9))}
+            for p in (2, 8) for b in (1e3, 1e6, 1e8)]
+    ab = fit.fit_alpha_bw(pd.DataFrame(rows), n_boot=20)
+    assert ab.alpha_s.value == pytest.approx(1e-5, rel=1e-6)
+    assert ab.bandwidth_gbps.value == pytest.approx(10.0, rel=1e-6)
+
+
+def test_failed_records_are_ignored():
+    rows = [{"kind": "allreduce", "world_size": 2, "size_bytes": b, "ms_median": 1e3 * (1e-5 + b / 1.25e9),
+             "status": "ok"} for b in (1e3, 1e6, 1e8)]
+    rows.append({"kind": "allreduce", "world_size": 2, "size_bytes": 1e9, "ms_median": None, "status": "error"})
+    assert fit.fit_alpha_bw(pd.DataFrame(rows), n_boot=0).alpha_s.n == 3
+
+
+# ------------------------------------------------------------------ errors
+def _ar(sizes=(1e3, 1e6), world_sizes=(2,), ms=1.0):
+    return pd.DataFrame([{"kind": "allreduce", "world_size": p, "size_bytes": b, "ms_median": ms}
+                         for p in world_sizes for b in sizes])
+
+
+def test_one_message_size_is_an_error():
+    with pytest.raises(ValueError, match="one message size only.*2 distinct size_bytes"):
+        fit.fit_alpha_bw(_ar(sizes=(1e6,), world_sizes=(2, 4)))
+
+
+def test_world_size_one_only_is_an_error():
+    with pytest.raises(ValueError, match="world_size 1"):
+        fit.fit_alpha_bw(_ar(world_sizes=(1,)))
+
+
+def test_missing_columns_are_named():
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['size_bytes'\]"):
+        fit.fit_alpha_bw(_ar().drop(columns=["size_bytes"]))
+    with pytest.raises(ValueError, match="ms_median"):
+        fit.fit_alpha_bw(_ar().drop(columns=["ms_median"]))
+    with pytest.raises(ValueError, match="'kind'"):
+        fit.normalize(pd.DataFrame([{"world_size": 2}]))
+
+
+def test_non_positive_times_are_an_error():
+    df = _ar(sizes=(1e3, 1e6, 1e9))
+    df.loc[1, "ms_median"] = 0.0
+    with pytest.raises(ValueError, match="non-positive"):
+        fit.fit_alpha_bw(df)
+
+
+def test_no_records_of_the_kind_is_an_error():
+    with pytest.raises(ValueError, match="no records of kind 'allreduce'"):
+        fit.fit_alpha_bw(pd.DataFrame([{"kind": "tcomp", "model": "resnet50", "batch_size": 1, "ms_median": 1}]))
+    with pytest.raises(ValueError, match="phase 'bwd'"):
+        fit.fit_t_comp(pd.DataFrame([{"kind": "ddp", "model": "resnet50", "batch_size": 1, "ms_median": 1}]))
+
+
+def test_times_that_do_not_grow_with_size_leave_bandwidth_undetermined():
+    with pytest.raises(ValueError, match="bandwidth undetermined"):
+        fit.fit_alpha_bw(_ar(sizes=(1e3, 1e6, 1e8), world_sizes=(2,), ms=1.0))
+
+
+def test_gamma_unobservable_when_communication_bound():
+    recs = synthetic.synthetic_records(synthetic.Truth(bandwidth_gbps=0.5), seed=0)
+    with pytest.raises(ValueError, match="communication-bound"):
+        fit.fit_gamma(pd.DataFrame(recs), TRUTH.alpha_s, 0.5)
+
+
+def test_gamma_needs_t_comp():
+    df = pd.DataFrame([r for r in synthetic.synthetic_records() if r["kind"] != "tcomp"])
+    with pytest.raises(ValueError, match="backward times"):
+        fit.fit_gamma(df, TRUTH.alpha_s, TRUTH.bandwidth_gbps)
+
+
+def test_fit_calibration_strict_and_lenient():
+    df = pd.concat([_ar(sizes=(1e6,), world_sizes=(2, 4)),
+                    pd.DataFrame([{"kind": "tcomp", "phase": "bwd", "model": "resnet50", "batch_size": 64,
+                                   "ms_median": 120.0, "ms_min": 118.0, "ms_max": 125.0}])])
+    with pytest.raises(ValueError, match="one message size only"):
+        fit.fit_calibration(df, "x")
+    cal = fit.fit_calibration(df, "x", strict=False)
+    assert cal.alpha_s is None and "one message size" in cal.provenance["not_fitted"]["alpha_s, bandwidth_gbps"]
+    assert cal.t_comp[0].value == pytest.approx(0.120) and cal.t_comp[0].low == pytest.approx(0.118)
+    with pytest.raises(ValueError, match="nothing to fit"):
+        fit.fit_calibration(pd.DataFrame([{"kind": "copy_bw", "ms_median": 1.0}]), "x")
+
+
+def test_load_records(tmp_path):
+    p = synthetic.write_jsonl(synthetic.synthetic_records()[:5], tmp_path / "r.jsonl")
+    assert len(fit.load_records(p)) == 5 and len(fit.load_records(tmp_path)) == 5
+    with pytest.raises(FileNotFoundError):
+        fit.load_records(tmp_path / "missing.jsonl")
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match="not JSON"):
+        fit.load_records(tmp_path / "bad.jsonl")
+
+
+def test_committed_demo_file_is_the_generator_output():
+    assert synthetic.DEMO_PATH.exists(), "run python -m studykit.perfmodel.synthetic"
+    lines = synthetic.DEMO_PATH.read_text().splitlines()
+    assert [json.loads(x) for x in lines] == json.loads(json.dumps(synthetic.synthetic_records()))
