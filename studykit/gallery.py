@@ -75,7 +75,7 @@ def plot_survivors(specs: list[str], grads, tensor_index: int = 0, max_cols: int
     """A grid of heatmaps: the exact average gradient, then each compressor's estimate."""
     import matplotlib.pyplot as plt
 
-    from studykit.plots_base import theme
+    from studykit.plots import theme
 
     theme()
     panels = [("exact average", survivors(specs[0], grads, tensor_index)[0])]

@@ -128,6 +128,7 @@ def breakdown_plot(data: dict, ax=None):
     ax.set_ylabel("backward + sync time per iteration (ms)")
     if data.get("compressed"):
         ax.set_title(f"speed-up over syncSGD: {data['speedup']:.2f}x")
+    ax.set_ylim(top=max(float(bottoms.max()), data["linear_ms"]) * 1.45)  # headroom for the legend
     ax.legend(fontsize="small", loc="upper left")
     return fig, ax
 

@@ -18,7 +18,7 @@ seed: int = 0  # data order and initialisation
 # %%
 import matplotlib.pyplot as plt
 from studykit import compressors as C, gallery
-from studykit.plots_base import theme
+from studykit.plots import theme
 
 theme()
 available = [s for s in compressors if s.partition(":")[0] in C.available()]
