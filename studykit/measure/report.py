@@ -238,7 +238,7 @@ def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Op
     and the backward pass (dashed lines); the paper's V100 ms as open markers. Returns ``fig, ax``."""
     import matplotlib.pyplot as plt
 
-    from studykit.plots_base import theme
+    from studykit.plots import theme
 
     theme()
     t = _with_paper(encode_decode_table(df, model), paper)
@@ -272,7 +272,7 @@ def plot_overheads(df: pd.DataFrame, batch_size: Optional[int] = None):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from studykit.plots_base import theme
+    from studykit.plots import theme
 
     theme()
     frames = []
