@@ -1,0 +1,822 @@
+"""``python -m studykit verify``: score the performance model against measured iterations.
+
+Seed 000 checks its model by predicting iteration times and comparing them with
+runs (Sec. 4.1 "Verifying Performance Model", Fig. 11: median 1.8 %, max 13.7 % for
+syncSGD; App. C, Fig. 17: up to 9.1 % for all-reduce schemes and 19.1 % for
+SignSGD's all-gather; App. D, Fig. 19: tc-throttled bandwidths). This module does the
+same from the kit's measurement records (:mod:`studykit.measure`), one *platform*
+(a records folder: ``data/measurements/gpu``, ``data/measurements/throttle``, ...) at a time.
+
+What is predicted
+-----------------
+A DDP record times a whole iteration: forward + backward + synchronization +
+optimizer step. The model's ``T_obs`` covers backward + synchronization only, so::
+
+    predicted iteration = O + T_obs
+
+* ``O``, the non-backward part (forward, loss, optimizer step, DDP's own
+  bookkeeping), is **measured at world size 1**: the platform's DDP record of the
+  same model and batch at world size 1 minus its single-device backward time
+  ``T_comp`` (``O = T_ddp(p=1) - T_comp``). Those world-size-1 records move no
+  bytes and are never scored. Without one, ``O`` falls back to the forward time
+  from ``tcomp`` records (``T_fwd_bwd - T_comp``; the step is then missing).
+* syncSGD (Sec. 4.1)::
+
+      T_obs = max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last)
+
+* compression after the backward pass (App. B, the paper's choice; ``mode`` post)::
+
+      T_obs = T_comp + T_encode_decode + sum_c T_comm(c)
+
+  with the collectives ``c`` of the compressor's real protocol (its ``plan()``).
+* compression as a DDP hook (``mode`` hook, overlapped): the paper gives no model
+  (App. A only shows it is slower). The ``paper`` variant applies App. B's formula
+  anyway (compression blocks the backward pass, App. A Fig. 13).
+
+Where each input comes from (App. C)
+------------------------------------
+* ``T_comp``: ``tcomp`` records, phase ``bwd`` (backward alone, one device);
+* ``alpha``, ``BW``: Eq. 1 fitted to the ``sweep`` all-reduce records of the same
+  network (:func:`studykit.perfmodel.fit.fit_alpha_bw`); throttled records carry
+  their rate in ``network``, and each (rate, workers) is its own network;
+* ``T_encode_decode``: ``profile`` records, phase ``reduce`` (encode + decode incl.
+  flattening), at the simulated world size matching the run when profiled;
+* ``gamma`` (the only constant fitted on DDP iterations): **leave-one-out**. For
+  each scored record, gamma is fitted on syncSGD records of the *other* holdout
+  groups only (``--holdout``: other models by default; other networks when the
+  platform has one model), by App. C's rule: over records where the backward pass
+  bounds the overlap, ``gamma_i = (T - O - T_comm(b_last)) / T_comp``; gamma is
+  their median (1.0 when no calibration record is compute-bound, said in
+  ``calibrated_on``). Every output row names what it was calibrated on, and
+  :func:`check_disjoint` asserts that no row is scored on a point it was fitted to.
+
+Two variants
+------------
+``paper``: exactly the above (Eq. 1 for every collective, Sec. 4.1's bucketing
+``k = ceil(G / b)``, no incast term).
+
+``extended`` (beyond the paper; each term named where the paper's model misses):
+
+* **DDP's real buckets**: parameters in reverse order, a bucket closes once it
+  reaches the cap, the first bucket capped at 1 MiB under the default 25 MB
+  (PyTorch's ``first_bucket_bytes``). A single huge tensor (VGG19's 411 MB fc1,
+  a 64 KB layer of ``mlp_small``) is one bucket however small the cap;
+* **measured collectives**: ``T_comm`` interpolated (log-log) in the same network's
+  sweep (all-reduce for all-reduce, all-gather for all-gather) instead of Eq. 1.
+  This carries small-message latency (gloo's per-call cost is not Eq. 1's
+  ``2 alpha (p-1)``) and all-gather incast/inefficiency into the prediction;
+  Eq. 1 with the fitted constants beyond the swept sizes;
+* **compression-path overhead**: the post-backward and hook paths add framework
+  work the profile does not time (copying back decoded gradients, Python per
+  bucket, DDP hook futures). It is calibrated on the identity compressor
+  ``none`` of the same model and batch (measured minus predicted), on *other*
+  networks when the platform has several, and scored on every other compressor;
+  the ``none`` records used are named in ``calibrated_on`` and not scored against it;
+* **synchronization terms** in syncSGD: ``T_obs = max(gamma T_comp, overlapped comm) +
+  T_comm(b_last) + delta + c (k - 1)``, with ``delta`` (per iteration: the slowest rank sets the
+  iteration, launch costs) and ``c`` (per extra DDP bucket: autograd hook, bucket copies, future)
+  fitted together with gamma on the same leave-one-out calibration records
+  (:func:`fit_gamma_loo`); the output's ``delta_ms`` is ``delta + c (k - 1)``;
+* **CPU contention**: ``T_comp`` from ``tcomp`` records of w processes timing at once (their
+  ``network.workers`` = w) for a w-worker run, and the same slowdown applied to ``O`` and
+  ``T_encode_decode`` (see :class:`_Inputs`);
+* hook mode: the protocol's collectives are issued per DDP bucket (latency per
+  bucket), from the bucket's own parameter shapes.
+
+Repeated records of one configuration (several passes over the same rates) are pooled: the
+minimum of ``ms_min``, the median of any other statistic (:func:`_agg`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from studykit import models, paths
+
+__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "load_platform", "ddp_buckets",
+           "paper_buckets", "Collectives", "noise_floor", "repeatability", "fit_network", "leave_one_out",
+           "check_disjoint", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
+
+#: columns every predictions CSV has (the issue's minimum, and more)
+REQUIRED_COLUMNS = ("config", "predicted_ms", "measured_ms", "rel_error", "calibrated_on")
+VARIANTS = ("paper", "extended")
+STATS = ("ms_median", "ms_mean", "ms_min")
+MIB = 2**20
+#: PyTorch DDP: bucket_cap_mb default 25 MB; the first bucket (gradients ready first) is 1 MiB under the default
+DDP_DEFAULT_BUCKET_MB = 25.0
+DDP_FIRST_BUCKET_BYTES = 1 * MIB
+GAMMA_MARGIN = 0.05  # a record is compute-bound when (1 + margin) * overlapped comm <= compute (as perfmodel.fit)
+
+
+# ------------------------------------------------------------------ small pure helpers
+def rel_error(predicted, measured):
+    """Relative error ``(predicted - measured) / measured`` (signed; > 0: the model is slow)."""
+    p = np.asarray(predicted, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    if np.any(m <= 0):
+        raise ValueError("measured times must be > 0")
+    out = (p - m) / m
+    return float(out) if out.ndim == 0 else out
+
+
+def summarize(df: pd.DataFrame, by: Sequence[str] = ("platform", "group", "variant")) -> pd.DataFrame:
+    """Per group: number of configurations, median and maximum |relative error|, mean signed error."""
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "n", "median_abs_rel_error", "max_abs_rel_error", "mean_rel_error"])
+    a = df.assign(_abs=df["rel_error"].abs())
+    g = a.groupby(list(by), sort=False)
+    out = pd.DataFrame({"n": g.size(), "median_abs_rel_error": g["_abs"].median(),
+                        "max_abs_rel_error": g["_abs"].max(), "mean_rel_error": g["rel_error"].mean()})
+    worst = a.loc[g["_abs"].idxmax(), [*by, "config"]].set_index(list(by))["config"]
+    out["worst_config"] = worst
+    return out.reset_index()
+
+
+def paper_buckets(total_bytes: float, bucket_bytes: float) -> list[float]:
+    """Sec. 4.1's bucketing: ``k = ceil(G / b)`` buckets, ``k-1`` of ``b`` bytes and the rest last."""
+    k = max(1, math.ceil(total_bytes / bucket_bytes - 1e-12))
+    b = min(bucket_bytes, total_bytes)
+    return [b] * (k - 1) + [total_bytes - (k - 1) * b]
+
+
+def ddp_buckets(shapes: Sequence[Sequence[int]], bucket_mb: float | None = None,
+                bytes_per_param: int = 4) -> list[list[tuple]]:
+    """PyTorch DDP's bucket assignment (torch >= 2.x, one dtype): shapes in *reverse* order
+    (gradients of the last layers are ready first) grouped until a bucket reaches its cap;
+    the first bucket's cap is 1 MiB when ``bucket_mb`` is DDP's default (``None``), the cap
+    itself otherwise. Returns the buckets in the order they are communicated (the last one
+    holds the first layers and can only start after the backward pass)."""
+    cap = (DDP_DEFAULT_BUCKET_MB if bucket_mb is None else float(bucket_mb)) * MIB
+    first = DDP_FIRST_BUCKET_BYTES if bucket_mb is None else cap
+    out: list[list[tuple]] = []
+    cur: list[tuple] = []
+    size = 0
+    for s in reversed([tuple(int(d) for d in s) for s in shapes]):
+        cur.append(s)
+        size += math.prod(s) * bytes_per_param
+        if size >= (first if not out else cap):
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _bucket_bytes(bucket: Sequence[tuple], bytes_per_param: int = 4) -> float:
+    return float(sum(math.prod(s) for s in bucket) * bytes_per_param)
+
+
+# ------------------------------------------------------------------ leave-one-out machinery
+def leave_one_out(items: Sequence, group_of: Callable, fit: Callable, predict: Callable,
+                  name_of: Callable = str, pool: Sequence | None = None) -> list[dict]:
+    """Generic leave-one-group-out: for each holdout group ``g``, ``fit`` sees only the items
+    of ``pool`` (default ``items``) whose group differs from ``g``; ``predict(item, fitted)``
+    scores each item of ``g``. Returns one dict per scored item with ``calibrated_on`` (the
+    names of the fitting items) added; raises if a scored item is among them."""
+    pool = list(items if pool is None else pool)
+    rows = []
+    for g in dict.fromkeys(group_of(x) for x in items):
+        train = [x for x in pool if group_of(x) != g]
+        fitted = fit(train)
+        names = sorted({name_of(x) for x in train})
+        for x in (x for x in items if group_of(x) == g):
+            row = dict(predict(x, fitted))
+            row["calibrated_on"] = "; ".join(names)
+            row["config"] = row.get("config", name_of(x))
+            rows.append(row)
+    check_disjoint(rows)
+    return rows
+
+
+def check_disjoint(rows: Iterable[dict] | pd.DataFrame) -> None:
+    """Raise if a row's configuration is among the configurations it was calibrated on."""
+    it = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else rows
+    for r in it:
+        cal = {c.strip() for c in str(r.get("calibrated_on") or "").split(";")}
+        if r["config"] in cal:
+            raise AssertionError(f"configuration {r['config']!r} is scored on a prediction fitted to itself")
+
+
+# ------------------------------------------------------------------ records -> platform
+def _pkey(params) -> str:
+    from studykit.perfmodel.calibration import normalize_params
+
+    return json.dumps(normalize_params(params if isinstance(params, dict) else {}), sort_keys=True)
+
+
+def _net(n) -> tuple:
+    """(rate_gbps or None, workers) of a record's ``network`` field; (None, None) on a real network."""
+    if isinstance(n, dict) and n:
+        return (float(n["rate_gbps"]) if n.get("rate_gbps") is not None else None, n.get("workers"))
+    return (None, None)
+
+
+def _net_label(rate, world_size) -> str:
+    return "native" if rate is None else (f"{rate:g}Gbps" if rate > 0 else "unshaped")
+
+
+@dataclass
+class Platform:
+    """The records of one platform (folder), split by kind, with the statistic chosen."""
+
+    name: str
+    stat: str
+    tcomp: pd.DataFrame
+    ddp: pd.DataFrame
+    sweep: pd.DataFrame
+    profile: pd.DataFrame
+    device: str = ""
+    notes: list = field(default_factory=list)
+
+
+def load_platform(source: str | Path, stat: str = "ms_median", name: str | None = None) -> Platform:
+    """Read a records folder (or file) into a :class:`Platform` (ok records only)."""
+    from studykit.measure.records import load_records
+
+    if stat not in STATS:
+        raise ValueError(f"unknown statistic {stat!r}; valid: {list(STATS)}")
+    src = Path(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        recs = [r for r in load_records(src) if r.get("status", "ok") == "ok" and r.get(stat) is not None]
+    if not recs:
+        raise ValueError(f"no usable records in {src}")
+    df = pd.DataFrame(recs)
+    for c in ("network", "mode", "bucket_mb", "phase", "op", "compressor", "params", "sim_world_size", "size_bytes",
+              "batch_size", "model", "times_ms", "n_iter", "gpu", "device"):
+        if c not in df.columns:
+            df[c] = None
+    net = df["network"].map(_net)
+    df["rate_gbps"] = net.map(lambda t: t[0])
+    df["params_key"] = df["params"].map(_pkey)
+    dev = sorted({str(g) for g in df["gpu"].dropna()})
+    return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
+                    tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
+                    sweep=df[df["kind"] == "sweep"].copy(), profile=df[df["kind"] == "profile"].copy(),
+                    device=", ".join(dev[:2]))
+
+
+# ------------------------------------------------------------------ collectives of one network
+@dataclass
+class Collectives:
+    """Communication costs on one network: Eq. 1 constants and the measured sweep."""
+
+    world_size: int
+    rate_gbps: float | None
+    alpha_s: float
+    bandwidth_gbps: float
+    incast_coeff: float
+    sweep: dict  # op -> (sizes, seconds), sorted, one world size
+    r2: float = float("nan")
+
+    def eq1(self, op: str, nbytes: float, alpha_s: float | None = None) -> float:
+        """Eq. 1 (all_reduce) / App. B ring all-gather (all_gather, incast-free)."""
+        from studykit.perfmodel import collectives as col
+
+        a = self.alpha_s if alpha_s is None else alpha_s
+        bw = col.gbps_to_bytes_s(self.bandwidth_gbps)
+        fn = col.ring_allreduce_s if op == "all_reduce" else col.ring_allgather_s
+        return float(fn(nbytes, self.world_size, a, bw))
+
+    def measured(self, op: str, nbytes: float) -> float:
+        """Sweep time of ``op`` at ``nbytes`` (log-log interpolation; Eq. 1 beyond the swept sizes,
+        scaled to meet the sweep at its largest size)."""
+        if op not in self.sweep or nbytes <= 0:
+            return self.eq1(op, nbytes)
+        x, y = self.sweep[op]
+        if nbytes <= x[0]:
+            return float(y[0])  # below the smallest size: latency-bound
+        if nbytes >= x[-1]:
+            return float(y[-1] * self.eq1(op, nbytes) / self.eq1(op, x[-1]))
+        return float(np.exp(np.interp(np.log(nbytes), np.log(x), np.log(y))))
+
+    def cost(self, op: str, nbytes: float, variant: str) -> float:
+        return self.eq1(op, nbytes) if variant == "paper" else self.measured(op, nbytes)
+
+
+def fit_network(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, stat: str) -> Collectives:
+    """Eq. 1 alpha/BW (and the all-gather incast coefficient) from one network's sweep."""
+    from studykit.perfmodel import fit as pfit
+
+    s = sweep[(sweep["world_size"] == world_size)]
+    s = s[s["rate_gbps"].isna()] if rate_gbps is None else s[s["rate_gbps"] == rate_gbps]
+    if s.empty:
+        raise ValueError(f"no sweep records at world size {world_size}, network {_net_label(rate_gbps, world_size)}")
+    ab = pfit.fit_alpha_bw(s, stat=stat, n_boot=0)
+    try:
+        inc = pfit.fit_incast(s, ab.alpha_s.value, ab.bandwidth_gbps.value, stat=stat, n_boot=0).value
+    except ValueError:
+        inc = 0.0
+    tables = {}
+    for op, g in s.groupby("op"):
+        g = g.groupby("size_bytes")[stat].agg(lambda v: _agg(v, stat)).sort_index()
+        tables[op] = (g.index.to_numpy(float), g.to_numpy(float) / 1e3)
+    return Collectives(world_size, rate_gbps, ab.alpha_s.value, ab.bandwidth_gbps.value, inc, tables,
+                       r2=ab.alpha_s.r2 or float("nan"))
+
+
+# ------------------------------------------------------------------ per-configuration inputs
+def _label(r) -> str:
+    """A configuration's name, unique within a platform."""
+    parts = [str(r["model"]), f"b{int(r['batch_size'])}", str(r["mode"])]
+    if r["mode"] == "syncsgd":
+        parts.append("bucket=" + ("default" if _isnull(r["bucket_mb"]) else f"{float(r['bucket_mb']):g}MB"))
+    else:
+        parts.append(str(r["compressor"]))
+        pk = r.get("params_key", "{}")
+        if pk not in ("{}", None):
+            parts.append(pk.replace('"', "").replace(" ", ""))
+    parts.append(f"p={int(r['world_size'])}")
+    parts.append(_net_label(r.get("rate_gbps"), r["world_size"]) if not _isnull(r.get("rate_gbps")) else "native")
+    return " ".join(parts)
+
+
+def _isnull(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _agg(values, stat: str) -> float:
+    """Pool repeated measurements of one configuration: the minimum of ``ms_min``, else the median."""
+    v = np.asarray(list(values), dtype=float)
+    return float(v.min() if stat == "ms_min" else np.median(v))
+
+
+def _workers(n) -> int | None:
+    return int(n["workers"]) if isinstance(n, dict) and n.get("workers") is not None else None
+
+
+class _Inputs:
+    """Look-ups of T_comp, O (non-backward overhead), T_encode_decode and networks on a platform.
+
+    CPU contention (``extended`` only): ``tcomp`` records timed inside a throttled cluster
+    (``network.workers`` = w: every worker timing at once, as in training) give the
+    contended backward time of a w-worker run and the slowdown ``kappa_w`` = contended /
+    alone (median over models and batches), which also scales ``O`` and ``T_encode_decode``
+    (measured alone). Without such records ``kappa`` = 1 (GPUs: one process per device).
+    """
+
+    def __init__(self, plat: Platform):
+        self.p = plat
+        st = plat.stat
+        t = plat.tcomp.assign(_w=plat.tcomp["network"].map(_workers))
+        alone = t[t["_w"].isna()]
+        self.t_comp = {(m, int(b)): _agg(g[st], st) / 1e3
+                       for (m, b), g in alone[alone["phase"] == "bwd"].groupby(["model", "batch_size"])}
+        self.t_fb = {(m, int(b)): _agg(g[st], st) / 1e3
+                     for (m, b), g in alone[alone["phase"] == "fwd_bwd"].groupby(["model", "batch_size"])}
+        cont = t[t["_w"].notna() & (t["phase"] == "bwd")]
+        self.t_comp_w = {(m, int(b), int(w)): _agg(g[st], st) / 1e3
+                         for (m, b, w), g in cont.groupby(["model", "batch_size", "_w"])}
+        ratios: dict = {}
+        for (m, b, w), v in self.t_comp_w.items():
+            if (m, b) in self.t_comp:
+                ratios.setdefault(w, []).append(v / self.t_comp[(m, b)])
+        self.kappa_w = {w: float(np.median(r)) for w, r in ratios.items()}
+        d = plat.ddp
+        one = d[(d["world_size"] == 1) & (d["mode"] == "syncsgd") & d["bucket_mb"].isna()]
+        self.t_ws1 = {(m, int(b)): _agg(g[st], st) / 1e3 for (m, b), g in one.groupby(["model", "batch_size"])}
+        pr = plat.profile[plat.profile["phase"].isin(["reduce"]) | plat.profile["phase"].isna()]
+        self.profile = pr
+        self._nets: dict = {}
+
+    def kappa(self, p: int, variant: str) -> float:
+        return 1.0 if variant == "paper" else self.kappa_w.get(int(p), 1.0)
+
+    def tcomp(self, model: str, bs: int, p: int, variant: str) -> tuple[float, str]:
+        if variant != "paper" and (model, bs, p) in self.t_comp_w:
+            return self.t_comp_w[(model, bs, p)], f"T_comp tcomp bwd with {p} workers timing at once"
+        if (model, bs) not in self.t_comp:
+            raise KeyError(f"no tcomp bwd record for {model} batch {bs}")
+        return self.t_comp[(model, bs)], "T_comp tcomp bwd"
+
+    def overhead(self, model: str, bs: int, p: int = 1, variant: str = "paper") -> tuple[float, str]:
+        key = (model, bs)
+        if key not in self.t_comp:
+            raise KeyError(f"no tcomp bwd record for {model} batch {bs}")
+        k = self.kappa(p, variant)
+        kk = f" x kappa {k:.2f}" if k != 1.0 else ""
+        if key in self.t_ws1:
+            return (self.t_ws1[key] - self.t_comp[key]) * k, f"O = ddp(p=1) - T_comp{kk}"
+        if key in self.t_fb:
+            return (self.t_fb[key] - self.t_comp[key]) * k, f"O = tcomp fwd_bwd - bwd{kk} (no optimizer step)"
+        return 0.0, "O = 0 (no world-size-1 or fwd_bwd record)"
+
+    def encode_decode(self, model: str, compressor: str, pkey: str, p: int, variant: str = "paper"
+                      ) -> tuple[float, str]:
+        g = self.profile[(self.profile["model"] == model) & (self.profile["compressor"] == compressor)
+                         & (self.profile["params_key"] == pkey)]
+        if g.empty:
+            raise KeyError(f"no profile record for {compressor} {pkey} on {model}")
+        k = self.kappa(p, variant)
+        kk = f" x kappa {k:.2f}" if k != 1.0 else ""
+        sws = g["sim_world_size"].fillna(1).astype(int)
+        exact = g[sws == p]
+        st = self.p.stat
+        if not exact.empty:
+            return _agg(exact[st], st) / 1e3 * k, f"profile sim_world_size={p}{kk}"
+        near = int(sws.iloc[(sws - p).abs().argsort().iloc[0]])
+        return _agg(g[sws == near][st], st) / 1e3 * k, f"profile sim_world_size={near} (run has p={p}){kk}"
+
+    def network(self, p: int, rate) -> Collectives:
+        key = (p, None if _isnull(rate) else float(rate))
+        if key not in self._nets:
+            self._nets[key] = fit_network(self.p.sweep, p, key[1], self.p.stat)
+        return self._nets[key]
+
+
+# ------------------------------------------------------------------ the equations per record
+def _sync_terms(shapes, bucket_mb, p, net: Collectives, variant: str) -> tuple[float, float, int]:
+    """(overlapped comm of all but the last bucket, last bucket's comm, k) in seconds."""
+    if variant == "paper":
+        total = 4.0 * sum(math.prod(s) for s in shapes)
+        cap = (DDP_DEFAULT_BUCKET_MB if _isnull(bucket_mb) else float(bucket_mb)) * MIB
+        sizes = paper_buckets(total, cap)
+    else:
+        sizes = [_bucket_bytes(b) for b in ddp_buckets(shapes, None if _isnull(bucket_mb) else float(bucket_mb))]
+    t = [net.cost("all_reduce", s, variant) for s in sizes]
+    return float(sum(t[:-1])), float(t[-1]), len(sizes)
+
+
+def _plan_comm(compressor, params, shapes_list, p, net: Collectives, variant: str) -> tuple[float, float]:
+    """(seconds, wire bytes) of the compressor's collectives; one plan per bucket in ``shapes_list``."""
+    from studykit.perfmodel.model import plan_summary
+
+    t, wire = 0.0, 0.0
+    for shapes in shapes_list:
+        s = plan_summary(compressor, params, shapes, p)
+        for c in s.collectives:
+            op = c["op"]
+            t += net.cost(op, float(c["nbytes"]), variant) if variant != "paper" else (
+                net.eq1(op, float(c["nbytes"])))
+            wire += float(c["nbytes"])
+    return t, wire
+
+
+def _clean_params(params) -> dict:
+    from studykit.perfmodel.calibration import normalize_params
+
+    return normalize_params(params if isinstance(params, dict) else {})
+
+
+def _base_row(r, plat: Platform, variant: str, group: str) -> dict:
+    times = r.get("times_ms")
+    iqr = float("nan")
+    if isinstance(times, (list, tuple)) and len(times) >= 4:
+        q1, q3 = np.percentile(times, [25, 75])
+        iqr = float((q3 - q1) / np.median(times))
+    return {"platform": plat.name, "group": group, "variant": variant, "config": _label(r), "model": r["model"],
+            "batch_size": int(r["batch_size"]), "mode": r["mode"],
+            "compressor": "" if _isnull(r["compressor"]) else r["compressor"],
+            "params": r["params_key"], "bucket_mb": r["bucket_mb"], "world_size": int(r["world_size"]),
+            "rate_gbps": r["rate_gbps"], "measured_ms": float(r["measured_ms"]), "n_iter": r.get("n_iter"),
+            "n_records": r.get("n_records", 1), "meas_iqr_rel": iqr}
+
+
+def _predict_sync(r, inp: _Inputs, gamma: float, variant: str, delta: float = 0.0, per_bucket: float = 0.0) -> dict:
+    m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
+    tc, how_tc = inp.tcomp(m, bs, p, variant)
+    o, how_o = inp.overhead(m, bs, p, variant)
+    net = inp.network(p, r["rate_gbps"])
+    ov, last, k = _sync_terms(models.param_shapes(m), r["bucket_mb"], p, net, variant)
+    comp = gamma * tc
+    delta = delta + per_bucket * (k - 1)
+    t_obs = max(comp, ov) + last + delta
+    return {"t_comp_ms": tc * 1e3, "overhead_ms": o * 1e3, "t_obs_ms": t_obs * 1e3, "t_comm_ms": (ov + last) * 1e3,
+            "t_encode_decode_ms": 0.0, "gamma": gamma, "delta_ms": delta * 1e3, "k_buckets": k,
+            "bound": "compute" if comp >= ov else "communication", "predicted_ms": (o + t_obs) * 1e3,
+            "inputs": f"{how_o}; {how_tc}; alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps "
+                      f"(sweep p={p} {_net_label(net.rate_gbps, p)})"}
+
+
+def _predict_compressed(r, inp: _Inputs, variant: str, extra_s: float = 0.0) -> dict:
+    m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
+    tc, how_tc = inp.tcomp(m, bs, p, variant)
+    o, how_o = inp.overhead(m, bs, p, variant)
+    net = inp.network(p, r["rate_gbps"])
+    params = _clean_params(r["params"])
+    ed, how_ed = inp.encode_decode(m, r["compressor"], r["params_key"], p, variant)
+    shapes = models.param_shapes(m)
+    if r["mode"] == "hook" and variant != "paper":
+        buckets = ddp_buckets(shapes, None if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]))
+    else:
+        buckets = [shapes]
+    comm, wire = _plan_comm(r["compressor"], params, buckets, p, net, variant)
+    t_obs = tc + ed + comm
+    return {"t_comp_ms": tc * 1e3, "overhead_ms": (o + extra_s) * 1e3, "t_obs_ms": t_obs * 1e3,
+            "t_comm_ms": comm * 1e3, "t_encode_decode_ms": ed * 1e3, "gamma": float("nan"), "k_buckets": len(buckets),
+            "bound": "", "predicted_ms": (o + extra_s + t_obs) * 1e3, "wire_bytes_model": wire,
+            "inputs": f"{how_o}; {how_tc}; {how_ed}; alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps "
+                      f"incast={net.incast_coeff:.2f} (sweep p={p} {_net_label(net.rate_gbps, p)})"}
+
+
+# ------------------------------------------------------------------ gamma, leave-one-out
+def fit_gamma_loo(train: Sequence[dict], inp: _Inputs, variant: str) -> tuple[float, float, float, str]:
+    """``(gamma, delta_s, per_bucket_s, how)`` from syncSGD calibration records.
+
+    ``paper``: App. C's rule on the compute-bound records, ``gamma_i = (T - O - T_comm(b_last)) / T_comp``,
+    median; no other term. ``extended``: least squares (relative errors, non-negative coefficients) of
+    ``T - O - T_comm(b_last) = gamma T_comp + delta + per_bucket (k - 1)`` over the compute-bound records:
+    ``delta`` is a per-iteration synchronization cost that does not scale with the backward pass (the
+    slowest rank sets each iteration; the collective's launch), ``per_bucket`` DDP's cost per extra
+    bucket beyond the collective itself (autograd hook, copies into and out of the bucket, future).
+    The terms are fitted only when the records can tell them apart: backward times at least 1.5x apart
+    for ``delta``, two bucket counts for ``per_bucket``; otherwise the paper's rule.
+    gamma = 1 when no calibration record is compute-bound."""
+    from scipy.optimize import nnls
+
+    xs, ys, ks = [], [], []
+    for r in train:
+        m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
+        tc, _ = inp.tcomp(m, bs, p, variant)
+        o, _ = inp.overhead(m, bs, p, variant)
+        net = inp.network(p, r["rate_gbps"])
+        ov, last, k = _sync_terms(models.param_shapes(m), r["bucket_mb"], p, net, variant)
+        s = float(r["measured_ms"]) / 1e3 - o
+        if (1.0 + GAMMA_MARGIN) * ov <= s - last:
+            xs.append(tc)
+            ks.append(k - 1)
+            ys.append(s - last)
+    if not xs:
+        return 1.0, 0.0, 0.0, "gamma=1 (no compute-bound calibration record)"
+    x, y = np.asarray(xs), np.asarray(ys)
+    if variant != "paper" and len(x) >= 2 and x.max() >= 1.5 * x.min():
+        kk = np.asarray(ks, dtype=float)
+        if kk.max() > kk.min():
+            (g, d, e), _ = nnls(np.column_stack([x, np.ones_like(x), kk]) / y[:, None], np.ones_like(y))
+            if g > 0:
+                return float(g), float(d), float(e), (
+                    f"gamma={g:.3f}, delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket: "
+                    f"fit to {len(x)} compute-bound of {len(train)}")
+        (g, d), _ = nnls(np.column_stack([x, np.ones_like(x)]) / y[:, None], np.ones_like(y))  # relative errors
+        if g > 0:
+            return float(g), float(d), 0.0, (f"gamma={g:.3f}, delta={d * 1e3:.3f} ms: line through {len(x)} "
+                                        f"compute-bound of {len(train)}")
+    g = float(np.median(y / x))
+    return g, 0.0, 0.0, f"gamma={g:.3f} from {len(x)} compute-bound of {len(train)}"
+
+
+def _holdout_fn(kind: str, records: pd.DataFrame) -> tuple[Callable, str]:
+    if kind == "auto":
+        kind = "model" if records["model"].nunique() > 1 else (
+            "network" if records["rate_gbps"].nunique(dropna=False) > 1 else "record")
+    fns = {"model": lambda r: r["model"],
+           "network": lambda r: (_net_label(r["rate_gbps"], r["world_size"]), int(r["world_size"])),
+           "bucket": lambda r: "default" if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]),
+           "record": lambda r: r["config"]}
+    if kind not in fns:
+        raise ValueError(f"unknown holdout {kind!r}; valid: auto, {', '.join(fns)}")
+    return fns[kind], kind
+
+
+GROUPS = {"syncsgd": "syncSGD", "post": "compressors (post)", "hook": "compressors (hook)"}
+
+
+def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
+                    include_hook: bool = True) -> pd.DataFrame:
+    """Every scorable DDP record of ``plat``: one row per (record, variant)."""
+    inp = _Inputs(plat)
+    d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
+    modes = ["syncsgd", "post"] + (["hook"] if include_hook else [])
+    d = d[d["mode"].isin(modes)]
+    d["config"] = [_label(r) for r in d.to_dict("records")]
+    ok = []
+    for r in _pool(d, plat.stat):  # scorable: inputs exist
+        try:
+            inp.tcomp(r["model"], int(r["batch_size"]), int(r["world_size"]), "paper")
+            inp.network(int(r["world_size"]), r["rate_gbps"])
+            if r["mode"] != "syncsgd":
+                inp.encode_decode(r["model"], r["compressor"], r["params_key"], int(r["world_size"]))
+            ok.append(r)
+        except (KeyError, ValueError) as exc:
+            plat.notes.append(f"not scored: {_label(r)}: {exc}")
+    recs = ok
+    if not recs:
+        return pd.DataFrame(columns=list(REQUIRED_COLUMNS))
+    hd = pd.DataFrame(recs)
+    group_of, how = _holdout_fn(holdout, hd)
+    rows: list[dict] = []
+    sync = [r for r in recs if r["mode"] == "syncsgd"]
+    for variant in variants:
+        # syncSGD: gamma fitted on the other holdout groups' syncSGD records
+        def fit(train, variant=variant):
+            return fit_gamma_loo(train, inp, variant)
+
+        def pred(r, fitted, variant=variant):
+            g, dl, pb, how_g = fitted
+            out = _base_row(r, plat, variant, "syncSGD")
+            out.update(_predict_sync(r, inp, g, variant, dl, pb))
+            out["inputs"] += f"; {how_g}"
+            return out
+
+        if sync:
+            part = leave_one_out(sync, group_of, fit, pred, name_of=lambda r: r["config"])
+            for x in part:
+                x["holdout"] = how
+            rows += part
+        # compressors
+        for mode in ("post", "hook"):
+            comp = [r for r in recs if r["mode"] == mode]
+            if not comp:
+                continue
+            if variant == "paper":
+                for r in comp:
+                    out = _base_row(r, plat, variant, GROUPS[mode])
+                    out.update(_predict_compressed(r, inp, variant))
+                    out["calibrated_on"] = ""
+                    out["holdout"] = "none fitted"
+                    rows.append(out)
+            else:
+                rows += _extended_compressed(comp, inp, plat, mode)
+    out = pd.DataFrame(rows)
+    out["rel_error"] = rel_error(out["predicted_ms"], out["measured_ms"])
+    out["abs_rel_error"] = out["rel_error"].abs()
+    check_disjoint(out)
+    return out
+
+
+def _pool(d: pd.DataFrame, stat: str) -> list[dict]:
+    """One dict per configuration; repeated records (e.g. a second pass over the rates) pooled:
+    ``measured_ms`` by :func:`_agg`, iterations concatenated, ``n_records`` counted."""
+    out = []
+    for _, g in d.groupby("config", sort=False):
+        r = dict(g.iloc[0])
+        r["measured_ms"] = _agg(g[stat], stat)
+        r["n_records"] = len(g)
+        r["n_iter"] = int(pd.to_numeric(g["n_iter"], errors="coerce").fillna(0).sum())
+        times = [t for ts in g["times_ms"] if isinstance(ts, (list, tuple)) for t in ts]
+        r["times_ms"] = times or None
+        out.append(r)
+    return out
+
+
+def _extended_compressed(comp: list[dict], inp: _Inputs, plat: Platform, mode: str) -> list[dict]:
+    """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
+    of the same model and batch (other networks when there are several), scored on the rest."""
+    rows = []
+    nones = [r for r in comp if r["compressor"] == "none"]
+    multi_net = len({(r["rate_gbps"], r["world_size"]) for r in comp}) > 1
+    for r in comp:
+        key = (r["model"], int(r["batch_size"]))
+        cal = [n for n in nones if (n["model"], int(n["batch_size"])) == key and n["config"] != r["config"]]
+        if multi_net:
+            cal = [n for n in cal if (n["rate_gbps"], n["world_size"]) != (r["rate_gbps"], r["world_size"])]
+        if not cal:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
+            continue
+        extra = []
+        for n in cal:
+            base = _predict_compressed(n, inp, "extended")
+            extra.append(float(n["measured_ms"]) / 1e3 - base["predicted_ms"] / 1e3)
+        h = float(np.median(extra))
+        out = _base_row(r, plat, "extended", GROUPS[mode])
+        out.update(_predict_compressed(r, inp, "extended", extra_s=h))
+        out["inputs"] += f"; path overhead {h * 1e3:+.3f} ms from {len(cal)} '{mode} none' record(s)"
+        out["calibrated_on"] = "; ".join(sorted(n["config"] for n in cal))
+        out["holdout"] = "identity compressor" + (" at other networks" if multi_net else "")
+        rows.append(out)
+    return rows
+
+
+def noise_floor(pred: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
+    """How much syncSGD iterations of one model differ across bucket sizes, measured and predicted.
+
+    On a fast network the model predicts nearly the same time for every bucket size, so the
+    measured spread is (mostly) run-to-run noise: a floor under the achievable error."""
+    s = pred[(pred["group"] == "syncSGD") & (pred["variant"] == variant)]
+    rows = []
+    for key, g in s.groupby(["platform", "model", "batch_size", "world_size", "rate_gbps"], dropna=False):
+        if len(g) < 2:
+            continue
+        rows.append(dict(zip(["platform", "model", "batch_size", "world_size", "rate_gbps"], key),
+                         n=len(g), measured_spread=g["measured_ms"].max() / g["measured_ms"].min() - 1.0,
+                         predicted_spread=g["predicted_ms"].max() / g["predicted_ms"].min() - 1.0,
+                         max_dev_from_median=(g["measured_ms"] / g["measured_ms"].median() - 1.0).abs().max()))
+    return pd.DataFrame(rows)
+
+
+def repeatability(source: str | Path, stat: str = "ms_median") -> pd.DataFrame:
+    """DDP configurations measured more than once in ``source`` (e.g. a second pass over the
+    rates): each record's statistic, and the relative spread ``max/min - 1`` among them. A model
+    cannot be expected to predict a configuration more closely than it reproduces itself."""
+    plat = load_platform(source, stat)
+    d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
+    if d.empty:
+        return pd.DataFrame(columns=["config", "n_records", "spread"])
+    d["config"] = [_label(r) for r in d.to_dict("records")]
+    rows = []
+    for cfg, g in d.groupby("config", sort=False):
+        if len(g) >= 2:
+            v = g[stat].to_numpy(float)
+            rows.append({"platform": plat.name, "config": cfg, "mode": g["mode"].iloc[0], "n_records": len(g),
+                         "values_ms": "; ".join(f"{x:.3f}" for x in v), "spread": float(v.max() / v.min() - 1.0)})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ all platforms
+def default_sources() -> list[Path]:
+    """The committed records verified by default: GPU (2xH200) and throttled CPU, where present."""
+    out = []
+    for sub in ("gpu", "throttle"):
+        f = paths.MEASUREMENTS / sub
+        if f.is_dir() and any(f.glob("*.jsonl")):
+            out.append(f)
+    return out
+
+
+def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
+           variants: Sequence[str] = VARIANTS, include_hook: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`)."""
+    sources = [Path(s) for s in (sources or default_sources())]
+    if not sources:
+        raise ValueError("no records to verify: give --records folders")
+    frames, nets, notes = [], [], []
+    for s in sources:
+        plat = load_platform(s, stat)
+        frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook))
+        inp = _Inputs(plat)
+        for (p, rate) in sorted({(int(w), None if _isnull(x) else float(x)) for w, x in
+                                 plat.sweep[["world_size", "rate_gbps"]].itertuples(index=False)
+                                 if int(w) >= 2}, key=lambda t: (t[0], t[1] or 0)):
+            try:
+                n = inp.network(p, rate)
+            except ValueError as exc:
+                notes.append(f"{plat.name}: {exc}")
+                continue
+            nets.append({"platform": plat.name, "world_size": p, "rate_gbps": rate, "alpha_us": n.alpha_s * 1e6,
+                         "bandwidth_gbps": n.bandwidth_gbps, "incast_coeff": n.incast_coeff, "eq1_r2": n.r2})
+        notes += [f"{plat.name}: {x}" for x in plat.notes]
+    pred = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    return pred, pd.DataFrame(nets), notes
+
+
+def _fmt_summary(s: pd.DataFrame) -> str:
+    lines = [f"{'platform':<10} {'group':<20} {'variant':<9} {'n':>4} {'median|e|':>10} {'max|e|':>8}  worst"]
+    for r in s.itertuples():
+        lines.append(f"{r.platform:<10} {r.group:<20} {r.variant:<9} {r.n:>4} {r.median_abs_rel_error:>9.1%} "
+                     f"{r.max_abs_rel_error:>8.1%}  {r.worst_config}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "verify":
+        argv = argv[1:]
+    ap = argparse.ArgumentParser(prog="python -m studykit verify",
+                                 description="Predicted vs measured iteration time (seed 000 Sec. 4.1, App. B-D) "
+                                             "from measurement records, leave-one-out.")
+    ap.add_argument("--records", nargs="+", default=None,
+                    help="record folders, one platform each (default: data/measurements/gpu and .../throttle)")
+    ap.add_argument("--out", default=str(paths.DATA / "verification"), help="output folder for the CSVs")
+    ap.add_argument("--stat", default="ms_median", choices=STATS, help="statistic of every record (default median)")
+    ap.add_argument("--holdout", default="auto", choices=["auto", "model", "network", "bucket", "record"],
+                    help="what gamma's calibration leaves out when scoring a syncSGD record "
+                         "(auto: the model; the network when a platform has one model)")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--no-hook", action="store_true", help="skip compression as a DDP hook (mode hook)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
+                                   include_hook=not args.no_hook)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"verify: {exc}", file=sys.stderr)
+        return 2
+    if pred.empty:
+        print("verify: no DDP record could be scored (need ddp, tcomp, sweep and profile records)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = ["platform", "group", "variant", "config", "predicted_ms", "measured_ms", "rel_error", "abs_rel_error",
+            "calibrated_on", "holdout", "model", "batch_size", "mode", "compressor", "params", "bucket_mb",
+            "world_size", "rate_gbps", "overhead_ms", "t_comp_ms", "t_obs_ms", "t_comm_ms", "t_encode_decode_ms",
+            "gamma", "delta_ms", "k_buckets", "bound", "n_iter", "n_records", "meas_iqr_rel", "inputs"]
+    pred = pred[[c for c in cols if c in pred.columns]]
+    pred.to_csv(out / "predictions.csv", index=False, float_format="%.6g")
+    summ = summarize(pred)
+    summ.to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    nets.to_csv(out / "networks.csv", index=False, float_format="%.6g")
+    if not args.quiet:
+        print(_fmt_summary(summ))
+        for n in notes[:20]:
+            print("note:", n)
+        if len(notes) > 20:
+            print(f"note: ... {len(notes) - 20} more")
+        shown = out.resolve()
+        try:
+            shown = shown.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        print(f"wrote {shown / 'predictions.csv'} ({len(pred)} rows), summary.csv, networks.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

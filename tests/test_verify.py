@@ -1,0 +1,202 @@
+"""studykit.verify: leave-one-out never scores fitted points, the error arithmetic, the CLI on the
+committed records (the notebook smoke run is in test_notebooks.py)."""
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from studykit import models, paths, verify
+from studykit.perfmodel import collectives as col
+
+GPU = paths.MEASUREMENTS / "gpu"
+
+
+# ------------------------------------------------------------------ leave-one-out
+def test_leave_one_out_never_fits_on_the_scored_group():
+    items = [{"name": f"{m}-{b}", "model": m, "bucket": b} for m in ("a", "b", "c") for b in (1, 5)]
+    seen = {}
+
+    def fit(train):
+        return [x["name"] for x in train]
+
+    def predict(x, fitted):
+        seen[x["name"]] = fitted
+        return {"config": x["name"]}
+
+    rows = verify.leave_one_out(items, lambda x: x["model"], fit, predict, name_of=lambda x: x["name"])
+    assert len(rows) == len(items)
+    for x in items:
+        assert all(not n.startswith(x["model"] + "-") for n in seen[x["name"]]), (x, seen[x["name"]])
+        assert len(seen[x["name"]]) == 4  # the other two models' items
+    row = next(r for r in rows if r["config"] == "a-1")
+    assert set(row["calibrated_on"].split("; ")) == {"b-1", "b-5", "c-1", "c-5"}
+
+
+def test_check_disjoint_rejects_a_row_scored_on_itself():
+    verify.check_disjoint([{"config": "x", "calibrated_on": "y; z"}])
+    with pytest.raises(AssertionError, match="fitted to itself"):
+        verify.check_disjoint([{"config": "x", "calibrated_on": "y; x"}])
+    # a calibration pool that holds the scored configuration under another group is caught
+    items = [{"n": "p", "g": 0}]
+    pool = [{"n": "p", "g": 1}, {"n": "q", "g": 1}]
+    with pytest.raises(AssertionError):
+        verify.leave_one_out(items, lambda x: x["g"], lambda tr: None, lambda x, f: {"config": x["n"]},
+                             name_of=lambda x: x["n"], pool=pool)
+
+
+def _write(path, recs):
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _synthetic(tmp_path, gamma=1.1, alpha=20e-6, rates=(1.0, 2.0), t_comp_ms=3.0, ws1_ms=4.5):
+    """Records of one model (mlp_small) on two throttled networks whose sweeps follow Eq. 1 exactly
+    and whose DDP iterations follow Sec. 4.1 with ``gamma``."""
+    shapes = models.param_shapes("mlp_small")
+    g_bytes = 4 * sum(math.prod(s) for s in shapes)
+    recs = [{"kind": "tcomp", "status": "ok", "model": "mlp_small", "batch_size": 64, "phase": "bwd",
+             "world_size": 1, "ms_median": t_comp_ms, "network": None},
+            {"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "mode": "syncsgd",
+             "bucket_mb": None, "world_size": 1, "ms_median": ws1_ms, "network": None}]
+    expect = {}
+    for rate in rates:
+        bw = col.gbps_to_bytes_s(rate)
+        net = {"rate_gbps": rate, "workers": 2}
+        for size in (1024 * 4**i for i in range(8)):
+            recs.append({"kind": "sweep", "status": "ok", "op": "all_reduce", "size_bytes": size, "world_size": 2,
+                         "ms_median": 1e3 * float(col.ring_allreduce_s(size, 2, alpha, bw)), "network": net})
+        t_obs = gamma * t_comp_ms / 1e3 + float(col.ring_allreduce_s(g_bytes, 2, alpha, bw))  # one bucket
+        meas = ws1_ms + 1e3 * t_obs - t_comp_ms
+        recs.append({"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "mode": "syncsgd",
+                     "bucket_mb": None, "world_size": 2, "ms_median": meas, "network": net})
+        expect[rate] = meas
+    _write(tmp_path / "records.jsonl", recs)
+    return expect
+
+
+def test_syncsgd_prediction_by_hand_and_gamma_from_the_other_network(tmp_path):
+    expect = _synthetic(tmp_path)
+    plat = verify.load_platform(tmp_path, name="synthetic")
+    out = verify.verify_platform(plat, variants=["paper"])
+    assert len(out) == 2
+    for r in out.itertuples():
+        assert r.holdout == "network"
+        other = [x for x in expect if x != r.rate_gbps][0]
+        assert r.calibrated_on == f"mlp_small b64 syncsgd bucket=default p=2 {other:g}Gbps"
+        assert r.config not in r.calibrated_on
+        assert r.gamma == pytest.approx(1.1, rel=1e-6)  # recovered from the other network's record
+        assert r.predicted_ms == pytest.approx(expect[r.rate_gbps], rel=1e-6)
+        assert r.rel_error == pytest.approx(0.0, abs=1e-6)
+
+
+def test_gamma_is_never_fitted_on_the_scored_record(tmp_path):
+    # the two networks disagree on gamma: each prediction must use the *other* one's
+    expect = _synthetic(tmp_path, gamma=1.1)
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    for r in recs:  # make the 2 Gbps record's own gamma 1.5
+        if r["kind"] == "ddp" and r["world_size"] == 2 and r["network"]["rate_gbps"] == 2.0:
+            r["ms_median"] += 0.4 * 3.0
+    _write(tmp_path / "records.jsonl", recs)
+    out = verify.verify_platform(verify.load_platform(tmp_path), variants=["paper"]).set_index("rate_gbps")
+    assert out.loc[1.0, "gamma"] == pytest.approx(1.5, rel=1e-6)
+    assert out.loc[2.0, "gamma"] == pytest.approx(1.1, rel=1e-6)
+    assert out.loc[2.0, "predicted_ms"] == pytest.approx(expect[2.0], rel=1e-6)  # fitted elsewhere: misses by 1.2 ms
+    assert out.loc[2.0, "measured_ms"] - out.loc[2.0, "predicted_ms"] == pytest.approx(1.2, rel=1e-6)
+
+
+def test_gpu_rows_are_calibrated_on_other_models_only():
+    plat = verify.load_platform(GPU)
+    out = verify.verify_platform(plat, include_hook=False)
+    verify.check_disjoint(out)
+    sync = out[out["group"] == "syncSGD"]
+    assert (sync["holdout"] == "model").all()
+    for r in sync.itertuples():
+        assert r.calibrated_on and not any(c.startswith(r.model + " ") for c in r.calibrated_on.split("; "))
+    ext = out[(out["variant"] == "extended") & (out["group"] != "syncSGD")]
+    assert not (ext["compressor"] == "none").any()  # the identity compressor calibrates, it is not scored
+    assert (ext["calibrated_on"].str.contains(" none ")).all()
+
+
+# ------------------------------------------------------------------ arithmetic
+def test_relative_error_and_summary_by_hand():
+    assert verify.rel_error(110.0, 100.0) == pytest.approx(0.10)
+    assert verify.rel_error(95.0, 100.0) == pytest.approx(-0.05)
+    with pytest.raises(ValueError):
+        verify.rel_error(1.0, 0.0)
+    df = pd.DataFrame({"platform": "p", "group": "g", "variant": "v", "config": list("abcd"),
+                       "predicted_ms": [101.0, 97.0, 110.0, 100.0], "measured_ms": [100.0] * 4})
+    df["rel_error"] = verify.rel_error(df["predicted_ms"], df["measured_ms"])
+    s = verify.summarize(df).iloc[0]
+    assert s["n"] == 4
+    assert s["median_abs_rel_error"] == pytest.approx(0.02)  # |e| = 1, 3, 10, 0 % -> median 2 %
+    assert s["max_abs_rel_error"] == pytest.approx(0.10)
+    assert s["worst_config"] == "c"
+    assert s["mean_rel_error"] == pytest.approx((0.01 - 0.03 + 0.10) / 4)
+
+
+def test_buckets_paper_and_ddp():
+    assert verify.paper_buckets(100.0, 30.0) == [30.0, 30.0, 30.0, 10.0]
+    assert verify.paper_buckets(10.0, 30.0) == [10.0]
+    shapes = models.param_shapes("mlp_small")  # (128,40) (128) (128,128) (128) (10,128) (10)
+    b = verify.ddp_buckets(shapes, 0.01)  # reverse order; a bucket closes once it holds >= 0.01 MiB
+    assert [len(x) for x in b] == [4, 2]
+    assert b[-1] == [(128,), (128, 40)]  # the first layer goes last
+    assert len(verify.ddp_buckets(shapes, None)) == 1
+    vgg = models.param_shapes("vgg19")
+    assert sum(len(x) for x in verify.ddp_buckets(vgg, 1.0)) == len(vgg)
+    assert len(verify.ddp_buckets(vgg, 1.0)) < len(verify.paper_buckets(4 * models.numel("vgg19"), 2**20))
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_writes_the_csv_from_committed_records(tmp_path, capsys):
+    rc = verify.main(["verify", "--records", str(GPU), "--out", str(tmp_path), "--no-hook"])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "predictions.csv")
+    assert set(verify.REQUIRED_COLUMNS) <= set(df.columns)
+    assert len(df) >= 30 and df["predicted_ms"].gt(0).all() and df["measured_ms"].gt(0).all()
+    assert ((df["predicted_ms"] - df["measured_ms"]) / df["measured_ms"] - df["rel_error"]).abs().max() < 1e-4
+    summ = pd.read_csv(tmp_path / "summary.csv")
+    assert {"median_abs_rel_error", "max_abs_rel_error", "n"} <= set(summ.columns)
+    assert "syncSGD" in capsys.readouterr().out
+
+
+def test_cli_via_dispatcher_and_bad_input(tmp_path, capsys):
+    from studykit import cli
+
+    assert cli.main(["verify", "--records", str(tmp_path / "missing"), "--out", str(tmp_path)]) == 2
+    assert "verify:" in capsys.readouterr().err
+
+
+def test_extended_fit_recovers_gamma_delta_and_per_bucket_cost(tmp_path):
+    """Synthetic iterations T = O + gamma T_comp + delta + c (k-1) + T_comm(b_last) on three networks, two
+    batch sizes and three bucket caps: the extended fit, leaving each network out, finds the constants."""
+    gamma, delta, per_bucket, alpha = 1.2, 0.3e-3, 0.1e-3, 20e-6
+    t_comp = {64: 3e-3, 256: 9e-3}
+    o = 1e-3
+    recs = []
+    for bs, tc in t_comp.items():
+        recs += [{"kind": "tcomp", "status": "ok", "model": "mlp_small", "batch_size": bs, "phase": "bwd",
+                  "world_size": 1, "ms_median": tc * 1e3, "network": None},
+                 {"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": bs, "mode": "syncsgd",
+                  "bucket_mb": None, "world_size": 1, "ms_median": (o + tc) * 1e3, "network": None}]
+    shapes = models.param_shapes("mlp_small")
+    for rate in (1.0, 2.0, 4.0):
+        net = {"rate_gbps": rate, "workers": 2}
+        bw = col.gbps_to_bytes_s(rate)
+        recs += [{"kind": "sweep", "status": "ok", "op": "all_reduce", "size_bytes": 2**i, "world_size": 2,
+                  "ms_median": 1e3 * float(col.ring_allreduce_s(2**i, 2, alpha, bw)), "network": net}
+                 for i in range(8, 22)]
+        for bs, tc in t_comp.items():
+            for mb in (None, 0.01, 0.001):
+                sizes = [verify._bucket_bytes(b) for b in verify.ddp_buckets(shapes, mb)]
+                last = float(col.ring_allreduce_s(sizes[-1], 2, alpha, bw))
+                t = o + gamma * tc + delta + per_bucket * (len(sizes) - 1) + last
+                recs.append({"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": bs, "mode": "syncsgd",
+                             "bucket_mb": mb, "world_size": 2, "ms_median": t * 1e3, "network": net})
+    _write(tmp_path / "r.jsonl", recs)
+    out = verify.verify_platform(verify.load_platform(tmp_path), variants=["extended"])
+    assert len(out) == 18 and (out["holdout"] == "network").all()
+    verify.check_disjoint(out)
+    assert out["gamma"].to_numpy() == pytest.approx(gamma, rel=0.02)
+    assert out["delta_ms"].min() >= 0
+    assert out["rel_error"].abs().max() < 0.02
