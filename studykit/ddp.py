@@ -17,6 +17,7 @@ work for any world size, any number of buckets, on NCCL and gloo. Each bucket's
 gradients are handed to the compressor as the list of per-parameter tensors, so
 layer-wise methods (PowerSGD's matrices, layer-scope TopK) see real layer shapes.
 """
+import math
 from typing import Optional, Sequence, Union
 
 import torch
@@ -63,17 +64,24 @@ def _views(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tenso
     return out
 
 
-def _rekey(comp, key, old_ids: list, new_ids: list) -> None:
+def _rekey(comp, key, old_ids: list, new_ids: list, old_shapes: Optional[list] = None) -> None:
     """DDP rebuilds its buckets after the first iteration (forward order -> gradient-ready
     order), so a bucket index then holds its parameters in another order. Per-bucket state
     kept under that index must follow: error-feedback memory is permuted to the new order
     (or dropped if the bucket now holds other parameters); any other per-key state
-    (e.g. PowerSGD's warm start) is dropped and rebuilt by the compressor."""
+    (e.g. PowerSGD's warm start) is dropped and rebuilt by the compressor. Memory kept as
+    one flat tensor for the whole bucket (partition-invariant compressors get the bucket
+    whole) is cut by the old shapes, permuted, and joined again."""
     mem = getattr(comp, "memory", None)
     if isinstance(mem, dict) and key in mem:
         if sorted(old_ids) == sorted(new_ids):
-            by_id = dict(zip(old_ids, mem[key]))
-            mem[key] = [by_id[i] for i in new_ids]
+            pieces = mem[key]
+            if len(pieces) == 1 and len(old_ids) > 1 and old_shapes is not None:
+                by_id = dict(zip(old_ids, pieces[0].reshape(-1).split([math.prod(s) for s in old_shapes])))
+                mem[key] = [torch.cat([by_id[i] for i in new_ids])]
+            else:
+                by_id = dict(zip(old_ids, pieces))
+                mem[key] = [by_id[i] for i in new_ids]
         else:
             del mem[key]
     st = getattr(comp, "state", None)
@@ -82,35 +90,60 @@ def _rekey(comp, key, old_ids: list, new_ids: list) -> None:
             del st[k]
     inner = getattr(comp, "inner", None)
     if inner is not None:
-        _rekey(inner, key, old_ids, new_ids)
+        _rekey(inner, key, old_ids, new_ids, old_shapes)
 
 
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: compress-communicate-decompress one gradient bucket.
 
-    Returns the bucket buffer holding the *average* gradient (DDP does not divide
-    when a hook is registered).
+    Returns a tensor shaped like the bucket buffer holding the *average* gradient (DDP
+    does not divide when a hook is registered; it copies the result into the gradients).
+
+    A partition-invariant compressor (one whose result depends only on the concatenated
+    gradient: every single-round codec, quantize, THC, global top-k...) gets the bucket
+    buffer whole, as one flat tensor: the same numbers as from the per-parameter views,
+    without cutting the bucket into views and copying every piece back. Layer-wise
+    methods (PowerSGD, ATOMO, layer-scope top-k) get the per-parameter views.
     """
     buf = bucket.buffer()
     params = bucket.parameters()
     key = bucket.index()
     ids = [id(p) for p in params]
+    shapes = [p.shape for p in params]
     old = state.bucket_params.get(key)
     if old is not None and old != ids:
-        _rekey(state.compressor, key, old, ids)
+        _rekey(state.compressor, key, old, ids, state.bucket_shapes.get(key))
     state.bucket_params[key] = ids
-    shapes = [p.shape for p in params]
     state.bucket_shapes[key] = [tuple(s) for s in shapes]
-    grads = _views(buf, shapes)
     rec = RecordingComm(state.comm)
-    out = state.compressor.reduce(grads, rec, key=key)
-    for g, o in zip(grads, out):
-        g.copy_(o)
+    comp = state.compressor
+    if comp.partition_invariant:
+        out = comp.reduce(buf, rec, key=key)
+        if out.shape != buf.shape or out.dtype != buf.dtype or not out.is_contiguous():
+            buf.copy_(out)
+            out = buf
+    else:
+        grads = _views(buf, shapes)
+        _copy_back(grads, comp.reduce(grads, rec, key=key))
+        out = buf
     state.bytes_sent += rec.nbytes
     state.calls += 1
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(buf)
+    fut.set_result(out)
     return fut
+
+
+def _copy_back(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None:
+    """``d.copy_(s)`` for every pair, as few kernels as possible (one multi-tensor copy)."""
+    pairs = [(d, s) for d, s in zip(dst, src) if d is not s]
+    if not pairs:
+        return
+    d, s = zip(*pairs)
+    try:
+        torch._foreach_copy_(list(d), list(s))
+    except (RuntimeError, AttributeError):  # mixed devices/dtypes or an old torch: one by one
+        for a, b in pairs:
+            a.copy_(b)
 
 
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, **params) -> HookState:
@@ -172,8 +205,6 @@ class PostBackwardReducer:
                     p.grad = torch.zeros_like(p)
                 grads.append(p.grad)
             rec = RecordingComm(self.comm)
-            out = self.compressor.reduce(grads, rec, key=i)
-            for g, o in zip(grads, out):
-                g.copy_(o)
+            _copy_back(grads, self.compressor.reduce(grads, rec, key=i))
             self.bytes_sent += rec.nbytes
         self.calls += 1

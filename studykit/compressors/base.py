@@ -50,6 +50,10 @@ class Compressor:
     stochastic: ClassVar[bool] = False
     #: whether the estimate is unbiased in expectation (tested for stochastic ones)
     unbiased: ClassVar[bool] = False
+    #: whether the result depends only on the concatenated gradient, not on how it is cut into
+    #: tensors: then a caller holding one flat buffer (a DDP bucket) may pass it whole and get
+    #: the same numbers as from the per-tensor views (layer-wise methods set this False)
+    partition_invariant: ClassVar[bool] = True
 
     def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
         self.seed = int(seed)
@@ -110,11 +114,12 @@ class Compressor:
         single = isinstance(tensors, torch.Tensor)
         tensors = [tensors] if single else list(tensors)
         self.check(tensors)
-        avg, local = self._reduce([t.detach() for t in tensors], comm, key, return_local)
+        # detach only what needs it (a call per tensor costs host time at 100+ tensors)
+        avg, local = self._reduce([t.detach() if t.requires_grad else t for t in tensors], comm, key, return_local)
         self.step += 1
-        avg = [a.to(t.dtype).reshape(t.shape) for a, t in zip(avg, tensors)]
+        avg = _like(avg, tensors)
         if return_local:
-            local = [a.to(t.dtype).reshape(t.shape) for a, t in zip(local, tensors)]
+            local = _like(local, tensors)
             return (avg[0], local[0]) if single else (avg, local)
         return avg[0] if single else avg
 
@@ -122,14 +127,22 @@ class Compressor:
         """Default single-round protocol on the flattened float32 gradient."""
         flat = flatten(tensors)
         payload, ctx = self.compress(flat, comm.world_size)
+        # this worker's own decoding first: an all-reduce may then sum into the payload in place
+        local = self.decompress(payload, ctx) if return_local else None
         if self.allreduce_compatible:
-            summed = [comm.all_reduce(p.clone()) for p in payload]
-            avg = self.decompress(summed, ctx) / comm.world_size
+            # a payload that shares memory with the input or the local decoding is copied first
+            summed = [comm.all_reduce(p.clone() if _shares_memory(p, flat, local) else p) for p in payload]
+            avg = self.decompress_mean(summed, ctx, comm.world_size)
         else:
             per_payload = [comm.all_gather(p) for p in payload]
             avg = self.combine([list(ws) for ws in zip(*per_payload)], ctx)
-        local = self.decompress(payload, ctx) if return_local else None
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
+
+    def decompress_mean(self, summed: Sequence[torch.Tensor], ctx: Any, world_size: int) -> torch.Tensor:
+        """All-reduce codecs: the summed payloads -> the average (``decompress(summed) / world_size``).
+        Codecs may override it to fold the division into their decoding pass."""
+        out = self.decompress(summed, ctx)
+        return out if world_size == 1 else out / world_size
 
     # ------------------------------------------------------------- validation
     def check(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -189,6 +202,9 @@ class ErrorFeedback(Compressor):
         super().__init__(seed=inner.seed, allow_nonfinite=inner.allow_nonfinite)
         self.inner = inner
         self.memory: dict[Any, list[torch.Tensor]] = {}
+        #: per key: whether the estimate never shares memory with the corrected gradient, so the
+        #: residual may be updated in place (checked on the first call with that key)
+        self._inplace_ok: dict[Any, bool] = {}
 
     @property
     def name(self):  # type: ignore[override]
@@ -210,24 +226,62 @@ class ErrorFeedback(Compressor):
     def __repr__(self) -> str:
         return f"ErrorFeedback({self.inner!r})"
 
+    @property
+    def partition_invariant(self):  # type: ignore[override]
+        return self.inner.partition_invariant
+
+    def _relayout(self, key, mem, tensors):
+        """The same gradients as one flat tensor on one side and as per-tensor pieces on the
+        other (a DDP hook passes whole buckets to partition-invariant compressors and views to
+        the others; a compressor swap may switch): re-cut the memory in order. Anything else
+        is a real mismatch and raises."""
+        numel = [t.numel() for t in tensors]
+        if (len(mem) == 1 or len(tensors) == 1) and sum(m.numel() for m in mem) == sum(numel):
+            flat = mem[0].reshape(-1) if len(mem) == 1 else torch.cat([m.reshape(-1) for m in mem])
+            return [p.view(t.shape) for p, t in zip(flat.split(numel), tensors)]
+        raise self.error(f"error-feedback memory for key {key!r} has shapes "
+                         f"{[tuple(m.shape) for m in mem]}, got {[tuple(t.shape) for t in tensors]}")
+
     def _reduce(self, tensors, comm, key, return_local):
         mem = self.memory.get(key)
-        if mem is not None and [tuple(m.shape) for m in mem] != [tuple(t.shape) for t in tensors]:
-            raise self.error(f"error-feedback memory for key {key!r} has shapes "
-                             f"{[tuple(m.shape) for m in mem]}, got {[tuple(t.shape) for t in tensors]}")
-        corrected = [t.float() for t in tensors]
-        if mem is not None:
-            corrected = torch._foreach_add(corrected, mem)
+        if mem is not None and (len(mem) != len(tensors) or any(m.shape != t.shape for m, t in zip(mem, tensors))):
+            mem = self.memory[key] = self._relayout(key, mem, tensors)
+        # In place when it is safe: the residual buffers become the corrected gradient and then
+        # the new residual, so no tensor is allocated per step (two multi-tensor kernels; with
+        # 100+ tensors the allocations were most of error feedback's host time).
+        inplace = (mem is not None and not return_local and self._inplace_ok.get(key, True)
+                   and all(t.dtype == torch.float32 for t in tensors) and all(m.dtype == torch.float32 for m in mem))
+        if inplace:
+            torch._foreach_add_(mem, list(tensors))
+            corrected = mem
+        else:
+            corrected = [t.float() for t in tensors]
+            if mem is not None:
+                corrected = torch._foreach_add(corrected, mem)
         self.inner.step = self.step
         avg, local = self.inner._reduce(corrected, comm, key, True)
-        self.memory[key] = torch._foreach_sub(corrected, [l.float() for l in local])
+        local = [l.float() for l in local]
+        if key not in self._inplace_ok:  # once per key: may the residual be updated in place?
+            self._inplace_ok[key] = not _any_shared(avg, corrected)
+        if inplace and self._inplace_ok[key]:
+            torch._foreach_sub_(mem, local)
+        else:
+            self.memory[key] = torch._foreach_sub(corrected, local)
         return avg, (local if return_local else None)
 
 
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """All tensors as one 1-D float32 tensor (copies; inputs may be non-contiguous)."""
+    """All tensors as one 1-D float32 tensor (inputs may be non-contiguous).
+
+    One contiguous float32 tensor comes back as a *view* (no copy: a pass over the gradient
+    saved); codecs read ``flat`` and never write to it, and the protocol copies a payload that
+    shares its memory before an all-reduce could sum into it. Anything else is copied.
+    """
     if len(tensors) == 1:
-        return tensors[0].reshape(-1).float().clone()
+        t = tensors[0]
+        if t.dtype == torch.float32 and t.is_contiguous():
+            return t.view(-1)
+        return t.reshape(-1).float().contiguous()  # a copy either way (non-contiguous, or a cast)
     return torch.cat([t.reshape(-1).float() for t in tensors])
 
 
@@ -239,6 +293,29 @@ def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Te
         out.append(flat[i:i + n].reshape(t.shape))
         i += n
     return out
+
+
+def _like(out: Sequence[torch.Tensor], like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``out`` cast and shaped like ``like`` (no dispatcher call where they already match)."""
+    return [a if (a.dtype == t.dtype and a.shape == t.shape) else a.to(t.dtype).reshape(t.shape)
+            for a, t in zip(out, like)]
+
+
+def _shares_memory(p: torch.Tensor, *others) -> bool:
+    """Whether ``p`` lives in the same storage as any of ``others`` (``None`` skipped; always
+    True on the meta device, where storages cannot be told apart: a copy of nothing is free)."""
+    if p.device.type == "meta":
+        return True
+    ptr = p.untyped_storage().data_ptr()
+    return any(o is not None and o.untyped_storage().data_ptr() == ptr for o in others)
+
+
+def _any_shared(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> bool:
+    """Whether some tensor of ``a`` shares storage with some tensor of ``b`` (True on meta)."""
+    if any(t.device.type == "meta" for t in (*a, *b) if t is not None):
+        return True
+    ptrs = {t.untyped_storage().data_ptr() for t in b if t is not None}
+    return any(t is not None and t.untyped_storage().data_ptr() in ptrs for t in a)
 
 
 def _as_shapes(shapes) -> list[tuple[int, ...]]:

@@ -169,6 +169,8 @@ def _stack(tensors: Sequence[torch.Tensor], group: _Group) -> torch.Tensor:
 class _LowRank(Compressor):
     """Parameter validation, layout cache and the dense (uncompressed) all-reduce."""
 
+    partition_invariant = False  # works per matrix: needs the gradients' own shapes
+
     def __init__(self, *, rank: int = 4, min_compression: float = 1.0, seed: int = 0,
                  allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
@@ -284,26 +286,24 @@ class PowerSGD(_LowRank):
         q_flat = self._initial_q(lay, key, device)
 
         # P = M Q for every group, written straight into the buffer that is all-reduced
+        # (one split per buffer instead of a slice per group: host time counts here)
         p_flat = torch.empty(lay.p_offset[-1], device=device)
-        for j, (g, mat) in enumerate(zip(lay.groups, mats)):
-            q = q_flat[lay.q_offset[j]:lay.q_offset[j + 1]].view(g.batch, g.m, g.r)
-            torch.bmm(mat, q, out=p_flat[lay.p_offset[j]:lay.p_offset[j + 1]].view(g.batch, g.n, g.r))
+        for g, mat, q, p in zip(lay.groups, mats, q_flat.split(lay.q_numel), p_flat.split(lay.p_numel)):
+            torch.bmm(mat, q.view(g.batch, g.m, g.r), out=p.view(g.batch, g.n, g.r))
         p_flat = comm.all_reduce(p_flat)
         ps = self._orthonormalized_ps(p_flat, lay)
 
         # Q = M^T P, again straight into the all-reduce buffer
         q_flat = torch.empty(lay.q_offset[-1], device=device)
-        for j, (g, mat, p) in enumerate(zip(lay.groups, mats, ps)):
-            torch.bmm(mat.transpose(1, 2), p,
-                      out=q_flat[lay.q_offset[j]:lay.q_offset[j + 1]].view(g.batch, g.m, g.r))
+        for g, mat, p, q in zip(lay.groups, mats, ps, q_flat.split(lay.q_numel)):
+            torch.bmm(mat.transpose(1, 2), p, out=q.view(g.batch, g.m, g.r))
         q_flat = comm.all_reduce(q_flat)
         if self.warm_start:
             self.state[key] = {"shapes": lay.shapes, "q": q_flat}
-        q_mean = q_flat / comm.world_size
+        q_mean = q_flat if comm.world_size == 1 else q_flat / comm.world_size  # read-only below
 
-        for j, (g, p) in enumerate(zip(lay.groups, ps)):
-            q = q_mean[lay.q_offset[j]:lay.q_offset[j + 1]].view(g.batch, g.m, g.r)
-            _scatter(torch.bmm(p, q.transpose(1, 2)), g, tensors, avg)
+        for g, p, q in zip(lay.groups, ps, q_mean.split(lay.q_numel)):
+            _scatter(torch.bmm(p, q.view(g.batch, g.m, g.r).transpose(1, 2)), g, tensors, avg)
         if local is not None:  # the aggregated estimate (see the class docstring)
             for g in lay.groups:
                 for i in g.index:

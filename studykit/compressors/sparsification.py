@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.registry import register
 
@@ -146,9 +147,16 @@ class TopK(_GatherSparse):
             raise self.error(f"scope must be one of {', '.join(map(repr, self.SCOPES))}, got {scope!r}")
         self.scope = scope
 
+    @property
+    def partition_invariant(self):  # type: ignore[override]
+        return self.scope == "global"  # layer scope selects inside every tensor
+
     def select(self, flat, sizes):
         if self.scope == "global" or len(sizes) == 1:
             k = num_selected(flat.numel(), self.density)
+            if k < flat.numel() and _fast.enabled(flat):  # radix select: no sort, no host sync
+                indices = _fast.topk_abs(flat, k)
+                return flat[indices], indices
             indices = torch.topk(flat.abs(), k, sorted=False).indices
             return flat[indices], indices
         parts, start = [], 0
@@ -254,17 +262,11 @@ class MSTopK(_GatherSparse):
         k = num_selected(numel, self.density)
         mag = flat.abs()
         lo, hi = mag.mean(), mag.max()
-        # t1: count(mag >= t1) = c1 <= k (starts at +inf, count 0); t2: count > k (0 counts all)
-        t1 = torch.full((), math.inf, device=flat.device)
-        c1 = torch.zeros((), dtype=index_dtype(numel), device=flat.device)
-        t2 = torch.zeros((), device=flat.device)
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
-        for _ in range(self.samplings):
-            mid = (lo + hi) / 2
-            count = (mag >= mid).sum(dtype=count_dtype)
-            few = count <= k
-            hi, lo = torch.where(few, mid, hi), torch.where(few, lo, mid)
-            t1, c1, t2 = torch.where(few, mid, t1), torch.where(few, count, c1), torch.where(few, t2, mid)
+        if _fast.enabled(flat):  # the same search, two launches a step instead of about a dozen
+            t1, c1, t2 = _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
+        else:
+            t1, c1, t2 = self._search(mag, k, lo, hi, count_dtype)
         above = mag >= t1
         band = (mag >= t2) & ~above
         # first k positions of each set; the fill value numel marks "none"
@@ -273,6 +275,20 @@ class MSTopK(_GatherSparse):
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
         return _drop_fill(flat, indices)
+
+    def _search(self, mag, k, lo, hi, count_dtype):
+        """``samplings`` rounds of binary search for the threshold; returns (t1, c1, t2)."""
+        # t1: count(mag >= t1) = c1 <= k (starts at +inf, count 0); t2: count > k (0 counts all)
+        t1 = torch.full((), math.inf, device=mag.device)
+        c1 = torch.zeros((), dtype=count_dtype, device=mag.device)
+        t2 = torch.zeros((), device=mag.device)
+        for _ in range(self.samplings):
+            mid = (lo + hi) / 2
+            count = (mag >= mid).sum(dtype=count_dtype)
+            few = count <= k
+            hi, lo = torch.where(few, mid, hi), torch.where(few, lo, mid)
+            t1, c1, t2 = torch.where(few, mid, t1), torch.where(few, count, c1), torch.where(few, t2, mid)
+        return t1, c1, t2
 
 
 def _drop_fill(flat: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -331,8 +347,14 @@ class DGC(_GatherSparse):
         cand = torch.nonzero_static(mag >= threshold, size=capacity, fill_value=numel).view(-1)
         valid = cand < numel
         cand = torch.where(valid, cand, 0)
-        score = torch.where(valid, mag[cand], -1.0)
-        top = torch.topk(score, k, sorted=False).indices
+        if _fast.enabled(flat) and k < capacity:
+            # radix select (or torch.topk, whichever is faster here) on the candidates; padding
+            # slots score 0 instead of -1: they can only tie with zero magnitudes, which decode
+            # to the same zeros
+            top = _fast.topk_abs(torch.where(valid, mag[cand], 0.0), k)
+        else:
+            score = torch.where(valid, mag[cand], -1.0)
+            top = torch.topk(score, k, sorted=False).indices
         indices = torch.where(valid[top], cand[top], numel)
         return _drop_fill(flat, indices)
 
@@ -373,6 +395,10 @@ class TopKChunked(_Sparse):
     def compress(self, flat, world_size):
         numel = flat.numel()
         length, chunks, per_chunk = self.geometry(numel)
+        if _fast.row_topk_ok(length, per_chunk) and _fast.enabled(flat):  # one program per chunk
+            values, offsets = _fast.row_topk(flat, length, per_chunk)
+            offsets = offsets.to(self.offset_dtype(numel))
+            return [values, offsets.view(torch.uint8) if offsets.dtype == torch.int16 else offsets], numel
         rows = F.pad(flat, (0, chunks * length - numel)).view(chunks, length)
         offsets = torch.topk(rows.abs(), per_chunk, dim=1, sorted=False).indices
         values = rows.gather(1, offsets)
@@ -394,12 +420,29 @@ class TopKChunked(_Sparse):
         length, chunks, _ = self.geometry(numel)
         return torch.zeros(chunks, length, dtype=torch.float32, device=device)
 
+    def _dense_fast(self, payload, ctx):
+        """One payload -> dense (ctx,) in one kernel (zero and scatter per chunk), or None."""
+        values, offsets = payload
+        length, _, per_chunk = self.geometry(ctx)
+        if not (_fast.row_topk_ok(length, per_chunk) and _fast.enabled(values)):
+            return None
+        if offsets.dtype == torch.uint8:
+            offsets = offsets.view(torch.int16)
+        return _fast.row_scatter(values.float().contiguous(), offsets.contiguous(), ctx, length, per_chunk)
+
     def decompress(self, payload, ctx):
+        out = self._dense_fast(payload, ctx)
+        if out is not None:
+            return out
         out = self._empty(ctx, payload[0].device)
         self._scatter(out, payload)
         return out.view(-1)[:ctx]
 
     def combine(self, gathered, ctx):
+        if len(gathered) == 1:
+            out = self._dense_fast(gathered[0], ctx)
+            if out is not None:
+                return out
         out = self._empty(ctx, gathered[0][0].device)
         for payload in gathered:  # rank order; offsets distinct within a row: deterministic
             self._scatter(out, payload)

@@ -15,6 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.quantization import TINY, _check_int, integer_sum_dtype, stochastic_floor
 from studykit.compressors.registry import register
@@ -176,6 +177,8 @@ class THC(Compressor):
 
     def _reduce(self, tensors, comm, key, return_local):
         flat = flatten(tensors)
+        if _fast.enabled(flat):
+            return self._reduce_fast(flat, tensors, comm, return_local)
         numel, world_size = flat.numel(), comm.world_size
         signs = self._signs(self.rotation_size(numel), flat.device)
         y = self.forward(flat, signs)
@@ -191,4 +194,24 @@ class THC(Compressor):
         # round 2: sum the integers
         mean_y = comm.all_reduce(q).float() * (delta / world_size) - bound
         avg = self.inverse(mean_y, signs, numel)
+        return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
+
+    def _reduce_fast(self, flat, tensors, comm, return_local):
+        """The same protocol with fused GPU kernels around the rotation: the random diagonal is
+        drawn inside the kernel that pads (and, inverted, inside the one that un-pads), and
+        quantization / dequantization are one pass each with in-kernel noise. The transform
+        itself is :func:`rotate` / :func:`unrotate` as above."""
+        numel, world_size = flat.numel(), comm.world_size
+        size, padded = self.rotation_size(numel), self.padded_numel(numel)
+        shared = _fast.seed_of(self)  # the diagonal: same on every worker
+        y = rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
+        bound = torch.cat(comm.all_gather(self._range(y))).amax().clamp_min(TINY)
+        top = 2**self.bits - 1
+        q = _fast.thc_levels(y, bound, top, self.wire_dtype(world_size), _fast.seed_of(self, comm.rank))
+
+        def inverse(z):
+            return _fast.thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
+
+        local = inverse(_fast.thc_decode(q, bound, top)) if return_local else None
+        avg = inverse(_fast.thc_decode(comm.all_reduce(q), bound, top, world_size))
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)

@@ -1,0 +1,705 @@
+"""Fused GPU kernels (Triton) for the codecs whose plain-PyTorch form is launch- or pass-bound.
+
+Only a fast path: every function here has a reference in the codec's own module, which stays
+the definition (and runs on CPUs, on the meta device, and wherever :func:`enabled` says no).
+A kernel computes the same function on the same inputs, with two documented differences:
+
+* randomness is drawn inside the kernel (Philox, :func:`triton.language.rand`) from an integer
+  seed made exactly like the codec's ``torch.Generator`` seed (seed, step[, rank]), so the
+  numbers differ from ``torch.rand``'s but have the same distribution, and shared randomness
+  (same seed on every worker) is still shared;
+* exact ties at a top-k threshold are broken by position (``torch.topk`` breaks them its own
+  way); the multiset of selected magnitudes is the same.
+
+Why kernels: a codec written as PyTorch ops makes one pass over memory per op (noise tensor,
+scale, floor, clamp, cast, pack...) and a launch per op; a fused kernel reads the fp32 gradient
+once and writes its payload once, so encode+decode lands near the memory floor (one read and
+one write of the fp32 gradient).
+
+Switches: ``STUDYKIT_FAST=0`` turns every fast path off (reference code everywhere);
+``STUDYKIT_FAST_INTERPRET=1`` together with ``TRITON_INTERPRET=1`` runs the kernels on CPU
+tensors through Triton's interpreter (slow; for testing the kernels without a GPU).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:  # triton ships with CUDA builds of torch; CPU machines usually lack it
+    import triton
+    import triton.language as tl
+    HAVE_TRITON = True
+except Exception:  # noqa: BLE001 - any import problem means: no fast path
+    triton = None
+    tl = None
+    HAVE_TRITON = False
+
+__all__ = ["HAVE_TRITON", "enabled", "seed_of"]
+
+#: element counts from here on would overflow the kernels' int32 offsets
+_MAX_NUMEL = 2**31 - 2**20
+
+
+def _interpret_on_cpu() -> bool:
+    return os.environ.get("STUDYKIT_FAST_INTERPRET") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def enabled(*tensors: torch.Tensor) -> bool:
+    """Whether the fast path may run on ``tensors``: triton importable, ``STUDYKIT_FAST`` not 0,
+    all tensors on a CUDA device (or on the CPU under the interpreter switches), and sizes in
+    range."""
+    if not HAVE_TRITON or os.environ.get("STUDYKIT_FAST", "1") == "0":
+        return False
+    cpu_ok = _interpret_on_cpu()
+    for t in tensors:
+        if not (t.is_cuda or (cpu_ok and t.device.type == "cpu")):
+            return False
+        if t.numel() >= _MAX_NUMEL:
+            return False
+    return True
+
+
+def seed_of(comp, rank: int | None = None) -> int:
+    """The integer a codec's :meth:`~studykit.compressors.base.Compressor.generator` is seeded
+    with (seed, step and, for private randomness, the rank), for the kernels' Philox. Always in
+    [2^62, 2^63), so Triton sees one argument type (int64) for every step and compiles once."""
+    salt = 0 if rank is None else (rank + 1) * 1_000_003
+    return ((comp.seed * 7_919 + comp.step * 104_729 + salt) % (2**62)) | (1 << 62)
+
+
+_BLOCK = 4096        # elements per program for elementwise kernels
+_NB = 512            # bytes (8 elements each) per program for packing kernels
+
+
+def _launch(kernel, full_units: int, total_units: int, block: int, *args, **meta) -> None:
+    """Launch ``kernel`` over ``total_units`` in programs of ``block`` units: the programs whose
+    units are all complete (``full_units``) without bounds masks, so Triton can vectorise their
+    loads and stores (a mask against an ``n`` that is not a multiple of 16 makes every access
+    scalar), and at most one masked program for the rest. The kernel's last runtime argument is
+    the first unit it handles."""
+    bulk = full_units // block
+    if bulk:
+        kernel[(bulk,)](*args, 0, MASKED=False, **meta)
+    rest = total_units - bulk * block
+    if rest > 0:
+        kernel[(triton.cdiv(rest, block),)](*args, bulk * block, MASKED=True, **meta)
+
+
+if HAVE_TRITON:
+    _jit_seeded = triton.jit(do_not_specialize=["seed"])
+
+    @triton.jit
+    def _ld(ptr, m, other, MASKED: tl.constexpr):
+        if MASKED:
+            return tl.load(ptr, mask=m, other=other)
+        else:
+            return tl.load(ptr)
+
+    @triton.jit
+    def _st(ptr, v, m, MASKED: tl.constexpr):
+        if MASKED:
+            tl.store(ptr, v, mask=m)
+        else:
+            tl.store(ptr, v)
+
+    # ------------------------------------------------------------------ bit packing
+    @triton.jit
+    def _bits_of(x, MODE: tl.constexpr):
+        if MODE == 0:      # x >= 0 (signSGD: zero counts as +1)
+            return x >= 0
+        elif MODE == 1:    # x < 0 (TernGrad's sign map)
+            return x < 0
+        else:              # float sign bit (natural compression: -0.0 is negative)
+            return x.to(tl.int32, bitcast=True) < 0
+
+    @triton.jit
+    def _pack_rows(bits):
+        """(NB, 8) 0/1 -> (NB,) uint8, bit j of byte i = bits[i, j]."""
+        weights = 1 << tl.arange(0, 8)
+        return tl.sum(bits.to(tl.int32) * weights[None, :], axis=1).to(tl.uint8)
+
+    @triton.jit
+    def _pack_kernel(x_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr, MODE: tl.constexpr, NB: tl.constexpr):
+        byte = start + tl.program_id(0) * NB + tl.arange(0, NB)
+        idx = byte[:, None] * 8 + tl.arange(0, 8)[None, :]
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        bit = _bits_of(x, MODE)
+        if MASKED:
+            bit = bit & m
+        _st(out_ptr + byte, _pack_rows(bit), byte < nbytes, MASKED)
+
+    @triton.jit
+    def _bit_at(bits_ptr, idx, m, MASKED: tl.constexpr):
+        b = _ld(bits_ptr + (idx >> 3), m, 0, MASKED).to(tl.int32)
+        return (b >> (idx & 7)) & 1
+
+    # ------------------------------------------------------------------ half-precision casts
+    @triton.jit
+    def _cast_kernel(x_ptr, out_ptr, n, factor, start, MASKED: tl.constexpr, DIVIDE: tl.constexpr,
+                     BLOCK: tl.constexpr):
+        """out = x / factor (DIVIDE) or x * factor, computed in fp32, rounded to out's dtype."""
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.float32)
+        if DIVIDE:
+            y = x / factor
+        else:
+            y = x * factor
+        _st(out_ptr + idx, y.to(out_ptr.dtype.element_ty), m, MASKED)
+
+    # ------------------------------------------------------------------ signSGD family
+    @triton.jit
+    def _signs_decode_kernel(bits_ptr, scale_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr,
+                             W: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
+        """MODE 0: majority vote sign(sum_w (2 b_w - 1)); MODE 1: mean_w scale_w (2 b_w - 1)."""
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for w in range(W):
+            bit = _bit_at(bits_ptr + w * nbytes, idx, m, MASKED).to(tl.float32)
+            if MODE == 0:
+                acc += bit
+            else:
+                s = tl.load(scale_ptr + w)
+                acc += (bit * 2 - 1) * s
+        if MODE == 0:
+            v = acc - W * 0.5
+            out = tl.where(v > 0, 1.0, tl.where(v < 0, -1.0, 0.0))
+        else:
+            out = acc / W  # exact for W = 1
+        _st(out_ptr + idx, out, m, MASKED)
+
+    # ------------------------------------------------------------------ TernGrad
+    @_jit_seeded
+    def _terngrad_encode_kernel(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, start,
+                                MASKED: tl.constexpr, NB: tl.constexpr):
+        byte = start + tl.program_id(0) * NB + tl.arange(0, NB)
+        idx = byte[:, None] * 8 + tl.arange(0, 8)[None, :]
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        s = tl.load(scale_ptr)
+        u = tl.rand(seed, idx)
+        keep = u * s < tl.abs(x)  # never true for padding (|0| = 0)
+        neg = x < 0
+        bm = byte < nbytes
+        _st(keep_ptr + byte, _pack_rows(keep), bm, MASKED)
+        _st(neg_ptr + byte, _pack_rows(neg), bm, MASKED)
+
+    @triton.jit
+    def _terngrad_decode_kernel(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr,
+                                W: tl.constexpr, BLOCK: tl.constexpr):
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for w in range(W):
+            k = _bit_at(keep_ptr + w * nbytes, idx, m, MASKED).to(tl.float32)
+            g = _bit_at(neg_ptr + w * nbytes, idx, m, MASKED).to(tl.float32)
+            s = tl.load(scale_ptr + w)
+            acc += k * (1 - 2 * g) * s
+        _st(out_ptr + idx, acc / W, m, MASKED)
+
+    # ------------------------------------------------------------------ natural compression
+    @_jit_seeded
+    def _natural_encode_kernel(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, start, MASKED: tl.constexpr,
+                               NB: tl.constexpr):
+        byte = start + tl.program_id(0) * NB + tl.arange(0, NB)
+        idx = byte[:, None] * 8 + tl.arange(0, 8)[None, :]
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        bits = x.to(tl.int32, bitcast=True)
+        exponent = (bits >> 23) & 0xFF
+        mantissa = bits & 0x7FFFFF
+        r = (tl.randint(seed, idx) & 0x7FFFFF).to(tl.int32)
+        up = (r < mantissa) & (exponent < 254)
+        _st(exp_ptr + idx, (exponent + up.to(tl.int32)).to(tl.uint8), m, MASKED)
+        _st(sign_ptr + byte, _pack_rows(bits < 0), byte < nbytes, MASKED)
+
+    @triton.jit
+    def _natural_decode_kernel(exp_ptr, sign_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr,
+                               W: tl.constexpr, BLOCK: tl.constexpr):
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for w in range(W):
+            e = _ld(exp_ptr + w * n + idx, m, 0, MASKED).to(tl.int32)
+            mag = (e << 23).to(tl.float32, bitcast=True)
+            neg = _bit_at(sign_ptr + w * nbytes, idx, m, MASKED)
+            acc += tl.where(neg != 0, -mag, mag)
+        _st(out_ptr + idx, acc / W, m, MASKED)
+
+    # ------------------------------------------------------------------ QSGD
+    @_jit_seeded
+    def _qsgd_encode_kernel(x_ptr, norm_ptr, q_ptr, n, n_buckets, levels, tiny, seed, start,
+                            MASKED: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr):
+        bucket = start + tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        idx = bucket[:, None] * BS + tl.arange(0, BS)[None, :]
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        norm = tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), tiny)
+        scale = levels / norm
+        u = tl.rand(seed, idx)
+        level = tl.minimum(tl.floor(u + tl.abs(x) * scale[:, None]), levels)
+        q = tl.where(x < 0, -level, level)
+        _st(q_ptr + idx, q.to(tl.int8), m, MASKED)
+        _st(norm_ptr + bucket, norm, bucket < n_buckets, MASKED)
+
+    @triton.jit
+    def _qsgd_decode_kernel(norm_ptr, q_ptr, out_ptr, n, n_buckets, levels, start, MASKED: tl.constexpr,
+                            W: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr):
+        bucket = start + tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        idx = bucket[:, None] * BS + tl.arange(0, BS)[None, :]
+        m = idx < n
+        bm = bucket < n_buckets
+        acc = tl.zeros([ROWS, BS], dtype=tl.float32)
+        for w in range(W):
+            q = _ld(q_ptr + w * n + idx, m, 0, MASKED).to(tl.float32)
+            norm = _ld(norm_ptr + w * n_buckets + bucket, bm, 0.0, MASKED)
+            acc += q * (norm / levels)[:, None]
+        _st(out_ptr + idx, acc / W, m, MASKED)
+
+    # ------------------------------------------------------------------ shared-scale quantizers
+    @_jit_seeded
+    def _stochastic_levels_kernel(x_ptr, scale_ptr, out_ptr, n, seed, mult, offset, lo, hi, start,
+                                  MASKED: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
+        """floor(u + offset + x * f) clamped to [lo, hi], cast to out's dtype; MODE 0 (quantize):
+        f = mult / scale; MODE 1 (THC): f = 1 / (scale * mult) (scale = range M, mult = 2 / top)."""
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        s = tl.load(scale_ptr)
+        if MODE == 0:
+            f = mult / s
+        else:
+            f = 1 / (s * mult)
+        u = tl.rand(seed, idx)
+        v = tl.floor((u + offset) + x * f)
+        v = tl.minimum(tl.maximum(v, lo), hi)
+        _st(out_ptr + idx, v.to(out_ptr.dtype.element_ty), m, MASKED)
+
+    @triton.jit
+    def _dequant_kernel(q_ptr, scale_ptr, out_ptr, n, mult, div, start, MASKED: tl.constexpr, MODE: tl.constexpr,
+                        BLOCK: tl.constexpr):
+        """MODE 0 (quantize): q * (scale / mult) / div; MODE 1 (THC): q * (scale * mult / div) - scale."""
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        q = _ld(q_ptr + idx, m, 0, MASKED).to(tl.float32)
+        s = tl.load(scale_ptr)
+        if MODE == 0:
+            out = q * (s / mult)
+            if div != 1:
+                out = out / div
+        else:
+            out = q * (s * mult / div) - s
+        _st(out_ptr + idx, out, m, MASKED)
+
+    # ------------------------------------------------------------------ THC's random signs
+    @_jit_seeded
+    def _sign_pad_kernel(x_ptr, out_ptr, n, n_out, size_mask, inv_sqrt, seed, start, MASKED: tl.constexpr,
+                         BLOCK: tl.constexpr):
+        """out[i] = x[i] * d[i % size] / sqrt(size), d = +-1 from (seed, i % size); zero past n
+        (padding); with n > n_out (the inverse) only the first n_out are written."""
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mo = idx < n_out
+        x = _ld(x_ptr + idx, mo & (idx < n), 0.0, MASKED)
+        d = (tl.randint(seed, idx & size_mask) & 1).to(tl.float32) * 2 - 1
+        _st(out_ptr + idx, x * (d * inv_sqrt), mo, MASKED)
+
+    # ------------------------------------------------------------------ top-k selection
+    @triton.jit
+    def _hist_kernel(x_ptr, n, state_ptr, hist_ptr, start, MASKED: tl.constexpr, MATCH_SHIFT: tl.constexpr,
+                     SHIFT: tl.constexpr, NBINS: tl.constexpr, FIRST: tl.constexpr, BLOCK: tl.constexpr,
+                     ITERS: tl.constexpr):
+        """Histogram of bits [SHIFT, SHIFT + log2 NBINS) of |x|'s float bits over the elements whose
+        higher bits (>> MATCH_SHIFT) equal the prefix chosen so far (state[0])."""
+        base = start + tl.program_id(0) * (BLOCK * ITERS)
+        prefix = tl.load(state_ptr)
+        acc = tl.zeros([NBINS], dtype=tl.int32)
+        for it in range(ITERS):
+            idx = base + it * BLOCK + tl.arange(0, BLOCK)
+            m = idx < n
+            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            if not FIRST:
+                m = m & ((v >> MATCH_SHIFT) == prefix)
+            acc += tl.histogram((v >> SHIFT) & (NBINS - 1), NBINS, mask=m)
+        tl.atomic_add(hist_ptr + tl.arange(0, NBINS), acc, sem="relaxed")
+
+    @triton.jit
+    def _select_bin_kernel(hist_ptr, state_ptr, BITS: tl.constexpr, NBINS: tl.constexpr):
+        """state = [prefix, k_left]: pick the bin holding the k_left-th largest, extend the prefix,
+        and leave in k_left how many of that bin are still to take."""
+        prefix = tl.load(state_ptr)
+        k_left = tl.load(state_ptr + 1)
+        b = tl.arange(0, NBINS)
+        h = tl.load(hist_ptr + b)
+        at_least = tl.cumsum(h, axis=0, reverse=True)  # elements in bins >= b
+        chosen = tl.max(tl.where(at_least >= k_left, b, 0), axis=0)
+        above = tl.sum(tl.where(b > chosen, h, 0), axis=0)
+        tl.store(state_ptr, (prefix << BITS) | chosen)
+        tl.store(state_ptr + 1, k_left - above)
+
+    @triton.jit
+    def _threshold_masks_kernel(x_ptr, n, state_ptr, gt_ptr, eq_ptr, start, MASKED: tl.constexpr,
+                                BLOCK: tl.constexpr):
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        t = tl.load(state_ptr)
+        _st(gt_ptr + idx, (v > t).to(tl.int8), m, MASKED)
+        _st(eq_ptr + idx, (v == t).to(tl.int8), m, MASKED)
+
+    @triton.jit
+    def _row_topk_kernel(x_ptr, n, vals_ptr, offs_ptr, K, start, MASKED: tl.constexpr, L: tl.constexpr,
+                         LP: tl.constexpr, RADIX4: tl.constexpr):
+        """Per row of L elements (zero past n): the K largest |x| (ties: first by position), values
+        and in-row offsets written in position order at row * K. The K-th largest magnitude is found
+        bit by bit from the top (RADIX4: two bits per step, three candidate counts at once)."""
+        row = start + tl.program_id(0)
+        off = tl.arange(0, LP)
+        idx = row * L + off
+        m = (off < L) & (idx < n)
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        v = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        if MASKED:
+            v = tl.where(off < L, v, -1)  # lanes past the row never count
+        t = tl.full((), 0, tl.int32)
+        if RADIX4:
+            j = tl.arange(0, 4)
+            for i in range(15):  # bits 30..1, two at a time
+                shift = 29 - 2 * i
+                cand = t | (j << shift)
+                cnt = tl.sum((v[None, :] >= cand[:, None]).to(tl.int32), axis=1)
+                best = tl.max(tl.where((cnt >= K) & (j > 0), j, 0), axis=0)
+                t = t | (best << shift)
+            cnt0 = tl.sum((v >= (t | 1)).to(tl.int32), axis=0)
+            t = tl.where(cnt0 >= K, t | 1, t)
+        else:
+            for i in range(31):  # the largest t with count(v >= t) >= K
+                cand = t | (1 << (30 - i))
+                cnt = tl.sum((v >= cand).to(tl.int32), axis=0)
+                t = tl.where(cnt >= K, cand, t)
+        gt = v > t
+        need = K - tl.sum(gt.to(tl.int32), axis=0)
+        eq = v == t
+        eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
+        sel = gt | (eq & (eq_rank <= need))
+        slot = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(vals_ptr + row * K + slot, x, mask=sel)
+        tl.store(offs_ptr + row * K + slot, off, mask=sel)
+
+    @triton.jit
+    def _row_scatter_kernel(vals_ptr, offs_ptr, out_ptr, n, K, L: tl.constexpr, LP: tl.constexpr,
+                            KP: tl.constexpr):
+        """One worker's chunked top-k payload -> dense rows: zero the row, then put the K values."""
+        row = tl.program_id(0)
+        off = tl.arange(0, LP)
+        idx = row * L + off
+        tl.store(out_ptr + idx, tl.zeros([LP], dtype=tl.float32), mask=(off < L) & (idx < n))
+        tl.debug_barrier()  # the zeros land before the values (same program, same addresses)
+        j = tl.arange(0, KP)
+        mj = j < K
+        o = tl.load(offs_ptr + row * K + j, mask=mj, other=0).to(tl.int32)
+        v = tl.load(vals_ptr + row * K + j, mask=mj, other=0.0)
+        dst = row * L + o
+        tl.store(out_ptr + dst, v, mask=mj & (dst < n))
+
+    # ------------------------------------------------------------------ MSTopK's threshold search
+    @triton.jit
+    def _count_ge_kernel(mag_ptr, n, st_ptr, cnt_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr,
+                         ITERS: tl.constexpr):
+        """cnt += #(mag >= (lo + hi) / 2), lo = st[0], hi = st[1]."""
+        lo = tl.load(st_ptr)
+        hi = tl.load(st_ptr + 1)
+        mid = (lo + hi) / 2
+        base = start + tl.program_id(0) * (BLOCK * ITERS)
+        acc = tl.zeros([BLOCK], dtype=tl.int32)
+        for it in range(ITERS):
+            idx = base + it * BLOCK + tl.arange(0, BLOCK)
+            v = _ld(mag_ptr + idx, idx < n, -1.0, MASKED)
+            acc += (v >= mid).to(tl.int32)
+        tl.atomic_add(cnt_ptr, tl.sum(acc, axis=0), sem="relaxed")
+
+    @triton.jit
+    def _mstopk_step_kernel(st_ptr, cnt_ptr, k):
+        """One binary-search step on st = [lo, hi, t1, t2] and cnt = [count, c1] (count reset)."""
+        lo = tl.load(st_ptr)
+        hi = tl.load(st_ptr + 1)
+        t1 = tl.load(st_ptr + 2)
+        t2 = tl.load(st_ptr + 3)
+        count = tl.load(cnt_ptr)
+        c1 = tl.load(cnt_ptr + 1)
+        mid = (lo + hi) / 2
+        few = count <= k
+        tl.store(st_ptr, tl.where(few, lo, mid))
+        tl.store(st_ptr + 1, tl.where(few, mid, hi))
+        tl.store(st_ptr + 2, tl.where(few, mid, t1))
+        tl.store(st_ptr + 3, tl.where(few, t2, mid))
+        tl.store(cnt_ptr + 1, tl.where(few, count, c1))
+        tl.store(cnt_ptr, 0)
+
+
+# ====================================================================== choosing
+_PICKED: dict = {}
+
+
+def pick(key, candidates) -> int:
+    """Index of the fastest of ``candidates`` (callables computing the same thing) for ``key``,
+    timed once per process with CUDA events (two runs each after a warm-up) and remembered: a
+    guard that keeps a fused path from ever being slower than the plain-PyTorch one it replaces."""
+    if key in _PICKED:
+        return _PICKED[key]
+    if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
+        _PICKED[key] = 0
+        return 0
+    times = []
+    for fn in candidates:
+        fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    _PICKED[key] = min(range(len(times)), key=times.__getitem__)
+    return _PICKED[key]
+
+
+# ====================================================================== wrappers
+def pack(x: torch.Tensor, mode: int) -> torch.Tensor:
+    """Packed bits of a flat fp32 tensor, as :func:`~studykit.compressors.quantization.pack_bits`:
+    mode 0: x >= 0, 1: x < 0, 2: sign bit set."""
+    n = x.numel()
+    nbytes = -(-n // 8)
+    out = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    _launch(_pack_kernel, n // 8, nbytes, _NB, x, out, n, nbytes, MODE=mode, NB=_NB)
+    return out
+
+
+def cast(x: torch.Tensor, dtype: torch.dtype, *, divide: float | None = None, multiply: float | None = None):
+    """``(x / divide).to(dtype)`` or ``(x.float() * multiply).to(dtype)`` in one pass, computed in fp32."""
+    n = x.numel()
+    out = torch.empty(n, dtype=dtype, device=x.device)
+    factor = float(divide if divide is not None else (multiply if multiply is not None else 1.0))
+    _launch(_cast_kernel, n, n, _BLOCK, x, out, n, factor, DIVIDE=divide is not None, BLOCK=_BLOCK)
+    return out
+
+
+def signs_decode(bits: torch.Tensor, scales: torch.Tensor | None, n: int, vote: bool) -> torch.Tensor:
+    """``bits`` (W, nbytes) -> majority vote (``vote``) or mean of scale_w * sign_w, float32 (n,)."""
+    bits = bits.contiguous()
+    w, nbytes = bits.shape
+    out = torch.empty(n, dtype=torch.float32, device=bits.device)
+    scales = bits if scales is None else scales.reshape(-1).float().contiguous()
+    _launch(_signs_decode_kernel, n, n, _BLOCK, bits, scales, out, n, nbytes, W=w, MODE=0 if vote else 1,
+            BLOCK=_BLOCK)
+    return out
+
+
+def terngrad_encode(x: torch.Tensor, scale: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = x.numel()
+    nbytes = -(-n // 8)
+    keep = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    neg = torch.empty_like(keep)
+    _launch(_terngrad_encode_kernel, n // 8, nbytes, _NB, x, scale, keep, neg, n, nbytes, seed, NB=_NB)
+    return keep, neg
+
+
+def terngrad_decode(keep: torch.Tensor, neg: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
+    keep, neg = keep.contiguous(), neg.contiguous()
+    w, nbytes = keep.shape
+    out = torch.empty(n, dtype=torch.float32, device=keep.device)
+    _launch(_terngrad_decode_kernel, n, n, _BLOCK, keep, neg, scales.reshape(-1).float().contiguous(), out, n,
+            nbytes, W=w, BLOCK=_BLOCK)
+    return out
+
+
+def natural_encode(x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = x.numel()
+    nbytes = -(-n // 8)
+    exponent = torch.empty(n, dtype=torch.uint8, device=x.device)
+    signs = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    _launch(_natural_encode_kernel, n // 8, nbytes, _NB, x, exponent, signs, n, nbytes, seed, NB=_NB)
+    return exponent, signs
+
+
+def natural_decode(exponent: torch.Tensor, signs: torch.Tensor, n: int) -> torch.Tensor:
+    exponent, signs = exponent.contiguous(), signs.contiguous()
+    w, nbytes = signs.shape
+    out = torch.empty(n, dtype=torch.float32, device=signs.device)
+    _launch(_natural_decode_kernel, n, n, _BLOCK, exponent, signs, out, n, nbytes, W=w, BLOCK=_BLOCK)
+    return out
+
+
+def qsgd_ok(bucket_size: int) -> bool:
+    """Buckets the QSGD kernels take: a power of two from 16 to 4096 elements."""
+    return 16 <= bucket_size <= 4096 and bucket_size & (bucket_size - 1) == 0
+
+
+def qsgd_encode(x: torch.Tensor, levels: int, bucket: int, tiny: float, seed: int):
+    n = x.numel()
+    n_buckets = -(-n // bucket)
+    rows = max(1, _BLOCK // bucket)
+    norms = torch.empty(n_buckets, dtype=torch.float32, device=x.device)
+    q = torch.empty(n, dtype=torch.int8, device=x.device)
+    _launch(_qsgd_encode_kernel, n // bucket, n_buckets, rows, x, norms, q, n, n_buckets, float(levels), tiny, seed,
+            ROWS=rows, BS=bucket)
+    return norms, q
+
+
+def qsgd_decode(norms: torch.Tensor, q: torch.Tensor, levels: int, bucket: int, n: int) -> torch.Tensor:
+    norms, q = norms.contiguous(), q.contiguous()
+    w, n_buckets = norms.shape
+    rows = max(1, _BLOCK // bucket)
+    out = torch.empty(n, dtype=torch.float32, device=q.device)
+    _launch(_qsgd_decode_kernel, n // bucket, n_buckets, rows, norms, q, out, n, n_buckets, float(levels), W=w,
+            ROWS=rows, BS=bucket)
+    return out
+
+
+def quantize_levels(x: torch.Tensor, scale: torch.Tensor, max_level: int, dtype: torch.dtype, seed: int):
+    """Quantize's encode: floor(u + x * L / scale) clamped to [-L, L], in ``dtype``."""
+    n = x.numel()
+    out = torch.empty(n, dtype=dtype, device=x.device)
+    L = float(max_level)
+    _launch(_stochastic_levels_kernel, n, n, _BLOCK, x, scale.reshape(1).float(), out, n, seed, L, 0.0, -L, L,
+            MODE=0, BLOCK=_BLOCK)
+    return out
+
+
+def quantize_decode(levels: torch.Tensor, scale: torch.Tensor, max_level: int, div: int = 1) -> torch.Tensor:
+    """levels * (scale / L) / div, float32."""
+    n = levels.numel()
+    out = torch.empty(n, dtype=torch.float32, device=levels.device)
+    _launch(_dequant_kernel, n, n, _BLOCK, levels, scale.reshape(1).float(), out, n, float(max_level), div,
+            MODE=0, BLOCK=_BLOCK)
+    return out
+
+
+def thc_levels(y: torch.Tensor, bound: torch.Tensor, top: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """THC's grid index: floor(u + top/2 + y / delta), delta = 2 M / top, clamped to [0, top]."""
+    n = y.numel()
+    out = torch.empty(n, dtype=dtype, device=y.device)
+    _launch(_stochastic_levels_kernel, n, n, _BLOCK, y, bound.reshape(1).float(), out, n, seed, 2.0 / top, top / 2,
+            0.0, float(top), MODE=1, BLOCK=_BLOCK)
+    return out
+
+
+def thc_decode(q: torch.Tensor, bound: torch.Tensor, top: int, div: int = 1) -> torch.Tensor:
+    """q * (delta / div) - M with delta = M * 2 / top."""
+    n = q.numel()
+    out = torch.empty(n, dtype=torch.float32, device=q.device)
+    _launch(_dequant_kernel, n, n, _BLOCK, q, bound.reshape(1).float(), out, n, 2.0 / top, div, MODE=1,
+            BLOCK=_BLOCK)
+    return out
+
+
+def thc_sign(x: torch.Tensor, n_in: int, n_out: int, size: int, seed: int) -> torch.Tensor:
+    """Multiply by THC's shared random diagonal D / sqrt(size) (D from ``seed``, one sign per
+    position in a rotation block): pads with zeros to ``n_out`` or, for the inverse, keeps the
+    first ``n_out`` of ``x``. D is its own inverse."""
+    out = torch.empty(n_out, dtype=torch.float32, device=x.device)
+    _launch(_sign_pad_kernel, min(n_in, n_out), n_out, _BLOCK, x, out, n_in, n_out, size - 1, size ** -0.5, seed,
+            BLOCK=_BLOCK)
+    return out
+
+
+#: bits of |x| (31 significant) decided per histogram pass: 11 + 11 + 9
+_RADIX = (11, 11, 9)
+
+
+def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Two exact methods, the faster
+    one on this device and size kept (:func:`pick`): radix select (three histogram passes over
+    |x|'s bits find the k-th largest magnitude; then everything above it and the first ones
+    equal to it, ascending positions; no sort, no host synchronisation) or ``torch.topk``."""
+    n = x.numel()
+    choice = pick(("topk", x.device, n, k), [lambda: _radix_topk(x, k),
+                                             lambda: torch.topk(x.abs(), k, sorted=False).indices])
+    return _radix_topk(x, k) if choice == 0 else torch.topk(x.abs(), k, sorted=False).indices
+
+
+def _radix_topk(x: torch.Tensor, k: int) -> torch.Tensor:
+    n = x.numel()
+    dev = x.device
+    state = torch.zeros(2, dtype=torch.int32, device=dev)  # (prefix, k still to take): no host copy
+    state[1] = k
+    hists = torch.zeros(sum(1 << b for b in _RADIX), dtype=torch.int32, device=dev)
+    block, iters = 2048, 8
+    done, start = 0, 0
+    for i, bits in enumerate(_RADIX):
+        nb = 1 << bits
+        shift = 31 - done - bits
+        hist = hists[start:start + nb]
+        _launch(_hist_kernel, n, n, block * iters, x, n, state, hist, MATCH_SHIFT=shift + bits, SHIFT=shift,
+                NBINS=nb, FIRST=i == 0, BLOCK=block, ITERS=iters)
+        _select_bin_kernel[(1,)](hist, state, BITS=bits, NBINS=nb)
+        done += bits
+        start += nb
+    gt = torch.empty(n, dtype=torch.int8, device=dev)
+    eq = torch.empty(n, dtype=torch.int8, device=dev)
+    _launch(_threshold_masks_kernel, n, n, _BLOCK, x, n, state, gt, eq, BLOCK=_BLOCK)
+    # all above the threshold (fewer than k), then the first k_left equal to it
+    idx_gt = torch.nonzero_static(gt.view(torch.bool), size=k, fill_value=n).view(-1)
+    idx_eq = torch.nonzero_static(eq.view(torch.bool), size=k, fill_value=n).view(-1)
+    n_gt = k - state[1].long()
+    slot = torch.arange(k, device=dev)
+    return torch.where(slot < n_gt, idx_gt, idx_eq[(slot - n_gt).clamp(min=0)])
+
+
+def row_topk_ok(length: int, k: int) -> bool:
+    """Rows the per-row kernel takes: up to 16384 elements, k < length."""
+    return 2 <= length <= 16384 and 1 <= k < length
+
+
+def row_topk(x: torch.Tensor, length: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k |x| inside each ``length``-element row of a flat fp32 tensor (the last row padded
+    with zeros): values (rows * k,) fp32 and in-row offsets (rows * k,) int32, position order.
+    Ties at the threshold: first by position."""
+    n = x.numel()
+    rows = -(-n // length)
+    vals = torch.empty(rows * k, dtype=torch.float32, device=x.device)
+    offs = torch.empty(rows * k, dtype=torch.int32, device=x.device)
+    lp = triton.next_power_of_2(length)
+    warps = 8 if lp >= 4096 else 4
+    full = n // length if lp == length else 0
+
+    def run(radix4):
+        if full:
+            _row_topk_kernel[(full,)](x, n, vals, offs, k, 0, MASKED=False, L=length, LP=lp, RADIX4=radix4,
+                                      num_warps=warps)
+        if rows > full:
+            _row_topk_kernel[(rows - full,)](x, n, vals, offs, k, full, MASKED=True, L=length, LP=lp,
+                                             RADIX4=radix4, num_warps=warps)
+
+    choice = pick(("row_topk", x.device, n, length, k), [lambda: run(True), lambda: run(False)])
+    run(choice == 0)
+    return vals, offs
+
+
+def row_scatter(values: torch.Tensor, offsets: torch.Tensor, n: int, length: int, k: int) -> torch.Tensor:
+    """Inverse of :func:`row_topk` for one payload: a dense (n,) fp32 tensor, zeros elsewhere."""
+    rows = -(-n // length)
+    out = torch.empty(n, dtype=torch.float32, device=values.device)
+    lp = triton.next_power_of_2(length)
+    _row_scatter_kernel[(rows,)](values, offsets, out, n, k, L=length, LP=lp, KP=triton.next_power_of_2(k),
+                                 num_warps=8 if lp >= 4096 else 4)
+    return out
+
+
+def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype):
+    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) with two launches a step:
+    one counting pass and one scalar update, instead of about a dozen small ops. Returns the 0-d
+    tensors (t1, c1, t2) of :class:`~studykit.compressors.sparsification.MSTopK`'s reference loop
+    (same arithmetic: mid = (lo + hi) / 2 in fp32, exact integer counts)."""
+    n = mag.numel()
+    dev = mag.device
+    st = torch.stack([lo.float(), hi.float(), torch.full((), float("inf"), device=dev), torch.zeros((), device=dev)])
+    cnt = torch.zeros(2, dtype=torch.int32, device=dev)
+    block, iters = 4096, 4
+    for _ in range(rounds):
+        _launch(_count_ge_kernel, n, n, block * iters, mag, n, st, cnt, BLOCK=block, ITERS=iters)
+        _mstopk_step_kernel[(1,)](st, cnt, k)
+    return st[2], cnt[1].to(count_dtype), st[3]
