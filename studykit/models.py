@@ -53,7 +53,13 @@ def _bert(layers: int = 12, hidden: int = 768, inter: int = 3072, vocab: int = 3
     return s + [(h, h), (h,)]  # pooler
 
 
-def _mlp(sizes=(40, 128, 128, 10)) -> list[Shape]:
+#: layer widths of the CPU MLPs (40 inputs, 10 classes): ``mlp_small`` has a 92 KB fp32 gradient,
+#: ``mlp_large`` 4.4 MB (1,101,834 parameters; its 4 MiB hidden layer is one tensor), enough for
+#: communication to matter on a throttled 0.5-5 Gbit/s network (``data/measurements/throttle``)
+MLP_SIZES = {"mlp_small": (40, 128, 128, 10), "mlp_large": (40, 1024, 1024, 10)}
+
+
+def _mlp(sizes=MLP_SIZES["mlp_small"]) -> list[Shape]:
     s: list[Shape] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
         s += [(b, a), (b,)]
@@ -71,6 +77,7 @@ _SHAPES = {
     "vgg19": _vgg19,
     "bert_base": _bert,
     "mlp_small": _mlp,  # CPU smoke runs
+    "mlp_large": lambda: _mlp(MLP_SIZES["mlp_large"]),  # CPU runs with a multi-MB gradient
     "cnn_small": _cnn_small,  # CPU smoke runs (3x32x32 images)
 }
 
@@ -99,11 +106,13 @@ def size_bytes(name: str, bytes_per_param: int = 4) -> int:
 
 # --------------------------------------------------------------------------- real modules
 #: per-worker batch sizes used by default when timing (MACHINE-NOTES: ResNets 64, VGG19 32, BERT 16)
-DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "mlp_small": 32, "cnn_small": 32}
+DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "mlp_small": 32,
+                 "mlp_large": 32, "cnn_small": 32}
 #: BERT sequence length when timing (seed 000 fine-tunes on Sogou News; 128 tokens is the usual setting)
 BERT_SEQ_LEN = 128
 _IMAGE_SIZE = {"resnet50": 224, "resnet101": 224, "vgg19": 224, "cnn_small": 32}
-_CLASSES = {"resnet50": 1000, "resnet101": 1000, "vgg19": 1000, "cnn_small": 10, "mlp_small": 10}
+_CLASSES = {"resnet50": 1000, "resnet101": 1000, "vgg19": 1000, "cnn_small": 10, "mlp_small": 10,
+            "mlp_large": 10}
 
 
 def build(name: str):
@@ -111,14 +120,14 @@ def build(name: str):
     exactly :func:`param_shapes` (``name``) in order.
 
     ResNets/VGG need torchvision and ``bert_base`` needs transformers (both on the
-    GPU machines); ``mlp_small`` and ``cnn_small`` are plain torch.
+    GPU machines); ``mlp_small``, ``mlp_large`` and ``cnn_small`` are plain torch.
     """
     import torch.nn as nn
 
     if name not in _SHAPES:
         raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
-    if name == "mlp_small":
-        sizes = (40, 128, 128, 10)
+    if name in MLP_SIZES:
+        sizes = MLP_SIZES[name]
         layers: list = []
         for a, b in zip(sizes[:-1], sizes[1:]):
             layers += [nn.Linear(a, b), nn.ReLU()]
@@ -153,8 +162,8 @@ def example_batch(name: str, batch_size: int, device="cpu", seq_len: int = BERT_
     if name == "bert_base":
         ids = torch.randint(0, 30522, (batch_size, seq_len), generator=g)
         return ids.to(device), None
-    if name == "mlp_small":
-        x = torch.randn(batch_size, 40, generator=g)
+    if name in MLP_SIZES:
+        x = torch.randn(batch_size, MLP_SIZES[name][0], generator=g)
     elif name in _IMAGE_SIZE:
         s = _IMAGE_SIZE[name]
         x = torch.randn(batch_size, 3, s, s, generator=g)

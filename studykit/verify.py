@@ -57,10 +57,12 @@ Two variants
 
 ``extended`` (beyond the paper; each term named where the paper's model misses):
 
-* **DDP's real buckets**: parameters in reverse order, a bucket closes once it
+* **DDP's real buckets** (:func:`studykit.perfmodel.model.ddp_buckets`, the model's
+  ``Workload(bucketing="ddp")``): parameters in reverse order, a bucket closes once it
   reaches the cap, the first bucket capped at 1 MiB under the default 25 MB
   (PyTorch's ``first_bucket_bytes``). A single huge tensor (VGG19's 411 MB fc1,
-  a 64 KB layer of ``mlp_small``) is one bucket however small the cap;
+  a 64 KB layer of ``mlp_small``, the 4 MiB one of ``mlp_large``) is one bucket however
+  small the cap;
 * **measured collectives**: ``T_comm`` interpolated (log-log) in the same network's
   sweep (all-reduce for all-reduce, all-gather for all-gather) instead of Eq. 1.
   This carries small-message latency (gloo's per-call cost is not Eq. 1's
@@ -111,9 +113,8 @@ REQUIRED_COLUMNS = ("config", "predicted_ms", "measured_ms", "rel_error", "calib
 VARIANTS = ("paper", "extended")
 STATS = ("ms_median", "ms_mean", "ms_min")
 MIB = 2**20
-#: PyTorch DDP: bucket_cap_mb default 25 MB; the first bucket (gradients ready first) is 1 MiB under the default
+#: PyTorch DDP: bucket_cap_mb default 25 MB (the bucket assignment itself: studykit.perfmodel.model.ddp_buckets)
 DDP_DEFAULT_BUCKET_MB = 25.0
-DDP_FIRST_BUCKET_BYTES = 1 * MIB
 GAMMA_MARGIN = 0.05  # a record is compute-bound when (1 + margin) * overlapped comm <= compute (as perfmodel.fit)
 
 
@@ -142,33 +143,21 @@ def summarize(df: pd.DataFrame, by: Sequence[str] = ("platform", "group", "varia
 
 
 def paper_buckets(total_bytes: float, bucket_bytes: float) -> list[float]:
-    """Sec. 4.1's bucketing: ``k = ceil(G / b)`` buckets, ``k-1`` of ``b`` bytes and the rest last."""
-    k = max(1, math.ceil(total_bytes / bucket_bytes - 1e-12))
-    b = min(bucket_bytes, total_bytes)
-    return [b] * (k - 1) + [total_bytes - (k - 1) * b]
+    """Sec. 4.1's bucketing: ``k = ceil(G / b)`` buckets, ``k-1`` of ``b`` bytes and the rest last
+    (:func:`studykit.perfmodel.model.paper_bucket_sizes`)."""
+    from studykit.perfmodel.model import paper_bucket_sizes
+
+    return paper_bucket_sizes(total_bytes, bucket_bytes)
 
 
 def ddp_buckets(shapes: Sequence[Sequence[int]], bucket_mb: float | None = None,
                 bytes_per_param: int = 4) -> list[list[tuple]]:
-    """PyTorch DDP's bucket assignment (torch >= 2.x, one dtype): shapes in *reverse* order
-    (gradients of the last layers are ready first) grouped until a bucket reaches its cap;
-    the first bucket's cap is 1 MiB when ``bucket_mb`` is DDP's default (``None``), the cap
-    itself otherwise. Returns the buckets in the order they are communicated (the last one
-    holds the first layers and can only start after the backward pass)."""
-    cap = (DDP_DEFAULT_BUCKET_MB if bucket_mb is None else float(bucket_mb)) * MIB
-    first = DDP_FIRST_BUCKET_BYTES if bucket_mb is None else cap
-    out: list[list[tuple]] = []
-    cur: list[tuple] = []
-    size = 0
-    for s in reversed([tuple(int(d) for d in s) for s in shapes]):
-        cur.append(s)
-        size += math.prod(s) * bytes_per_param
-        if size >= (first if not out else cap):
-            out.append(cur)
-            cur, size = [], 0
-    if cur:
-        out.append(cur)
-    return out
+    """PyTorch DDP's bucket assignment with the cap in MB as DDP's ``bucket_cap_mb`` (``None``: DDP's
+    default, 25 MiB with a 1 MiB first bucket): :func:`studykit.perfmodel.model.ddp_buckets`.
+    Returns the buckets (lists of shapes) in the order they are communicated."""
+    from studykit.perfmodel.model import ddp_buckets as _ddp
+
+    return _ddp(shapes, None if bucket_mb is None else float(bucket_mb) * MIB, bytes_per_param=bytes_per_param)
 
 
 def _bucket_bytes(bucket: Sequence[tuple], bytes_per_param: int = 4) -> float:
@@ -441,7 +430,9 @@ def _sync_terms(shapes, bucket_mb, p, net: Collectives, variant: str) -> tuple[f
         cap = (DDP_DEFAULT_BUCKET_MB if _isnull(bucket_mb) else float(bucket_mb)) * MIB
         sizes = paper_buckets(total, cap)
     else:
-        sizes = [_bucket_bytes(b) for b in ddp_buckets(shapes, None if _isnull(bucket_mb) else float(bucket_mb))]
+        from studykit.perfmodel.model import ddp_bucket_sizes
+
+        sizes = ddp_bucket_sizes(shapes, None if _isnull(bucket_mb) else float(bucket_mb) * MIB)
     t = [net.cost("all_reduce", s, variant) for s in sizes]
     return float(sum(t[:-1])), float(t[-1]), len(sizes)
 

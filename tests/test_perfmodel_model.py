@@ -263,3 +263,128 @@ def test_lookup_fills_compressor_defaults():
         TEncodeDecode(0.01, "s", "t", compressor="powersgd", params=full, model="resnet50")])
     assert cal.t_encode_decode_s("powersgd", {"rank": 4}, "resnet50")[0] == 0.01
     assert cal.compressors() == [("powersgd", {k: full[k] for k in sorted(full)})]
+
+
+# ------------------------------------------------------------------ bucketing: "paper" vs "ddp"
+def test_ddp_buckets_hand_case():
+    from studykit.perfmodel.model import ddp_bucket_sizes, ddp_buckets
+
+    # fp32 bytes 400, 200, 1200, 40, 800 (forward order); DDP walks them in reverse: 800, 40, 1200, 200, 400
+    shapes = [(100,), (50,), (300,), (10,), (200,)]
+    # cap 1000 (first bucket = the cap when a cap is given): 800+40+1200 = 2040 >= 1000 closes; 200+400 is the rest
+    assert ddp_buckets(shapes, 1000) == [[(200,), (10,), (300,)], [(50,), (100,)]]
+    assert ddp_bucket_sizes(shapes, 1000) == [2040.0, 600.0]
+    # a 500-byte first bucket: 800 closes it alone; 40+1200 = 1240 closes the second; 200+400 the last
+    assert ddp_bucket_sizes(shapes, 1000, first_bucket_bytes=500) == [800.0, 1240.0, 600.0]
+    # a cap smaller than every tensor: one bucket per tensor, never a split tensor
+    assert ddp_bucket_sizes(shapes, 1) == [800.0, 40.0, 1200.0, 200.0, 400.0]
+    # a cap larger than the gradient: one bucket
+    assert ddp_bucket_sizes(shapes, 10**6) == [2640.0]
+    with pytest.raises(ValueError):
+        ddp_buckets(shapes, 0.5)
+
+
+def test_ddp_buckets_default_cap_has_a_1mib_first_bucket():
+    from studykit.perfmodel.model import DDP_FIRST_BUCKET_BYTES, ddp_bucket_sizes
+
+    assert DDP_FIRST_BUCKET_BYTES == MIB
+    two = (MIB // 2,)  # 2 MiB fp32 tensors
+    # default (bucket_cap_mb=None): the first bucket closes at 1 MiB (one tensor), the next at 25 MiB (13 tensors)
+    assert ddp_bucket_sizes([two] * 20, None) == [2.0 * MIB, 26.0 * MIB, 12.0 * MIB]
+    # an explicit 25 MiB cap: DDP uses it for the first bucket too
+    assert ddp_bucket_sizes([two] * 20, 25 * MIB) == [26.0 * MIB, 14.0 * MIB]
+
+
+def test_ddp_buckets_mlp_large_hand_counts():
+    from studykit.perfmodel.model import ddp_buckets
+
+    shapes = models.param_shapes("mlp_large")  # (1024,40) (1024) (1024,1024) (1024) (10,1024) (10)
+    assert ddp_buckets(shapes) == [[(10,), (10, 1024), (1024,), (1024, 1024)], [(1024,), (1024, 40)]]
+    # bucket_cap_mb=0.001 -> int(1048.576) = 1048 bytes: (10,) is 40 B and joins (10,1024); then one tensor each
+    assert [len(b) for b in ddp_buckets(shapes, 0.001 * MIB)] == [2, 1, 1, 1, 1]
+    assert [len(b) for b in ddp_buckets(shapes, 0.01 * MIB)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("model,cap_mb", [("mlp_large", None), ("mlp_large", 0.001), ("mlp_small", 0.01),
+                                          ("resnet50", None), ("resnet50", 5.0), ("vgg19", 1.0)])
+def test_ddp_buckets_match_torch(model, cap_mb):
+    """The same assignment as torch's own (DDP's rebuild: gradient-ready order = reverse forward order)."""
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    if not hasattr(dist, "_compute_bucket_assignment_by_size"):
+        pytest.skip("torch.distributed without the reducer")
+    from studykit.perfmodel.model import DDP_FIRST_BUCKET_BYTES, ddp_buckets
+
+    shapes = models.param_shapes(model)
+    ts = [torch.empty(s, device="meta") for s in shapes]
+    order = list(reversed(range(len(ts))))
+    cap = 25 * MIB if cap_mb is None else int(cap_mb * MIB)
+    first = DDP_FIRST_BUCKET_BYTES if cap_mb is None else cap
+    try:
+        idx, _ = dist._compute_bucket_assignment_by_size([ts[i] for i in order], [first, cap], [False] * len(ts),
+                                                         order)
+    except RuntimeError:  # older torch: no meta tensors here
+        ts = [torch.empty(s) for s in shapes]
+        idx, _ = dist._compute_bucket_assignment_by_size([ts[i] for i in order], [first, cap], [False] * len(ts),
+                                                         order)
+    ours = ddp_buckets(shapes, None if cap_mb is None else cap_mb * MIB)
+    assert [[tuple(shapes[i]) for i in b] for b in idx] == ours
+
+
+def test_workload_bucketing_paper_is_default_and_unchanged():
+    w = Workload(model="vgg19")
+    assert w.bucketing == "paper"
+    k, b, last = w.buckets()
+    assert (k, b, last) == tuple(buckets(w.gradient_bytes, w.bucket_bytes))
+    assert k == 22  # ceil(548 MiB / 25 MiB)
+    with pytest.raises(ValueError, match="bucketing"):
+        Workload(model="vgg19", bucketing="torch")
+    with pytest.raises(ValueError, match="first_bucket_bytes"):
+        Workload(model="vgg19", bucketing="ddp", first_bucket_bytes=0)
+
+
+def test_workload_ddp_bucketing_k_b_last():
+    from studykit.perfmodel.model import ddp_bucket_sizes
+
+    shapes = [(100,), (50,), (300,), (10,), (200,)]
+    w = Workload(model=None, param_shapes=shapes, t_comp_s=0.1, bucket_bytes=1000, bucketing="ddp")
+    assert tuple(map(float, w.buckets())) == (2.0, 2040.0, 600.0)
+    w3 = replace(w, first_bucket_bytes=500)
+    assert tuple(map(float, w3.buckets())) == (3.0, 1020.0, 600.0)  # b: mean of the two overlapped buckets
+    one = replace(w, bucket_bytes=10**6)
+    assert tuple(map(float, one.buckets())) == (1.0, 2640.0, 2640.0)
+    # vectorized over bucket_bytes
+    k, b, last = replace(w, bucket_bytes=np.array([1, 1000, 10**6])).buckets()
+    assert k.tolist() == [5.0, 2.0, 1.0] and last.tolist() == [400.0, 600.0, 2640.0]
+    # the default 25 MiB cap means DDP's default, a 1 MiB first bucket: VGG19's fc3 (15.6 MiB) closes it,
+    # fc2 (64 MiB) and fc1 (392 MiB) are a bucket each, the convolutions fill 27 + 27 + 22.4 MiB
+    v = Workload(model="vgg19", bucketing="ddp")
+    sizes = ddp_bucket_sizes(models.param_shapes("vgg19"))
+    k, b, last = v.buckets()
+    assert k == len(sizes) == 6 and last == sizes[-1]
+    assert [round(x / MIB, 2) for x in sizes] == [15.63, 64.02, 392.02, 27.01, 27.01, 22.38]
+    assert b * (k - 1) == pytest.approx(sum(sizes[:-1]))
+
+
+def test_predict_with_ddp_bucketing_is_the_sum_over_real_buckets():
+    from studykit.perfmodel.model import ddp_bucket_sizes
+
+    hw = Hardware(bandwidth_gbps=8.0, alpha_s=1e-4, gamma=1.1)
+    shapes = models.param_shapes("vgg19")
+    for t_comp in (0.01, 1.0):  # communication-bound, compute-bound
+        w = Workload(model="vgg19", t_comp_s=t_comp, bucketing="ddp", bucket_bytes=25 * MIB)
+        sizes = ddp_bucket_sizes(shapes)  # Workload's 25 MiB default cap is DDP's default: a 1 MiB first bucket
+        t = [float(col.ring_allreduce_s(s, 4, hw.alpha_s, hw.bandwidth_bytes_s)) for s in sizes]
+        want = max(1.1 * t_comp, sum(t[:-1])) + t[-1]
+        pred = predict(w, hw, 4)
+        assert float(pred.sync["total_s"]) == pytest.approx(want)
+        assert float(pred.sync["k"]) == len(sizes)
+        assert pred.notes["bucketing"] == "ddp"
+    # VGG19: DDP's whole-tensor buckets leave 411 MB (fc1) alone and the conv layers last, paper's are equal
+    paper = predict(Workload(model="vgg19", t_comp_s=0.01), hw, 4)
+    ddp = predict(Workload(model="vgg19", t_comp_s=0.01, bucketing="ddp"), hw, 4)
+    assert float(paper.sync["k"]) == 22 and float(ddp.sync["k"]) == 6
+    assert float(ddp.sync["total_s"]) != pytest.approx(float(paper.sync["total_s"]))
+    # required_ratio runs on the same buckets
+    r = required_ratio(Workload(model="vgg19", t_comp_s=0.2, bucketing="ddp"), hw, 4)
+    assert np.isfinite(r) and r >= 1

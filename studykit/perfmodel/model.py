@@ -16,6 +16,13 @@ iteration (the paper's ``T_obs``; the forward pass is left out, as in Figs. 6-11
   :meth:`studykit.compressors.base.Compressor.plan` on ``meta`` tensors (PowerSGD:
   all-reduces of P and Q; TopK: all-gathers of values and indices; ...).
 
+Bucketing (:class:`Workload` ``bucketing``): ``"paper"`` (default) is Sec. 4.1's
+``k = ceil(G / b)`` equal buckets, which reproduces the paper's equations; ``"ddp"`` is
+PyTorch DDP's real assignment (:func:`ddp_buckets`: whole parameter tensors, reverse order,
+a smaller first bucket), which differs whenever one tensor is large against the cap
+(VGG19's 411 MB fc1 is one bucket at any cap; a small model is one or two buckets, not
+``ceil(G/b)``).
+
 Everything broadcasts over numpy arrays: hardware fields and ``world_size`` may be
 arrays, and a (bandwidth x GPUs) grid is one :func:`predict` call.
 """
@@ -35,13 +42,18 @@ from studykit.perfmodel.calibration import Calibration, Constant, TComp, TEncode
 
 __all__ = [
     "MIB", "DEFAULT_BUCKET_BYTES", "Hardware", "Workload", "Calibration", "Constant", "TComp", "TEncodeDecode",
-    "Prediction", "buckets", "allreduce_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
+    "Prediction", "BUCKETING", "DDP_FIRST_BUCKET_BYTES", "buckets", "paper_bucket_sizes", "ddp_buckets",
+    "ddp_bucket_sizes", "allreduce_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
     "speedup_over_sync", "required_ratio", "crossover_bandwidth_gbps",
 ]
 
 MIB = 2**20
 #: PyTorch DDP's default ``bucket_cap_mb=25`` (seed 000, Sec. 2.2 "Bucketing Gradients": "25 MB by default")
 DEFAULT_BUCKET_BYTES = 25 * MIB
+#: PyTorch DDP's first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``) when ``bucket_cap_mb`` is left at its default
+DDP_FIRST_BUCKET_BYTES = 1 * MIB
+#: :class:`Workload` bucketing options: Sec. 4.1's equal buckets, or DDP's real assignment
+BUCKETING = ("paper", "ddp")
 
 
 @dataclass(frozen=True)
@@ -89,15 +101,33 @@ class Hardware:
 @dataclass(frozen=True)
 class Workload:
     """What is trained: a model (by name, or its parameter shapes), batch size per worker,
-    the single-GPU backward time ``t_comp_s`` (``None``: from the calibration) and DDP's bucket size."""
+    the single-GPU backward time ``t_comp_s`` (``None``: from the calibration) and DDP's bucket size.
+
+    ``bucketing`` says how the gradient is split into DDP buckets (:meth:`buckets`):
+
+    * ``"paper"`` (default; seed 000 Sec. 4.1): ``k = ceil(G / b)`` buckets of ``b`` bytes and
+      a smaller last one, as if DDP could cut tensors;
+    * ``"ddp"``: PyTorch DDP's assignment (:func:`ddp_buckets`): whole parameter tensors in
+      reverse order, a bucket closes once it holds ``>= bucket_bytes``; the first bucket closes
+      at ``first_bucket_bytes``. ``first_bucket_bytes=None`` follows DDP: 1 MiB
+      (:data:`DDP_FIRST_BUCKET_BYTES`) when ``bucket_bytes`` is the default 25 MiB (DDP's
+      ``bucket_cap_mb=None``), ``bucket_bytes`` otherwise. (DDP given ``bucket_cap_mb=25``
+      explicitly uses a 25 MiB first bucket: pass ``first_bucket_bytes=25 * MIB`` for that.)
+    """
 
     model: str | None = "resnet50"
     batch_size: int = 64
     t_comp_s: float | None = None  # single-GPU backward pass (s); seed 000 App. C
     bucket_bytes: Any = DEFAULT_BUCKET_BYTES
     param_shapes: tuple | None = None  # overrides ``model``'s shapes when given
+    bucketing: str = "paper"  # "paper" (Sec. 4.1, k = ceil(G/b)) or "ddp" (PyTorch's real assignment)
+    first_bucket_bytes: float | None = None  # "ddp" only; None: DDP's rule (see the class docstring)
 
     def __post_init__(self):
+        if self.bucketing not in BUCKETING:
+            raise ValueError(f"Workload.bucketing must be one of {BUCKETING}, got {self.bucketing!r}")
+        if self.first_bucket_bytes is not None and self.first_bucket_bytes <= 0:
+            raise ValueError(f"Workload.first_bucket_bytes must be > 0, got {self.first_bucket_bytes!r}")
         if self.model is None and self.param_shapes is None:
             raise ValueError("Workload needs a model name or param_shapes")
         if self.model is not None and self.param_shapes is None and self.model not in models.available():
@@ -119,6 +149,29 @@ class Workload:
     def gradient_bytes(self) -> int:
         """fp32 gradient size (bytes): what syncSGD all-reduces."""
         return 4 * sum(math.prod(s) for s in self.shapes())
+
+    def buckets(self):
+        """``(k, b, b_last)`` of this workload's bucketing (broadcast over ``bucket_bytes``):
+        ``k`` buckets, the last of ``b_last`` bytes, the other ``k-1`` of ``b`` bytes on average.
+
+        ``"paper"``: :func:`buckets`. ``"ddp"``: from :func:`ddp_bucket_sizes`; ``b`` is the mean
+        of the ``k-1`` overlapped buckets, exact for Eq. 1 and the tree (costs affine in bytes:
+        ``(k-1) T_comm(b)`` is the sum over those buckets). With ``k = 1``, ``b = b_last``."""
+        if self.bucketing == "paper":
+            return buckets(self.gradient_bytes, self.bucket_bytes)
+        shapes = self.shapes()
+        first = self.first_bucket_bytes
+
+        def one(cap):
+            f = first if first is not None else (DDP_FIRST_BUCKET_BYTES if cap == DEFAULT_BUCKET_BYTES else cap)
+            sizes = ddp_bucket_sizes(shapes, cap, f)
+            k = len(sizes)
+            return float(k), (sum(sizes[:-1]) / (k - 1) if k > 1 else sizes[-1]), sizes[-1]
+
+        cap = np.asarray(self.bucket_bytes, dtype=float)
+        flat = [one(float(c)) for c in cap.ravel()]
+        k, b, last = (np.array([t[i] for t in flat], dtype=float).reshape(cap.shape) for i in range(3))
+        return k, b, last
 
     def resolve_t_comp(self, calibration: Calibration | None) -> tuple[float, str]:
         """``(T_comp_s, how)``: the workload's own value, else the calibration's."""
@@ -151,23 +204,76 @@ def buckets(total_bytes, bucket_bytes):
     return k, b_full, last
 
 
+def paper_bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
+    """Sec. 4.1's buckets as a list (scalar :func:`buckets`): ``k-1`` of ``b`` bytes, then the rest."""
+    k, b, last = (float(v) for v in buckets(total_bytes, bucket_bytes))
+    return [b] * (int(k) - 1) + [last]
+
+
+def ddp_buckets(shapes: Sequence[Sequence[int]], bucket_bytes: float | None = None,
+                first_bucket_bytes: float | None = None, bytes_per_param: int = 4) -> list[list[tuple]]:
+    """PyTorch DDP's bucket assignment (torch >= 1.8, one dtype, after the first iteration's
+    rebuild): the parameter shapes (given in forward order) taken in *reverse* order (the
+    gradients of the last layers are ready first), a bucket closing as soon as it holds
+    ``>= limit`` bytes: ``first_bucket_bytes`` for the first bucket, ``bucket_bytes`` for the
+    others. A tensor is never split, so one tensor larger than the cap is a bucket of its own.
+
+    ``bucket_bytes=None`` is DDP's default (``bucket_cap_mb=None``): 25 MiB with a 1 MiB first
+    bucket. ``first_bucket_bytes=None`` is DDP's rule: 1 MiB under the default cap, the cap
+    itself when one is given (torch ``_BucketCapacityConfig``). Caps are truncated to whole
+    bytes as DDP does (``int(bucket_cap_mb * 2**20)``). Returns the buckets in the order they
+    are communicated, each a list of shapes (the last one holds the first layers and can only
+    start once the backward pass is done)."""
+    if bucket_bytes is None:
+        cap = DEFAULT_BUCKET_BYTES
+        first = DDP_FIRST_BUCKET_BYTES if first_bucket_bytes is None else first_bucket_bytes
+    else:
+        cap = bucket_bytes
+        first = cap if first_bucket_bytes is None else first_bucket_bytes
+    cap, first = int(cap), int(first)
+    if cap <= 0 or first <= 0:
+        raise ValueError(f"bucket sizes must be >= 1 byte, got cap {bucket_bytes!r}, first {first_bucket_bytes!r}")
+    out: list[list[tuple]] = []
+    cur: list[tuple] = []
+    size = 0
+    for s in reversed([tuple(int(d) for d in s) for s in shapes]):
+        cur.append(s)
+        size += math.prod(s) * bytes_per_param
+        if size >= (first if not out else cap):
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def ddp_bucket_sizes(shapes: Sequence[Sequence[int]], bucket_bytes: float | None = None,
+                     first_bucket_bytes: float | None = None, bytes_per_param: int = 4) -> list[float]:
+    """Bytes of each bucket of :func:`ddp_buckets`, in communication order."""
+    return [float(sum(math.prod(s) for s in b) * bytes_per_param)
+            for b in ddp_buckets(shapes, bucket_bytes, first_bucket_bytes, bytes_per_param)]
+
+
 def allreduce_s(nbytes, world_size, hw: Hardware):
     """All-reduce time (s) on ``hw``: Eq. 1 ring (default) or Table 1 tree."""
     fn = col.ring_allreduce_s if hw.allreduce == "ring" else col.tree_allreduce_s
     return fn(nbytes, world_size, hw.alpha_s, hw.bandwidth_bytes_s)
 
 
-def syncsgd_s(t_comp_s, total_bytes, world_size, hw: Hardware, bucket_bytes=DEFAULT_BUCKET_BYTES) -> dict:
+def syncsgd_s(t_comp_s, total_bytes, world_size, hw: Hardware, bucket_bytes=DEFAULT_BUCKET_BYTES,
+              split=None) -> dict:
     """syncSGD (DDP with overlap) iteration time, Sec. 4.1:
 
     ``T_obs = max(gamma T_comp, (k-1) T_comm(b, p, BW)) + T_comm(b_last, p, BW)``
 
     with ``T_comm`` from Eq. 1. ``T_comp`` is divided by ``hw.compute_speedup``.
+    The buckets are Sec. 4.1's ``buckets(total_bytes, bucket_bytes)`` unless ``split``
+    gives ``(k, b, b_last)`` (e.g. :meth:`Workload.buckets` with ``bucketing="ddp"``).
     Returns arrays: ``compute_s`` (gamma T_comp), ``comm_s`` (all buckets),
     ``exposed_comm_s`` (``T_obs - gamma T_comp``), ``total_s``, ``k``.
     """
     t_comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
-    k, b, last = buckets(total_bytes, bucket_bytes)
+    k, b, last = buckets(total_bytes, bucket_bytes) if split is None else (np.asarray(v, dtype=float) for v in split)
     t_b = allreduce_s(b, world_size, hw)
     t_last = allreduce_s(last, world_size, hw)
     p = np.asarray(world_size, dtype=float)
@@ -362,7 +468,8 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     t_comp, how_comp = workload.resolve_t_comp(calibration)
     notes = {"t_comp_s": t_comp, "t_comp": how_comp}
     total_bytes = workload.gradient_bytes
-    sync = syncsgd_s(t_comp, total_bytes, p, hardware, workload.bucket_bytes)
+    sync = syncsgd_s(t_comp, total_bytes, p, hardware, workload.bucket_bytes, split=workload.buckets())
+    notes["bucketing"] = workload.bucketing
     bw = np.asarray(hardware.bandwidth_gbps, dtype=float)
     pred = Prediction(world_size=p, bandwidth_gbps=bw, linear_s=np.asarray(t_comp / hardware.compute_speedup),
                       sync=sync, notes=notes)
@@ -423,7 +530,7 @@ def required_ratio(workload: Workload, hardware: Hardware, world_size, *, calibr
     t_comp, _ = workload.resolve_t_comp(calibration)
     t = np.asarray(t_comp, dtype=float) / hardware.compute_speedup
     budget = (1.0 + slack) * hardware.gamma * t
-    k, b, last = buckets(workload.gradient_bytes, workload.bucket_bytes)
+    k, b, last = workload.buckets()
     p = np.asarray(world_size, dtype=float)
     lat = allreduce_s(0.0, p, hardware)  # latency part of one all-reduce
     no_lat = replace(hardware, alpha_s=0.0)
