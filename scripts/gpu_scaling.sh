@@ -45,10 +45,10 @@ phase() {  # phase NAME CAP_S CMD...: CMD under min(CAP_S, time left), output in
 }
 
 # shellcheck disable=SC2086
-( export CUDA_VISIBLE_DEVICES=0; phase tcomp 100 $PY -m studykit tcomp --models $MODELS --batch-sizes 64 \
+( export CUDA_VISIBLE_DEVICES=0; phase tcomp "${SINGLE_CAP_S:-100}" $PY -m studykit tcomp --models $MODELS --batch-sizes 64 \
     --budget-s 2 --min-iter 5 --out "$OUT/tcomp.jsonl" --quiet ) &
 # shellcheck disable=SC2086
-( export CUDA_VISIBLE_DEVICES=1; phase profile 100 $PY -m studykit profile --models $MODELS \
+( export CUDA_VISIBLE_DEVICES=1; phase profile "${SINGLE_CAP_S:-100}" $PY -m studykit profile --models $MODELS \
     --compressors $COMPRESSORS --budget-s 0.6 --min-iter 2 --out "$OUT/profile.jsonl" --quiet ) &
 wait
 
@@ -58,7 +58,7 @@ for p in 2 4 8; do
   phase "sweep$p" 40 "${TR[@]}" sweep --min-bytes 1K --max-bytes 1G --budget-s 0.4 --min-iter 5 \
     --out "$OUT/sweep.jsonl" --quiet
   # shellcheck disable=SC2086
-  phase "ddp$p" 200 "${TR[@]}" ddp --models $MODELS --bucket-mb $BUCKETS_MB --compressors $COMPRESSORS \
+  phase "ddp$p" "${DDP_CAP_S:-200}" "${TR[@]}" ddp --models $MODELS --bucket-mb $BUCKETS_MB --compressors $COMPRESSORS \
     --budget-s 0.6 --min-iter 2 --timeout-s 90 --out "$OUT/ddp.jsonl" --quiet
 done
 echo "finished $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" | tee -a "$LOG" >> "$RUN"
