@@ -93,6 +93,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -106,7 +107,7 @@ from studykit import models, paths
 
 __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "load_platform", "ddp_buckets",
            "paper_buckets", "Collectives", "noise_floor", "repeatability", "fit_network", "leave_one_out",
-           "check_disjoint", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
+           "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
 
 #: columns every predictions CSV has (the issue's minimum, and more)
 REQUIRED_COLUMNS = ("config", "predicted_ms", "measured_ms", "rel_error", "calibrated_on")
@@ -266,6 +267,11 @@ class Collectives:
     incast_coeff: float
     sweep: dict  # op -> (sizes, seconds), sorted, one world size
     r2: float = float("nan")
+    #: the sweep records the constants come from (``sweep p=2 native``); with ``--holdout world_size``
+    #: a network above the calibration limit is fitted on smaller world sizes (``sweep p<=2 native``)
+    #: and has no sweep of its own (``sweep`` empty: Eq. 1 / App. B everywhere)
+    fitted_on: str = ""
+    extrapolated: bool = False
 
     def eq1(self, op: str, nbytes: float, alpha_s: float | None = None) -> float:
         """Eq. 1 (all_reduce) / App. B ring all-gather (all_gather, incast-free)."""
@@ -276,9 +282,22 @@ class Collectives:
         fn = col.ring_allreduce_s if op == "all_reduce" else col.ring_allgather_s
         return float(fn(nbytes, self.world_size, a, bw))
 
+    def eq1_incast(self, op: str, nbytes: float) -> float:
+        """Eq. 1 / App. B with the all-gather's fitted incast coefficient (beyond the paper)."""
+        if op != "all_gather":
+            return self.eq1(op, nbytes)
+        from studykit.perfmodel import collectives as col
+
+        return float(col.allgather_incast_s(nbytes, self.world_size, self.alpha_s,
+                                            col.gbps_to_bytes_s(self.bandwidth_gbps), self.incast_coeff))
+
     def measured(self, op: str, nbytes: float) -> float:
         """Sweep time of ``op`` at ``nbytes`` (log-log interpolation; Eq. 1 beyond the swept sizes,
-        scaled to meet the sweep at its largest size)."""
+        scaled to meet the sweep at its largest size). An extrapolated network (no sweep at its own
+        world size) has Eq. 1, and App. B's all-gather with the incast coefficient fitted on the
+        smaller world sizes."""
+        if self.extrapolated:
+            return self.eq1_incast(op, nbytes)
         if op not in self.sweep or nbytes <= 0:
             return self.eq1(op, nbytes)
         x, y = self.sweep[op]
@@ -292,25 +311,40 @@ class Collectives:
         return self.eq1(op, nbytes) if variant == "paper" else self.measured(op, nbytes)
 
 
-def fit_network(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, stat: str) -> Collectives:
-    """Eq. 1 alpha/BW (and the all-gather incast coefficient) from one network's sweep."""
+def fit_network(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, stat: str,
+                max_p: int | None = None) -> Collectives:
+    """Eq. 1 alpha/BW (and the all-gather incast coefficient) from one network's sweep.
+
+    ``max_p`` (``--holdout world_size``): when ``world_size > max_p`` the constants are fitted on the
+    same network's sweep records at world sizes ``2..max_p`` only (Eq. 1 across world sizes,
+    :func:`studykit.perfmodel.fit.fit_alpha_bw`) and no measured table is kept: every collective at
+    ``world_size`` then comes from Eq. 1 / App. B's p-dependence."""
     from studykit.perfmodel import fit as pfit
 
-    s = sweep[(sweep["world_size"] == world_size)]
-    s = s[s["rate_gbps"].isna()] if rate_gbps is None else s[s["rate_gbps"] == rate_gbps]
+    label = _net_label(rate_gbps, world_size)
+    s = sweep[sweep["rate_gbps"].isna()] if rate_gbps is None else sweep[sweep["rate_gbps"] == rate_gbps]
+    extrapolated = max_p is not None and world_size > max_p
+    if extrapolated:
+        s = s[(s["world_size"] >= 2) & (s["world_size"] <= max_p)]
+        fitted_on = f"sweep p<={max_p} {label}"
+    else:
+        s = s[s["world_size"] == world_size]
+        fitted_on = f"sweep p={world_size} {label}"
     if s.empty:
-        raise ValueError(f"no sweep records at world size {world_size}, network {_net_label(rate_gbps, world_size)}")
+        raise ValueError(f"no sweep records at world size {world_size if not extrapolated else f'<= {max_p}'}, "
+                         f"network {label}")
     ab = pfit.fit_alpha_bw(s, stat=stat, n_boot=0)
     try:
         inc = pfit.fit_incast(s, ab.alpha_s.value, ab.bandwidth_gbps.value, stat=stat, n_boot=0).value
     except ValueError:
         inc = 0.0
     tables = {}
-    for op, g in s.groupby("op"):
-        g = g.groupby("size_bytes")[stat].agg(lambda v: _agg(v, stat)).sort_index()
-        tables[op] = (g.index.to_numpy(float), g.to_numpy(float) / 1e3)
+    if not extrapolated:
+        for op, g in s.groupby("op"):
+            g = g.groupby("size_bytes")[stat].agg(lambda v: _agg(v, stat)).sort_index()
+            tables[op] = (g.index.to_numpy(float), g.to_numpy(float) / 1e3)
     return Collectives(world_size, rate_gbps, ab.alpha_s.value, ab.bandwidth_gbps.value, inc, tables,
-                       r2=ab.alpha_s.r2 or float("nan"))
+                       r2=ab.alpha_s.r2 or float("nan"), fitted_on=fitted_on, extrapolated=extrapolated)
 
 
 # ------------------------------------------------------------------ per-configuration inputs
@@ -351,12 +385,19 @@ class _Inputs:
     contended backward time of a w-worker run and the slowdown ``kappa_w`` = contended /
     alone (median over models and batches), which also scales ``O`` and ``T_encode_decode``
     (measured alone). Without such records ``kappa`` = 1 (GPUs: one process per device).
+
+    ``max_p`` (``--holdout world_size``): networks above it are fitted on the sweep at world sizes
+    ``<= max_p`` (:func:`fit_network`), and contended ``tcomp`` records of more than ``max_p``
+    workers are ignored (``kappa`` = 1 there).
     """
 
-    def __init__(self, plat: Platform):
+    def __init__(self, plat: Platform, max_p: int | None = None):
         self.p = plat
+        self.max_p = max_p
         st = plat.stat
         t = plat.tcomp.assign(_w=plat.tcomp["network"].map(_workers))
+        if max_p is not None:
+            t = t[t["_w"].isna() | (t["_w"] <= max_p)]
         alone = t[t["_w"].isna()]
         self.t_comp = {(m, int(b)): _agg(g[st], st) / 1e3
                        for (m, b), g in alone[alone["phase"] == "bwd"].groupby(["model", "batch_size"])}
@@ -418,7 +459,7 @@ class _Inputs:
     def network(self, p: int, rate) -> Collectives:
         key = (p, None if _isnull(rate) else float(rate))
         if key not in self._nets:
-            self._nets[key] = fit_network(self.p.sweep, p, key[1], self.p.stat)
+            self._nets[key] = fit_network(self.p.sweep, p, key[1], self.p.stat, max_p=self.max_p)
         return self._nets[key]
 
 
@@ -485,7 +526,7 @@ def _predict_sync(r, inp: _Inputs, gamma: float, variant: str, delta: float = 0.
             "t_encode_decode_ms": 0.0, "gamma": gamma, "delta_ms": delta * 1e3, "k_buckets": k,
             "bound": "compute" if comp >= ov else "communication", "predicted_ms": (o + t_obs) * 1e3,
             "inputs": f"{how_o}; {how_tc}; alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps "
-                      f"(sweep p={p} {_net_label(net.rate_gbps, p)})"}
+                      f"({net.fitted_on}{', Eq. 1 at p=%d' % p if net.extrapolated else ''})"}
 
 
 def _predict_compressed(r, inp: _Inputs, variant: str, extra_s: float = 0.0) -> dict:
@@ -506,7 +547,8 @@ def _predict_compressed(r, inp: _Inputs, variant: str, extra_s: float = 0.0) -> 
             "t_comm_ms": comm * 1e3, "t_encode_decode_ms": ed * 1e3, "gamma": float("nan"), "k_buckets": len(buckets),
             "bound": "", "predicted_ms": (o + extra_s + t_obs) * 1e3, "wire_bytes_model": wire,
             "inputs": f"{how_o}; {how_tc}; {how_ed}; alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps "
-                      f"incast={net.incast_coeff:.2f} (sweep p={p} {_net_label(net.rate_gbps, p)})"}
+                      f"incast={net.incast_coeff:.2f} ({net.fitted_on}"
+                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''})"}
 
 
 # ------------------------------------------------------------------ gamma, leave-one-out
@@ -556,6 +598,8 @@ def fit_gamma_loo(train: Sequence[dict], inp: _Inputs, variant: str) -> tuple[fl
 
 
 def _holdout_fn(kind: str, records: pd.DataFrame) -> tuple[Callable, str]:
+    if kind == "world_size":
+        return (lambda r: int(r["world_size"])), "world_size"
     if kind == "auto":
         kind = "model" if records["model"].nunique() > 1 else (
             "network" if records["rate_gbps"].nunique(dropna=False) > 1 else "record")
@@ -564,17 +608,50 @@ def _holdout_fn(kind: str, records: pd.DataFrame) -> tuple[Callable, str]:
            "bucket": lambda r: "default" if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]),
            "record": lambda r: r["config"]}
     if kind not in fns:
-        raise ValueError(f"unknown holdout {kind!r}; valid: auto, {', '.join(fns)}")
+        raise ValueError(f"unknown holdout {kind!r}; valid: auto, {', '.join(fns)}, world_size")
     return fns[kind], kind
 
 
 GROUPS = {"syncsgd": "syncSGD", "post": "compressors (post)", "hook": "compressors (hook)"}
 
 
+#: ``--holdout world_size`` calibrates every constant on world sizes up to this one by default
+CALIBRATE_MAX_P = 2
+_P_RE = re.compile(r"(?:^|\s)p(<=|=)(\d+)(?:\s|$)")
+
+
+def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) -> None:
+    """Raise unless every row is scored at a world size above ``max_p`` and every entry of its
+    ``calibrated_on`` (DDP configurations and sweeps, each naming ``p=N`` or ``p<=N``) is at
+    ``p <= max_p`` (``--holdout world_size``)."""
+    it = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else rows
+    for r in it:
+        if int(r["world_size"]) <= max_p:
+            raise AssertionError(f"{r['config']!r} is at p={int(r['world_size'])}, inside the calibration range "
+                                 f"p<={max_p}")
+        for c in (c.strip() for c in str(r.get("calibrated_on") or "").split(";")):
+            if not c:
+                continue
+            m = _P_RE.search(c)
+            if m is None or int(m.group(2)) > max_p:
+                raise AssertionError(f"{r['config']!r} is calibrated on {c!r}, not on p<={max_p}")
+
+
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
-                    include_hook: bool = True) -> pd.DataFrame:
-    """Every scorable DDP record of ``plat``: one row per (record, variant)."""
-    inp = _Inputs(plat)
+                    include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P) -> pd.DataFrame:
+    """Every scorable DDP record of ``plat``: one row per (record, variant).
+
+    ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
+    ``<= calibrate_max_p`` (alpha/BW/incast on those sweeps, gamma and the extended terms on those DDP
+    records, the path overhead on those ``none`` records; ``T_comp``, ``O`` and ``T_encode_decode``
+    are single-device anyway), and only records at ``p > calibrate_max_p`` are scored; their
+    collectives come from Eq. 1 / App. B with the fitted constants (no measured sweep interpolation,
+    in either variant). Each row's ``calibrated_on`` names the DDP configurations and the sweep."""
+    by_p = holdout == "world_size"
+    max_p = int(calibrate_max_p) if by_p else None
+    if by_p and max_p < 2:
+        raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
+    inp = _Inputs(plat, max_p=max_p)
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
     modes = ["syncsgd", "post"] + (["hook"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
@@ -590,12 +667,24 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
         except (KeyError, ValueError) as exc:
             plat.notes.append(f"not scored: {_label(r)}: {exc}")
     recs = ok
+    cal_recs: list[dict] | None = None
+    sweep_cal = ""
+    if by_p:  # score above the limit only; calibrate below it
+        cal_recs = [r for r in ok if int(r["world_size"]) <= max_p]
+        recs = [r for r in ok if int(r["world_size"]) > max_p]
+        nets = sorted({_net_label(r["rate_gbps"], r["world_size"]) for r in recs})
+        sweep_cal = "; ".join(f"sweep p<={max_p} {n}" for n in nets)
+        if not recs:
+            plat.notes.append(f"--holdout world_size: no DDP record at p > {max_p} to score")
     if not recs:
         return pd.DataFrame(columns=list(REQUIRED_COLUMNS))
     hd = pd.DataFrame(recs)
     group_of, how = _holdout_fn(holdout, hd)
+    if by_p:
+        how = f"world_size (calibrated on p<={max_p})"
     rows: list[dict] = []
     sync = [r for r in recs if r["mode"] == "syncsgd"]
+    sync_pool = None if cal_recs is None else [r for r in cal_recs if r["mode"] == "syncsgd"]
     for variant in variants:
         # syncSGD: gamma fitted on the other holdout groups' syncSGD records
         def fit(train, variant=variant):
@@ -609,9 +698,11 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
             return out
 
         if sync:
-            part = leave_one_out(sync, group_of, fit, pred, name_of=lambda r: r["config"])
+            part = leave_one_out(sync, group_of, fit, pred, name_of=lambda r: r["config"], pool=sync_pool)
             for x in part:
                 x["holdout"] = how
+                if by_p:
+                    x["calibrated_on"] = "; ".join(c for c in (x["calibrated_on"], sweep_cal) if c)
             rows += part
         # compressors
         for mode in ("post", "hook"):
@@ -622,15 +713,25 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                 for r in comp:
                     out = _base_row(r, plat, variant, GROUPS[mode])
                     out.update(_predict_compressed(r, inp, variant))
-                    out["calibrated_on"] = ""
-                    out["holdout"] = "none fitted"
+                    out["calibrated_on"] = sweep_cal
+                    out["holdout"] = how if by_p else "none fitted"
                     rows.append(out)
             else:
-                rows += _extended_compressed(comp, inp, plat, mode)
+                pool = None if cal_recs is None else [r for r in cal_recs if r["mode"] == mode]
+                part = _extended_compressed(comp, inp, plat, mode, pool=pool)
+                if by_p:
+                    for x in part:
+                        x["holdout"] = how
+                        x["calibrated_on"] = "; ".join(c for c in (x["calibrated_on"], sweep_cal) if c)
+                rows += part
+    if not rows:
+        return pd.DataFrame(columns=list(REQUIRED_COLUMNS))
     out = pd.DataFrame(rows)
     out["rel_error"] = rel_error(out["predicted_ms"], out["measured_ms"])
     out["abs_rel_error"] = out["rel_error"].abs()
     check_disjoint(out)
+    if by_p:
+        check_world_size_holdout(out, max_p)
     return out
 
 
@@ -649,16 +750,24 @@ def _pool(d: pd.DataFrame, stat: str) -> list[dict]:
     return out
 
 
-def _extended_compressed(comp: list[dict], inp: _Inputs, plat: Platform, mode: str) -> list[dict]:
+def _extended_compressed(comp: list[dict], inp: _Inputs, plat: Platform, mode: str,
+                         pool: list[dict] | None = None) -> list[dict]:
     """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
-    of the same model and batch (other networks when there are several), scored on the rest."""
+    of the same model and batch (other networks when there are several), scored on the rest.
+    With ``pool`` (``--holdout world_size``) the ``none`` records come from ``pool`` only (the same
+    model, batch and link rate at the calibration world sizes) and every record of ``comp`` is scored,
+    ``none`` included."""
     rows = []
-    nones = [r for r in comp if r["compressor"] == "none"]
+    by_pool = pool is not None
+    nones = [r for r in (pool if by_pool else comp) if r["compressor"] == "none"]
     multi_net = len({(r["rate_gbps"], r["world_size"]) for r in comp}) > 1
     for r in comp:
         key = (r["model"], int(r["batch_size"]))
         cal = [n for n in nones if (n["model"], int(n["batch_size"])) == key and n["config"] != r["config"]]
-        if multi_net:
+        if by_pool:
+            cal = [n for n in cal if _isnull(n["rate_gbps"]) == _isnull(r["rate_gbps"])
+                   and (_isnull(r["rate_gbps"]) or n["rate_gbps"] == r["rate_gbps"])]
+        elif multi_net:
             cal = [n for n in cal if (n["rate_gbps"], n["world_size"]) != (r["rate_gbps"], r["world_size"])]
         if not cal:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
             continue
@@ -671,7 +780,7 @@ def _extended_compressed(comp: list[dict], inp: _Inputs, plat: Platform, mode: s
         out.update(_predict_compressed(r, inp, "extended", extra_s=h))
         out["inputs"] += f"; path overhead {h * 1e3:+.3f} ms from {len(cal)} '{mode} none' record(s)"
         out["calibrated_on"] = "; ".join(sorted(n["config"] for n in cal))
-        out["holdout"] = "identity compressor" + (" at other networks" if multi_net else "")
+        out["holdout"] = "identity compressor" + (" at other networks" if multi_net and not by_pool else "")
         rows.append(out)
     return rows
 
@@ -723,26 +832,39 @@ def default_sources() -> list[Path]:
 
 
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
-           variants: Sequence[str] = VARIANTS, include_hook: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, list]:
-    """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`)."""
+           variants: Sequence[str] = VARIANTS, include_hook: bool = True,
+           calibrate_max_p: int = CALIBRATE_MAX_P) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
+
+    With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
+    constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
+    its own sweep would give (``used`` False)."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
         raise ValueError("no records to verify: give --records folders")
     frames, nets, notes = [], [], []
     for s in sources:
         plat = load_platform(s, stat)
-        frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook))
-        inp = _Inputs(plat)
+        frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
+                                      calibrate_max_p=calibrate_max_p))
+        by_p = holdout == "world_size"
+        inps = [(_Inputs(plat, max_p=int(calibrate_max_p) if by_p else None), True)]
+        if by_p:
+            inps.append((_Inputs(plat), False))  # each network's own sweep: for comparison only
         for (p, rate) in sorted({(int(w), None if _isnull(x) else float(x)) for w, x in
                                  plat.sweep[["world_size", "rate_gbps"]].itertuples(index=False)
                                  if int(w) >= 2}, key=lambda t: (t[0], t[1] or 0)):
-            try:
-                n = inp.network(p, rate)
-            except ValueError as exc:
-                notes.append(f"{plat.name}: {exc}")
-                continue
-            nets.append({"platform": plat.name, "world_size": p, "rate_gbps": rate, "alpha_us": n.alpha_s * 1e6,
-                         "bandwidth_gbps": n.bandwidth_gbps, "incast_coeff": n.incast_coeff, "eq1_r2": n.r2})
+            for inp, used in inps:
+                if not used and p <= calibrate_max_p:
+                    continue
+                try:
+                    n = inp.network(p, rate)
+                except ValueError as exc:
+                    notes.append(f"{plat.name}: {exc}")
+                    continue
+                nets.append({"platform": plat.name, "world_size": p, "rate_gbps": rate, "alpha_us": n.alpha_s * 1e6,
+                             "bandwidth_gbps": n.bandwidth_gbps, "incast_coeff": n.incast_coeff, "eq1_r2": n.r2,
+                             "fitted_on": n.fitted_on, "used": used})
         notes += [f"{plat.name}: {x}" for x in plat.notes]
     pred = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
     return pred, pd.DataFrame(nets), notes
@@ -767,16 +889,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="record folders, one platform each (default: data/measurements/gpu and .../throttle)")
     ap.add_argument("--out", default=str(paths.DATA / "verification"), help="output folder for the CSVs")
     ap.add_argument("--stat", default="ms_median", choices=STATS, help="statistic of every record (default median)")
-    ap.add_argument("--holdout", default="auto", choices=["auto", "model", "network", "bucket", "record"],
+    ap.add_argument("--holdout", default="auto", choices=["auto", "model", "network", "bucket", "record", "world_size"],
                     help="what gamma's calibration leaves out when scoring a syncSGD record "
-                         "(auto: the model; the network when a platform has one model)")
+                         "(auto: the model; the network when a platform has one model). world_size: "
+                         "extrapolation in p: every constant calibrated on p <= --calibrate-max-p, "
+                         "only larger world sizes scored, their collectives from Eq. 1 / App. B")
+    ap.add_argument("--calibrate-max-p", type=int, default=CALIBRATE_MAX_P,
+                    help=f"with --holdout world_size: the largest calibration world size (default {CALIBRATE_MAX_P})")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--no-hook", action="store_true", help="skip compression as a DDP hook (mode hook)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
-                                   include_hook=not args.no_hook)
+                                   include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2

@@ -200,3 +200,76 @@ def test_extended_fit_recovers_gamma_delta_and_per_bucket_cost(tmp_path):
     assert out["gamma"].to_numpy() == pytest.approx(gamma, rel=0.02)
     assert out["delta_ms"].min() >= 0
     assert out["rel_error"].abs().max() < 0.02
+
+
+# ------------------------------------------------------------------ extrapolation in p
+def test_world_size_holdout_never_calibrates_on_p_above_2(tmp_path):
+    """--holdout world_size: sweeps, DDP syncSGD and 'none' records at p=4 are poisoned (wrong by 10x);
+    the p=4 predictions must come from p=2 constants only (Eq. 1 at p=4 with the p=2 alpha/BW, gamma of
+    the p=2 iterations), and p=2 records are never scored."""
+    gamma, alpha, rate, t_comp_ms, ws1_ms = 1.1, 20e-6, 1.0, 3.0, 4.5
+    shapes = models.param_shapes("mlp_small")
+    g_bytes = 4 * sum(math.prod(s) for s in shapes)
+    bw = col.gbps_to_bytes_s(rate)
+    recs = [{"kind": "tcomp", "status": "ok", "model": "mlp_small", "batch_size": 64, "phase": "bwd",
+             "world_size": 1, "ms_median": t_comp_ms, "network": None},
+            {"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "mode": "syncsgd",
+             "bucket_mb": None, "world_size": 1, "ms_median": ws1_ms, "network": None}]
+    recs += [{"kind": "profile", "status": "ok", "model": "mlp_small", "compressor": c, "params": {},
+              "phase": "reduce", "sim_world_size": 1, "world_size": 1, "ms_median": 0.2, "network": None}
+             for c in ("none", "fp16")]
+
+    def iteration(p, poison):
+        t = ws1_ms / 1e3 + (gamma - 1) * t_comp_ms / 1e3 + float(col.ring_allreduce_s(g_bytes, p, alpha, bw))
+        return 1e3 * t * poison
+
+    for p, poison in ((2, 1.0), (4, 10.0)):
+        net = {"rate_gbps": rate, "workers": p}
+        for op, fn in (("all_reduce", col.ring_allreduce_s), ("all_gather", col.ring_allgather_s)):
+            recs += [{"kind": "sweep", "status": "ok", "op": op, "size_bytes": 1024 * 4**i, "world_size": p,
+                      "ms_median": 1e3 * poison * float(fn(1024 * 4**i, p, alpha, bw)), "network": net}
+                     for i in range(8)]
+        recs.append({"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "mode": "syncsgd",
+                     "bucket_mb": None, "world_size": p, "ms_median": iteration(p, poison), "network": net})
+        for c in ("none", "fp16"):
+            recs.append({"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "mode": "post",
+                         "compressor": c, "params": {}, "bucket_mb": None, "world_size": p,
+                         "ms_median": 5.0 * poison, "network": net})
+    _write(tmp_path / "r.jsonl", recs)
+    out = verify.verify_platform(verify.load_platform(tmp_path), holdout="world_size")
+    assert len(out) and (out["world_size"] == 4).all()  # only p=4 scored, p=2 only calibrates
+    assert set(out["group"]) == {"syncSGD", "compressors (post)"}
+    verify.check_world_size_holdout(out, 2)
+    for r in out.itertuples():
+        cal = [c.strip() for c in r.calibrated_on.split(";")]
+        assert "sweep p<=2 1Gbps" in cal
+        assert all(" p=4 " not in f" {c} " for c in cal), r.calibrated_on
+        assert "sweep p<=2" in r.inputs and "Eq. 1" in r.inputs
+    sync = out[(out["group"] == "syncSGD") & (out["variant"] == "paper")].iloc[0]
+    assert sync.gamma == pytest.approx(gamma, rel=1e-6)  # from the p=2 iteration, not the poisoned p=4 one
+    assert sync.predicted_ms == pytest.approx(iteration(4, 1.0), rel=1e-6)  # Eq. 1 at p=4, p=2 alpha/BW
+    # the extended variant scores 'none' at p=4 too, calibrated on the p=2 'none' only
+    ext = out[(out["variant"] == "extended") & (out["mode"] == "post")].set_index("compressor")
+    assert set(ext.index) == {"none", "fp16"}
+    assert ext.loc["none", "calibrated_on"].startswith("mlp_small b64 post none p=2 1Gbps")
+    # the checker rejects a row calibrated on p=4 or scored at p=2
+    bad = out.iloc[:1].copy()
+    bad["calibrated_on"] = "mlp_small b64 syncsgd bucket=default p=4 1Gbps"
+    with pytest.raises(AssertionError, match="not on p<=2"):
+        verify.check_world_size_holdout(bad, 2)
+    bad = out.iloc[:1].assign(world_size=2)
+    with pytest.raises(AssertionError, match="inside the calibration range"):
+        verify.check_world_size_holdout(bad, 2)
+
+
+def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
+    gpu4 = paths.MEASUREMENTS / "gpu4"
+    rc = verify.main(["verify", "--records", str(gpu4), "--holdout", "world_size", "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "predictions.csv")
+    assert (df["world_size"] == 4).all() and df["calibrated_on"].str.contains("sweep p<=2").all()
+    verify.check_world_size_holdout(df, 2)
+    verify.check_disjoint(df)
+    nets = pd.read_csv(tmp_path / "networks.csv")
+    used4 = nets[(nets["world_size"] == 4) & nets["used"]]
+    assert (used4["fitted_on"] == "sweep p<=2 native").all()

@@ -207,3 +207,42 @@ if rep.empty:
     print("no configuration measured more than once")
 else:
     display(rep.groupby(["platform", "mode"])["spread"].describe()[["count", "25%", "50%", "75%", "max"]])
+
+# %% [markdown]
+# ## Extrapolation in p: calibrated on 2 GPUs, scored on 4
+# `python -m studykit verify --records data/measurements/gpu4 --holdout world_size --out data/verification/scaling`
+# (and `--stat ms_min --out data/verification/scaling/min`) calibrates *every* constant on world sizes
+# p <= 2 (alpha/BW and the all-gather incast from the p = 2 sweep, gamma and the extended terms from
+# the p = 2 DDP iterations, the path overhead from the p = 2 `none` records) and scores only the
+# p = 4 iterations. Their collectives come from Eq. 1 / App. B with the p <= 2 constants (no p = 4 sweep),
+# so this tests the model's p-dependence (`2 (p-1) alpha`, the all-gather's growth with p). The cell
+# reads the committed tables (it does not recompute them); see `data/verification/README.md`.
+
+# %%
+scaling_dirs = {"median": paths.DATA / "verification" / "scaling", "min": paths.DATA / "verification" / "scaling" / "min"}
+scaling = {k: pd.read_csv(d / "predictions.csv") for k, d in scaling_dirs.items() if (d / "predictions.csv").is_file()}
+if not scaling:
+    print("no data/verification/scaling/predictions.csv: run the command above")
+else:
+    display(pd.concat({k: verify.summarize(v, by=("group", "variant")) for k, v in scaling.items()}, names=["stat"])
+            .style.format({"median_abs_rel_error": "{:.1%}", "max_abs_rel_error": "{:.1%}", "mean_rel_error": "{:+.1%}"}))
+    fig, axes = plt.subplots(1, len(scaling), figsize=(6 * len(scaling), 4.8), squeeze=False)
+    for ax, (k, sc) in zip(axes.flat, scaling.items()):
+        for i, (grp, g) in enumerate(sc.groupby("group", sort=False)):
+            c = sns.color_palette()[i % 10]
+            for v, mk in (("paper", "x"), ("extended", "o")):
+                gv = g[g["variant"] == v]
+                ax.scatter(gv["measured_ms"], gv["predicted_ms"], marker=mk, color=c, s=28, label=f"{grp}, {v}")
+        lo = sc[["measured_ms", "predicted_ms"]].min().min() * 0.9
+        hi = sc[["measured_ms", "predicted_ms"]].max().max() * 1.1
+        xs = np.linspace(lo, hi, 10)
+        ax.plot(xs, xs, "k-", lw=0.8)
+        for f in (0.02, 0.10):
+            ax.plot(xs, xs * (1 + f), "k--", lw=0.5)
+            ax.plot(xs, xs * (1 - f), "k--", lw=0.5)
+        ax.set_xlabel("measured iteration at p = 4 (ms)")
+        ax.set_ylabel("predicted from p <= 2 (ms)")
+        ax.set_title(f"{', '.join(sorted(sc['platform'].unique()))}: calibrated on p <= 2, scored on p = 4 ({k})",
+                     fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
