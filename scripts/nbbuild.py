@@ -3,7 +3,8 @@
     python scripts/nbbuild.py notebooks/src/NAME.py notebooks/NAME.ipynb
 
 '# %% [markdown]' starts a markdown cell (lines prefixed with '# ' are unprefixed);
-'# %% parameters' starts the papermill parameters cell. Outputs are always empty.
+'# %% parameters' starts the papermill parameters cell; '# %% hidden' a code cell whose source is
+collapsed in Jupyter (metadata jupyter.source_hidden: an exercise's answer). Outputs are always empty.
 """
 import sys
 
@@ -26,7 +27,11 @@ def build(src: str) -> nbformat.NotebookNode:
             cell = nbformat.v4.new_code_cell(body)
             if header == "parameters":
                 cell.metadata["tags"] = ["parameters"]
+            elif header == "hidden":
+                cell.metadata["jupyter"] = {"source_hidden": True}
             nb.cells.append(cell)
+    for i, cell in enumerate(nb.cells):  # stable ids: rebuilding an unchanged source changes nothing
+        cell.id = f"cell-{i}"
     return nb
 
 

@@ -2,13 +2,21 @@
 
 Parameters come from a profile YAML (``params/smoke.yaml``: CPU, seconds;
 ``params/full.yaml``: GPUs) whose top-level keys are notebook names. Executed
-copies (and HTML) go to ``reports/`` with an ``index.html`` linking them.
+copies (and HTML) go to ``reports/`` with ``index.html`` (links, parameters, run
+times, thumbnails of each notebook's first figures) and ``summary.json`` (the same,
+as data, with provenance). ``--table`` prints the README's notebook table from a
+``summary.json`` without running anything.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import html
+import io
 import json
+import os
+import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +24,22 @@ from pathlib import Path
 import yaml
 
 from studykit import paths
+
+#: the question each notebook answers (README table, index); a notebook not listed falls back to its title
+QUESTIONS = {
+    "tour": "What does data-parallel training send, what does it cost, and why does compression rarely pay?",
+    "compressor_gallery": "What does each compressor do to a real gradient: bytes, error, what survives?",
+    "profile": "How expensive is each compressor, collective and backward pass on my hardware?",
+    "calibrate": "What are my cluster's constants (alpha, bandwidth, gamma, T_comp, T_encode_decode)?",
+    "what_if": "Would compression pay at other bandwidths, compute speeds or ratios (the paper's figures)?",
+    "explorer": "When does a compressor beat syncSGD? (sliders on the performance model)",
+    "time_to_accuracy": "Do static and dynamic compression reach the accuracy sooner than FP16?",
+    "verify": "How close are the model's predicted iteration times to measured ones?",
+}
+#: images per notebook shown in the index
+THUMBNAILS = 2
+THUMB_PX = (320, 220)
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
 def discover(directory: Path = paths.NOTEBOOKS) -> list[Path]:
@@ -37,48 +61,226 @@ def load_profile(path: Path | str) -> dict[str, dict]:
 
 
 class NotebookFailed(RuntimeError):
-    pass
+    """A notebook raised; the message names the notebook, the cell and the error."""
+
+    def __init__(self, message: str, notebook: str = "", cell: int | None = None, output: str = ""):
+        super().__init__(message)
+        self.notebook, self.cell, self.output = notebook, cell, output
+
+
+def title(nb: Path) -> str:
+    """The notebook's first markdown heading (its title), or its file name."""
+    for cell in json.loads(Path(nb).read_text()).get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", "")).splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return Path(nb).stem
+
+
+def question(nb: Path) -> str:
+    """What ``nb`` answers: :data:`QUESTIONS`, else its title."""
+    return QUESTIONS.get(Path(nb).stem) or title(nb)
+
+
+_ADDED_TAGS = ("injected-parameters", "papermill-error-cell-tag")  # cells papermill adds to the executed copy
+
+
+def _failed_cell(out: Path, exc) -> tuple[int | None, int, str]:
+    """(1-based cell number in the *source* notebook, its number of cells, first source line) of the failing cell.
+
+    The executed copy marks the failing cell (``metadata.papermill.exception``); the cells papermill added
+    (injected parameters, error banners) are not counted, so the number matches the notebook you edit.
+    """
+    source = (exc.source or "").strip()
+    first = source.splitlines()[0] if source else ""
+    try:
+        cells = json.loads(out.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return (exc.cell_index + 1 if exc.cell_index is not None else None), 0, first
+    own = [c for c in cells if not set(c.get("metadata", {}).get("tags", [])) & set(_ADDED_TAGS)]
+    for i, c in enumerate(own):
+        if c.get("metadata", {}).get("papermill", {}).get("exception"):
+            return i + 1, len(own), first
+    return (exc.cell_index + 1 if exc.cell_index is not None else None), len(own), first
 
 
 def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, timeout_s: int = 1800) -> dict:
     """Execute one notebook; returns a summary dict. Raises :class:`NotebookFailed` naming the cell."""
     import papermill as pm
 
+    from studykit import _jupyter_fix
+
+    _jupyter_fix.apply()  # nbclient#312: an interact cell can otherwise wait for ever for its reply
+    nb = Path(nb)
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / nb.name
     t0 = time.perf_counter()
+    # the kernel inherits the environment: a non-inline MPLBACKEND (tests set Agg) would leave no figures
+    saved = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
     try:
         pm.execute_notebook(str(nb), str(out), parameters=parameters, cwd=str(nb.parent),
                             kernel_name="python3", progress_bar=False, execution_timeout=timeout_s)
     except pm.PapermillExecutionError as exc:
-        raise NotebookFailed(f"notebook {nb.name} failed in cell {exc.exec_count} "
-                             f"({exc.ename}: {exc.evalue}); executed copy: {out}") from None
+        cell, n_cells, first = _failed_cell(out, exc)
+        where = f"cell {cell} of {n_cells}" if n_cells else f"cell {cell}"
+        raise NotebookFailed(f"notebook {nb.name} failed in {where} (In [{exc.exec_count}]: {first!r}): "
+                             f"{exc.ename}: {exc.evalue}; executed copy with the traceback: {out}",
+                             notebook=nb.stem, cell=cell, output=str(out)) from None
+    finally:
+        if saved is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = saved
     elapsed = time.perf_counter() - t0
     if html_copy:
         _to_html(out)
-    return {"notebook": nb.stem, "output": out.name, "seconds": round(elapsed, 2), "parameters": parameters}
+    return {"notebook": nb.stem, "title": title(nb), "question": question(nb), "output": out.name,
+            "html": out.with_suffix(".html").name if html_copy else None, "seconds": round(elapsed, 2),
+            "parameters": parameters, "status": "ok", "figures": len(images(out))}
 
 
 def _to_html(ipynb: Path) -> None:
+    """The executed notebook as HTML; cells whose source is collapsed in Jupyter (``jupyter.source_hidden``,
+    e.g. the tour's exercise answers) show only their output, as in JupyterLab."""
     import nbformat
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(ipynb), as_version=4))
+    nb = nbformat.read(str(ipynb), as_version=4)
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):
+            cell.metadata.setdefault("transient", {})["remove_source"] = True  # honoured by nbconvert's templates
+    body, _ = HTMLExporter().from_notebook_node(nb)
     ipynb.with_suffix(".html").write_text(body)
 
 
-def write_index(summaries: list[dict], out_dir: Path, profile: str) -> Path:
-    rows = "\n".join(
-        f"<tr><td><a href='{html.escape(Path(s['output']).with_suffix('.html').name)}'>{html.escape(s['notebook'])}</a>"
-        f" (<a href='{html.escape(s['output'])}'>ipynb</a>)</td><td>{s['seconds']:.1f}</td>"
-        f"<td><code>{html.escape(json.dumps(s['parameters']))}</code></td></tr>" for s in summaries)
-    page = (f"<html><head><meta charset='utf-8'><title>studykit reports</title></head><body>"
-            f"<h1>studykit reports</h1><p>profile: <code>{html.escape(profile)}</code>, "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')}</p><table border=1 cellpadding=4>"
-            f"<tr><th>notebook</th><th>run time (s)</th><th>parameters</th></tr>{rows}</table></body></html>")
+def images(ipynb: Path, limit: int | None = None) -> list[bytes]:
+    """The PNG images (bytes) of an executed notebook's outputs, in cell order."""
+    found: list[bytes] = []
+    try:
+        cells = json.loads(Path(ipynb).read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return found
+    for cell in cells:
+        for o in cell.get("outputs", []):
+            png = o.get("data", {}).get("image/png")
+            if png:
+                found.append(base64.b64decode("".join(png) if isinstance(png, list) else png))
+                if limit is not None and len(found) >= limit:
+                    return found
+    return found
+
+
+def thumbnail(png: bytes, size: tuple[int, int] = THUMB_PX) -> bytes:
+    """A smaller PNG (Pillow, which matplotlib brings); the image itself where Pillow is missing."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - matplotlib depends on Pillow
+        return png
+    im = Image.open(io.BytesIO(png))
+    im.thumbnail(size)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+def provenance() -> dict:
+    """Where and with what the notebooks ran (host, versions, git commit, time)."""
+    info = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform(),
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu_count": os.cpu_count()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - provenance must never fail a run
+        pass
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT, capture_output=True,
+                                            text=True, timeout=10).stdout.strip() or None
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=paths.ROOT, capture_output=True, text=True,
+                               timeout=10).stdout
+        info["git_dirty"] = bool(dirty.strip())
+    except (OSError, subprocess.SubprocessError):
+        info["git_commit"] = None
+    try:
+        info["loadavg_1m"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    return info
+
+
+def write_summary(summaries: list[dict], out_dir: Path, profile: str, prov: dict | None = None) -> Path:
+    """``summary.json``: one entry per notebook run (ok or failed), the profile and provenance."""
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps({"profile": str(profile), "provenance": prov or provenance(),
+                                "notebooks": summaries}, indent=2, default=str))
+    return path
+
+
+def _thumbs_html(out_dir: Path, s: dict) -> str:
+    if s.get("status") != "ok":
+        return ""
+    imgs = images(out_dir / s["output"], THUMBNAILS)
+    target = s.get("html") or s["output"]
+    return "".join(f"<a href='{html.escape(target)}'><img class='thumb' alt='{html.escape(s['notebook'])} figure "
+                   f"{i + 1}' src='data:image/png;base64,{base64.b64encode(thumbnail(png)).decode()}'></a>"
+                   for i, png in enumerate(imgs))
+
+
+def write_index(summaries: list[dict], out_dir: Path, profile: str, prov: dict | None = None) -> Path:
+    """``index.html``: per notebook, links to the executed HTML and ipynb, its parameters, run time, status,
+    and thumbnails of its first figures (embedded, so the page stands alone)."""
+    prov = prov or {}
+    rows = []
+    for s in summaries:
+        links = [f"<a href='{html.escape(s['html'])}'>HTML</a>"] if s.get("html") else []
+        links.append(f"<a href='{html.escape(s['output'])}'>ipynb</a>")
+        params = "".join(f"<li><code>{html.escape(k)}</code> = <code>{html.escape(json.dumps(v))}</code></li>"
+                         for k, v in s.get("parameters", {}).items()) or "<li>(notebook defaults)</li>"
+        status = ("ok" if s.get("status") == "ok"
+                  else f"<span class='failed'>FAILED</span>: {html.escape(s.get('error', ''))}")
+        rows.append(
+            f"<tr id='{html.escape(s['notebook'])}'><td><b>{html.escape(s['notebook'])}</b><br>"
+            f"<small>{html.escape(s.get('question', ''))}</small><br>{' · '.join(links)}</td>"
+            f"<td class='num'>{s['seconds']:.1f}</td><td>{status}</td><td><ul>{params}</ul></td>"
+            f"<td class='figs'>{_thumbs_html(out_dir, s)}</td></tr>")
+    total = sum(s["seconds"] for s in summaries)
+    meta = ", ".join(f"{k}: {html.escape(str(prov[k])[:12] if k == 'git_commit' else str(prov[k]))}"
+                     for k in ("host", "git_commit", "torch", "gpu", "timestamp") if prov.get(k))
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>studykit reports</title><style>"
+        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:6px;vertical-align:top}td.num{text-align:right}"
+        "td.figs{white-space:nowrap}img.thumb{max-width:320px;max-height:220px;margin:2px;border:1px solid #ddd}.failed{color:#b00;font-weight:bold}"
+        "ul{margin:0;padding-left:1.2em}</style></head><body>"
+        f"<h1>studykit reports</h1><p>profile: <code>{html.escape(str(profile))}</code>; "
+        f"{len(summaries)} notebooks, {total:.1f} s in all; {meta}. "
+        "Data: <a href='summary.json'>summary.json</a>.</p>"
+        "<table><tr><th>notebook</th><th>run time (s)</th><th>status</th><th>parameters</th>"
+        f"<th>key figures</th></tr>{''.join(rows)}</table></body></html>")
     index = out_dir / "index.html"
     index.write_text(page)
     return index
+
+
+def markdown_table(summary: dict | Path | str) -> str:
+    """The README's notebook table from a ``summary.json`` (or its loaded dict)."""
+    if not isinstance(summary, dict):
+        summary = json.loads(Path(summary).read_text())
+    lines = ["| notebook | the question it answers | smoke run (s) |", "|---|---|---:|"]
+    for s in summary["notebooks"]:
+        secs = f"{s['seconds']:.1f}" if s.get("status") == "ok" else "failed"
+        q = s.get("question", "").replace("|", "\\|")
+        lines.append(f"| [`{s['notebook']}`](notebooks/{s['notebook']}.ipynb) | {q} | {secs} |")
+    prov = summary.get("provenance", {})
+    lines.append("")
+    lines.append(f"<sub>profile `{summary.get('profile')}`, {prov.get('cpu_count', '?')} CPU cores, torch "
+                 f"{prov.get('torch', '?')}, commit {str(prov.get('git_commit') or '?')[:10]}"
+                 f"{' with local changes' if prov.get('git_dirty') else ''}, "
+                 f"{prov.get('timestamp', '?')}</sub>")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,11 +289,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default=str(paths.PARAMS / "smoke.yaml"), help="profile YAML (default: smoke)")
     ap.add_argument("--only", nargs="*", default=None, help="notebook names to run (default: all)")
     ap.add_argument("--out", default=str(paths.REPORTS), help="output folder (default: reports/)")
+    ap.add_argument("--notebooks-dir", default=str(paths.NOTEBOOKS), help="folder of notebooks (default: notebooks/)")
     ap.add_argument("--no-html", action="store_true", help="skip the HTML copies")
+    ap.add_argument("--keep-going", action="store_true", help="run the remaining notebooks after a failure")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell before a notebook fails")
+    ap.add_argument("--table", nargs="?", const="", default=None, metavar="SUMMARY_JSON",
+                    help="print the README's markdown table from SUMMARY_JSON (default: <out>/summary.json); "
+                         "runs nothing")
     args = ap.parse_args((argv or [])[1:] if argv and argv[0] == "notebooks" else argv)
 
+    out_dir = Path(args.out)
+    if args.table is not None:
+        src = Path(args.table) if args.table else out_dir / "summary.json"
+        if not src.exists():
+            print(f"no {src}: run `python -m studykit notebooks --params params/smoke.yaml` first", file=sys.stderr)
+            return 2
+        print(markdown_table(src))
+        return 0
+
     profile = load_profile(args.params)
-    nbs = discover()
+    nbs = discover(Path(args.notebooks_dir))
     if args.only:
         known = {p.stem for p in nbs}
         bad = sorted(set(args.only) - known)
@@ -101,17 +318,32 @@ def main(argv: list[str] | None = None) -> int:
         nbs = [p for p in nbs if p.stem in args.only]
     from tqdm.auto import tqdm
 
-    summaries = []
-    out_dir = Path(args.out)
+    prov = provenance()
+    summaries: list[dict] = []
+    failures: list[str] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
     bar = tqdm(nbs, desc="notebooks", unit="nb")
     for nb in bar:
         bar.set_postfix_str(nb.stem)
+        t0 = time.perf_counter()
         try:
-            summaries.append(run_one(nb, profile.get(nb.stem, {}), out_dir, html_copy=not args.no_html))
+            summaries.append(run_one(nb, profile.get(nb.stem, {}), out_dir, html_copy=not args.no_html,
+                                     timeout_s=args.timeout))
         except NotebookFailed as exc:
-            print(f"\nstudykit notebooks: {exc}", file=sys.stderr)
-            write_index(summaries, out_dir, args.params)
-            return 1
-    index = write_index(summaries, out_dir, args.params)
-    print(f"ran {len(summaries)} notebooks; index: {index}")
+            bar.write(f"studykit notebooks: {exc}", file=sys.stderr)
+            failures.append(str(exc))
+            summaries.append({"notebook": nb.stem, "title": title(nb), "question": question(nb), "output": nb.name,
+                              "html": None, "seconds": round(time.perf_counter() - t0, 2),
+                              "parameters": profile.get(nb.stem, {}), "status": "failed", "error": str(exc),
+                              "failed_cell": exc.cell, "figures": 0})
+            if not args.keep_going:
+                break
+    bar.close()
+    write_summary(summaries, out_dir, args.params, prov)
+    index = write_index(summaries, out_dir, args.params, prov)
+    ok = sum(s["status"] == "ok" for s in summaries)
+    print(f"ran {ok}/{len(nbs)} notebooks in {sum(s['seconds'] for s in summaries):.1f} s; index: {index}")
+    if failures:
+        print(f"{len(failures)} failed:\n" + "\n".join(f"  {f}" for f in failures), file=sys.stderr)
+        return 1
     return 0

@@ -9,7 +9,10 @@
 # picture of what survives.
 
 # %% parameters
-compressors: list = ["none", "fp16", "bf16", "quantize:bits=4", "qsgd", "terngrad", "natural", "signsgd", "ef_signsgd", "thc", "topk:ratio=0.05", "topk_chunked:ratio=0.05", "mstopk:ratio=0.05", "dgc:ratio=0.05", "randomk:ratio=0.05", "powersgd:rank=2", "atomo:rank=2"]  # specs "name:key=value,..."; any name from studykit.compressors.available()
+compressors: list = ["none", "fp16", "bf16", "quantize", "qsgd", "terngrad", "natural", "signsgd", "ef_signsgd", "thc", "topk", "topk_chunked", "mstopk", "dgc", "randomk", "powersgd", "atomo"]  # names from studykit.compressors.available(); full specs (studykit.compressors.parse_spec syntax) also work
+ratio: float = 0.05  # fraction of entries the sparsifiers keep (topk, topk_chunked, mstopk, dgc, randomk), for bare names
+rank: int = 2  # rank of the low-rank methods (powersgd, atomo), for bare names
+bits: int = 4  # bits per entry of quantize and thc, for bare names
 world_size: int = 4  # simulated workers
 batch_size: int = 32  # mini-batch per worker
 hidden: int = 64  # hidden units of the MLP (its first weight is hidden x 64)
@@ -21,8 +24,11 @@ from studykit import compressors as C, gallery
 from studykit.plots import theme
 
 theme()
-available = [s for s in compressors if s.partition(":")[0] in C.available()]
-missing = sorted(set(compressors) - set(available))
+# papermill's --help-notebook cannot read a default containing "=", so shared values fill in bare names here
+shared = {"ratio": ratio, "rank": rank, "bits": bits}
+available = [s if ":" in s else C.spec_string(s, {k: v for k, v in shared.items() if v != C.parameters(s).get(k, v)})
+             for s in compressors if s.partition(":")[0] in C.available()]
+missing = sorted(s for s in compressors if s.partition(":")[0] not in C.available())
 grads, names = gallery.digits_gradients(world_size, batch_size, hidden, seed)
 print(f"{world_size} workers; tensors: " + ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(names, grads[0])))
 if missing:
