@@ -71,7 +71,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
         key, eq, value = item.partition("=")
         if not eq:
             raise CompressorError(f"compressor spec {spec!r}: expected key=value, got {item!r}")
-        params[key.strip()] = _literal(value.strip())
+        params[key.strip()] = literal(value.strip())
     get(name.strip(), **params)  # validates name and parameters
     return name.strip(), params
 
@@ -81,7 +81,8 @@ def spec_string(name: str, params: dict) -> str:
     return name + (":" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
 
 
-def _literal(value: str):
+def literal(value: str):
+    """A command-line value as int, float, bool (true/false) or the string itself."""
     low = value.lower()
     if low in ("true", "false"):
         return low == "true"

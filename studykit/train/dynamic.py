@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
+from studykit.compressors.registry import literal
+
 __all__ = ["Level", "UNCOMPRESSED", "LADDERS", "ladder", "EpochMetrics", "Trigger", "AccuracyLossStep",
            "GradNormChange", "TRIGGERS", "make_trigger", "DynamicController", "schedule"]
 
@@ -55,7 +57,7 @@ class Level:
             k, eq, v = item.partition("=")
             if not eq:
                 raise ValueError(f"level spec {spec!r}: expected key=value, got {item!r}")
-            params[k.strip()] = _literal(v.strip())
+            params[k.strip()] = literal(v.strip())
         return cls.make(name.strip(), **params)
 
     @property
@@ -311,14 +313,3 @@ def schedule(controller: DynamicController, metrics: Sequence[EpochMetrics]) -> 
         out.append(controller.update(m))
     return out
 
-
-def _literal(value: str):
-    low = value.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
