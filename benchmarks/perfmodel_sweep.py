@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -28,27 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from studykit import paths  # noqa: E402
+from studykit.measure.records import provenance  # noqa: E402
 from studykit.perfmodel import Calibration, Hardware, Workload, predict  # noqa: E402
 
 GOAL_MS = 50.0
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,11 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         "warm_ms_median": statistics.median(times), "warm_ms_min": min(times), "warm_ms_max": max(times),
         "repeats": a.repeats, "cold_ms_first_call_incl_plans": cold_ms,
         "goal_ms": GOAL_MS, "meets_goal": statistics.median(times) < GOAL_MS,
-        "provenance": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-                       "numpy": np.__version__, "torch": __import__("torch").__version__,
-                       "pandas": __import__("pandas").__version__, "host": platform.node(),
-                       "git_commit": _git(), "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "argv": " ".join(sys.argv)},
+        "provenance": {**provenance("cpu"), "cores": os.cpu_count(), "numpy": np.__version__,
+                       "pandas": __import__("pandas").__version__},
     }
     print(f"{points} points: warm median {result['warm_ms_median']:.2f} ms (min {result['warm_ms_min']:.2f}, "
           f"max {result['warm_ms_max']:.2f}; {a.repeats} repeats); cold first call incl. "

@@ -155,7 +155,8 @@ def _run(cmd: list[str], cwd=None) -> Optional[str]:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
@@ -165,10 +166,16 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def nvidia_driver() -> Optional[str]:
+    """The NVIDIA driver version, or None without nvidia-smi."""
+    drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return drv.splitlines()[0].strip() if drv else None
+
+
 @functools.lru_cache(maxsize=None)
 def _static_provenance(device_str: str) -> dict:
     device = torch.device(device_str)
-    cpu = _cpu_name()
+    cpu = cpu_name()
     prov = {"gpu": cpu, "driver": None, "cpu": cpu, "torch": torch.__version__,
             "cuda": torch.version.cuda, "nccl": None, "python": platform.python_version(),
             "host": socket.gethostname()}
@@ -182,8 +189,7 @@ def _static_provenance(device_str: str) -> dict:
             prov["gpu"] = torch.cuda.get_device_name(device)
         except Exception:  # noqa: BLE001
             prov["gpu"] = "unknown cuda device"
-        drv = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        prov["driver"] = drv.splitlines()[0].strip() if drv else None
+        prov["driver"] = nvidia_driver()
         prov["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         prov["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
     commit = os.environ.get("STUDYKIT_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT)

@@ -12,6 +12,7 @@ import time
 import torch
 
 from studykit import paths
+from studykit.measure.records import cpu_name, nvidia_driver
 
 __all__ = ["provenance", "git_commit"]
 
@@ -38,7 +39,7 @@ def _static() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
@@ -56,31 +57,11 @@ def _static() -> dict:
             info["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
         except Exception:  # noqa: BLE001 - NCCL missing from this build
             info["nccl"] = None
-        info["driver"] = _nvidia_driver()
+        info["driver"] = nvidia_driver()
     else:
         info["gpu"] = None
     info.update(git_commit())
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _nvidia_driver():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10).stdout.strip().splitlines()
-        return out[0] if out else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def provenance(**extra) -> dict:
