@@ -15,7 +15,7 @@ Shape = tuple[int, ...]
 
 #: published parameter counts (torchvision model cards; BERT-base = BertModel incl. pooler)
 PARAM_COUNTS = {"resnet50": 25_557_032, "resnet101": 44_549_160, "vgg19": 143_667_240,
-                "bert_base": 109_482_240}
+                "bert_base": 109_482_240, "gpt2_small": 124_439_808}
 
 
 def _resnet(blocks: list[int], num_classes: int = 1000) -> list[Shape]:
@@ -53,6 +53,17 @@ def _bert(layers: int = 12, hidden: int = 768, inter: int = 3072, vocab: int = 3
     return s + [(h, h), (h,)]  # pooler
 
 
+def _gpt2(layers: int = 12, hidden: int = 768, vocab: int = 50257, positions: int = 1024) -> list[Shape]:
+    """GPT-2 small (Radford et al. 2019) as ``transformers.GPT2LMHeadModel(GPT2Config())`` lists its
+    parameters: the LM head is tied to the token embedding, so it is not a parameter of its own."""
+    h = hidden
+    s: list[Shape] = [(vocab, h), (positions, h)]
+    for _ in range(layers):
+        s += [(h,), (h,), (h, 3 * h), (3 * h,), (h, h), (h,)]          # LayerNorm; fused q/k/v (Conv1D); proj
+        s += [(h,), (h,), (h, 4 * h), (4 * h,), (4 * h, h), (h,)]      # LayerNorm; MLP
+    return s + [(h,), (h,)]  # final LayerNorm
+
+
 #: layer widths of the CPU MLPs (40 inputs, 10 classes): ``mlp_small`` has a 92 KB fp32 gradient,
 #: ``mlp_large`` 4.4 MB (1,101,834 parameters; its 4 MiB hidden layer is one tensor), enough for
 #: communication to matter on a throttled 0.5-5 Gbit/s network (``data/measurements/throttle``)
@@ -76,6 +87,7 @@ _SHAPES = {
     "resnet101": lambda: _resnet([3, 4, 23, 3]),
     "vgg19": _vgg19,
     "bert_base": _bert,
+    "gpt2_small": _gpt2,
     "mlp_small": _mlp,  # CPU smoke runs
     "mlp_large": lambda: _mlp(MLP_SIZES["mlp_large"]),  # CPU runs with a multi-MB gradient
     "cnn_small": _cnn_small,  # CPU smoke runs (3x32x32 images)
@@ -106,10 +118,18 @@ def size_bytes(name: str, bytes_per_param: int = 4) -> int:
 
 # --------------------------------------------------------------------------- real modules
 #: per-worker batch sizes used by default when timing (MACHINE-NOTES: ResNets 64, VGG19 32, BERT 16)
-DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "mlp_small": 32,
+DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "gpt2_small": 8, "mlp_small": 32,
                  "mlp_large": 32, "cnn_small": 32}
 #: BERT sequence length when timing (seed 000 fine-tunes on Sogou News; 128 tokens is the usual setting)
 BERT_SEQ_LEN = 128
+#: GPT-2 small's context (Radford et al. 2019): its timing batch is 8 sequences of 1024 tokens
+GPT2_SEQ_LEN = 1024
+
+
+def seq_len_of(name: str, bert_seq_len: int = BERT_SEQ_LEN) -> int | None:
+    """Tokens per sequence of a language model's timing batch (``bert_seq_len`` for BERT), None otherwise."""
+    return bert_seq_len if name == "bert_base" else GPT2_SEQ_LEN if name == "gpt2_small" else None
+
 _IMAGE_SIZE = {"resnet50": 224, "resnet101": 224, "vgg19": 224, "cnn_small": 32}
 _CLASSES = {"resnet50": 1000, "resnet101": 1000, "vgg19": 1000, "cnn_small": 10, "mlp_small": 10,
             "mlp_large": 10}
@@ -149,6 +169,13 @@ def build(name: str):
             raise ModuleNotFoundError(f"model 'bert_base' needs transformers ({exc}); "
                                       "CPU smoke runs can use mlp_small or cnn_small") from None
         return BertModel(BertConfig())  # bert-base-uncased architecture, random weights, with pooler
+    if name == "gpt2_small":
+        try:
+            from transformers import GPT2Config, GPT2LMHeadModel
+        except Exception as exc:  # noqa: BLE001
+            raise ModuleNotFoundError(f"model 'gpt2_small' needs transformers ({exc}); "
+                                      "CPU smoke runs can use mlp_small or cnn_small") from None
+        return GPT2LMHeadModel(GPT2Config())  # GPT-2 small (124M), random weights, tied LM head
     raise AssertionError(f"build: no module written for {name!r}")
 
 
@@ -161,6 +188,9 @@ def example_batch(name: str, batch_size: int, device="cpu", seq_len: int = BERT_
     g = torch.Generator().manual_seed(0)
     if name == "bert_base":
         ids = torch.randint(0, 30522, (batch_size, seq_len), generator=g)
+        return ids.to(device), None
+    if name == "gpt2_small":
+        ids = torch.randint(0, 50257, (batch_size, GPT2_SEQ_LEN), generator=g)
         return ids.to(device), None
     if name in MLP_SIZES:
         x = torch.randn(batch_size, MLP_SIZES[name][0], generator=g)
@@ -186,4 +216,6 @@ def loss(name: str, model, batch):
     x, y = batch
     if name == "bert_base":
         return model(input_ids=x).pooler_output.float().square().mean()
+    if name == "gpt2_small":  # next-token cross-entropy (the model shifts the labels itself)
+        return model(input_ids=x, labels=x).loss
     return F.cross_entropy(model(x), y)

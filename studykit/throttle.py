@@ -51,6 +51,7 @@ from typing import Callable, Sequence
 __all__ = [
     "ThrottledCluster", "RankResult", "ThrottleUnavailable", "unavailable_reason",
     "cleanup_leftovers", "list_namespaces", "probe_allreduce", "probe_stream", "merge_network", "main",
+    "use_iproute2", "nccl_transports", "NCCL_ENV",
 ]
 
 PREFIX = "stkthr"  # every namespace this module creates starts with it
@@ -60,11 +61,77 @@ CMD_TIMEOUT_S = 10.0  # any single ip/tc call
 ENV_NETWORK = "STUDYKIT_NETWORK"
 ETH_HEADER_BYTES = 14  # tbf counts the Ethernet header; TCP/IP(+timestamps) headers are 52 bytes
 TCPIP_HEADER_BYTES = 52
+ENV_IPROUTE2 = "STUDYKIT_IPROUTE2"  # folder of Debian iproute2 .debs (or one unpacked with dpkg -x)
+#: NCCL settings of a GPU worker: sockets over the worker's shaped link and nothing else (no NVLink/PCIe
+#: peer-to-peer, no shared memory, no InfiniBand, no NVLink multicast); INFO logs name the transport used
+NCCL_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
+            "NCCL_SOCKET_IFNAME": IFNAME, "NCCL_DEBUG": "INFO"}
 _seq = itertools.count()
+#: how ip and tc are started: the binaries, and the environment they need (LD_LIBRARY_PATH when they
+#: come from a folder of unpacked .debs); see :func:`use_iproute2`
+_TOOLS: dict = {"ip": "ip", "tc": "tc", "libs": None}
 
 
 class ThrottleUnavailable(RuntimeError):
     """This machine (or user) cannot create namespaces / shape traffic."""
+
+
+def use_iproute2(folder: str | os.PathLike | None) -> None:
+    """Run ``ip`` and ``tc`` from ``folder`` instead of ``PATH`` (None: back to ``PATH``).
+
+    ``folder`` holds Debian's iproute2 and its libraries, either as ``.deb`` files
+    (``scripts/fetch_iproute2.sh``; unpacked here with ``dpkg -x`` into a temporary folder, never
+    into ``/``) or already unpacked. ``ip``/``tc`` then run with ``LD_LIBRARY_PATH`` pointing into it;
+    worker processes never see that variable (they would load the wrong libraries).
+    """
+    if folder is None:
+        _TOOLS.update(ip="ip", tc="tc", libs=None)
+        return
+    root = Path(folder)
+    if not root.is_dir():
+        raise ThrottleUnavailable(f"iproute2 folder {root} does not exist")
+    debs = sorted(root.glob("*.deb"))
+    if debs and not any((root / d / "ip").exists() for d in ("sbin", "bin", "usr/sbin", "usr/bin")):
+        if shutil.which("dpkg") is None:
+            raise ThrottleUnavailable(f"{root} holds .deb files but `dpkg` (to unpack them) is not found")
+        dest = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-iproute2-"))
+        atexit.register(shutil.rmtree, dest, True)
+        for deb in debs:
+            _sh_plain(["dpkg", "-x", str(deb), str(dest)], timeout_s=60)
+        root = dest
+    found = {}
+    for tool in ("ip", "tc"):
+        for d in ("sbin", "bin", "usr/sbin", "usr/bin"):
+            if (root / d / tool).exists():
+                found[tool] = str(root / d / tool)
+                break
+        else:
+            raise ThrottleUnavailable(f"no `{tool}` under {root} (expected sbin/{tool}: Debian's iproute2)")
+    libs = [str(root / d) for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib", "usr/lib")
+            if (root / d).is_dir()]
+    _TOOLS.update(ip=found["ip"], tc=found["tc"], libs=os.pathsep.join(libs))
+
+
+def _tool_env() -> dict | None:
+    """The environment ip/tc run with: ours, plus LD_LIBRARY_PATH into an iproute2 folder if one is used."""
+    if not _TOOLS["libs"]:
+        return None
+    return {**os.environ, "LD_LIBRARY_PATH": _TOOLS["libs"]}
+
+
+def _worker_prefix() -> list[str]:
+    """What ``ip netns exec NS`` runs before a worker's command: the worker's own LD_LIBRARY_PATH back."""
+    if not _TOOLS["libs"]:
+        return []
+    orig = os.environ.get("LD_LIBRARY_PATH")
+    return ["env", f"LD_LIBRARY_PATH={orig}"] if orig else ["env", "-u", "LD_LIBRARY_PATH"]
+
+
+def _sh_plain(cmd: Sequence[str], timeout_s: float = CMD_TIMEOUT_S) -> str:
+    p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p.stdout
 
 
 def unavailable_reason() -> str | None:
@@ -73,9 +140,15 @@ def unavailable_reason() -> str | None:
         return "network namespaces need Linux"
     if os.geteuid() != 0:
         return "needs root (network namespaces and tc)"
+    if _TOOLS["libs"] is None and os.environ.get(ENV_IPROUTE2):
+        try:
+            use_iproute2(os.environ[ENV_IPROUTE2])
+        except ThrottleUnavailable as e:
+            return str(e)
     for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
-            return f"`{tool}` (iproute2) not found"
+        if shutil.which(_TOOLS[tool]) is None:
+            return (f"`{tool}` (iproute2) not found; install iproute2, or give a folder of its Debian "
+                    f"packages with --iproute2 / {ENV_IPROUTE2} (scripts/fetch_iproute2.sh)")
     name = f"{PREFIX}-{os.getpid()}-{next(_seq)}-check"
     try:
         _sh(["ip", "netns", "add", name])
@@ -94,8 +167,11 @@ def unavailable_reason() -> str | None:
 
 def _sh(cmd: Sequence[str], timeout_s: float = CMD_TIMEOUT_S) -> str:
     """Run one ip/tc command, bounded in time; raise with its stderr on failure."""
+    cmd = list(cmd)
+    if cmd and cmd[0] in ("ip", "tc"):
+        cmd[0] = _TOOLS[cmd[0]]
     try:
-        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_tool_env())
     except FileNotFoundError as e:
         raise ThrottleUnavailable(f"{cmd[0]} not found") from e
     if p.returncode != 0:
@@ -215,16 +291,22 @@ class ThrottledCluster:
     topology: str = "auto"
     subnet: str = "10.213.1"  # /24, exists only on links inside our namespaces
     master_port: int = 29500
+    gpus: Sequence[str] | None = None  # one CUDA device per worker (CUDA_VISIBLE_DEVICES), NCCL over sockets
     verbose: bool = False
     names: list[str] = field(default_factory=list, init=False)
     _up: bool = field(default=False, init=False)
     _old_handlers: dict = field(default_factory=dict, init=False)
     _procs: list = field(default_factory=list, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    extra_info: dict = field(default_factory=dict, init=False)  # measured facts added to network_info()
 
     def __post_init__(self):
         if not 2 <= self.n_workers <= 4:
             raise ValueError("n_workers must be 2..4")
+        if self.gpus is not None:
+            self.gpus = [str(g) for g in self.gpus]
+            if len(self.gpus) != self.n_workers or len(set(self.gpus)) != len(self.gpus):
+                raise ValueError(f"gpus: one distinct GPU per worker ({self.n_workers}), got {self.gpus}")
         if self.rate_gbps is not None and not self.rate_gbps > 0:
             raise ValueError("rate_gbps must be positive (or None: unshaped)")
         if self.latency_ms is not None:
@@ -310,6 +392,8 @@ class ThrottledCluster:
             "latency_ms": self.latency_ms,  # one-way, added by the user-space delay line; None: none
             "payload_efficiency": round(self.payload_efficiency, 5),
             "kernel": os.uname().release,
+            "transport": "nccl sockets, one GPU per worker" if self.gpus else "gloo sockets",
+            **self.extra_info,
         }
 
     # ---- up / down ---------------------------------------------------------------------------
@@ -464,6 +548,7 @@ class ThrottledCluster:
             "GLOO_SOCKET_IFNAME": IFNAME,
             "TP_SOCKET_IFNAME": IFNAME,
             ENV_NETWORK: json.dumps(self.network_info()),
+            **({"CUDA_VISIBLE_DEVICES": self.gpus[rank], **NCCL_ENV} if self.gpus else {}),
         }
 
     def run(self, cmd_for_rank: Callable[[int], list[str]], env: dict[str, str] | None = None,
@@ -481,14 +566,17 @@ class ThrottledCluster:
         base.setdefault("OMP_NUM_THREADS", "1")
         base["PYTHONPATH"] = _pythonpath()  # `python -m studykit ...` from any cwd
         base.update(env or {})
+        # `ip netns exec` itself may need the iproute2 folder's libraries; the worker gets its own
+        # LD_LIBRARY_PATH back through _worker_prefix()
+        tool_libs = {"LD_LIBRARY_PATH": _TOOLS["libs"]} if _TOOLS["libs"] else {}
         started = []
         with tempfile.TemporaryDirectory(prefix=f"{self._tag}-out-") as tmp:
             try:
                 for rank, ns in enumerate(self.worker_namespaces):
                     out = open(os.path.join(tmp, f"{rank}.out"), "w+b")
                     err = open(os.path.join(tmp, f"{rank}.err"), "w+b")
-                    p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd_for_rank(rank)],
-                                         env={**base, **self.env_for(rank, port)}, stdout=out, stderr=err,
+                    p = subprocess.Popen([_TOOLS["ip"], "netns", "exec", ns, *_worker_prefix(), *cmd_for_rank(rank)],
+                                         env={**base, **self.env_for(rank, port), **tool_libs}, stdout=out, stderr=err,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
                     self._procs.append(p)
                     started.append((rank, p, out, err, time.monotonic()))
@@ -670,32 +758,43 @@ def _network_from_env() -> dict | None:
 
 
 # ---- the probe: a self-contained gloo all-reduce timing, run inside a worker ------------------
-def probe_allreduce(size_mb: float = 16.0, iters: int = 5, warmup: int = 2, timeout_s: float = 60.0) -> dict | None:
-    """Time a gloo all-reduce of ``size_mb`` MiB of fp32 under the env:// rendezvous; rank 0 returns a record.
+def probe_allreduce(size_mb: float = 16.0, iters: int = 5, warmup: int = 2, timeout_s: float = 60.0,
+                    backend: str = "gloo") -> dict | None:
+    """Time an all-reduce of ``size_mb`` MiB of fp32 under the env:// rendezvous; rank 0 returns a record.
 
-    ``busbw_gbps`` = algbw * 2(p-1)/p (nccl-tests convention): the per-link rate a ring all-reduce
-    needs, which is what a per-worker egress limit bounds. For 2 workers busbw == algbw.
+    ``backend`` "gloo" (CPU tensors) or "nccl" (the worker's one visible GPU). ``busbw_gbps`` =
+    algbw * 2(p-1)/p (nccl-tests convention): the per-link rate a ring all-reduce needs, which is what
+    a per-worker egress limit bounds. For 2 workers busbw == algbw.
     """
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
 
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         numel = int(size_mb * 2**20) // 4
-        x = torch.ones(numel, dtype=torch.float32)
+        x = torch.ones(numel, dtype=torch.float32, device=device)
         times = []
         for i in range(warmup + iters):
             dist.barrier()
+            if backend == "nccl":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             dist.all_reduce(x)
+            if backend == "nccl":
+                torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             if i >= warmup:
                 times.append(dt)
-        t = torch.tensor(times, dtype=torch.float64)
+        t = torch.tensor(times, dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank defines each iteration
         times = t.tolist()
         dist.barrier()
@@ -707,15 +806,34 @@ def probe_allreduce(size_mb: float = 16.0, iters: int = 5, warmup: int = 2, time
     med = statistics.median(times)
     algbw = nbytes * 8 / med / 1e9
     rec = {
-        "kind": "throttle_probe", "op": "all_reduce", "backend": "gloo", "dtype": "float32",
+        "kind": "throttle_probe", "op": "all_reduce", "backend": backend, "dtype": "float32",
         "nbytes": nbytes, "world_size": world_size, "warmup": warmup, "iters": iters,
         "time_s": {"median": med, "mean": statistics.fmean(times), "min": min(times), "max": max(times)},
         "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world_size - 1) / world_size,
         "torch": torch.__version__, "host": os.uname().nodename,
+        "gpu": torch.cuda.get_device_name(device) if backend == "nccl" else None,
+        "git_commit": os.environ.get("STUDYKIT_GIT_COMMIT"),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     rec["network"] = _network_from_env()
     return rec
+
+
+#: "... NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0" -> "NET/Socket"
+_VIA_RE = re.compile(r"\bvia (\w+)(?:/(\w+))?")
+
+
+def nccl_transports(*logs: str) -> list[str]:
+    """The transports NCCL says it connected its channels with (``NCCL_DEBUG=INFO`` output), e.g.
+    ``["NET/Socket"]``; ``P2P/...``, ``SHM/...`` or ``NVLS`` mean traffic bypassed the shaped link."""
+    found = set()
+    for log in logs:
+        for line in log.splitlines():
+            if "NCCL INFO" in line and "via " in line:
+                m = _VIA_RE.search(line)
+                if m:
+                    found.add(m.group(1) + (f"/{m.group(2)}" if m.group(2) else ""))
+    return sorted(found)
 
 
 def probe_stream(size_mb: float = 64.0, timeout_s: float = 60.0, pings: int = 20,
@@ -827,13 +945,15 @@ def _probe_main(argv: list[str], stream: bool = False) -> int:
     else:
         ap.add_argument("--iters", type=int, default=5)
         ap.add_argument("--warmup", type=int, default=2)
+        ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="gloo on CPU tensors, nccl on the worker's GPU")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="collective / socket timeout")
     ap.add_argument("--out", help="append the record (JSON Lines) to this file (rank 0)")
     a = ap.parse_args(argv)
     if stream:
         rec = probe_stream(a.size_mb, a.timeout_s, incast=a.incast)
     else:
-        rec = probe_allreduce(a.size_mb, a.iters, a.warmup, a.timeout_s)
+        rec = probe_allreduce(a.size_mb, a.iters, a.warmup, a.timeout_s, backend=a.backend)
     if rec is not None:
         line = json.dumps(rec)
         print(line, flush=True)
@@ -853,19 +973,90 @@ def merge_network(record: dict, network: dict) -> dict:
     return record
 
 
-def _read_records(path: Path) -> list[dict]:
-    files = [path] if path.is_file() else sorted(path.rglob("*.jsonl")) if path.is_dir() else []
-    recs = []
-    for f in files:
-        for line in f.read_text().splitlines():
+def _last_record(path: Path) -> dict | None:
+    """The last complete JSON object in ``path`` (the probe's own output file), or None."""
+    if not path.is_file():
+        return None
+    for line in reversed(path.read_text().splitlines()):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            return rec
+    return None
+
+
+def _count_lines(path: Path) -> int:
+    return sum(1 for _ in open(path, "rb")) if path.is_file() else 0
+
+
+def _visible_gpus() -> int:
+    """How many CUDA devices torch sees (in a subprocess: the parent never creates a CUDA context)."""
+    try:
+        p = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                           capture_output=True, text=True, timeout=120)
+        return int(p.stdout.strip().splitlines()[-1])
+    except Exception:  # noqa: BLE001 - no torch, no driver: no GPUs
+        return 0
+
+
+def _probe_key(rec: dict) -> tuple:
+    net = rec.get("network") or {}
+    return (net.get("rate_gbps"), net.get("workers"), net.get("topology"), net.get("mtu"), net.get("latency_ms"),
+            rec.get("backend"), rec.get("nbytes"))
+
+
+def _run_probe(cluster: ThrottledCluster, probe_path: Path, size_mb: float, backend: str,
+               timeout_s: float) -> dict:
+    """Time one all-reduce on the cluster, note NCCL's transport, append the record to ``probe_path``.
+
+    Reuses a record already in ``probe_path`` for the same network (a resumed campaign)."""
+    nbytes = int(size_mb * 2**20) // 4 * 4
+    key = (cluster.rate_gbps, cluster.n_workers, cluster.topology, cluster.mtu, cluster.latency_ms, backend, nbytes)
+    if probe_path.is_file():
+        for line in probe_path.read_text().splitlines():
             try:
-                rec = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:  # a line cut short by a killed worker
-                print(f"throttle: skipping an unparsable line in {f}", file=sys.stderr)
+                rec = json.loads(line)
+            except json.JSONDecodeError:
                 continue
-            if isinstance(rec, dict):
-                recs.append(rec)
-    return recs
+            if isinstance(rec, dict) and _probe_key(rec) == key and rec.get("transport_ok"):
+                return rec
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}-probe-") as tmp:
+        tmp_out = Path(tmp) / "probe.jsonl"
+        res = cluster.run(lambda r: [sys.executable, "-m", "studykit.throttle", "_probe", "--size-mb", str(size_mb),
+                                     "--iters", "3", "--warmup", "1", "--backend", backend,
+                                     "--timeout-s", str(timeout_s), "--out", str(tmp_out)],
+                          timeout_s=timeout_s)
+        rec = _last_record(tmp_out)
+    if rec is None or not all(r.ok for r in res):
+        tails = "\n".join(f"--- rank {r.rank} (rc {r.returncode}):\n{(r.stderr or r.stdout)[-1500:]}"
+                          for r in res if not r.ok)
+        raise RuntimeError(f"the {backend} all-reduce probe failed at {cluster.rate_gbps} Gbit/s\n{tails}")
+    if backend == "nccl":
+        rec["nccl_transport"] = nccl_transports(*(r.stdout + r.stderr for r in res))
+        rec["transport_ok"] = rec["nccl_transport"] == ["NET/Socket"]
+    else:
+        rec["nccl_transport"] = None
+        rec["transport_ok"] = True
+    probe_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(probe_path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return rec
+
+
+def _finite_nonneg(text: str) -> float:
+    v = float(text)
+    if not (v >= 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return v
+
+
+def _positive(text: str) -> float:
+    v = float(text)
+    if not (v > 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return v
 
 
 # ---- CLI --------------------------------------------------------------------------------------
@@ -879,60 +1070,106 @@ def _cluster_main(argv: list[str]) -> int:
         prog="python -m studykit throttle",
         description="Run a studykit subcommand on every worker of a throttled network (netns + tc tbf), "
                     "once per rate. Example: throttle --workers 2 --rate-gbps 0.5 1 --out "
-                    "data/measurements/throttle/probe.jsonl -- _probe --size-mb 16")
+                    "data/measurements/throttle/probe.jsonl -- _probe --size-mb 16. On GPUs (one NCCL rank "
+                    "per GPU, sockets over the shaped link): throttle --gpus --workers 2 --rate-gbps 1 10 "
+                    "--out DIR -- ddp --models resnet50")
     ap.add_argument("--workers", type=int, default=2, help="2..4 (one network namespace each)")
-    ap.add_argument("--rate-gbps", type=float, nargs="+", required=True,
+    ap.add_argument("--rate-gbps", type=_finite_nonneg, nargs="+", required=True,
                     help="link rate of every worker (egress; ingress too on veth/bridge), Gbit/s; "
                          "one run per value; 0 = unshaped")
     ap.add_argument("--mtu", type=int, default=None, help="default 9000; 65000 with --latency-ms")
-    ap.add_argument("--latency-ms", type=float, default=None,
+    ap.add_argument("--latency-ms", type=_finite_nonneg, default=None,
                     help="one-way delay per packet via the user-space delay line (CPU-bound: see docs)")
     ap.add_argument("--burst-bytes", type=int, default=None,
                     help="tbf bucket, bytes (default: --burst-us of traffic, at least two frames)")
-    ap.add_argument("--burst-us", type=float, default=400.0,
+    ap.add_argument("--burst-us", type=_positive, default=400.0,
                     help="default bucket as time at the rate: a message may finish at most this early")
     ap.add_argument("--topology", choices=("auto", "veth", "bridge", "tun"), default="auto")
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="per rate, all workers")
+    ap.add_argument("--gpus", nargs="*", default=None, metavar="ID",
+                    help="one CUDA GPU per worker (CUDA_VISIBLE_DEVICES), NCCL over sockets on the shaped link "
+                         "only (P2P, SHM, IB, NVLS off); IDs, default 0..workers-1")
+    ap.add_argument("--iproute2", default=None, metavar="DIR",
+                    help=f"run ip/tc from Debian's iproute2 packages in DIR (.deb files, or unpacked); "
+                         f"env {ENV_IPROUTE2}; fetch them with scripts/fetch_iproute2.sh")
+    ap.add_argument("--probe-mb", type=_finite_nonneg, default=None,
+                    help="before each rate's command, time an all-reduce of this many MiB (NCCL with --gpus) and "
+                         "stamp the measured rate and NCCL's transport on every record (default 64 with --gpus, "
+                         "else 0 = no probe); probe records go to probe.jsonl beside --out")
+    ap.add_argument("--timeout-s", type=_positive, default=600.0, help="per rate, all workers")
     ap.add_argument("--out", required=True,
-                    help="JSON Lines file (*.jsonl) or folder (records go to <folder>/<subcommand>.jsonl)")
+                    help="JSON Lines file (*.jsonl) or folder (records go to <folder>/<subcommand>.jsonl); "
+                         "records are written as they are measured, and a rerun skips what is there")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(own)
     if not sub:
         ap.error("give the studykit subcommand after `--`, e.g. `-- sweep ...` or `-- _probe --size-mb 16`")
     if "--out" in sub or any(s.startswith("--out=") for s in sub):
-        ap.error("give --out to throttle, not to the subcommand (throttle passes each run its own --out)")
+        ap.error("give --out to throttle, not to the subcommand (throttle passes it on)")
+    if not 2 <= a.workers <= 4:
+        ap.error(f"--workers must be 2..4, got {a.workers}")
+    if a.iproute2:
+        try:
+            use_iproute2(a.iproute2)
+        except (ThrottleUnavailable, RuntimeError) as e:
+            print(f"throttle: skipped: {e}", file=sys.stderr)
+            return 77
     reason = unavailable_reason()
     if reason:
         print(f"throttle: skipped: {reason}", file=sys.stderr)
         return 77
+    gpus = None
+    if a.gpus is not None:
+        n_visible = _visible_gpus()
+        gpus = a.gpus or [str(i) for i in range(a.workers)]
+        if n_visible < a.workers:
+            print(f"throttle: skipped: --gpus needs one GPU per worker: {a.workers} workers, "
+                  f"{n_visible} CUDA GPU(s) visible", file=sys.stderr)
+            return 77
+        if len(gpus) != a.workers or any(not g.isdigit() or int(g) >= n_visible for g in gpus):
+            ap.error(f"--gpus takes {a.workers} distinct ids in 0..{n_visible - 1}, got {' '.join(gpus)}")
+    probe_mb = a.probe_mb if a.probe_mb is not None else (64.0 if gpus else 0.0)
     out = Path(a.out)
-    if out.suffix != ".jsonl":
+    if out.suffix != ".jsonl" and sub[0] != "train":
         out = out / f"{sub[0].lstrip('_')}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not (out.is_file() or (out.is_dir() and sub[0] == "train")):
+        ap.error(f"--out {out} exists and is not a regular file")
+    (out if sub[0] == "train" else out.parent).mkdir(parents=True, exist_ok=True)
+    probe_path = (out if out.is_dir() else out.parent) / "probe.jsonl"
     if sub[0] in ("_probe", "_stream"):
         base_cmd = [sys.executable, "-m", "studykit.throttle", *sub]
+        probe_mb = 0.0
     else:
         base_cmd = [sys.executable, "-m", "studykit", *sub]
     failed = 0
     for rate in a.rate_gbps:
         cluster = ThrottledCluster(a.workers, rate or None, mtu=a.mtu, burst_bytes=a.burst_bytes, burst_us=a.burst_us,
-                                   latency_ms=a.latency_ms, topology=a.topology, verbose=a.verbose)
-        with tempfile.TemporaryDirectory(prefix=f"{PREFIX}-records-") as tmp:
-            tmp_out = Path(tmp) / "records.jsonl"
-            try:
-                with cluster:
-                    t0 = time.monotonic()
-                    res = cluster.run(lambda r: [*base_cmd, "--out", str(tmp_out)], timeout_s=a.timeout_s)
-                    wall = time.monotonic() - t0
-            finally:  # keep what was measured, even on Ctrl-C
-                recs = [merge_network(r, cluster.network_info()) for r in _read_records(tmp_out)]
-                with open(out, "a") as f:
-                    for r in recs:
-                        f.write(json.dumps(r) + "\n")
+                                   latency_ms=a.latency_ms, topology=a.topology, gpus=gpus, verbose=a.verbose)
+        before = _count_lines(out)
+        res, wall, note = [], 0.0, ""
+        with cluster:
+            if probe_mb:
+                probe = _run_probe(cluster, probe_path, probe_mb, "nccl" if gpus else "gloo",
+                                   timeout_s=min(a.timeout_s, 300.0))
+                if not probe["transport_ok"]:
+                    print(f"throttle: at {rate} Gbit/s NCCL connected via {probe['nccl_transport']}, not only "
+                          f"NET/Socket: traffic would bypass the shaped link; nothing measured", file=sys.stderr)
+                    return 1
+                cluster.extra_info.update(measured_busbw_gbps=round(probe["busbw_gbps"], 4),
+                                          measured_probe_bytes=probe["nbytes"],
+                                          nccl_transport=probe["nccl_transport"])
+                note = f"probe {probe['busbw_gbps']:.3f} Gbit/s busbw via {probe['nccl_transport'] or 'gloo'}; "
+            t0 = time.monotonic()
+            res = cluster.run(lambda r: [*base_cmd, "--out", str(out)], timeout_s=a.timeout_s)
+            wall = time.monotonic() - t0
+        n_new = _count_lines(out) - before
         codes = [r.returncode for r in res]
         status = "ok" if all(r.ok for r in res) else "FAILED"
-        print(f"throttle: rate {rate} Gbps x {a.workers} workers: {status} exit codes {codes}, "
-              f"{len(recs)} records -> {out} ({wall:.1f} s)", file=sys.stderr, flush=True)
+        if gpus and status == "ok":
+            seen = nccl_transports(*(r.stdout + r.stderr for r in res))
+            if seen and seen != ["NET/Socket"]:
+                status = f"FAILED (NCCL connected via {seen})"
+        print(f"throttle: rate {rate} Gbit/s x {a.workers} workers: {status} exit codes {codes}, {note}"
+              f"{n_new} records -> {out} ({wall:.1f} s)", file=sys.stderr, flush=True)
         if status != "ok":
             failed += 1
             for r in res:
@@ -940,11 +1177,12 @@ def _cluster_main(argv: list[str]) -> int:
                     tail = (r.stderr or r.stdout)[-2000:]
                     print(f"--- rank {r.rank} (rc {r.returncode}, timed out {r.timed_out}):\n{tail}",
                           file=sys.stderr)
-        for r in recs:
-            if r.get("kind") == "throttle_probe":
-                print(f"  all-reduce busbw {r['busbw_gbps']:.3f} Gbps (configured {rate})", file=sys.stderr)
-            elif r.get("kind") == "throttle_stream":
-                print(f"  TCP goodput {r['goodput_gbps']:.3f} Gbps (configured {rate})", file=sys.stderr)
+        if sub[0] in ("_probe", "_stream") and out.is_file():
+            rec = _last_record(out)
+            if rec and rec.get("kind") == "throttle_probe":
+                print(f"  all-reduce busbw {rec['busbw_gbps']:.3f} Gbps (configured {rate})", file=sys.stderr)
+            elif rec and rec.get("kind") == "throttle_stream":
+                print(f"  TCP goodput {rec['goodput_gbps']:.3f} Gbps (configured {rate})", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -968,7 +1206,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: the cluster is already torn down
         print(f"throttle: interrupted ({str(e) or 'Ctrl-C'}); cluster torn down", file=sys.stderr)
         return 130
-    except (ThrottleUnavailable, ValueError) as e:
+    except (ThrottleUnavailable, ValueError, RuntimeError) as e:
         print(f"throttle: {e}", file=sys.stderr)
         return 2
 

@@ -84,7 +84,7 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
     seen: set[str] = set()
     for model in model_names:
         for bs in batch_sizes or [M.DEFAULT_BATCH.get(model, 32)]:
-            sl = seq_len if model == "bert_base" else None
+            sl = M.seq_len_of(model, seq_len)
 
             def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None):
                 params = params or {}
@@ -180,7 +180,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     for cfg in progress(todo, total=len(todo), desc="ddp", enabled=main):
         fields = dict(model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode, compressor=cfg.compressor,
                       params=cfg.params, bucket_mb=cfg.bucket_mb,
-                      seq_len=seq_len if cfg.model == "bert_base" else None, optimizer=OPTIMIZER)
+                      seq_len=M.seq_len_of(cfg.model, seq_len), optimizer=OPTIMIZER)
         if cfg.mode == "builtin" and d.backend != "nccl":
             rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
                               status="skipped", reason=BUILTIN_SKIP_REASON, **fields)

@@ -34,7 +34,7 @@ def run_tcomp(model_names: Sequence[str], batch_sizes: Sequence[int], writer: Re
     for model in model_names:
         for bs in batch_sizes:
             for phase in phases:
-                sl = seq_len if model == "bert_base" else None
+                sl = M.seq_len_of(model, seq_len)
                 cid = config_id(kind="tcomp", model=model, batch_size=bs, phase=phase, seq_len=sl, world_size=1,
                                 device_type=device.type)
                 if cid not in done:

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The paper's bandwidth experiment on GPUs: real DDP iterations at 1-25 Gbit/s (Agarwal et al. 2022,
+# https://arxiv.org/abs/2103.00543, Sec. 3.3 and 4.2, Figs. 3 and 19), in ONE invocation, into $OUT.
+#
+#   OUT=/path/to/out STUDYKIT_GIT_COMMIT=<sha> bash scripts/gpu_bandwidth.sh
+#
+# Every rank runs in its own network namespace on its own GPU; NCCL talks over sockets on a veth
+# (2 ranks) or bridge (3-4 ranks) shaped by tc tbf to each rate (`python -m studykit throttle --gpus`,
+# docs/throttle.md). Per rate, a 64 MiB NCCL all-reduce first measures the rate the link really gives
+# and checks that NCCL connected via NET/Socket (nothing bypasses the shaped link); then `ddp` times
+# syncSGD (DDP's default 25 MB bucket and BUCKET2_MB), PyTorch's fp16 and PowerSGD hooks, and every
+# compressor in COMPRESSORS both as a DDP comm hook (overlapped with the backward pass) and after the
+# backward pass (post). Records stream to $OUT as measured; RESUME_FROM (a folder of earlier records,
+# e.g. the committed data/measurements/bandwidth/<run>) is copied in first, so a run cut by its
+# deadline resumes where it stopped. Before the throttled phases, LOCAL=1 also measures on one GPU
+# (unthrottled): T_comp (tcomp) and encode/decode (profile) of the same models and compressors; SWEEP=1
+# adds a collective sweep at SWEEP_RATES after them.
+#
+# Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
+# it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
+# Writes at most 7 files, directly in $OUT: ddp.jsonl probe.jsonl tcomp.jsonl profile.jsonl sweep.jsonl
+# run.log RUN.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+: "${OUT:?set OUT to the output folder}"
+PY=${PYTHON:-python3}
+NPROC=${NPROC:-2}
+MODELS=${MODELS:-"resnet50 resnet101"}
+RATES=${RATES:-"25 10 5 20 15 2.5 1"}       # Gbit/s; cheap rates first, so a cut run spans the range
+COMPRESSORS=${COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
+BUILTIN=${BUILTIN:-"torch_fp16 torch_powersgd"}
+MODES=${MODES:-"syncsgd builtin hook post"}
+BUCKET2_MB=${BUCKET2_MB:-100}
+ITERS=${ITERS:-10}                 # timed iterations at most (fewer when slow: DDP_BUDGET_S)
+WARMUP=${WARMUP:-2}                # DDP rebuilds its buckets after the first iteration
+DDP_BUDGET_S=${DDP_BUDGET_S:-3}    # seconds per configuration (never below 3 timed iterations)
+TOTAL_S=${TOTAL_S:-560}            # whole-run deadline (seconds)
+LOCAL=${LOCAL:-0}
+SWEEP=${SWEEP:-0}
+SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
+IPROUTE2=${IPROUTE2:-.iproute2}
+RESUME_FROM=${RESUME_FROM:-}
+export NCCL_NVLS_ENABLE=0
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+: "${STUDYKIT_GIT_COMMIT:=$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+export STUDYKIT_GIT_COMMIT
+mkdir -p "$OUT"
+LOG="$OUT/run.log"
+RUN="$OUT/RUN.txt"
+T0=$(date +%s)
+left() { echo $((TOTAL_S - ($(date +%s) - T0))); }
+
+if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
+  for f in ddp probe tcomp profile sweep; do
+    [ -f "$RESUME_FROM/$f.jsonl" ] && [ ! -f "$OUT/$f.jsonl" ] && cp "$RESUME_FROM/$f.jsonl" "$OUT/$f.jsonl"
+  done
+fi
+IPR=()
+[ -d "$IPROUTE2" ] && IPR=(--iproute2 "$IPROUTE2")
+{
+  echo "studykit gpu_bandwidth.sh  started $(date -u +%FT%TZ)  host $(hostname)  commit $STUDYKIT_GIT_COMMIT"
+  echo "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S"
+  echo "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
+  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -1
+  $PY -c 'import torchvision, transformers; print("torchvision", torchvision.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1
+} > "$RUN"
+cat "$RUN" >> "$LOG"
+
+# phase NAME LIMIT_S CMD...: run CMD under min(LIMIT_S, time left), output prefixed into run.log
+phase() {
+  local name=$1 cap=$2; shift 2
+  local limit; limit=$(left); [ "$cap" -lt "$limit" ] && limit=$cap
+  if [ "$limit" -lt 30 ]; then
+    echo "== $name: skipped, deadline reached" | tee -a "$LOG" "$RUN"; return 0
+  fi
+  local t; t=$(date +%s)
+  echo "== $name (limit ${limit}s): $*" >> "$LOG"
+  timeout --signal=TERM --kill-after=20 "$limit" "$@" 2>&1 | grep --line-buffered -v "NCCL INFO" | sed -u "s/^/[$name] /" >> "$LOG"
+  local rc=${PIPESTATUS[0]}
+  local msg="== $name: rc=$rc in $(( $(date +%s) - t ))s"
+  [ "$rc" -eq 124 ] && msg="$msg (deadline: rerun with RESUME_FROM to finish)"
+  echo "$msg" | tee -a "$LOG" >> "$RUN"
+}
+
+# shellcheck disable=SC2086
+if [ "$LOCAL" = 1 ]; then
+  ( export CUDA_VISIBLE_DEVICES=0
+    phase tcomp 120 $PY -m studykit tcomp --models $MODELS --budget-s 2 --min-iter 5 --out "$OUT/tcomp.jsonl" --quiet
+    phase profile 150 $PY -m studykit profile --models $MODELS --compressors $COMPRESSORS \
+      --budget-s 0.5 --min-iter 20 --out "$OUT/profile.jsonl" --quiet )
+fi
+
+# the throttled DDP iterations: one throttle call per rate, each bounded by the time left
+for rate in $RATES; do
+  # shellcheck disable=SC2086
+  phase "ddp@${rate}G" 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps "$rate" \
+    --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$OUT/ddp.jsonl" -- \
+    ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
+    --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet
+done
+
+if [ "$SWEEP" = 1 ]; then
+  # shellcheck disable=SC2086
+  phase sweep 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps $SWEEP_RATES \
+    --timeout-s 120 --out "$OUT/sweep.jsonl" -- sweep --ops all_reduce all_gather --min-bytes 4K --max-bytes 64M \
+    --factor 4 --budget-s 1 --min-iter 3 --timeout-s 120 --quiet
+fi
+{
+  echo "finished $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s"
+  for f in "$OUT"/*.jsonl; do [ -f "$f" ] && echo "$(basename "$f"): $(wc -l < "$f") records"; done
+} | tee -a "$LOG" >> "$RUN"
+tail -n 25 "$LOG"
