@@ -37,12 +37,13 @@ from scipy.optimize import nnls
 
 from studykit import models, paths
 from studykit.perfmodel import collectives as col
-from studykit.perfmodel.calibration import Calibration, Constant, TComp, TEncodeDecode, normalize_params
+from studykit.perfmodel.calibration import Calibration, Constant, Overhead, TComp, TEncodeDecode, normalize_params
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, buckets
 
 __all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
            "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
-           "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead"]
+           "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_overhead",
+           "select_network", "parse_network"]
 
 KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
 STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
@@ -505,17 +506,101 @@ def default_records() -> Path:
     return paths.MEASUREMENTS / "synthetic" / "demo.jsonl"
 
 
+#: kinds whose times depend on the network (records of other kinds are kept whatever their network)
+_NETWORK_KINDS = ("allreduce", "allgather", "ps", "ddp", "ddp_other")
+
+
+def parse_network(text: str) -> dict:
+    """``rate_gbps=5,workers=2`` (or ``native``) -> the fields a record's ``network`` must match."""
+    text = text.strip()
+    if text in ("native", "none", "null"):
+        return {}
+    out = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise ValueError(f"network selector {text!r}: expected KEY=VALUE[,KEY=VALUE] "
+                             "(keys: rate_gbps, latency_ms, workers) or 'native'")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if k not in ("rate_gbps", "latency_ms", "workers"):
+            raise ValueError(f"network selector {text!r}: unknown key {k!r}; valid: rate_gbps, latency_ms, workers")
+        out[k] = float(v)
+    return out
+
+
+def select_network(df: pd.DataFrame, network: str | dict | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """The records of one network: ``(records, network)``, ``network`` the records' ``network`` field (None:
+    a real network). Records of kinds that do not depend on the network (``tcomp`` alone, ``profile``) are
+    kept. Records on more than one network (a different ``rate_gbps``, ``latency_ms`` or ``workers``) raise
+    naming them, unless ``network`` picks one (``"rate_gbps=5"``, ``"native"``, or a dict of fields)."""
+    net = df["network"] if "network" in df.columns else pd.Series([None] * len(df), index=df.index)
+    keys = net.map(network_of)
+    dep = df["kind"].isin(_NETWORK_KINDS)
+    if "world_size" in df.columns:  # world size 1 moves nothing: on no network
+        dep &= ~(pd.to_numeric(df["world_size"], errors="coerce") == 1)
+    found = sorted(set(keys[dep]), key=lambda t: tuple(-1 if v is None else v for v in t))
+    if network is None:
+        if len(found) > 1:
+            raise ValueError(f"records from {len(found)} networks: {', '.join(network_label(t) for t in found)}; "
+                             "fit one at a time (fit --network rate_gbps=5, or --network native)")
+        chosen = found[0] if found else (None, None, None)
+    else:
+        want = parse_network(network) if isinstance(network, str) else dict(network)
+        names = ("rate_gbps", "latency_ms", "workers")
+        match = [t for t in found if (not want and all(v is None for v in t)) or
+                 (want and all(dict(zip(names, t)).get(k) == v for k, v in want.items()))]
+        if len(match) != 1:
+            raise ValueError(f"network {network!r} matches {len(match)} of the networks in the records "
+                             f"({', '.join(network_label(t) for t in found) or 'none'}); name exactly one")
+        chosen = match[0]
+    keep = ~dep | (keys == chosen)
+    sel = None if all(v is None for v in chosen) else {k: v for k, v in zip(("rate_gbps", "latency_ms", "workers"),
+                                                                           chosen) if v is not None}
+    return df[keep].reset_index(drop=True), sel
+
+
+def fit_overhead(records: pd.DataFrame, t_comp: list[TComp], *, stat: str = "ms_median", n_boot: int = 200,
+                 seed: int = 0) -> list[Overhead]:
+    """The non-backward part of an iteration ``O`` (forward, loss, optimizer step) per (model, batch):
+    ``T_ddp(p=1) - T_comp`` (syncSGD DDP records at world size 1), else ``T_fwd_bwd - T_comp`` (``tcomp``
+    records; no optimizer step). Interval: the two bootstrap intervals combined (``lo_1 - hi_comp``,
+    ``hi_1 - lo_comp``)."""
+    df = normalize(records)
+    rng = np.random.default_rng(seed)
+    ddp = df[df["kind"] == "ddp"]
+    one = ddp[pd.to_numeric(ddp.get("world_size"), errors="coerce") == 1] if len(ddp) else ddp
+    if len(one) and "bucket_mb" in one.columns:
+        one = one[one["bucket_mb"].isna()]
+    out = []
+    for tc in t_comp:
+        if tc.batch_size is None:
+            continue
+        sel = lambda d: d[(d["model"] == tc.model) & (d["batch_size"] == tc.batch_size)] if len(d) else d  # noqa: E731
+        g, how = sel(one), "ddp world_size 1 - T_comp"
+        if g.empty:
+            g, how = sel(_tcomp_records(df, "fwd_bwd")), "tcomp fwd_bwd - T_comp (no optimizer step)"
+        if g.empty:
+            continue
+        v, lo, hi, _ = _median_interval(g, stat, n_boot, rng)
+        low = None if lo is None or tc.high is None else lo - tc.high
+        high = None if hi is None or tc.low is None else hi - tc.low
+        out.append(Overhead(value=v - tc.value, unit="s", source=f"{how} ({stat}, {len(g)} record(s))", low=low,
+                            high=high, n=len(g), model=tc.model, batch_size=tc.batch_size))
+    return out
+
+
 def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str = "ms_median", n_boot: int = 200,
-                    seed: int = 0, description: str = "", strict: bool = True) -> Calibration:
+                    seed: int = 0, description: str = "", strict: bool = True,
+                    network: str | dict | None = None) -> Calibration:
     """Every constant the records can determine, as a :class:`Calibration`.
 
+    Records from more than one network raise unless ``network`` selects one (:func:`select_network`).
     Kinds with no records are skipped. Kinds with records that cannot determine
     their constant raise (``strict``, the default: a half-usable file should not
     pass silently) or, with ``strict=False``, are left out and their reasons kept
     in ``provenance["not_fitted"]``.
     """
     raw = load_records(records) if isinstance(records, (str, Path)) else records
-    df = normalize(raw)
+    df, net = select_network(normalize(raw), network)
     kinds = set(df["kind"])
     cal = Calibration(name=name, description=description or f"fitted by studykit.perfmodel.fit from {len(df)} records")
     fitted: list[str] = []
@@ -546,6 +631,9 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.t_comp = attempt("t_comp", lambda: fit_t_comp(df, stat=stat, n_boot=n_boot, seed=seed)) or []
         if cal.t_comp:
             fitted.append("t_comp")
+            cal.overhead = fit_overhead(df, cal.t_comp, stat=stat, n_boot=n_boot, seed=seed)
+            if cal.overhead:
+                fitted.append("overhead")
     if "encode_decode" in kinds:
         cal.t_encode_decode = attempt("t_encode_decode", lambda: fit_encode_decode(
             df, stat=stat, n_boot=n_boot, seed=seed)) or []
@@ -560,6 +648,11 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.gamma = attempt("gamma", gamma)
         if cal.gamma is not None:
             fitted.append("gamma")
+    cal.network = net
+    ws = pd.to_numeric(df.loc[df["kind"].isin(_NETWORK_KINDS), "world_size"], errors="coerce") \
+        if "world_size" in df.columns else pd.Series(dtype=float)
+    ws = sorted({int(w) for w in ws.dropna() if w >= 2})
+    cal.world_size = ws[-1] if ws else None
     if not fitted:
         raise ValueError(f"nothing to fit: records have kinds {sorted(map(str, kinds))}; need one of {list(KINDS)}"
                          + (f"; failures: {failed}" if failed else ""))
