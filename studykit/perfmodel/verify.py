@@ -107,7 +107,7 @@ from studykit import paths
 from studykit.perfmodel.fit import RecordInputs, SyncTerms, fit_path_overhead, fit_sync_terms, pool_stat
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, predict
 
-__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "load_platform", "ddp_buckets",
+__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "by_batch_size", "load_platform", "ddp_buckets",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
 
@@ -142,6 +142,12 @@ def summarize(df: pd.DataFrame, by: Sequence[str] = ("platform", "group", "varia
     worst = a.loc[g["_abs"].idxmax(), [*by, "config"]].set_index(list(by))["config"]
     out["worst_config"] = worst
     return out.reset_index()
+
+
+def by_batch_size(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`summarize` per batch size too: where the small-batch regime (per-tensor CPU work that
+    neither gamma nor a per-bucket constant represents) shows up as a larger error."""
+    return summarize(df, by=("platform", "group", "variant", "batch_size"))
 
 
 def paper_buckets(total_bytes: float, bucket_bytes: float) -> list[float]:
@@ -287,10 +293,10 @@ def _kk(k: float) -> str:
 
 
 def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None = None,
-                    path_overhead_s: float = 0.0) -> dict:
+                    path_overhead_s: float = 0.0, opts: ModelOptions | None = None) -> dict:
     """One DDP record predicted by :func:`studykit.perfmodel.model.predict` with the ``variant`` preset
     (:meth:`ModelOptions.paper` / :meth:`ModelOptions.extended`) and the record's inputs; the row's terms."""
-    opts = ModelOptions.named(variant)
+    opts = opts or ModelOptions.named(variant)
     m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
     tc, how_tc = inp.tcomp(m, bs, p, contended=opts.cpu_contention)
     o, how_o = inp.overhead(m, bs)
@@ -355,17 +361,18 @@ def _base_row(r, plat: Platform, variant: str, group: str) -> dict:
 
 
 # ------------------------------------------------------------------ gamma, leave-one-out
-def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache: dict | None = None) -> SyncTerms:
+def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache: dict | None = None,
+                  opts: ModelOptions | None = None) -> SyncTerms:
     """gamma (and, ``extended``, the synchronization, per-bucket and per-tensor terms) from syncSGD
     calibration records: each record predicted with gamma 1 and no extra term (the model's overlapped
     and last-bucket communication), then :func:`studykit.perfmodel.fit.fit_sync_terms`."""
-    opts = ModelOptions.named(variant)
+    opts = opts or ModelOptions.named(variant)
     cache = {} if cache is None else cache
     rows = []
     for r in train:
         key = (r["config"], variant)
         if key not in cache:
-            cache[key] = _predict_record(r, inp, variant)
+            cache[key] = _predict_record(r, inp, variant, opts=opts)
         b = cache[key]
         rows.append({"s": float(r["measured_ms"]) / 1e3 - b["_s"], "t_comp": b["_t_comp"],
                      "overlapped_comm": b["_overlapped"], "last_comm": b["_last"], "k": b["_k"],
@@ -414,7 +421,8 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 
 
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
-                    include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P) -> pd.DataFrame:
+                    include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
+                    per_tensor: bool = False) -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
     ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
@@ -462,14 +470,17 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     sync = [r for r in recs if r["mode"] == "syncsgd"]
     sync_pool = None if cal_recs is None else [r for r in cal_recs if r["mode"] == "syncsgd"]
     cache: dict = {}
+    from dataclasses import replace
+
+    presets = {"paper": ModelOptions.paper(), "extended": replace(ModelOptions.extended(), per_tensor=per_tensor)}
     for variant in variants:
         # syncSGD: gamma fitted on the other holdout groups' syncSGD records
         def fit(train, variant=variant):
-            return fit_gamma_loo(train, inp, variant, cache)
+            return fit_gamma_loo(train, inp, variant, cache, opts=presets[variant])
 
         def pred(r, fitted, variant=variant):
             out = _base_row(r, plat, variant, "syncSGD")
-            out.update(_public(_predict_record(r, inp, variant, terms=fitted)))
+            out.update(_public(_predict_record(r, inp, variant, terms=fitted, opts=presets[variant])))
             out["inputs"] += f"; {fitted.how}"
             return out
 
@@ -606,7 +617,7 @@ def default_sources() -> list[Path]:
 
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
-           calibrate_max_p: int = CALIBRATE_MAX_P) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
@@ -619,7 +630,7 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
     for s in sources:
         plat = load_platform(s, stat)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
-                                      calibrate_max_p=calibrate_max_p))
+                                      calibrate_max_p=calibrate_max_p, per_tensor=per_tensor))
         by_p = holdout == "world_size"
         inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None), True)]
         if by_p:
@@ -671,11 +682,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"with --holdout world_size: the largest calibration world size (default {CALIBRATE_MAX_P})")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--no-hook", action="store_true", help="skip compression as a DDP hook (mode hook)")
+    ap.add_argument("--per-tensor", action="store_true",
+                    help="extended: fit and use the per-tensor CPU term (ModelOptions.per_tensor; off by default: "
+                         "on the committed GPU records it does not carry across models, see by_batch.csv)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
-                                   include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p)
+                                   include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
+                                   per_tensor=args.per_tensor)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
@@ -693,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     summ = summarize(pred)
     summ.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     nets.to_csv(out / "networks.csv", index=False, float_format="%.6g")
+    by_batch_size(pred).to_csv(out / "by_batch.csv", index=False, float_format="%.6g")
     if not args.quiet:
         print(_fmt_summary(summ))
         for n in notes[:20]:
@@ -704,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = shown.relative_to(Path.cwd())
         except ValueError:
             pass
-        print(f"wrote {shown / 'predictions.csv'} ({len(pred)} rows), summary.csv, networks.csv")
+        print(f"wrote {shown / 'predictions.csv'} ({len(pred)} rows), summary.csv, by_batch.csv, networks.csv")
     return 0
 
 
