@@ -9,12 +9,13 @@ import pytest
 from studykit import compressors, models
 from studykit.perfmodel import collectives as col
 from studykit.perfmodel.calibration import Calibration, Constant, TComp, TEncodeDecode
-from studykit.perfmodel.model import (MIB, Hardware, Workload, buckets, crossover_bandwidth_gbps, plan_summary,
+from studykit.perfmodel.model import (MIB, Hardware, ModelOptions, Workload, buckets, crossover_bandwidth_gbps, plan_summary,
                                       predict, required_ratio, speedup_over_sync, syncsgd_s)
 
 # 100 MiB of fp32 gradients in one tensor -> exactly four 25 MiB buckets
 SHAPES = ((100 * MIB // 4,),)
 HW = Hardware(bandwidth_gbps=8.0, alpha_s=0.0, gamma=1.1)  # 1e9 bytes/s
+DDP = ModelOptions(bucketing="ddp")
 
 
 def needs(name):
@@ -333,34 +334,38 @@ def test_ddp_buckets_match_torch(model, cap_mb):
 
 def test_workload_bucketing_paper_is_default_and_unchanged():
     w = Workload(model="vgg19")
-    assert w.bucketing == "paper"
+    assert ModelOptions().bucketing == "paper" and ModelOptions.paper().bucketing == "paper"
     k, b, last = w.buckets()
     assert (k, b, last) == tuple(buckets(w.gradient_bytes, w.bucket_bytes))
     assert k == 22  # ceil(548 MiB / 25 MiB)
     with pytest.raises(ValueError, match="bucketing"):
-        Workload(model="vgg19", bucketing="torch")
+        ModelOptions(bucketing="torch")
+    with pytest.raises(ValueError, match="bucketing"):
+        w.buckets("torch")
     with pytest.raises(ValueError, match="first_bucket_bytes"):
-        Workload(model="vgg19", bucketing="ddp", first_bucket_bytes=0)
+        Workload(model="vgg19", first_bucket_bytes=0)
 
 
 def test_workload_ddp_bucketing_k_b_last():
     from studykit.perfmodel.model import ddp_bucket_sizes
 
     shapes = [(100,), (50,), (300,), (10,), (200,)]
-    w = Workload(model=None, param_shapes=shapes, t_comp_s=0.1, bucket_bytes=1000, bucketing="ddp")
-    assert tuple(map(float, w.buckets())) == (2.0, 2040.0, 600.0)
+    w = Workload(model=None, param_shapes=shapes, t_comp_s=0.1, bucket_bytes=1000)
+    assert tuple(map(float, w.buckets("ddp"))) == (2.0, 2040.0, 600.0)
+    assert w.bucket_sizes("ddp") == [2040.0, 600.0]
     w3 = replace(w, first_bucket_bytes=500)
-    assert tuple(map(float, w3.buckets())) == (3.0, 1020.0, 600.0)  # b: mean of the two overlapped buckets
+    assert tuple(map(float, w3.buckets("ddp"))) == (3.0, 1020.0, 600.0)  # b: mean of the two overlapped buckets
     one = replace(w, bucket_bytes=10**6)
-    assert tuple(map(float, one.buckets())) == (1.0, 2640.0, 2640.0)
+    assert tuple(map(float, one.buckets("ddp"))) == (1.0, 2640.0, 2640.0)
     # vectorized over bucket_bytes
-    k, b, last = replace(w, bucket_bytes=np.array([1, 1000, 10**6])).buckets()
+    k, b, last = replace(w, bucket_bytes=np.array([1, 1000, 10**6])).buckets("ddp")
     assert k.tolist() == [5.0, 2.0, 1.0] and last.tolist() == [400.0, 600.0, 2640.0]
     # the default 25 MiB cap means DDP's default, a 1 MiB first bucket: VGG19's fc3 (15.6 MiB) closes it,
     # fc2 (64 MiB) and fc1 (392 MiB) are a bucket each, the convolutions fill 27 + 27 + 22.4 MiB
-    v = Workload(model="vgg19", bucketing="ddp")
+    v = Workload(model="vgg19")
     sizes = ddp_bucket_sizes(models.param_shapes("vgg19"))
-    k, b, last = v.buckets()
+    assert v.bucket_sizes("ddp") == sizes
+    k, b, last = v.buckets("ddp")
     assert k == len(sizes) == 6 and last == sizes[-1]
     assert [round(x / MIB, 2) for x in sizes] == [15.63, 64.02, 392.02, 27.01, 27.01, 22.38]
     assert b * (k - 1) == pytest.approx(sum(sizes[:-1]))
@@ -372,19 +377,19 @@ def test_predict_with_ddp_bucketing_is_the_sum_over_real_buckets():
     hw = Hardware(bandwidth_gbps=8.0, alpha_s=1e-4, gamma=1.1)
     shapes = models.param_shapes("vgg19")
     for t_comp in (0.01, 1.0):  # communication-bound, compute-bound
-        w = Workload(model="vgg19", t_comp_s=t_comp, bucketing="ddp", bucket_bytes=25 * MIB)
+        w = Workload(model="vgg19", t_comp_s=t_comp, bucket_bytes=25 * MIB)
         sizes = ddp_bucket_sizes(shapes)  # Workload's 25 MiB default cap is DDP's default: a 1 MiB first bucket
         t = [float(col.ring_allreduce_s(s, 4, hw.alpha_s, hw.bandwidth_bytes_s)) for s in sizes]
         want = max(1.1 * t_comp, sum(t[:-1])) + t[-1]
-        pred = predict(w, hw, 4)
+        pred = predict(w, hw, 4, options=DDP)
         assert float(pred.sync["total_s"]) == pytest.approx(want)
         assert float(pred.sync["k"]) == len(sizes)
         assert pred.notes["bucketing"] == "ddp"
     # VGG19: DDP's whole-tensor buckets leave 411 MB (fc1) alone and the conv layers last, paper's are equal
     paper = predict(Workload(model="vgg19", t_comp_s=0.01), hw, 4)
-    ddp = predict(Workload(model="vgg19", t_comp_s=0.01, bucketing="ddp"), hw, 4)
+    ddp = predict(Workload(model="vgg19", t_comp_s=0.01), hw, 4, options=DDP)
     assert float(paper.sync["k"]) == 22 and float(ddp.sync["k"]) == 6
     assert float(ddp.sync["total_s"]) != pytest.approx(float(paper.sync["total_s"]))
     # required_ratio runs on the same buckets
-    r = required_ratio(Workload(model="vgg19", t_comp_s=0.2, bucketing="ddp"), hw, 4)
+    r = required_ratio(Workload(model="vgg19", t_comp_s=0.2), hw, 4, options=DDP)
     assert np.isfinite(r) and r >= 1

@@ -1,4 +1,4 @@
-"""studykit.verify: leave-one-out never scores fitted points, the error arithmetic, the CLI on the
+"""studykit.perfmodel.verify: leave-one-out never scores fitted points, the error arithmetic, the CLI on the
 committed records (the notebook smoke run is in test_notebooks.py)."""
 import json
 import math
@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from studykit import models, paths, verify
+from studykit import models, paths
+from studykit.perfmodel import verify
 from studykit.perfmodel import collectives as col
 
 GPU = paths.MEASUREMENTS / "gpu"

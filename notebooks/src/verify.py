@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from studykit import paths, verify
+from studykit import paths
+from studykit.perfmodel import verify
 from studykit.plots import theme
 
 theme()

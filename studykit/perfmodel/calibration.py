@@ -3,7 +3,12 @@
 Seed 000, App. C ("Using the Performance Model") lists what the model needs:
 the latency ``alpha``, the bandwidth ``BW``, the overlap slowdown ``gamma``, the
 single-GPU backward time ``T_comp`` per model and batch size, and
-``T_encode_decode`` per compressor and model. A :class:`Calibration` holds them
+``T_encode_decode`` per compressor and model. The kit adds what a prediction of the
+*iteration* time needs (the non-backward overhead ``O`` per model and batch) and the
+extended model's constants (:class:`~studykit.perfmodel.model.ModelOptions`): the
+synchronization, per-bucket and per-tensor costs, the compression path's overhead, the
+all-gather incast coefficient, and the network and world size it was measured on.
+A :class:`Calibration` holds them
 and is saved as a small JSON file under ``data/calibrations/``
 (:meth:`Calibration.load` / :meth:`Calibration.save`).
 
@@ -20,7 +25,7 @@ from typing import Any
 
 from studykit import models
 
-__all__ = ["Constant", "TComp", "TEncodeDecode", "Calibration", "GENERIC_PARAMS", "normalize_params"]
+__all__ = ["Constant", "TComp", "TEncodeDecode", "Overhead", "PathOverhead", "Calibration", "GENERIC_PARAMS", "normalize_params"]
 
 #: compressor parameters that do not change encode/decode cost or wire bytes
 GENERIC_PARAMS = ("seed", "allow_nonfinite", "error_feedback")
@@ -75,6 +80,25 @@ class TComp(Constant):
 
 
 @dataclass
+class Overhead(Constant):
+    """Non-backward part of an iteration ``O`` (s) of ``model`` at ``batch_size``: forward, loss,
+    optimizer step (``T_ddp(p=1) - T_comp``, or ``T_fwd_bwd - T_comp`` without the step)."""
+
+    model: str = ""
+    batch_size: int | None = None
+
+
+@dataclass
+class PathOverhead(Constant):
+    """Framework work of the compression path that the profile does not time (s), per model, batch
+    and ``mode`` (``post`` / ``hook``); calibrated on the identity compressor (beyond the paper)."""
+
+    model: str = ""
+    batch_size: int | None = None
+    mode: str = "post"
+
+
+@dataclass
 class TEncodeDecode(Constant):
     """``T_encode_decode`` (s) of ``compressor(**params)`` on ``model``'s gradients.
 
@@ -101,8 +125,18 @@ class Calibration:
     t_comp: list[TComp] = field(default_factory=list)
     t_encode_decode: list[TEncodeDecode] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    # beyond the paper (ModelOptions.extended); absent (None / empty) unless fitted
+    sync_delta_s: Constant | None = None
+    per_bucket_s: Constant | None = None
+    per_tensor_s: Constant | None = None
+    overhead: list[Overhead] = field(default_factory=list)
+    path_overhead: list[PathOverhead] = field(default_factory=list)
+    world_size: int | None = None  # the world size of the DDP / sweep records (None: not stated)
+    network: dict | None = None  # the records' network field (None: a real network)
 
-    SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff")
+    SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "sync_delta_s", "per_bucket_s", "per_tensor_s")
+    LISTS = {"t_comp": TComp, "t_encode_decode": TEncodeDecode, "overhead": Overhead, "path_overhead": PathOverhead}
+    OPTIONAL_LISTS = ("overhead", "path_overhead")
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict:
@@ -111,24 +145,28 @@ class Calibration:
             c = getattr(self, k)
             if c is not None:
                 d[k] = c.to_dict()
-        d["t_comp"] = [c.to_dict() for c in self.t_comp]
-        d["t_encode_decode"] = [c.to_dict() for c in self.t_encode_decode]
+        for k in self.LISTS:
+            if k not in self.OPTIONAL_LISTS or getattr(self, k):
+                d[k] = [c.to_dict() for c in getattr(self, k)]
+        if self.world_size is not None:
+            d["world_size"] = int(self.world_size)
+        if self.network is not None:
+            d["network"] = self.network
         d["provenance"] = self.provenance
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
-        known = {"name", "description", "t_comp", "t_encode_decode", "provenance", *cls.SCALARS}
+        known = {"name", "description", "provenance", "world_size", "network", *cls.SCALARS, *cls.LISTS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"calibration has unknown key(s) {unknown}; valid: {sorted(known)}")
         if "name" not in d:
             raise ValueError("calibration has no 'name'")
         kw = {k: Constant.from_dict(d[k]) for k in cls.SCALARS if d.get(k) is not None}
-        return cls(name=d["name"], description=d.get("description", ""),
-                   t_comp=[TComp.from_dict(c) for c in d.get("t_comp", [])],
-                   t_encode_decode=[TEncodeDecode.from_dict(c) for c in d.get("t_encode_decode", [])],
-                   provenance=d.get("provenance", {}), **kw)
+        lists = {k: [kind.from_dict(c) for c in d.get(k, [])] for k, kind in cls.LISTS.items()}
+        return cls(name=d["name"], description=d.get("description", ""), provenance=d.get("provenance", {}),
+                   world_size=d.get("world_size"), network=d.get("network"), **lists, **kw)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -154,11 +192,15 @@ class Calibration:
                 rows.append({"constant": k, **c.to_dict()})
         for c in self.t_comp:
             rows.append({"constant": "t_comp_s", **c.to_dict()})
+        for c in self.overhead:
+            rows.append({"constant": "overhead_s", **c.to_dict()})
+        for c in self.path_overhead:
+            rows.append({"constant": "path_overhead_s", **c.to_dict()})
         for c in self.t_encode_decode:
             d = c.to_dict()
             d["params"] = json.dumps(c.params, sort_keys=True)
             rows.append({"constant": "t_encode_decode_s", **d})
-        cols = ["constant", "model", "batch_size", "compressor", "params", "value", "low", "high", "unit", "r2", "n",
+        cols = ["constant", "model", "batch_size", "mode", "compressor", "params", "value", "low", "high", "unit", "r2", "n",
                 "per_worker_s", "source", "note"]
         df = pd.DataFrame(rows)
         return df[[c for c in cols if c in df.columns]]
@@ -194,6 +236,20 @@ class Calibration:
         near = min(known, key=lambda c: (abs(math.log(c.batch_size / batch_size)), c.batch_size))
         return (near.value * batch_size / near.batch_size,
                 f"scaled linearly from batch {near.batch_size} ({near.source})")
+
+    def overhead_lookup(self, model: str, batch_size: int) -> tuple[float, str] | None:
+        """``(O_s, how)`` of ``model`` at ``batch_size`` (exact entry only), or None."""
+        for c in self.overhead:
+            if c.model == model and c.batch_size == batch_size:
+                return c.value, f"exact ({c.source})"
+        return None
+
+    def path_overhead_lookup(self, model: str, batch_size: int, mode: str) -> tuple[float, str] | None:
+        """``(s, how)``: the compression path's overhead of ``model`` at ``batch_size`` in ``mode``, or None."""
+        for c in self.path_overhead:
+            if c.model == model and c.batch_size == batch_size and c.mode == mode:
+                return c.value, f"exact ({c.source})"
+        return None
 
     def t_encode_decode_s(self, compressor: str, params: dict | None, model: str) -> tuple[float, float, str]:
         """``(value_s, per_worker_s, how)`` for ``compressor(**params)`` on ``model``.

@@ -22,9 +22,10 @@ import numpy as np
 
 from studykit import compressors, models, paths
 from studykit.perfmodel.calibration import Calibration
-from studykit.perfmodel.model import MIB, Hardware, Workload, predict
+from studykit.perfmodel.model import MIB, Hardware, ModelOptions, Workload, predict
 
 DEFAULT_CALIBRATION = paths.CALIBRATIONS / "paper_v100.json"
+DEFAULT_GPUS = [8, 16, 32, 64]
 
 
 def _param(text: str) -> tuple[str, object]:
@@ -57,8 +58,13 @@ def predict_parser() -> argparse.ArgumentParser:
                                  description="Predict syncSGD and compressed iteration times (JSON).")
     ap.add_argument("--model", required=True, choices=models.available(), help="model whose gradients are sent")
     ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
-    ap.add_argument("--gpus", type=_positive_int, nargs="+", default=[8, 16, 32, 64], help="world sizes")
-    ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=[10.0], help="bandwidths, Gbit/s")
+    ap.add_argument("--gpus", type=_positive_int, nargs="+", default=None,
+                    help=f"world sizes (default: the calibration's world size, else {DEFAULT_GPUS})")
+    ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=None,
+                    help="bandwidths, Gbit/s (default: the calibration's fitted bandwidth)")
+    ap.add_argument("--terms", choices=["default", "paper", "extended"], default="default",
+                    help="model terms: default (the paper's model plus the calibration's incast term), paper "
+                         "(as published), extended (every fitted term: sync, per-bucket, per-tensor, DDP buckets)")
     ap.add_argument("--compressor", choices=compressors.available(), default=None,
                     help="compressor to compare with syncSGD (default: syncSGD only)")
     ap.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
@@ -86,6 +92,9 @@ def fit_parser() -> argparse.ArgumentParser:
                     help="timing statistic to fit (default ms_median; the paper reports means)")
     ap.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples (default 200)")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--network", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="fit the records of one network only (rate_gbps=5, rate_gbps=1,workers=4, or native); "
+                         "required when the records come from more than one")
     ap.add_argument("--lenient", action="store_true",
                     help="leave out constants the records cannot determine (reasons in provenance.not_fitted) "
                          "instead of failing")
@@ -107,26 +116,43 @@ def run_predict(argv: list[str]) -> int:
         cal = Calibration.load(a.calibration)
     except (FileNotFoundError, ValueError) as exc:
         ap.error(f"--calibration: {exc}")
-    hw = Hardware.from_calibration(cal, bandwidth_gbps=np.asarray(a.bandwidth_gbps)[:, None], alpha_s=a.alpha_s,
+    if a.bandwidth_gbps is not None:
+        bws, how_bw = a.bandwidth_gbps, "given (--bandwidth-gbps)"
+    elif cal.bandwidth_gbps is not None:
+        bws, how_bw = [cal.bandwidth_gbps.value], f"calibration {cal.name!r} ({cal.bandwidth_gbps.source})"
+    else:
+        ap.error(f"no bandwidth: calibration {cal.name!r} has no bandwidth_gbps; pass --bandwidth-gbps")
+    if cal.alpha_s is None and a.alpha_s is None:
+        ap.error(f"no latency: calibration {cal.name!r} has no alpha_s; pass --alpha-s")
+    if a.gpus is not None:
+        gpus_list, how_p = a.gpus, "given (--gpus)"
+    elif cal.world_size is not None:
+        gpus_list, how_p = [cal.world_size], f"calibration {cal.name!r} (its records' world size)"
+    else:
+        gpus_list, how_p = DEFAULT_GPUS, "default (the calibration states no world size)"
+    opts = {"default": ModelOptions(), "paper": ModelOptions.paper(),
+            "extended": ModelOptions(bucketing="ddp", sync_terms=True, per_tensor=True, path_overhead=True)}[a.terms]
+    hw = Hardware.from_calibration(cal, bandwidth_gbps=np.asarray(bws, dtype=float)[:, None], alpha_s=a.alpha_s,
                                    gamma=a.gamma, compute_speedup=a.compute_speedup, allreduce=a.allreduce)
     w = Workload(a.model, a.batch_size, t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3,
                  bucket_bytes=a.bucket_mb * MIB)
-    gpus = np.asarray(a.gpus)[None, :]
+    gpus = np.asarray(gpus_list)[None, :]
     ted = None if a.t_encode_decode_ms is None else a.t_encode_decode_ms / 1e3
     try:
-        pr = predict(w, hw, gpus, a.compressor, params, calibration=cal, t_encode_decode_s=ted)
+        pr = predict(w, hw, gpus, a.compressor, params, calibration=cal, t_encode_decode_s=ted, options=opts)
     except (ValueError, compressors.CompressorError) as exc:
         ap.error(f"{exc} (options: --t-comp-ms, --t-encode-decode-ms, --calibration)")
     points = []
     for r in pr.to_records():
         pt = {"world_size": r["world_size"], "bandwidth_gbps": r["bandwidth_gbps"],
               "linear_ms": r["linear_s"] * 1e3,
-              "syncsgd": {"total_ms": r["sync_total_s"] * 1e3, "compute_ms": r["sync_compute_s"] * 1e3,
+              "syncsgd": {"iteration_ms": r["sync_iteration_s"] * 1e3, "total_ms": r["sync_total_s"] * 1e3, "compute_ms": r["sync_compute_s"] * 1e3,
                           "exposed_comm_ms": r["sync_exposed_comm_s"] * 1e3, "comm_ms": r["sync_comm_s"] * 1e3,
                           "buckets": int(r["sync_k"]),
                           "scaling_speedup": r["world_size"] * r["linear_s"] / r["sync_total_s"]}}
         if pr.compressed is not None:
-            pt["compressed"] = {"total_ms": r["compressed_total_s"] * 1e3,
+            pt["compressed"] = {"iteration_ms": r["compressed_iteration_s"] * 1e3,
+                                "total_ms": r["compressed_total_s"] * 1e3,
                                 "compute_ms": r["compressed_compute_s"] * 1e3,
                                 "encode_decode_ms": r["compressed_encode_decode_s"] * 1e3,
                                 "comm_ms": r["compressed_comm_s"] * 1e3,
@@ -140,10 +166,13 @@ def run_predict(argv: list[str]) -> int:
            "calibration": {"name": cal.name, "path": a.calibration},
            "hardware": {"alpha_s": float(np.max(hw.alpha_s)), "gamma": float(np.max(hw.gamma)),
                         "compute_speedup": a.compute_speedup, "allreduce": a.allreduce, "bucket_mb": a.bucket_mb},
-           "inputs": pr.notes,
+           "inputs": {**pr.notes, "bandwidth": how_bw, "world_size": how_p},
+           "columns": {"iteration_ms": "what a user measures: O (forward, optimizer step) + T_obs",
+                       "total_ms": "T_obs: backward + synchronization (the paper's Figs. 6-11)"},
            "plans": {str(k): v for k, v in pr.plans.items()},
-           "model_equations": {"syncsgd": "seed 000 Sec. 4.1 with Eq. 1",
-                               "compressed": "seed 000 App. B, collectives from compressor.plan()"},
+           "model_equations": {"syncsgd": "Sec. 4.1 with Eq. 1 of Agarwal et al. 2022 (arXiv 2103.00543)",
+                               "compressed": "App. B of Agarwal et al. 2022, collectives from compressor.plan()",
+                               "terms": a.terms},
            "points": points}
     print(json.dumps(out, indent=2))
     return 0
@@ -157,7 +186,7 @@ def run_fit(argv: list[str]) -> int:
     try:
         df = fit.load_records(*a.records)
         cal = fit.fit_calibration(df, a.name or Path(a.out).stem, stat=a.stat, n_boot=a.bootstrap, seed=a.seed,
-                                  strict=not a.lenient)
+                                  strict=not a.lenient, network=a.network)
     except (FileNotFoundError, ValueError) as exc:
         print(f"python -m studykit fit: error: {exc}", file=sys.stderr)
         return 2
@@ -165,6 +194,9 @@ def run_fit(argv: list[str]) -> int:
     summary = {k: v for k, v in cal.to_dict().items() if k in ("name", *Calibration.SCALARS)}
     summary["t_comp"] = len(cal.t_comp)
     summary["t_encode_decode"] = len(cal.t_encode_decode)
+    summary["overhead"] = len(cal.overhead)
+    summary["world_size"] = cal.world_size
+    summary["network"] = cal.network
     summary["not_fitted"] = cal.provenance.get("not_fitted", {})
     summary["written"] = str(path)
     print(json.dumps(summary, indent=2))

@@ -15,11 +15,14 @@ The paper writes Table 1 with ``beta`` (inverse bandwidth); here ``beta = 1/BW``
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 __all__ = [
     "gbps_to_bytes_s", "bytes_s_to_gbps", "ring_allreduce_s", "tree_allreduce_s",
-    "parameter_server_s", "ring_allgather_s", "allgather_incast_s", "COLLECTIVES",
+    "parameter_server_s", "ring_allgather_s", "allgather_incast_s", "COLLECTIVES", "CollectiveTable",
+    "measured_collective_s",
 ]
 
 ArrayLike = "float | np.ndarray"
@@ -113,3 +116,42 @@ COLLECTIVES = {
     "parameter_server": parameter_server_s,
     "ring_allgather": ring_allgather_s,
 }
+
+
+@dataclass(frozen=True)
+class CollectiveTable:
+    """Measured collective times of one network at one world size (BEYOND THE PAPER).
+
+    ``sizes_bytes[op]`` (sorted) and ``times_s[op]`` come from ``sweep`` records of that
+    network (repeats pooled); :func:`measured_collective_s` reads them. ``fitted_on`` names
+    the records (``sweep p=2 native``).
+    """
+
+    world_size: int
+    sizes_bytes: dict = field(default_factory=dict)  # op ("all_reduce", "all_gather") -> np.ndarray, sorted
+    times_s: dict = field(default_factory=dict)  # op -> np.ndarray (s), same order
+    fitted_on: str = ""
+
+    def has(self, op: str) -> bool:
+        return op in self.sizes_bytes and len(self.sizes_bytes[op]) > 0
+
+
+def measured_collective_s(op: str, nbytes, table: CollectiveTable, eq1_s):
+    """Collective time (s) read from a measured sweep (BEYOND THE PAPER; App. C names the gaps).
+
+    Log-log interpolation of ``table`` between swept sizes; below the smallest size the
+    smallest size's time (latency-bound); above the largest, the largest size's time scaled by
+    Eq. 1 / App. B (``eq1_s(nbytes) / eq1_s(largest)``). Sizes ``<= 0`` and ops the table lacks
+    fall back to ``eq1_s(nbytes)``. This carries small-message latency (gloo's per-call cost is
+    not Eq. 1's ``2 alpha (p-1)``) and all-gather incast into a prediction. Vectorised in ``nbytes``.
+    """
+    n = np.asarray(nbytes, dtype=float)
+    eq1 = np.asarray(eq1_s(n), dtype=float)
+    if not table.has(op):
+        return eq1
+    x, y = table.sizes_bytes[op], table.times_s[op]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = np.exp(np.interp(np.log(np.maximum(n, x[0])), np.log(x), np.log(y)))
+        above = y[-1] * eq1 / float(eq1_s(x[-1]))
+    out = np.where(n <= x[0], y[0], np.where(n >= x[-1], above, inside))
+    return np.where(n <= 0, eq1, out)

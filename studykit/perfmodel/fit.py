@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -37,11 +37,13 @@ from scipy.optimize import nnls
 
 from studykit import models, paths
 from studykit.perfmodel import collectives as col
-from studykit.perfmodel.calibration import Calibration, Constant, TComp, TEncodeDecode, normalize_params
+from studykit.perfmodel.calibration import Calibration, Constant, Overhead, TComp, TEncodeDecode, normalize_params
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, buckets
 
 __all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
-           "fit_encode_decode", "fit_calibration", "KINDS"]
+           "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
+           "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_overhead",
+           "select_network", "parse_network"]
 
 KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
 STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
@@ -504,17 +506,101 @@ def default_records() -> Path:
     return paths.MEASUREMENTS / "synthetic" / "demo.jsonl"
 
 
+#: kinds whose times depend on the network (records of other kinds are kept whatever their network)
+_NETWORK_KINDS = ("allreduce", "allgather", "ps", "ddp", "ddp_other")
+
+
+def parse_network(text: str) -> dict:
+    """``rate_gbps=5,workers=2`` (or ``native``) -> the fields a record's ``network`` must match."""
+    text = text.strip()
+    if text in ("native", "none", "null"):
+        return {}
+    out = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise ValueError(f"network selector {text!r}: expected KEY=VALUE[,KEY=VALUE] "
+                             "(keys: rate_gbps, latency_ms, workers) or 'native'")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if k not in ("rate_gbps", "latency_ms", "workers"):
+            raise ValueError(f"network selector {text!r}: unknown key {k!r}; valid: rate_gbps, latency_ms, workers")
+        out[k] = float(v)
+    return out
+
+
+def select_network(df: pd.DataFrame, network: str | dict | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """The records of one network: ``(records, network)``, ``network`` the records' ``network`` field (None:
+    a real network). Records of kinds that do not depend on the network (``tcomp`` alone, ``profile``) are
+    kept. Records on more than one network (a different ``rate_gbps``, ``latency_ms`` or ``workers``) raise
+    naming them, unless ``network`` picks one (``"rate_gbps=5"``, ``"native"``, or a dict of fields)."""
+    net = df["network"] if "network" in df.columns else pd.Series([None] * len(df), index=df.index)
+    keys = net.map(network_of)
+    dep = df["kind"].isin(_NETWORK_KINDS)
+    if "world_size" in df.columns:  # world size 1 moves nothing: on no network
+        dep &= ~(pd.to_numeric(df["world_size"], errors="coerce") == 1)
+    found = sorted(set(keys[dep]), key=lambda t: tuple(-1 if v is None else v for v in t))
+    if network is None:
+        if len(found) > 1:
+            raise ValueError(f"records from {len(found)} networks: {', '.join(network_label(t) for t in found)}; "
+                             "fit one at a time (fit --network rate_gbps=5, or --network native)")
+        chosen = found[0] if found else (None, None, None)
+    else:
+        want = parse_network(network) if isinstance(network, str) else dict(network)
+        names = ("rate_gbps", "latency_ms", "workers")
+        match = [t for t in found if (not want and all(v is None for v in t)) or
+                 (want and all(dict(zip(names, t)).get(k) == v for k, v in want.items()))]
+        if len(match) != 1:
+            raise ValueError(f"network {network!r} matches {len(match)} of the networks in the records "
+                             f"({', '.join(network_label(t) for t in found) or 'none'}); name exactly one")
+        chosen = match[0]
+    keep = ~dep | (keys == chosen)
+    sel = None if all(v is None for v in chosen) else {k: v for k, v in zip(("rate_gbps", "latency_ms", "workers"),
+                                                                           chosen) if v is not None}
+    return df[keep].reset_index(drop=True), sel
+
+
+def fit_overhead(records: pd.DataFrame, t_comp: list[TComp], *, stat: str = "ms_median", n_boot: int = 200,
+                 seed: int = 0) -> list[Overhead]:
+    """The non-backward part of an iteration ``O`` (forward, loss, optimizer step) per (model, batch):
+    ``T_ddp(p=1) - T_comp`` (syncSGD DDP records at world size 1), else ``T_fwd_bwd - T_comp`` (``tcomp``
+    records; no optimizer step). Interval: the two bootstrap intervals combined (``lo_1 - hi_comp``,
+    ``hi_1 - lo_comp``)."""
+    df = normalize(records)
+    rng = np.random.default_rng(seed)
+    ddp = df[df["kind"] == "ddp"]
+    one = ddp[pd.to_numeric(ddp.get("world_size"), errors="coerce") == 1] if len(ddp) else ddp
+    if len(one) and "bucket_mb" in one.columns:
+        one = one[one["bucket_mb"].isna()]
+    out = []
+    for tc in t_comp:
+        if tc.batch_size is None:
+            continue
+        sel = lambda d: d[(d["model"] == tc.model) & (d["batch_size"] == tc.batch_size)] if len(d) else d  # noqa: E731
+        g, how = sel(one), "ddp world_size 1 - T_comp"
+        if g.empty:
+            g, how = sel(_tcomp_records(df, "fwd_bwd")), "tcomp fwd_bwd - T_comp (no optimizer step)"
+        if g.empty:
+            continue
+        v, lo, hi, _ = _median_interval(g, stat, n_boot, rng)
+        low = None if lo is None or tc.high is None else lo - tc.high
+        high = None if hi is None or tc.low is None else hi - tc.low
+        out.append(Overhead(value=v - tc.value, unit="s", source=f"{how} ({stat}, {len(g)} record(s))", low=low,
+                            high=high, n=len(g), model=tc.model, batch_size=tc.batch_size))
+    return out
+
+
 def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str = "ms_median", n_boot: int = 200,
-                    seed: int = 0, description: str = "", strict: bool = True) -> Calibration:
+                    seed: int = 0, description: str = "", strict: bool = True,
+                    network: str | dict | None = None) -> Calibration:
     """Every constant the records can determine, as a :class:`Calibration`.
 
+    Records from more than one network raise unless ``network`` selects one (:func:`select_network`).
     Kinds with no records are skipped. Kinds with records that cannot determine
     their constant raise (``strict``, the default: a half-usable file should not
     pass silently) or, with ``strict=False``, are left out and their reasons kept
     in ``provenance["not_fitted"]``.
     """
     raw = load_records(records) if isinstance(records, (str, Path)) else records
-    df = normalize(raw)
+    df, net = select_network(normalize(raw), network)
     kinds = set(df["kind"])
     cal = Calibration(name=name, description=description or f"fitted by studykit.perfmodel.fit from {len(df)} records")
     fitted: list[str] = []
@@ -545,6 +631,9 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.t_comp = attempt("t_comp", lambda: fit_t_comp(df, stat=stat, n_boot=n_boot, seed=seed)) or []
         if cal.t_comp:
             fitted.append("t_comp")
+            cal.overhead = fit_overhead(df, cal.t_comp, stat=stat, n_boot=n_boot, seed=seed)
+            if cal.overhead:
+                fitted.append("overhead")
     if "encode_decode" in kinds:
         cal.t_encode_decode = attempt("t_encode_decode", lambda: fit_encode_decode(
             df, stat=stat, n_boot=n_boot, seed=seed)) or []
@@ -559,6 +648,11 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.gamma = attempt("gamma", gamma)
         if cal.gamma is not None:
             fitted.append("gamma")
+    cal.network = net
+    ws = pd.to_numeric(df.loc[df["kind"].isin(_NETWORK_KINDS), "world_size"], errors="coerce") \
+        if "world_size" in df.columns else pd.Series(dtype=float)
+    ws = sorted({int(w) for w in ws.dropna() if w >= 2})
+    cal.world_size = ws[-1] if ws else None
     if not fitted:
         raise ValueError(f"nothing to fit: records have kinds {sorted(map(str, kinds))}; need one of {list(KINDS)}"
                          + (f"; failures: {failed}" if failed else ""))
@@ -585,3 +679,247 @@ def _provenance(df: pd.DataFrame, stat: str, n_boot: int, seed: int, fitted: lis
             "nccl": uniq("nccl"), "git_commit": uniq("git_commit"), "record_timestamps": uniq("timestamp")[:1] +
             uniq("timestamp")[-1:], "statistic": stat, "n_boot": n_boot, "seed": seed, "fitted": fitted,
             "fitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+# ================================================================== the extended model's constants
+# (ModelOptions.extended; used by studykit.perfmodel.verify and fit_calibration)
+GAMMA_MARGIN = 0.05  # a record is compute-bound when (1 + margin) * overlapped comm <= compute
+
+
+def pool_stat(values, stat: str) -> float:
+    """Pool repeated measurements of one configuration: the minimum of ``ms_min``, else the median."""
+    v = np.asarray(list(values), dtype=float)
+    return float(v.min() if stat == "ms_min" else np.median(v))
+
+
+def network_of(n) -> tuple:
+    """``(rate_gbps, latency_ms, workers)`` of a record's ``network`` field; ``(None, None, None)`` on a
+    real network (``network`` null). Records with different tuples are on different networks."""
+    if isinstance(n, dict) and n:
+        rate = float(n["rate_gbps"]) if n.get("rate_gbps") is not None else None
+        lat = float(n["latency_ms"]) if n.get("latency_ms") is not None else None
+        return (rate, lat, int(n["workers"]) if n.get("workers") is not None else None)
+    return (None, None, None)
+
+
+def network_label(net: tuple) -> str:
+    """``native`` for a real network, else ``rate_gbps=5,workers=2`` (the fields that are set)."""
+    if all(v is None for v in net):
+        return "native"
+    return ",".join(f"{k}={v:g}" for k, v in zip(("rate_gbps", "latency_ms", "workers"), net) if v is not None)
+
+
+@dataclass
+class Network:
+    """Communication constants of one network at one world size: Eq. 1 alpha / BW, the all-gather
+    incast coefficient, and (unless extrapolated in p) the measured collective table."""
+
+    world_size: int
+    rate_gbps: float | None
+    alpha_s: float
+    bandwidth_gbps: float
+    incast_coeff: float
+    table: Any  # studykit.perfmodel.collectives.CollectiveTable, or None when extrapolated
+    r2: float = float("nan")
+    #: the sweep records the constants come from (``sweep p=2 native``; ``sweep p<=2 native`` extrapolated)
+    fitted_on: str = ""
+    extrapolated: bool = False
+
+
+def fit_network(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, stat: str,
+                max_p: int | None = None, label: str | None = None) -> Network:
+    """Eq. 1 alpha/BW (:func:`fit_alpha_bw`), the incast coefficient (:func:`fit_incast`) and the measured
+    collective table of one network's ``sweep`` records (a ``rate_gbps`` column selects the network).
+
+    ``max_p``: when ``world_size > max_p`` the constants are fitted on the network's sweep at world
+    sizes ``2..max_p`` only and no table is kept (Eq. 1 / App. B extrapolate in p)."""
+    label = label or ("native" if rate_gbps is None else (f"{rate_gbps:g}Gbps" if rate_gbps > 0 else "unshaped"))
+    s = sweep[sweep["rate_gbps"].isna()] if rate_gbps is None else sweep[sweep["rate_gbps"] == rate_gbps]
+    extrapolated = max_p is not None and world_size > max_p
+    if extrapolated:
+        s = s[(s["world_size"] >= 2) & (s["world_size"] <= max_p)]
+        fitted_on = f"sweep p<={max_p} {label}"
+    else:
+        s = s[s["world_size"] == world_size]
+        fitted_on = f"sweep p={world_size} {label}"
+    if s.empty:
+        raise ValueError(f"no sweep records at world size {world_size if not extrapolated else f'<= {max_p}'}, "
+                         f"network {label}")
+    ab = fit_alpha_bw(s, stat=stat, n_boot=0)
+    try:
+        inc = fit_incast(s, ab.alpha_s.value, ab.bandwidth_gbps.value, stat=stat, n_boot=0).value
+    except ValueError:
+        inc = 0.0
+    table = None
+    if not extrapolated:
+        sizes, times = {}, {}
+        for op, g in s.groupby("op"):
+            g = g.groupby("size_bytes")[stat].agg(lambda v: pool_stat(v, stat)).sort_index()
+            sizes[op], times[op] = g.index.to_numpy(float), g.to_numpy(float) / 1e3
+        table = col.CollectiveTable(int(world_size), sizes, times, fitted_on)
+    return Network(int(world_size), rate_gbps, ab.alpha_s.value, ab.bandwidth_gbps.value, inc, table,
+                   r2=ab.alpha_s.r2 or float("nan"), fitted_on=fitted_on, extrapolated=extrapolated)
+
+
+def _workers(n) -> int | None:
+    return int(n["workers"]) if isinstance(n, dict) and n.get("workers") is not None else None
+
+
+class RecordInputs:
+    """The single-device constants of one platform's records, per configuration: ``T_comp`` (alone, and
+    contended), the non-backward overhead ``O``, the CPU slowdown ``kappa``, ``T_encode_decode`` and the
+    :class:`Network` of each (world size, rate). Repeats are pooled by :func:`pool_stat`.
+
+    * ``O`` = ``T_ddp(p=1) - T_comp`` (the DDP record of the same model and batch at world size 1), else
+      ``T_fwd_bwd - T_comp`` (``tcomp`` records; no optimizer step), else 0;
+    * CPU contention: ``tcomp`` records timed inside a throttled cluster (``network.workers`` = w, every
+      worker timing at once) give the contended ``T_comp`` of a w-worker run and ``kappa_w`` = contended /
+      alone (median over models and batches), which the model applies to ``O`` and ``T_encode_decode``;
+    * ``max_p``: networks above it are fitted on world sizes ``<= max_p`` (:func:`fit_network`) and
+      contended ``tcomp`` records of more than ``max_p`` workers are ignored (``kappa`` = 1 there).
+
+    ``tcomp``, ``ddp``, ``sweep``, ``profile``: the platform's records of each kind (DataFrames with
+    ``rate_gbps`` and ``params_key`` columns, as :func:`studykit.perfmodel.verify.load_platform` builds)."""
+
+    def __init__(self, tcomp: pd.DataFrame, ddp: pd.DataFrame, sweep: pd.DataFrame, profile: pd.DataFrame,
+                 stat: str, max_p: int | None = None):
+        self.stat, self.max_p, self.sweep = stat, max_p, sweep
+        st = stat
+        t = tcomp.assign(_w=tcomp["network"].map(_workers))
+        if max_p is not None:
+            t = t[t["_w"].isna() | (t["_w"] <= max_p)]
+        alone = t[t["_w"].isna()]
+        self.t_comp = {(m, int(b)): pool_stat(g[st], st) / 1e3
+                       for (m, b), g in alone[alone["phase"] == "bwd"].groupby(["model", "batch_size"])}
+        self.t_fb = {(m, int(b)): pool_stat(g[st], st) / 1e3
+                     for (m, b), g in alone[alone["phase"] == "fwd_bwd"].groupby(["model", "batch_size"])}
+        cont = t[t["_w"].notna() & (t["phase"] == "bwd")]
+        self.t_comp_w = {(m, int(b), int(w)): pool_stat(g[st], st) / 1e3
+                         for (m, b, w), g in cont.groupby(["model", "batch_size", "_w"])}
+        ratios: dict = {}
+        for (m, b, w), v in self.t_comp_w.items():
+            if (m, b) in self.t_comp:
+                ratios.setdefault(w, []).append(v / self.t_comp[(m, b)])
+        self.kappa_w = {w: float(np.median(r)) for w, r in ratios.items()}
+        one = ddp[(ddp["world_size"] == 1) & (ddp["mode"] == "syncsgd") & ddp["bucket_mb"].isna()]
+        self.t_ws1 = {(m, int(b)): pool_stat(g[st], st) / 1e3 for (m, b), g in one.groupby(["model", "batch_size"])}
+        self.profile = profile[profile["phase"].isin(["reduce"]) | profile["phase"].isna()]
+        self._nets: dict = {}
+
+    def kappa(self, p: int) -> float:
+        """CPU slowdown of a ``p``-worker run (1 without contended ``tcomp`` records)."""
+        return self.kappa_w.get(int(p), 1.0)
+
+    def tcomp(self, model: str, bs: int, p: int, contended: bool = False) -> tuple[float, str]:
+        if contended and (model, bs, p) in self.t_comp_w:
+            return self.t_comp_w[(model, bs, p)], f"T_comp tcomp bwd with {p} workers timing at once"
+        if (model, bs) not in self.t_comp:
+            raise KeyError(f"no tcomp bwd record for {model} batch {bs}")
+        return self.t_comp[(model, bs)], "T_comp tcomp bwd"
+
+    def overhead(self, model: str, bs: int) -> tuple[float, str]:
+        """``(O_s, how)`` alone (the model multiplies by kappa under contention)."""
+        key = (model, bs)
+        if key not in self.t_comp:
+            raise KeyError(f"no tcomp bwd record for {model} batch {bs}")
+        if key in self.t_ws1:
+            return self.t_ws1[key] - self.t_comp[key], "O = ddp(p=1) - T_comp"
+        if key in self.t_fb:
+            return self.t_fb[key] - self.t_comp[key], "O = tcomp fwd_bwd - bwd (no optimizer step)"
+        return 0.0, "O = 0 (no world-size-1 or fwd_bwd record)"
+
+    def encode_decode(self, model: str, compressor: str, pkey: str, p: int) -> tuple[float, str]:
+        """``(T_encode_decode_s, how)`` alone, from ``profile`` records at the nearest simulated world size."""
+        g = self.profile[(self.profile["model"] == model) & (self.profile["compressor"] == compressor)
+                         & (self.profile["params_key"] == pkey)]
+        if g.empty:
+            raise KeyError(f"no profile record for {compressor} {pkey} on {model}")
+        sws = g["sim_world_size"].fillna(1).astype(int)
+        exact = g[sws == p]
+        st = self.stat
+        if not exact.empty:
+            return pool_stat(exact[st], st) / 1e3, f"profile sim_world_size={p}"
+        near = int(sws.iloc[(sws - p).abs().argsort().iloc[0]])
+        return pool_stat(g[sws == near][st], st) / 1e3, f"profile sim_world_size={near} (run has p={p})"
+
+    def network(self, p: int, rate) -> Network:
+        key = (p, None if rate is None or (isinstance(rate, float) and np.isnan(rate)) else float(rate))
+        if key not in self._nets:
+            self._nets[key] = fit_network(self.sweep, p, key[1], self.stat, max_p=self.max_p)
+        return self._nets[key]
+
+
+@dataclass
+class SyncTerms:
+    """gamma and the extended syncSGD terms (s), with how they were fitted."""
+
+    gamma: float
+    delta_s: float = 0.0
+    per_bucket_s: float = 0.0
+    per_tensor_s: float = 0.0
+    how: str = ""
+
+
+#: the per-tensor term is fitted only when the calibration records hold at least this many tensor counts
+#: (with two, it is a per-model offset that a model holdout cannot test)
+PER_TENSOR_MIN_COUNTS = 3
+
+
+def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended: bool = False,
+                   per_tensor: bool = False) -> SyncTerms:
+    """gamma (Sec. 4.1) and, ``extended``, the synchronization terms from syncSGD iterations.
+
+    Each row is one DDP record: ``s`` (measured iteration minus ``O``, s), ``t_comp`` (s),
+    ``overlapped_comm`` and ``last_comm`` (s; the model's with gamma 1 and no extra term), ``k``
+    (buckets) and ``n_tensors``. Only compute-bound rows count
+    (``(1 + margin) overlapped_comm <= s - last_comm``).
+
+    * paper (App. C's rule): ``gamma = median((s - last_comm) / t_comp)``;
+    * ``extended``: least squares (relative errors, non-negative coefficients) of
+      ``s - last_comm = gamma t_comp + delta + c_b (k - 1) [+ c_t n_tensors]``. ``delta`` is fitted when
+      the backward times are at least 1.5x apart, ``c_b`` when there are two bucket counts, ``c_t``
+      (``per_tensor``) when there are :data:`PER_TENSOR_MIN_COUNTS` tensor counts; otherwise the paper's rule.
+
+    gamma = 1 when no row is compute-bound."""
+    from scipy.optimize import nnls as _nnls
+
+    n_train = len(rows) if n_train is None else n_train
+    cb = [r for r in rows if (1.0 + GAMMA_MARGIN) * r["overlapped_comm"] <= r["s"] - r["last_comm"]]
+    if not cb:
+        return SyncTerms(1.0, how="gamma=1 (no compute-bound calibration record)")
+    x = np.asarray([r["t_comp"] for r in cb])
+    y = np.asarray([r["s"] - r["last_comm"] for r in cb])
+    if extended and len(x) >= 2 and x.max() >= 1.5 * x.min():
+        kk = np.asarray([r["k"] - 1 for r in cb], dtype=float)
+        nt = np.asarray([r.get("n_tensors", 0) for r in cb], dtype=float)
+        if per_tensor and len(np.unique(nt)) >= PER_TENSOR_MIN_COUNTS:
+            cols = [x, np.ones_like(x)] + ([kk] if kk.max() > kk.min() else []) + [nt]
+            coef, _ = _nnls(np.column_stack(cols) / y[:, None], np.ones_like(y))
+            if coef[0] > 0:
+                g, d = coef[0], coef[1]
+                e = coef[2] if len(coef) == 4 else 0.0
+                t = coef[-1]
+                return SyncTerms(float(g), float(d), float(e), float(t), (
+                    f"gamma={g:.3f}, delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket + "
+                    f"{t * 1e6:.2f} us per tensor: fit to {len(x)} compute-bound of {n_train}"))
+        if kk.max() > kk.min():
+            (g, d, e), _ = _nnls(np.column_stack([x, np.ones_like(x), kk]) / y[:, None], np.ones_like(y))
+            if g > 0:
+                return SyncTerms(float(g), float(d), float(e), 0.0, (
+                    f"gamma={g:.3f}, delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket: "
+                    f"fit to {len(x)} compute-bound of {n_train}"))
+        (g, d), _ = _nnls(np.column_stack([x, np.ones_like(x)]) / y[:, None], np.ones_like(y))  # relative errors
+        if g > 0:
+            return SyncTerms(float(g), float(d), 0.0, 0.0, (f"gamma={g:.3f}, delta={d * 1e3:.3f} ms: line through "
+                                                            f"{len(x)} compute-bound of {n_train}"))
+    g = float(np.median(y / x))
+    return SyncTerms(g, how=f"gamma={g:.3f} from {len(x)} compute-bound of {n_train}")
+
+
+def fit_path_overhead(residuals_s: Sequence[float]) -> float:
+    """The compression path's overhead (s, beyond the paper): the median of ``measured - predicted``
+    over identity-compressor (``none``) iterations, whose encode/decode is empty, so that what the model
+    misses is the path itself (copies back into the gradients, Python per bucket, hook futures)."""
+    if not len(residuals_s):
+        raise ValueError("cannot fit the path overhead: no identity-compressor ('none') iteration")
+    return float(np.median(np.asarray(residuals_s, dtype=float)))

@@ -16,7 +16,14 @@ iteration (the paper's ``T_obs``; the forward pass is left out, as in Figs. 6-11
   :meth:`studykit.compressors.base.Compressor.plan` on ``meta`` tensors (PowerSGD:
   all-reduces of P and Q; TopK: all-gathers of values and indices; ...).
 
-Bucketing (:class:`Workload` ``bucketing``): ``"paper"`` (default) is Sec. 4.1's
+What the model includes is one :class:`ModelOptions`: :meth:`ModelOptions.paper` is the model
+as published; :meth:`ModelOptions.extended` adds every term this kit found missing (beyond the
+paper, each named in :class:`ModelOptions`): measured collective tables, DDP's real buckets,
+synchronization, per-bucket and per-tensor CPU costs, the compression path's overhead, CPU
+contention, the all-gather incast term. ``predict`` also returns the *iteration* time a user
+measures: ``O + T_obs``, ``O`` the non-backward overhead (forward, optimizer step).
+
+Bucketing (:class:`ModelOptions` ``bucketing``): ``"paper"`` (default) is Sec. 4.1's
 ``k = ceil(G / b)`` equal buckets, which reproduces the paper's equations; ``"ddp"`` is
 PyTorch DDP's real assignment (:func:`ddp_buckets`: whole parameter tensors, reverse order,
 a smaller first bucket), which differs whenever one tensor is large against the cap
@@ -41,9 +48,9 @@ from studykit.perfmodel import collectives as col
 from studykit.perfmodel.calibration import Calibration, Constant, TComp, TEncodeDecode, normalize_params
 
 __all__ = [
-    "MIB", "DEFAULT_BUCKET_BYTES", "Hardware", "Workload", "Calibration", "Constant", "TComp", "TEncodeDecode",
+    "MIB", "DEFAULT_BUCKET_BYTES", "ModelOptions", "Hardware", "Workload", "Calibration", "Constant", "TComp", "TEncodeDecode",
     "Prediction", "BUCKETING", "DDP_FIRST_BUCKET_BYTES", "buckets", "paper_bucket_sizes", "ddp_buckets",
-    "ddp_bucket_sizes", "allreduce_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
+    "ddp_bucket_sizes", "allreduce_s", "collective_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
     "speedup_over_sync", "required_ratio", "crossover_bandwidth_gbps",
 ]
 
@@ -54,6 +61,63 @@ DEFAULT_BUCKET_BYTES = 25 * MIB
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
 #: :class:`Workload` bucketing options: Sec. 4.1's equal buckets, or DDP's real assignment
 BUCKETING = ("paper", "ddp")
+#: :class:`ModelOptions` collective costs: Eq. 1 / App. B, or a measured :class:`~studykit.perfmodel.collectives.CollectiveTable`
+COLLECTIVE_COSTS = ("eq1", "measured")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which terms the iteration model includes. The constants of each term live in
+    :class:`Hardware` (cluster-wide) or come with the workload; an option switches the term on.
+
+    * ``collectives``: ``"eq1"`` (Eq. 1 all-reduce, App. B ring all-gather) or ``"measured"``
+      (beyond the paper: read ``Hardware.collective_table``, :func:`~studykit.perfmodel.collectives.measured_collective_s`);
+    * ``bucketing``: ``"paper"`` (Sec. 4.1, ``k = ceil(G/b)``) or ``"ddp"`` (PyTorch's assignment, :func:`ddp_buckets`);
+    * ``incast``: add ``Hardware.incast_coeff`` to every all-gather (beyond the paper; App. C names the gap);
+    * ``sync_terms``: syncSGD pays ``Hardware.sync_delta_s`` per iteration and ``Hardware.per_bucket_s``
+      per extra DDP bucket (beyond the paper: the slowest rank, launches, autograd hooks, bucket copies);
+    * ``per_tensor``: ``Hardware.per_tensor_s`` per parameter tensor (beyond the paper: per-tensor CPU
+      work, kernel launches; what the small-batch regime is made of);
+    * ``path_overhead``: compressed training pays the workload's ``path_overhead_s`` (framework work of
+      the compression path the profile does not time; calibrated on the identity compressor);
+    * ``cpu_contention``: ``Hardware.cpu_slowdown`` multiplies the non-backward overhead and
+      ``T_encode_decode`` (workers sharing CPU cores; the contended ``T_comp`` is an input);
+    * ``hook_buckets``: a compressor run as a DDP hook issues its protocol per DDP bucket.
+    """
+
+    collectives: str = "eq1"
+    bucketing: str = "paper"
+    incast: bool = True  # the paper's model has incast_coeff = 0 anyway: Hardware's default
+    sync_terms: bool = False
+    per_tensor: bool = False
+    path_overhead: bool = False
+    cpu_contention: bool = False
+    hook_buckets: bool = False
+
+    def __post_init__(self):
+        if self.collectives not in COLLECTIVE_COSTS:
+            raise ValueError(f"ModelOptions.collectives must be one of {COLLECTIVE_COSTS}, got {self.collectives!r}")
+        if self.bucketing not in BUCKETING:
+            raise ValueError(f"ModelOptions.bucketing must be one of {BUCKETING}, got {self.bucketing!r}")
+
+    @classmethod
+    def paper(cls) -> "ModelOptions":
+        """The model as published (seed 000 Sec. 4.1 Eq. 1, App. B): Eq. 1 collectives, ``k = ceil(G/b)``, no other term."""
+        return cls(collectives="eq1", bucketing="paper", incast=False)
+
+    @classmethod
+    def extended(cls) -> "ModelOptions":
+        """Every term the kit fits (beyond the paper): the model ``verify`` scores best."""
+        return cls(collectives="measured", bucketing="ddp", incast=True, sync_terms=True, per_tensor=False,
+                   path_overhead=True, cpu_contention=True, hook_buckets=True)
+
+    @classmethod
+    def named(cls, name: str) -> "ModelOptions":
+        """``"paper"`` or ``"extended"``."""
+        presets = {"paper": cls.paper, "extended": cls.extended}
+        if name not in presets:
+            raise ValueError(f"unknown model preset {name!r}; valid: {sorted(presets)}")
+        return presets[name]()
 
 
 @dataclass(frozen=True)
@@ -70,14 +134,20 @@ class Hardware:
     compute_speedup: Any = 1.0  # App. D "Effect of faster compute": divides T_comp and T_encode_decode
     incast_coeff: Any = 0.0  # beyond the paper: all-gather bandwidth-term inflation (App. C names the gap)
     allreduce: str = "ring"  # "ring" (Eq. 1, the paper's choice: NCCL_TREE_THRESHOLD=0) or "tree" (Table 1)
+    # beyond the paper, each used only when its ModelOptions term is on (fitted: studykit.perfmodel.fit)
+    sync_delta_s: Any = 0.0  # syncSGD per iteration: slowest rank, collective launch (ModelOptions.sync_terms)
+    per_bucket_s: Any = 0.0  # syncSGD per extra DDP bucket: autograd hook, bucket copies (ModelOptions.sync_terms)
+    per_tensor_s: Any = 0.0  # per parameter tensor: per-tensor CPU work (ModelOptions.per_tensor)
+    cpu_slowdown: Any = 1.0  # kappa: workers sharing CPU cores slow O and T_encode_decode (ModelOptions.cpu_contention)
+    collective_table: Any = None  # a measured CollectiveTable of this network (ModelOptions.collectives="measured")
 
     def __post_init__(self):
         if self.allreduce not in ("ring", "tree"):
             raise ValueError(f"Hardware.allreduce must be 'ring' or 'tree', got {self.allreduce!r}")
-        for name in ("bandwidth_gbps", "gamma", "compute_speedup"):
+        for name in ("bandwidth_gbps", "gamma", "compute_speedup", "cpu_slowdown"):
             if np.any(np.asarray(getattr(self, name), dtype=float) <= 0):
                 raise ValueError(f"Hardware.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("alpha_s", "incast_coeff"):
+        for name in ("alpha_s", "incast_coeff", "sync_delta_s", "per_bucket_s", "per_tensor_s"):
             if np.any(np.asarray(getattr(self, name), dtype=float) < 0):
                 raise ValueError(f"Hardware.{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -88,10 +158,12 @@ class Hardware:
 
     @classmethod
     def from_calibration(cls, cal: Calibration, **overrides) -> "Hardware":
-        """The calibration's alpha, bandwidth, gamma (and incast, if fitted); ``overrides`` win."""
+        """The calibration's alpha, bandwidth, gamma (and incast and the extended terms, if fitted);
+        ``overrides`` win."""
         kw: dict[str, Any] = {}
-        for name in ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff"):
-            c = getattr(cal, name)
+        for name in ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "sync_delta_s", "per_bucket_s",
+                     "per_tensor_s"):
+            c = getattr(cal, name, None)
             if c is not None:
                 kw[name] = c.value
         kw.update({k: v for k, v in overrides.items() if v is not None})
@@ -101,9 +173,11 @@ class Hardware:
 @dataclass(frozen=True)
 class Workload:
     """What is trained: a model (by name, or its parameter shapes), batch size per worker,
-    the single-GPU backward time ``t_comp_s`` (``None``: from the calibration) and DDP's bucket size.
+    the single-GPU backward time ``t_comp_s`` (``None``: from the calibration), the non-backward
+    overhead ``overhead_s`` (forward + optimizer step; ``None``: from the calibration, else 0) and
+    DDP's bucket size.
 
-    ``bucketing`` says how the gradient is split into DDP buckets (:meth:`buckets`):
+    :class:`ModelOptions` ``bucketing`` says how the gradient is split into DDP buckets (:meth:`buckets`):
 
     * ``"paper"`` (default; seed 000 Sec. 4.1): ``k = ceil(G / b)`` buckets of ``b`` bytes and
       a smaller last one, as if DDP could cut tensors;
@@ -120,12 +194,15 @@ class Workload:
     t_comp_s: float | None = None  # single-GPU backward pass (s); seed 000 App. C
     bucket_bytes: Any = DEFAULT_BUCKET_BYTES
     param_shapes: tuple | None = None  # overrides ``model``'s shapes when given
-    bucketing: str = "paper"  # "paper" (Sec. 4.1, k = ceil(G/b)) or "ddp" (PyTorch's real assignment)
     first_bucket_bytes: float | None = None  # "ddp" only; None: DDP's rule (see the class docstring)
+    overhead_s: float | None = None  # non-backward part of an iteration (s): forward, optimizer step
+    path_overhead_s: float | None = None  # compression path's untimed framework work (s); ModelOptions.path_overhead
 
     def __post_init__(self):
-        if self.bucketing not in BUCKETING:
-            raise ValueError(f"Workload.bucketing must be one of {BUCKETING}, got {self.bucketing!r}")
+        for name in ("overhead_s", "path_overhead_s"):
+            v = getattr(self, name)
+            if v is not None and not np.isfinite(v):
+                raise ValueError(f"Workload.{name} must be finite, got {v!r}")
         if self.first_bucket_bytes is not None and self.first_bucket_bytes <= 0:
             raise ValueError(f"Workload.first_bucket_bytes must be > 0, got {self.first_bucket_bytes!r}")
         if self.model is None and self.param_shapes is None:
@@ -146,18 +223,42 @@ class Workload:
         return self.param_shapes if self.param_shapes is not None else _model_shapes(self.model)
 
     @property
+    def n_tensors(self) -> int:
+        """Number of parameter tensors (what per-tensor CPU costs scale with)."""
+        return len(self.shapes())
+
+    @property
     def gradient_bytes(self) -> int:
         """fp32 gradient size (bytes): what syncSGD all-reduces."""
         return 4 * sum(math.prod(s) for s in self.shapes())
 
-    def buckets(self):
-        """``(k, b, b_last)`` of this workload's bucketing (broadcast over ``bucket_bytes``):
+    def bucket_sizes(self, bucketing: str = "paper") -> list[float]:
+        """Bytes of each bucket in communication order (scalar ``bucket_bytes`` only)."""
+        cap = np.asarray(self.bucket_bytes, dtype=float)
+        if cap.ndim:
+            raise ValueError("Workload.bucket_sizes needs a scalar bucket_bytes")
+        if bucketing == "paper":
+            return paper_bucket_sizes(self.gradient_bytes, float(cap))
+        f = self.first_bucket_bytes
+        f = f if f is not None else (DDP_FIRST_BUCKET_BYTES if float(cap) == DEFAULT_BUCKET_BYTES else float(cap))
+        return ddp_bucket_sizes(self.shapes(), float(cap), f)
+
+    def ddp_bucket_shapes(self) -> list[list[tuple]]:
+        """DDP's buckets as lists of parameter shapes (:func:`ddp_buckets`; scalar ``bucket_bytes``)."""
+        cap = float(np.asarray(self.bucket_bytes, dtype=float))
+        f = self.first_bucket_bytes
+        return ddp_buckets(self.shapes(), None if cap == DEFAULT_BUCKET_BYTES and f is None else cap, f)
+
+    def buckets(self, bucketing: str = "paper"):
+        """``(k, b, b_last)`` of ``bucketing`` (broadcast over ``bucket_bytes``):
         ``k`` buckets, the last of ``b_last`` bytes, the other ``k-1`` of ``b`` bytes on average.
 
         ``"paper"``: :func:`buckets`. ``"ddp"``: from :func:`ddp_bucket_sizes`; ``b`` is the mean
         of the ``k-1`` overlapped buckets, exact for Eq. 1 and the tree (costs affine in bytes:
         ``(k-1) T_comm(b)`` is the sum over those buckets). With ``k = 1``, ``b = b_last``."""
-        if self.bucketing == "paper":
+        if bucketing not in BUCKETING:
+            raise ValueError(f"bucketing must be one of {BUCKETING}, got {bucketing!r}")
+        if bucketing == "paper":
             return buckets(self.gradient_bytes, self.bucket_bytes)
         shapes = self.shapes()
         first = self.first_bucket_bytes
@@ -182,6 +283,17 @@ class Workload:
         if self.model is None:
             raise ValueError("T_comp unknown: a Workload given by param_shapes needs t_comp_s")
         return calibration.t_comp_s(self.model, self.batch_size)
+
+    def resolve_overhead(self, calibration: Calibration | None) -> tuple[float, str]:
+        """``(O_s, how)``: the non-backward overhead (forward, optimizer step): the workload's own
+        value, else the calibration's, else 0 (the iteration time is then ``T_obs`` alone)."""
+        if self.overhead_s is not None:
+            return float(self.overhead_s), "given"
+        if calibration is not None and self.model is not None:
+            found = calibration.overhead_lookup(self.model, self.batch_size)
+            if found is not None:
+                return found
+        return 0.0, "unknown: 0 (iteration time = T_obs; fit records with tcomp fwd_bwd or ddp p=1 to know it)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,36 +366,108 @@ def ddp_bucket_sizes(shapes: Sequence[Sequence[int]], bucket_bytes: float | None
             for b in ddp_buckets(shapes, bucket_bytes, first_bucket_bytes, bytes_per_param)]
 
 
-def allreduce_s(nbytes, world_size, hw: Hardware):
-    """All-reduce time (s) on ``hw``: Eq. 1 ring (default) or Table 1 tree."""
+def allreduce_s(nbytes, world_size, hw: Hardware, options: ModelOptions | None = None):
+    """All-reduce time (s) on ``hw``: Eq. 1 ring (default) or Table 1 tree; with
+    ``options.collectives == "measured"``, the measured table (:func:`collective_s`)."""
+    if options is not None and options.collectives == "measured":
+        return collective_s("all_reduce", nbytes, world_size, hw, options)
     fn = col.ring_allreduce_s if hw.allreduce == "ring" else col.tree_allreduce_s
     return fn(nbytes, world_size, hw.alpha_s, hw.bandwidth_bytes_s)
 
 
+def _table_for(hw: Hardware, world_size, options: ModelOptions | None):
+    """The measured table to use, or None (Eq. 1). Raise when a table is asked for at another p."""
+    if options is None or options.collectives != "measured" or hw.collective_table is None:
+        return None
+    t = hw.collective_table
+    if np.any(np.asarray(world_size) != t.world_size):
+        raise ValueError(f"the measured collective table is for world size {t.world_size}, asked for {world_size!r}; "
+                         "use ModelOptions(collectives='eq1') to extrapolate in p")
+    return t
+
+
+def collective_s(op: str, nbytes, world_size, hw: Hardware, options: ModelOptions | None = None):
+    """One collective's time (s): ``all_reduce`` by Eq. 1 (or Table 1 tree), ``all_gather`` by App. B's
+    ring all-gather (with ``hw.incast_coeff`` when ``options.incast``); or, with
+    ``options.collectives == "measured"`` and a ``hw.collective_table``, read from the measured sweep
+    (Eq. 1 / App. B incast-free beyond it; :func:`~studykit.perfmodel.collectives.measured_collective_s`).
+    With measured collectives and no table (e.g. a world size never swept), Eq. 1 / App. B with incast."""
+    opts = options or ModelOptions()
+    bw = hw.bandwidth_bytes_s
+    if op == "all_reduce":
+        def eq1(n):
+            fn = col.ring_allreduce_s if hw.allreduce == "ring" else col.tree_allreduce_s
+            return fn(n, world_size, hw.alpha_s, bw)
+        with_incast = eq1
+    elif op == "all_gather":
+        def eq1(n):
+            return col.ring_allgather_s(n, world_size, hw.alpha_s, bw)
+
+        def with_incast(n):
+            return col.allgather_incast_s(n, world_size, hw.alpha_s, bw, hw.incast_coeff)
+    else:
+        raise ValueError(f"no cost model for collective {op!r} (all_reduce, all_gather)")
+    table = _table_for(hw, world_size, opts)
+    if table is not None:
+        return col.measured_collective_s(op, nbytes, table, eq1)
+    return with_incast(nbytes) if opts.incast else eq1(nbytes)
+
+
+def sync_terms_s(k, n_tensors, hw: Hardware, options: ModelOptions | None = None):
+    """syncSGD's terms beyond the overlap (s), BEYOND THE PAPER:
+
+    ``delta + c_b (k - 1) + c_t n_tensors``
+
+    ``delta = hw.sync_delta_s`` per iteration and ``c_b = hw.per_bucket_s`` per extra DDP bucket
+    (``options.sync_terms``); ``c_t = hw.per_tensor_s`` per parameter tensor (``options.per_tensor``):
+    CPU work that neither gamma nor the collectives represent, which dominates at small batches."""
+    opts = options or ModelOptions()
+    k = np.asarray(k, dtype=float)
+    out = 0.0 * k
+    if opts.sync_terms:
+        out = out + hw.sync_delta_s + hw.per_bucket_s * (k - 1.0)
+    if opts.per_tensor:
+        out = out + hw.per_tensor_s * float(n_tensors)
+    return out
+
+
 def syncsgd_s(t_comp_s, total_bytes, world_size, hw: Hardware, bucket_bytes=DEFAULT_BUCKET_BYTES,
-              split=None) -> dict:
+              split=None, *, options: ModelOptions | None = None, bucket_sizes=None, n_tensors: int = 0) -> dict:
     """syncSGD (DDP with overlap) iteration time, Sec. 4.1:
 
-    ``T_obs = max(gamma T_comp, (k-1) T_comm(b, p, BW)) + T_comm(b_last, p, BW)``
+    ``T_obs = max(gamma T_comp, (k-1) T_comm(b, p, BW)) + T_comm(b_last, p, BW) [+ extra]``
 
-    with ``T_comm`` from Eq. 1. ``T_comp`` is divided by ``hw.compute_speedup``.
-    The buckets are Sec. 4.1's ``buckets(total_bytes, bucket_bytes)`` unless ``split``
-    gives ``(k, b, b_last)`` (e.g. :meth:`Workload.buckets` with ``bucketing="ddp"``).
-    Returns arrays: ``compute_s`` (gamma T_comp), ``comm_s`` (all buckets),
-    ``exposed_comm_s`` (``T_obs - gamma T_comp``), ``total_s``, ``k``.
+    with ``T_comm`` from Eq. 1 (or the measured table, :func:`collective_s`). ``T_comp`` is divided
+    by ``hw.compute_speedup``. The buckets are Sec. 4.1's ``buckets(total_bytes, bucket_bytes)``
+    unless ``split`` gives ``(k, b, b_last)`` (e.g. :meth:`Workload.buckets` with ``"ddp"``), or
+    ``bucket_sizes`` lists every bucket (needed by measured collectives, not affine in bytes:
+    ``(k-1) T_comm`` is then the sum over the first ``k-1`` buckets). ``extra`` is
+    :func:`sync_terms_s` (0 in the paper's model). Returns arrays: ``compute_s`` (gamma T_comp),
+    ``comm_s`` (all buckets), ``overlapped_comm_s`` (all but the last), ``last_comm_s``,
+    ``extra_s``, ``exposed_comm_s`` (``T_obs - gamma T_comp``), ``total_s``, ``k``.
     """
     t_comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
-    k, b, last = buckets(total_bytes, bucket_bytes) if split is None else (np.asarray(v, dtype=float) for v in split)
-    t_b = allreduce_s(b, world_size, hw)
-    t_last = allreduce_s(last, world_size, hw)
+    if bucket_sizes is not None:
+        sizes = np.asarray(bucket_sizes, dtype=float)
+        t = np.asarray(allreduce_s(sizes, world_size, hw, options), dtype=float)
+        k = np.asarray(float(len(sizes)))
+        ov_comm, t_last = np.asarray(float(np.sum(t[:-1]))), np.asarray(float(t[-1]))
+    else:
+        k, b, last = buckets(total_bytes, bucket_bytes) if split is None else (np.asarray(v, dtype=float)
+                                                                               for v in split)
+        ov_comm = (k - 1.0) * allreduce_s(b, world_size, hw, options)
+        t_last = allreduce_s(last, world_size, hw, options)
     p = np.asarray(world_size, dtype=float)
     single = p <= 1  # one worker: no synchronization, no overlap slowdown
     compute = np.where(single, t_comp, hw.gamma * t_comp)
-    overlapped = np.maximum(compute, (k - 1.0) * t_b)
-    total = np.where(single, t_comp, overlapped + t_last)
-    comm = np.where(single, 0.0, (k - 1.0) * t_b + t_last)
-    return {"compute_s": compute + 0 * total, "comm_s": comm + 0 * total, "exposed_comm_s": total - compute,
-            "total_s": total, "k": k + 0 * total}
+    extra = np.where(single, 0.0, sync_terms_s(k, n_tensors, hw, options))
+    overlapped = np.maximum(compute, ov_comm)
+    total = np.where(single, t_comp, overlapped + t_last + extra)
+    comm = np.where(single, 0.0, ov_comm + t_last)
+    z = 0 * total
+    return {"compute_s": compute + z, "comm_s": comm + z, "overlapped_comm_s": np.where(single, 0.0, ov_comm) + z,
+            "last_comm_s": np.where(single, 0.0, t_last) + z, "extra_s": extra + z,
+            "exposed_comm_s": total - compute, "total_s": total, "k": k + z}
 
 
 @dataclass(frozen=True)
@@ -358,7 +542,7 @@ def _per_p(compressor, params, workload: Workload, world_size):
 
 
 def compressed_s(t_comp_s, t_encode_decode_s, ar_count, ar_bytes, ag_count, ag_bytes, world_size,
-                 hw: Hardware, bytes_scale=1.0) -> dict:
+                 hw: Hardware, bytes_scale=1.0, incast: bool = True) -> dict:
     """Compressed training, compression after the backward pass (App. B):
 
     ``T_obs = T_comp + T_encode_decode + sum_c T_comm(c)``
@@ -379,7 +563,11 @@ def compressed_s(t_comp_s, t_encode_decode_s, ar_count, ar_bytes, ag_count, ag_b
     else:
         t_ar = ar_count * col.tree_allreduce_s(0.0, p, hw.alpha_s, bw) + col.tree_allreduce_s(ar_b, p, 0.0, bw)
     t_ag = ag_count * col.ring_allgather_s(0.0, p, hw.alpha_s, bw) + \
-        col.allgather_incast_s(ag_b, p, 0.0, bw, hw.incast_coeff)
+        col.allgather_incast_s(ag_b, p, 0.0, bw, hw.incast_coeff if incast else 0.0)
+    return _compressed_total(t_comp_s, t_encode_decode_s, t_ar, t_ag, hw)
+
+
+def _compressed_total(t_comp_s, t_encode_decode_s, t_ar, t_ag, hw: Hardware) -> dict:
     comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
     enc = np.asarray(t_encode_decode_s, dtype=float) / hw.compute_speedup
     comm = t_ar + t_ag
@@ -387,6 +575,40 @@ def compressed_s(t_comp_s, t_encode_decode_s, ar_count, ar_bytes, ag_count, ag_b
     z = 0 * total
     return {"compute_s": comp + z, "encode_decode_s": enc + z, "allreduce_s": t_ar + z, "allgather_s": t_ag + z,
             "comm_s": comm + z, "total_s": total}
+
+
+def compressed_plan_s(t_comp_s, t_encode_decode_s, plans: Sequence[Sequence[dict]], world_size: int, hw: Hardware,
+                      options: ModelOptions | None = None, bytes_scale=1.0) -> dict:
+    """App. B, collective by collective: ``T_obs = T_comp + T_encode_decode + sum_c T_comm(c)``
+
+    over every collective ``c`` of ``plans`` (one plan per DDP bucket for a hook, ``options.hook_buckets``;
+    one plan of the whole gradient otherwise), each priced by :func:`collective_s` (measured
+    collectives are not affine in bytes, so each is priced alone). Scalar ``world_size``; broadcasts
+    over hardware arrays. Same keys as :func:`compressed_s`.
+    """
+    t_ar, t_ag = 0.0, 0.0
+    for plan in plans:
+        for c in plan:
+            t = collective_s(c["op"], float(c["nbytes"]) * bytes_scale, world_size, hw, options)
+            if c["op"] == "all_reduce":
+                t_ar = t_ar + t
+            else:
+                t_ag = t_ag + t
+    return _compressed_total(t_comp_s, t_encode_decode_s, np.asarray(t_ar, dtype=float),
+                             np.asarray(t_ag, dtype=float), hw)
+
+
+def iteration_s(overhead_s, t_obs_s, hw: Hardware, options: ModelOptions | None = None, path_overhead_s=0.0):
+    """The iteration time a user measures (s): ``O [x kappa] + T_obs [+ path overhead]``.
+
+    ``O`` (forward, loss, optimizer step, DDP bookkeeping) is what the paper's ``T_obs`` leaves out
+    (Figs. 6-11 time backward + synchronization only). ``kappa = hw.cpu_slowdown`` with
+    ``options.cpu_contention``; ``path_overhead_s`` with ``options.path_overhead`` (both beyond the paper).
+    """
+    opts = options or ModelOptions()
+    k = hw.cpu_slowdown if opts.cpu_contention else 1.0
+    extra = path_overhead_s if opts.path_overhead else 0.0
+    return np.asarray(overhead_s, dtype=float) * k + np.asarray(t_obs_s, dtype=float) + extra
 
 
 # ------------------------------------------------------------------ predict
@@ -450,7 +672,7 @@ class Prediction:
 
 def predict(workload: Workload, hardware: Hardware, world_size, compressor=None, params: dict | None = None, *,
             calibration: Calibration | None = None, t_encode_decode_s=None, bytes_scale=1.0,
-            encode_decode_scale=1.0) -> Prediction:
+            encode_decode_scale=1.0, options: ModelOptions | None = None, mode: str = "post") -> Prediction:
     """Predict syncSGD (Sec. 4.1) and, with ``compressor``, compressed training (App. B).
 
     ``world_size`` and any :class:`Hardware` field may be arrays; the result
@@ -461,15 +683,32 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     ``t_encode_decode_s`` or the calibration (``"none"`` encodes nothing: 0 s).
     ``bytes_scale`` / ``encode_decode_scale`` multiply the compressor's bytes and
     encode/decode time (App. D trade-off, Fig. 21).
+
+    ``options`` (default :class:`ModelOptions`: the paper's model plus ``hardware.incast_coeff``)
+    chooses the terms; ``mode`` is how the compressor runs (``"post"``: after the backward pass,
+    App. B; ``"hook"``: as a DDP communication hook, per bucket with ``options.hook_buckets``).
+    Every dict of the result holds ``total_s`` (``T_obs``) and ``iteration_s`` (:func:`iteration_s`,
+    with the workload's or calibration's non-backward overhead ``O``).
     """
+    opts = options or ModelOptions()
+    if mode not in ("post", "hook"):
+        raise ValueError(f"mode must be 'post' or 'hook', got {mode!r}")
     p = np.asarray(world_size)
     if p.size == 0 or np.any(p != np.round(p)) or np.any(p < 1):
         raise ValueError(f"world_size must be positive integers, got {world_size!r}")
     t_comp, how_comp = workload.resolve_t_comp(calibration)
-    notes = {"t_comp_s": t_comp, "t_comp": how_comp}
+    overhead, how_o = workload.resolve_overhead(calibration)
+    notes = {"t_comp_s": t_comp, "t_comp": how_comp, "overhead_s": overhead, "overhead": how_o}
     total_bytes = workload.gradient_bytes
-    sync = syncsgd_s(t_comp, total_bytes, p, hardware, workload.bucket_bytes, split=workload.buckets())
-    notes["bucketing"] = workload.bucketing
+    if opts.collectives == "measured" and hardware.collective_table is not None:
+        sync = syncsgd_s(t_comp, total_bytes, p, hardware, options=opts, n_tensors=workload.n_tensors,
+                         bucket_sizes=workload.bucket_sizes(opts.bucketing))
+    else:
+        sync = syncsgd_s(t_comp, total_bytes, p, hardware, workload.bucket_bytes, split=workload.buckets(opts.bucketing),
+                         options=opts, n_tensors=workload.n_tensors)
+    sync["iteration_s"] = iteration_s(overhead, sync["total_s"], hardware, opts)
+    notes["bucketing"] = opts.bucketing
+    notes["options"] = {k: getattr(opts, k) for k in opts.__dataclass_fields__}
     bw = np.asarray(hardware.bandwidth_gbps, dtype=float)
     pred = Prediction(world_size=p, bandwidth_gbps=bw, linear_s=np.asarray(t_comp / hardware.compute_speedup),
                       sync=sync, notes=notes)
@@ -494,8 +733,30 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
         t_ed = base + per_worker * p.astype(float)
         notes["t_encode_decode"] = how
     t_ed = t_ed * encode_decode_scale
+    if opts.cpu_contention:
+        t_ed = t_ed * hardware.cpu_slowdown
     notes["t_encode_decode_s"] = float(np.max(t_ed))
-    comp = compressed_s(t_comp, t_ed, ar_n, ar_b, ag_n, ag_b, p, hardware, bytes_scale)
+    per_bucket = mode == "hook" and opts.hook_buckets
+    measured = opts.collectives == "measured" and hardware.collective_table is not None
+    if per_bucket or measured:
+        if p.size != 1:
+            raise ValueError("measured collectives and per-bucket hook plans need one world size per call")
+        q = int(p.reshape(-1)[0])
+        groups = workload.ddp_bucket_shapes() if per_bucket else [list(workload.shapes())]
+        plans = [plan_summary(compressor, params, g, q).collectives for g in groups]
+        comp = compressed_plan_s(t_comp, t_ed, plans, q, hardware, opts, bytes_scale)
+        comp["k"] = np.asarray(float(len(groups)))
+        notes["compressed_plans"] = "per DDP bucket" if per_bucket else "whole gradient"
+    else:
+        comp = compressed_s(t_comp, t_ed, ar_n, ar_b, ag_n, ag_b, p, hardware, bytes_scale,
+                            incast=opts.incast)
+    path = workload.path_overhead_s
+    if opts.path_overhead and path is None and calibration is not None and workload.model is not None:
+        found = calibration.path_overhead_lookup(workload.model, workload.batch_size, mode)
+        path = None if found is None else found[0]
+        notes["path_overhead"] = "none fitted" if found is None else found[1]
+    comp["iteration_s"] = iteration_s(overhead, comp["total_s"], hardware, opts, path or 0.0)
+    notes["path_overhead_s"] = float(path or 0.0) if opts.path_overhead else 0.0
     pred.compressed = comp
     pred.compressor = name
     pred.params = normalize_params(eff_params)
@@ -510,7 +771,7 @@ def speedup_over_sync(workload: Workload, hardware: Hardware, world_size, compre
 
 
 def required_ratio(workload: Workload, hardware: Hardware, world_size, *, calibration: Calibration | None = None,
-                   slack=0.0, include_last_bucket: bool = False):
+                   slack=0.0, include_last_bucket: bool = False, options: ModelOptions | None = None):
     """Smallest compression ratio for near-linear scaling (Sec. 4.2 Fig. 12, App. D Fig. 18).
 
     The hypothetical compressor is ideal except for its ratio ``c``: free to encode,
@@ -530,7 +791,7 @@ def required_ratio(workload: Workload, hardware: Hardware, world_size, *, calibr
     t_comp, _ = workload.resolve_t_comp(calibration)
     t = np.asarray(t_comp, dtype=float) / hardware.compute_speedup
     budget = (1.0 + slack) * hardware.gamma * t
-    k, b, last = workload.buckets()
+    k, b, last = workload.buckets((options or ModelOptions()).bucketing)
     p = np.asarray(world_size, dtype=float)
     lat = allreduce_s(0.0, p, hardware)  # latency part of one all-reduce
     no_lat = replace(hardware, alpha_s=0.0)

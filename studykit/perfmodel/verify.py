@@ -103,10 +103,12 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from studykit import models, paths
+from studykit import paths
+from studykit.perfmodel.fit import RecordInputs, SyncTerms, fit_path_overhead, fit_sync_terms, pool_stat
+from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, predict
 
-__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "load_platform", "ddp_buckets",
-           "paper_buckets", "Collectives", "noise_floor", "repeatability", "fit_network", "leave_one_out",
+__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "by_batch_size", "load_platform", "ddp_buckets",
+           "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
 
 #: columns every predictions CSV has (the issue's minimum, and more)
@@ -116,7 +118,6 @@ STATS = ("ms_median", "ms_mean", "ms_min")
 MIB = 2**20
 #: PyTorch DDP: bucket_cap_mb default 25 MB (the bucket assignment itself: studykit.perfmodel.model.ddp_buckets)
 DDP_DEFAULT_BUCKET_MB = 25.0
-GAMMA_MARGIN = 0.05  # a record is compute-bound when (1 + margin) * overlapped comm <= compute (as perfmodel.fit)
 
 
 # ------------------------------------------------------------------ small pure helpers
@@ -141,6 +142,12 @@ def summarize(df: pd.DataFrame, by: Sequence[str] = ("platform", "group", "varia
     worst = a.loc[g["_abs"].idxmax(), [*by, "config"]].set_index(list(by))["config"]
     out["worst_config"] = worst
     return out.reset_index()
+
+
+def by_batch_size(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`summarize` per batch size too: where the small-batch regime (per-tensor CPU work that
+    neither gamma nor a per-bucket constant represents) shows up as a larger error."""
+    return summarize(df, by=("platform", "group", "variant", "batch_size"))
 
 
 def paper_buckets(total_bytes: float, bucket_bytes: float) -> list[float]:
@@ -255,99 +262,7 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
                     device=", ".join(dev[:2]))
 
 
-# ------------------------------------------------------------------ collectives of one network
-@dataclass
-class Collectives:
-    """Communication costs on one network: Eq. 1 constants and the measured sweep."""
-
-    world_size: int
-    rate_gbps: float | None
-    alpha_s: float
-    bandwidth_gbps: float
-    incast_coeff: float
-    sweep: dict  # op -> (sizes, seconds), sorted, one world size
-    r2: float = float("nan")
-    #: the sweep records the constants come from (``sweep p=2 native``); with ``--holdout world_size``
-    #: a network above the calibration limit is fitted on smaller world sizes (``sweep p<=2 native``)
-    #: and has no sweep of its own (``sweep`` empty: Eq. 1 / App. B everywhere)
-    fitted_on: str = ""
-    extrapolated: bool = False
-
-    def eq1(self, op: str, nbytes: float, alpha_s: float | None = None) -> float:
-        """Eq. 1 (all_reduce) / App. B ring all-gather (all_gather, incast-free)."""
-        from studykit.perfmodel import collectives as col
-
-        a = self.alpha_s if alpha_s is None else alpha_s
-        bw = col.gbps_to_bytes_s(self.bandwidth_gbps)
-        fn = col.ring_allreduce_s if op == "all_reduce" else col.ring_allgather_s
-        return float(fn(nbytes, self.world_size, a, bw))
-
-    def eq1_incast(self, op: str, nbytes: float) -> float:
-        """Eq. 1 / App. B with the all-gather's fitted incast coefficient (beyond the paper)."""
-        if op != "all_gather":
-            return self.eq1(op, nbytes)
-        from studykit.perfmodel import collectives as col
-
-        return float(col.allgather_incast_s(nbytes, self.world_size, self.alpha_s,
-                                            col.gbps_to_bytes_s(self.bandwidth_gbps), self.incast_coeff))
-
-    def measured(self, op: str, nbytes: float) -> float:
-        """Sweep time of ``op`` at ``nbytes`` (log-log interpolation; Eq. 1 beyond the swept sizes,
-        scaled to meet the sweep at its largest size). An extrapolated network (no sweep at its own
-        world size) has Eq. 1, and App. B's all-gather with the incast coefficient fitted on the
-        smaller world sizes."""
-        if self.extrapolated:
-            return self.eq1_incast(op, nbytes)
-        if op not in self.sweep or nbytes <= 0:
-            return self.eq1(op, nbytes)
-        x, y = self.sweep[op]
-        if nbytes <= x[0]:
-            return float(y[0])  # below the smallest size: latency-bound
-        if nbytes >= x[-1]:
-            return float(y[-1] * self.eq1(op, nbytes) / self.eq1(op, x[-1]))
-        return float(np.exp(np.interp(np.log(nbytes), np.log(x), np.log(y))))
-
-    def cost(self, op: str, nbytes: float, variant: str) -> float:
-        return self.eq1(op, nbytes) if variant == "paper" else self.measured(op, nbytes)
-
-
-def fit_network(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, stat: str,
-                max_p: int | None = None) -> Collectives:
-    """Eq. 1 alpha/BW (and the all-gather incast coefficient) from one network's sweep.
-
-    ``max_p`` (``--holdout world_size``): when ``world_size > max_p`` the constants are fitted on the
-    same network's sweep records at world sizes ``2..max_p`` only (Eq. 1 across world sizes,
-    :func:`studykit.perfmodel.fit.fit_alpha_bw`) and no measured table is kept: every collective at
-    ``world_size`` then comes from Eq. 1 / App. B's p-dependence."""
-    from studykit.perfmodel import fit as pfit
-
-    label = _net_label(rate_gbps, world_size)
-    s = sweep[sweep["rate_gbps"].isna()] if rate_gbps is None else sweep[sweep["rate_gbps"] == rate_gbps]
-    extrapolated = max_p is not None and world_size > max_p
-    if extrapolated:
-        s = s[(s["world_size"] >= 2) & (s["world_size"] <= max_p)]
-        fitted_on = f"sweep p<={max_p} {label}"
-    else:
-        s = s[s["world_size"] == world_size]
-        fitted_on = f"sweep p={world_size} {label}"
-    if s.empty:
-        raise ValueError(f"no sweep records at world size {world_size if not extrapolated else f'<= {max_p}'}, "
-                         f"network {label}")
-    ab = pfit.fit_alpha_bw(s, stat=stat, n_boot=0)
-    try:
-        inc = pfit.fit_incast(s, ab.alpha_s.value, ab.bandwidth_gbps.value, stat=stat, n_boot=0).value
-    except ValueError:
-        inc = 0.0
-    tables = {}
-    if not extrapolated:
-        for op, g in s.groupby("op"):
-            g = g.groupby("size_bytes")[stat].agg(lambda v: _agg(v, stat)).sort_index()
-            tables[op] = (g.index.to_numpy(float), g.to_numpy(float) / 1e3)
-    return Collectives(world_size, rate_gbps, ab.alpha_s.value, ab.bandwidth_gbps.value, inc, tables,
-                       r2=ab.alpha_s.r2 or float("nan"), fitted_on=fitted_on, extrapolated=extrapolated)
-
-
-# ------------------------------------------------------------------ per-configuration inputs
+# ------------------------------------------------------------------ per-configuration names
 def _label(r) -> str:
     """A configuration's name, unique within a platform."""
     parts = [str(r["model"]), f"b{int(r['batch_size'])}", str(r["mode"])]
@@ -367,130 +282,62 @@ def _isnull(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _agg(values, stat: str) -> float:
-    """Pool repeated measurements of one configuration: the minimum of ``ms_min``, else the median."""
-    v = np.asarray(list(values), dtype=float)
-    return float(v.min() if stat == "ms_min" else np.median(v))
+def _inputs(plat: Platform, max_p: int | None = None) -> RecordInputs:
+    """The platform's single-device constants and networks (:class:`studykit.perfmodel.fit.RecordInputs`)."""
+    return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p)
 
 
-def _workers(n) -> int | None:
-    return int(n["workers"]) if isinstance(n, dict) and n.get("workers") is not None else None
+# ------------------------------------------------------------------ one record -> the model's predict
+def _kk(k: float) -> str:
+    return f" x kappa {k:.2f}" if k != 1.0 else ""
 
 
-class _Inputs:
-    """Look-ups of T_comp, O (non-backward overhead), T_encode_decode and networks on a platform.
-
-    CPU contention (``extended`` only): ``tcomp`` records timed inside a throttled cluster
-    (``network.workers`` = w: every worker timing at once, as in training) give the
-    contended backward time of a w-worker run and the slowdown ``kappa_w`` = contended /
-    alone (median over models and batches), which also scales ``O`` and ``T_encode_decode``
-    (measured alone). Without such records ``kappa`` = 1 (GPUs: one process per device).
-
-    ``max_p`` (``--holdout world_size``): networks above it are fitted on the sweep at world sizes
-    ``<= max_p`` (:func:`fit_network`), and contended ``tcomp`` records of more than ``max_p``
-    workers are ignored (``kappa`` = 1 there).
-    """
-
-    def __init__(self, plat: Platform, max_p: int | None = None):
-        self.p = plat
-        self.max_p = max_p
-        st = plat.stat
-        t = plat.tcomp.assign(_w=plat.tcomp["network"].map(_workers))
-        if max_p is not None:
-            t = t[t["_w"].isna() | (t["_w"] <= max_p)]
-        alone = t[t["_w"].isna()]
-        self.t_comp = {(m, int(b)): _agg(g[st], st) / 1e3
-                       for (m, b), g in alone[alone["phase"] == "bwd"].groupby(["model", "batch_size"])}
-        self.t_fb = {(m, int(b)): _agg(g[st], st) / 1e3
-                     for (m, b), g in alone[alone["phase"] == "fwd_bwd"].groupby(["model", "batch_size"])}
-        cont = t[t["_w"].notna() & (t["phase"] == "bwd")]
-        self.t_comp_w = {(m, int(b), int(w)): _agg(g[st], st) / 1e3
-                         for (m, b, w), g in cont.groupby(["model", "batch_size", "_w"])}
-        ratios: dict = {}
-        for (m, b, w), v in self.t_comp_w.items():
-            if (m, b) in self.t_comp:
-                ratios.setdefault(w, []).append(v / self.t_comp[(m, b)])
-        self.kappa_w = {w: float(np.median(r)) for w, r in ratios.items()}
-        d = plat.ddp
-        one = d[(d["world_size"] == 1) & (d["mode"] == "syncsgd") & d["bucket_mb"].isna()]
-        self.t_ws1 = {(m, int(b)): _agg(g[st], st) / 1e3 for (m, b), g in one.groupby(["model", "batch_size"])}
-        pr = plat.profile[plat.profile["phase"].isin(["reduce"]) | plat.profile["phase"].isna()]
-        self.profile = pr
-        self._nets: dict = {}
-
-    def kappa(self, p: int, variant: str) -> float:
-        return 1.0 if variant == "paper" else self.kappa_w.get(int(p), 1.0)
-
-    def tcomp(self, model: str, bs: int, p: int, variant: str) -> tuple[float, str]:
-        if variant != "paper" and (model, bs, p) in self.t_comp_w:
-            return self.t_comp_w[(model, bs, p)], f"T_comp tcomp bwd with {p} workers timing at once"
-        if (model, bs) not in self.t_comp:
-            raise KeyError(f"no tcomp bwd record for {model} batch {bs}")
-        return self.t_comp[(model, bs)], "T_comp tcomp bwd"
-
-    def overhead(self, model: str, bs: int, p: int = 1, variant: str = "paper") -> tuple[float, str]:
-        key = (model, bs)
-        if key not in self.t_comp:
-            raise KeyError(f"no tcomp bwd record for {model} batch {bs}")
-        k = self.kappa(p, variant)
-        kk = f" x kappa {k:.2f}" if k != 1.0 else ""
-        if key in self.t_ws1:
-            return (self.t_ws1[key] - self.t_comp[key]) * k, f"O = ddp(p=1) - T_comp{kk}"
-        if key in self.t_fb:
-            return (self.t_fb[key] - self.t_comp[key]) * k, f"O = tcomp fwd_bwd - bwd{kk} (no optimizer step)"
-        return 0.0, "O = 0 (no world-size-1 or fwd_bwd record)"
-
-    def encode_decode(self, model: str, compressor: str, pkey: str, p: int, variant: str = "paper"
-                      ) -> tuple[float, str]:
-        g = self.profile[(self.profile["model"] == model) & (self.profile["compressor"] == compressor)
-                         & (self.profile["params_key"] == pkey)]
-        if g.empty:
-            raise KeyError(f"no profile record for {compressor} {pkey} on {model}")
-        k = self.kappa(p, variant)
-        kk = f" x kappa {k:.2f}" if k != 1.0 else ""
-        sws = g["sim_world_size"].fillna(1).astype(int)
-        exact = g[sws == p]
-        st = self.p.stat
-        if not exact.empty:
-            return _agg(exact[st], st) / 1e3 * k, f"profile sim_world_size={p}{kk}"
-        near = int(sws.iloc[(sws - p).abs().argsort().iloc[0]])
-        return _agg(g[sws == near][st], st) / 1e3 * k, f"profile sim_world_size={near} (run has p={p}){kk}"
-
-    def network(self, p: int, rate) -> Collectives:
-        key = (p, None if _isnull(rate) else float(rate))
-        if key not in self._nets:
-            self._nets[key] = fit_network(self.p.sweep, p, key[1], self.p.stat, max_p=self.max_p)
-        return self._nets[key]
+def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None = None,
+                    path_overhead_s: float = 0.0, opts: ModelOptions | None = None) -> dict:
+    """One DDP record predicted by :func:`studykit.perfmodel.model.predict` with the ``variant`` preset
+    (:meth:`ModelOptions.paper` / :meth:`ModelOptions.extended`) and the record's inputs; the row's terms."""
+    opts = opts or ModelOptions.named(variant)
+    m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
+    tc, how_tc = inp.tcomp(m, bs, p, contended=opts.cpu_contention)
+    o, how_o = inp.overhead(m, bs)
+    kappa = inp.kappa(p) if opts.cpu_contention else 1.0
+    net = inp.network(p, r["rate_gbps"])
+    terms = terms or SyncTerms(1.0)
+    hw = Hardware(bandwidth_gbps=net.bandwidth_gbps, alpha_s=net.alpha_s, gamma=terms.gamma,
+                  incast_coeff=net.incast_coeff, sync_delta_s=terms.delta_s, per_bucket_s=terms.per_bucket_s,
+                  per_tensor_s=terms.per_tensor_s, cpu_slowdown=kappa, collective_table=net.table)
+    cap = None if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]) * MIB
+    w = Workload(m, bs, t_comp_s=tc, bucket_bytes=DEFAULT_BUCKET_BYTES if cap is None else cap,
+                 first_bucket_bytes=cap, overhead_s=o, path_overhead_s=path_overhead_s)
+    how_o += _kk(kappa)
+    where = f"alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps"
+    if r["mode"] == "syncsgd":
+        pr = predict(w, hw, p, options=opts)
+        sy = {k: float(np.asarray(v)) for k, v in pr.sync.items()}
+        return {"t_comp_ms": tc * 1e3, "overhead_ms": o * kappa * 1e3, "t_obs_ms": sy["total_s"] * 1e3,
+                "t_comm_ms": sy["comm_s"] * 1e3, "t_encode_decode_ms": 0.0, "gamma": terms.gamma,
+                "delta_ms": sy["extra_s"] * 1e3, "k_buckets": int(sy["k"]),
+                "bound": "compute" if sy["compute_s"] >= sy["overlapped_comm_s"] else "communication",
+                "predicted_ms": sy["iteration_s"] * 1e3,
+                "_s": sy["iteration_s"] - sy["total_s"], "_overlapped": sy["overlapped_comm_s"],
+                "_last": sy["last_comm_s"], "_k": sy["k"], "_t_comp": tc, "_n_tensors": w.n_tensors,
+                "inputs": f"{how_o}; {how_tc}; {where} ({net.fitted_on}"
+                          f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''})"}
+    ed, how_ed = inp.encode_decode(m, r["compressor"], r["params_key"], p)
+    how_ed += _kk(kappa)
+    pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
+                 mode=r["mode"])
+    c = {k: float(np.asarray(v)) for k, v in pr.compressed.items()}
+    return {"t_comp_ms": tc * 1e3, "overhead_ms": (o * kappa + pr.notes["path_overhead_s"]) * 1e3,
+            "t_obs_ms": c["total_s"] * 1e3, "t_comm_ms": c["comm_s"] * 1e3,
+            "t_encode_decode_ms": c["encode_decode_s"] * 1e3, "gamma": float("nan"),
+            "k_buckets": int(c.get("k", 1)), "bound": "", "predicted_ms": c["iteration_s"] * 1e3,
+            "inputs": f"{how_o}; {how_tc}; {how_ed}; {where} incast={net.incast_coeff:.2f} ({net.fitted_on}"
+                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''})"}
 
 
-# ------------------------------------------------------------------ the equations per record
-def _sync_terms(shapes, bucket_mb, p, net: Collectives, variant: str) -> tuple[float, float, int]:
-    """(overlapped comm of all but the last bucket, last bucket's comm, k) in seconds."""
-    if variant == "paper":
-        total = 4.0 * sum(math.prod(s) for s in shapes)
-        cap = (DDP_DEFAULT_BUCKET_MB if _isnull(bucket_mb) else float(bucket_mb)) * MIB
-        sizes = paper_buckets(total, cap)
-    else:
-        from studykit.perfmodel.model import ddp_bucket_sizes
-
-        sizes = ddp_bucket_sizes(shapes, None if _isnull(bucket_mb) else float(bucket_mb) * MIB)
-    t = [net.cost("all_reduce", s, variant) for s in sizes]
-    return float(sum(t[:-1])), float(t[-1]), len(sizes)
-
-
-def _plan_comm(compressor, params, shapes_list, p, net: Collectives, variant: str) -> tuple[float, float]:
-    """(seconds, wire bytes) of the compressor's collectives; one plan per bucket in ``shapes_list``."""
-    from studykit.perfmodel.model import plan_summary
-
-    t, wire = 0.0, 0.0
-    for shapes in shapes_list:
-        s = plan_summary(compressor, params, shapes, p)
-        for c in s.collectives:
-            op = c["op"]
-            t += net.cost(op, float(c["nbytes"]), variant) if variant != "paper" else (
-                net.eq1(op, float(c["nbytes"])))
-            wire += float(c["nbytes"])
-    return t, wire
+def _public(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
 
 
 def _clean_params(params) -> dict:
@@ -513,88 +360,24 @@ def _base_row(r, plat: Platform, variant: str, group: str) -> dict:
             "n_records": r.get("n_records", 1), "meas_iqr_rel": iqr}
 
 
-def _predict_sync(r, inp: _Inputs, gamma: float, variant: str, delta: float = 0.0, per_bucket: float = 0.0) -> dict:
-    m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
-    tc, how_tc = inp.tcomp(m, bs, p, variant)
-    o, how_o = inp.overhead(m, bs, p, variant)
-    net = inp.network(p, r["rate_gbps"])
-    ov, last, k = _sync_terms(models.param_shapes(m), r["bucket_mb"], p, net, variant)
-    comp = gamma * tc
-    delta = delta + per_bucket * (k - 1)
-    t_obs = max(comp, ov) + last + delta
-    return {"t_comp_ms": tc * 1e3, "overhead_ms": o * 1e3, "t_obs_ms": t_obs * 1e3, "t_comm_ms": (ov + last) * 1e3,
-            "t_encode_decode_ms": 0.0, "gamma": gamma, "delta_ms": delta * 1e3, "k_buckets": k,
-            "bound": "compute" if comp >= ov else "communication", "predicted_ms": (o + t_obs) * 1e3,
-            "inputs": f"{how_o}; {how_tc}; alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps "
-                      f"({net.fitted_on}{', Eq. 1 at p=%d' % p if net.extrapolated else ''})"}
-
-
-def _predict_compressed(r, inp: _Inputs, variant: str, extra_s: float = 0.0) -> dict:
-    m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
-    tc, how_tc = inp.tcomp(m, bs, p, variant)
-    o, how_o = inp.overhead(m, bs, p, variant)
-    net = inp.network(p, r["rate_gbps"])
-    params = _clean_params(r["params"])
-    ed, how_ed = inp.encode_decode(m, r["compressor"], r["params_key"], p, variant)
-    shapes = models.param_shapes(m)
-    if r["mode"] == "hook" and variant != "paper":
-        buckets = ddp_buckets(shapes, None if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]))
-    else:
-        buckets = [shapes]
-    comm, wire = _plan_comm(r["compressor"], params, buckets, p, net, variant)
-    t_obs = tc + ed + comm
-    return {"t_comp_ms": tc * 1e3, "overhead_ms": (o + extra_s) * 1e3, "t_obs_ms": t_obs * 1e3,
-            "t_comm_ms": comm * 1e3, "t_encode_decode_ms": ed * 1e3, "gamma": float("nan"), "k_buckets": len(buckets),
-            "bound": "", "predicted_ms": (o + extra_s + t_obs) * 1e3, "wire_bytes_model": wire,
-            "inputs": f"{how_o}; {how_tc}; {how_ed}; alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps "
-                      f"incast={net.incast_coeff:.2f} ({net.fitted_on}"
-                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''})"}
-
-
 # ------------------------------------------------------------------ gamma, leave-one-out
-def fit_gamma_loo(train: Sequence[dict], inp: _Inputs, variant: str) -> tuple[float, float, float, str]:
-    """``(gamma, delta_s, per_bucket_s, how)`` from syncSGD calibration records.
-
-    ``paper``: App. C's rule on the compute-bound records, ``gamma_i = (T - O - T_comm(b_last)) / T_comp``,
-    median; no other term. ``extended``: least squares (relative errors, non-negative coefficients) of
-    ``T - O - T_comm(b_last) = gamma T_comp + delta + per_bucket (k - 1)`` over the compute-bound records:
-    ``delta`` is a per-iteration synchronization cost that does not scale with the backward pass (the
-    slowest rank sets each iteration; the collective's launch), ``per_bucket`` DDP's cost per extra
-    bucket beyond the collective itself (autograd hook, copies into and out of the bucket, future).
-    The terms are fitted only when the records can tell them apart: backward times at least 1.5x apart
-    for ``delta``, two bucket counts for ``per_bucket``; otherwise the paper's rule.
-    gamma = 1 when no calibration record is compute-bound."""
-    from scipy.optimize import nnls
-
-    xs, ys, ks = [], [], []
+def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache: dict | None = None,
+                  opts: ModelOptions | None = None) -> SyncTerms:
+    """gamma (and, ``extended``, the synchronization, per-bucket and per-tensor terms) from syncSGD
+    calibration records: each record predicted with gamma 1 and no extra term (the model's overlapped
+    and last-bucket communication), then :func:`studykit.perfmodel.fit.fit_sync_terms`."""
+    opts = opts or ModelOptions.named(variant)
+    cache = {} if cache is None else cache
+    rows = []
     for r in train:
-        m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
-        tc, _ = inp.tcomp(m, bs, p, variant)
-        o, _ = inp.overhead(m, bs, p, variant)
-        net = inp.network(p, r["rate_gbps"])
-        ov, last, k = _sync_terms(models.param_shapes(m), r["bucket_mb"], p, net, variant)
-        s = float(r["measured_ms"]) / 1e3 - o
-        if (1.0 + GAMMA_MARGIN) * ov <= s - last:
-            xs.append(tc)
-            ks.append(k - 1)
-            ys.append(s - last)
-    if not xs:
-        return 1.0, 0.0, 0.0, "gamma=1 (no compute-bound calibration record)"
-    x, y = np.asarray(xs), np.asarray(ys)
-    if variant != "paper" and len(x) >= 2 and x.max() >= 1.5 * x.min():
-        kk = np.asarray(ks, dtype=float)
-        if kk.max() > kk.min():
-            (g, d, e), _ = nnls(np.column_stack([x, np.ones_like(x), kk]) / y[:, None], np.ones_like(y))
-            if g > 0:
-                return float(g), float(d), float(e), (
-                    f"gamma={g:.3f}, delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket: "
-                    f"fit to {len(x)} compute-bound of {len(train)}")
-        (g, d), _ = nnls(np.column_stack([x, np.ones_like(x)]) / y[:, None], np.ones_like(y))  # relative errors
-        if g > 0:
-            return float(g), float(d), 0.0, (f"gamma={g:.3f}, delta={d * 1e3:.3f} ms: line through {len(x)} "
-                                        f"compute-bound of {len(train)}")
-    g = float(np.median(y / x))
-    return g, 0.0, 0.0, f"gamma={g:.3f} from {len(x)} compute-bound of {len(train)}"
+        key = (r["config"], variant)
+        if key not in cache:
+            cache[key] = _predict_record(r, inp, variant, opts=opts)
+        b = cache[key]
+        rows.append({"s": float(r["measured_ms"]) / 1e3 - b["_s"], "t_comp": b["_t_comp"],
+                     "overlapped_comm": b["_overlapped"], "last_comm": b["_last"], "k": b["_k"],
+                     "n_tensors": b["_n_tensors"]})
+    return fit_sync_terms(rows, len(train), extended=variant != "paper", per_tensor=opts.per_tensor)
 
 
 def _holdout_fn(kind: str, records: pd.DataFrame) -> tuple[Callable, str]:
@@ -638,7 +421,8 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 
 
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
-                    include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P) -> pd.DataFrame:
+                    include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
+                    per_tensor: bool = False) -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
     ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
@@ -651,7 +435,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
         raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
-    inp = _Inputs(plat, max_p=max_p)
+    inp = _inputs(plat, max_p=max_p)
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
     modes = ["syncsgd", "post"] + (["hook"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
@@ -659,7 +443,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     ok = []
     for r in _pool(d, plat.stat):  # scorable: inputs exist
         try:
-            inp.tcomp(r["model"], int(r["batch_size"]), int(r["world_size"]), "paper")
+            inp.tcomp(r["model"], int(r["batch_size"]), int(r["world_size"]))
             inp.network(int(r["world_size"]), r["rate_gbps"])
             if r["mode"] != "syncsgd":
                 inp.encode_decode(r["model"], r["compressor"], r["params_key"], int(r["world_size"]))
@@ -685,16 +469,19 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     rows: list[dict] = []
     sync = [r for r in recs if r["mode"] == "syncsgd"]
     sync_pool = None if cal_recs is None else [r for r in cal_recs if r["mode"] == "syncsgd"]
+    cache: dict = {}
+    from dataclasses import replace
+
+    presets = {"paper": ModelOptions.paper(), "extended": replace(ModelOptions.extended(), per_tensor=per_tensor)}
     for variant in variants:
         # syncSGD: gamma fitted on the other holdout groups' syncSGD records
         def fit(train, variant=variant):
-            return fit_gamma_loo(train, inp, variant)
+            return fit_gamma_loo(train, inp, variant, cache, opts=presets[variant])
 
         def pred(r, fitted, variant=variant):
-            g, dl, pb, how_g = fitted
             out = _base_row(r, plat, variant, "syncSGD")
-            out.update(_predict_sync(r, inp, g, variant, dl, pb))
-            out["inputs"] += f"; {how_g}"
+            out.update(_public(_predict_record(r, inp, variant, terms=fitted, opts=presets[variant])))
+            out["inputs"] += f"; {fitted.how}"
             return out
 
         if sync:
@@ -712,7 +499,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
             if variant == "paper":
                 for r in comp:
                     out = _base_row(r, plat, variant, GROUPS[mode])
-                    out.update(_predict_compressed(r, inp, variant))
+                    out.update(_predict_record(r, inp, variant))
                     out["calibrated_on"] = sweep_cal
                     out["holdout"] = how if by_p else "none fitted"
                     rows.append(out)
@@ -737,11 +524,11 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
 
 def _pool(d: pd.DataFrame, stat: str) -> list[dict]:
     """One dict per configuration; repeated records (e.g. a second pass over the rates) pooled:
-    ``measured_ms`` by :func:`_agg`, iterations concatenated, ``n_records`` counted."""
+    ``measured_ms`` by :func:`studykit.perfmodel.fit.pool_stat`, iterations concatenated, ``n_records`` counted."""
     out = []
     for _, g in d.groupby("config", sort=False):
         r = dict(g.iloc[0])
-        r["measured_ms"] = _agg(g[stat], stat)
+        r["measured_ms"] = pool_stat(g[stat], stat)
         r["n_records"] = len(g)
         r["n_iter"] = int(pd.to_numeric(g["n_iter"], errors="coerce").fillna(0).sum())
         times = [t for ts in g["times_ms"] if isinstance(ts, (list, tuple)) for t in ts]
@@ -750,7 +537,7 @@ def _pool(d: pd.DataFrame, stat: str) -> list[dict]:
     return out
 
 
-def _extended_compressed(comp: list[dict], inp: _Inputs, plat: Platform, mode: str,
+def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mode: str,
                          pool: list[dict] | None = None) -> list[dict]:
     """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
     of the same model and batch (other networks when there are several), scored on the rest.
@@ -771,13 +558,10 @@ def _extended_compressed(comp: list[dict], inp: _Inputs, plat: Platform, mode: s
             cal = [n for n in cal if (n["rate_gbps"], n["world_size"]) != (r["rate_gbps"], r["world_size"])]
         if not cal:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
             continue
-        extra = []
-        for n in cal:
-            base = _predict_compressed(n, inp, "extended")
-            extra.append(float(n["measured_ms"]) / 1e3 - base["predicted_ms"] / 1e3)
-        h = float(np.median(extra))
+        h = fit_path_overhead([float(n["measured_ms"]) / 1e3 - _predict_record(n, inp, "extended")["predicted_ms"] / 1e3
+                               for n in cal])
         out = _base_row(r, plat, "extended", GROUPS[mode])
-        out.update(_predict_compressed(r, inp, "extended", extra_s=h))
+        out.update(_predict_record(r, inp, "extended", path_overhead_s=h))
         out["inputs"] += f"; path overhead {h * 1e3:+.3f} ms from {len(cal)} '{mode} none' record(s)"
         out["calibrated_on"] = "; ".join(sorted(n["config"] for n in cal))
         out["holdout"] = "identity compressor" + (" at other networks" if multi_net and not by_pool else "")
@@ -833,7 +617,7 @@ def default_sources() -> list[Path]:
 
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
-           calibrate_max_p: int = CALIBRATE_MAX_P) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
@@ -846,11 +630,11 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
     for s in sources:
         plat = load_platform(s, stat)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
-                                      calibrate_max_p=calibrate_max_p))
+                                      calibrate_max_p=calibrate_max_p, per_tensor=per_tensor))
         by_p = holdout == "world_size"
-        inps = [(_Inputs(plat, max_p=int(calibrate_max_p) if by_p else None), True)]
+        inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None), True)]
         if by_p:
-            inps.append((_Inputs(plat), False))  # each network's own sweep: for comparison only
+            inps.append((_inputs(plat), False))  # each network's own sweep: for comparison only
         for (p, rate) in sorted({(int(w), None if _isnull(x) else float(x)) for w, x in
                                  plat.sweep[["world_size", "rate_gbps"]].itertuples(index=False)
                                  if int(w) >= 2}, key=lambda t: (t[0], t[1] or 0)):
@@ -898,11 +682,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"with --holdout world_size: the largest calibration world size (default {CALIBRATE_MAX_P})")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--no-hook", action="store_true", help="skip compression as a DDP hook (mode hook)")
+    ap.add_argument("--per-tensor", action="store_true",
+                    help="extended: fit and use the per-tensor CPU term (ModelOptions.per_tensor; off by default: "
+                         "on the committed GPU records it does not carry across models, see by_batch.csv)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
-                                   include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p)
+                                   include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
+                                   per_tensor=args.per_tensor)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
@@ -920,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     summ = summarize(pred)
     summ.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     nets.to_csv(out / "networks.csv", index=False, float_format="%.6g")
+    by_batch_size(pred).to_csv(out / "by_batch.csv", index=False, float_format="%.6g")
     if not args.quiet:
         print(_fmt_summary(summ))
         for n in notes[:20]:
@@ -931,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = shown.relative_to(Path.cwd())
         except ValueError:
             pass
-        print(f"wrote {shown / 'predictions.csv'} ({len(pred)} rows), summary.csv, networks.csv")
+        print(f"wrote {shown / 'predictions.csv'} ({len(pred)} rows), summary.csv, by_batch.csv, networks.csv")
     return 0
 
 

@@ -1,0 +1,213 @@
+"""The one model's options (paper vs extended terms): a hand-computed case per term, fit -> predict on a
+synthetic cluster with known constants, and the refusals for each missing input."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from studykit import cli as top
+from studykit import models
+from studykit.perfmodel import collectives as col
+from studykit.perfmodel import fit, synthetic
+from studykit.perfmodel.calibration import Calibration, Constant
+from studykit.perfmodel.model import (MIB, Hardware, ModelOptions, Workload, collective_s, compressed_plan_s,
+                                      iteration_s, predict, sync_terms_s, syncsgd_s)
+
+HW = Hardware(bandwidth_gbps=8.0, alpha_s=0.0, gamma=1.1)  # 1e9 bytes/s
+TABLE = col.CollectiveTable(2, {"all_reduce": np.array([1e3, 1e5])}, {"all_reduce": np.array([1e-4, 1e-2])})
+MEASURED = ModelOptions(collectives="measured")
+
+
+# ------------------------------------------------------------------ presets
+def test_presets():
+    p, e = ModelOptions.paper(), ModelOptions.extended()
+    assert (p.collectives, p.bucketing, p.incast, p.sync_terms) == ("eq1", "paper", False, False)
+    assert (e.collectives, e.bucketing, e.sync_terms, e.path_overhead, e.cpu_contention, e.hook_buckets) == \
+        ("measured", "ddp", True, True, True, True)
+    assert ModelOptions.named("paper") == p
+    with pytest.raises(ValueError, match="unknown model preset 'fast'"):
+        ModelOptions.named("fast")
+    with pytest.raises(ValueError, match="collectives"):
+        ModelOptions(collectives="nccl")
+
+
+# ------------------------------------------------------------------ one hand case per term
+def test_measured_collective_by_hand():
+    def eq1(n):
+        return np.asarray(n, dtype=float) * 1e-7  # any Eq. 1 stand-in: 1e-7 s per byte
+    t = col.measured_collective_s("all_reduce", np.array([1e2, 1e3, 1e4, 1e5, 1e6]), TABLE, eq1)
+    # below: the smallest size's time; inside: log-log (1e4 is halfway: sqrt(1e-4 * 1e-2) = 1e-3);
+    # above: the largest size's time scaled by Eq. 1 (x10)
+    np.testing.assert_allclose(t, [1e-4, 1e-4, 1e-3, 1e-2, 1e-1])
+    assert col.measured_collective_s("all_gather", 5e3, TABLE, eq1) == pytest.approx(5e-4)  # op not swept: Eq. 1
+    assert col.measured_collective_s("all_reduce", 0.0, TABLE, eq1) == 0.0
+
+
+def test_collective_s_incast_and_table():
+    hw = Hardware(bandwidth_gbps=8.0, alpha_s=1e-5, incast_coeff=0.5, collective_table=TABLE)
+    ag = 1e-5 * 3 + 1.5 * 3 * 1e6 / 1e9  # App. B ring all-gather at p=4, (1 + c) on the bandwidth term
+    assert float(collective_s("all_gather", 1e6, 4, hw)) == pytest.approx(ag)
+    assert float(collective_s("all_gather", 1e6, 4, hw, ModelOptions.paper())) == pytest.approx(1e-5 * 3 + 3e-3)
+    assert float(collective_s("all_reduce", 1e4, 2, hw, MEASURED)) == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="table is for world size 2"):
+        collective_s("all_reduce", 1e4, 4, hw, MEASURED)
+    with pytest.raises(ValueError, match="no cost model"):
+        collective_s("broadcast", 1e4, 2, hw)
+
+
+def test_sync_terms_by_hand():
+    hw = Hardware(sync_delta_s=1e-3, per_bucket_s=2e-4, per_tensor_s=1e-5)
+    assert float(sync_terms_s(4, 100, hw)) == 0.0  # off by default: the paper
+    assert float(sync_terms_s(4, 100, hw, ModelOptions(sync_terms=True))) == pytest.approx(1e-3 + 3 * 2e-4)
+    assert float(sync_terms_s(4, 100, hw, ModelOptions(per_tensor=True))) == pytest.approx(1e-3)
+    # in Sec. 4.1's iteration: 100 MiB in four 25 MiB buckets, compute-bound, plus the terms after the overlap
+    hw = Hardware(bandwidth_gbps=8.0, alpha_s=0.0, gamma=1.1, sync_delta_s=1e-3, per_bucket_s=2e-4, per_tensor_s=1e-5)
+    t_b = 2 * 26214400 / 2 / 1e9
+    out = syncsgd_s(0.1, 100 * MIB, 2, hw, options=ModelOptions(sync_terms=True, per_tensor=True), n_tensors=100)
+    assert float(out["total_s"]) == pytest.approx(0.11 + t_b + 1e-3 + 6e-4 + 1e-3)
+    assert float(out["extra_s"]) == pytest.approx(2.6e-3)
+    assert float(syncsgd_s(0.1, 100 * MIB, 1, hw, options=ModelOptions(sync_terms=True))["total_s"]) == 0.1
+
+
+def test_iteration_time_overhead_contention_and_path():
+    hw = Hardware(cpu_slowdown=1.5)
+    assert float(iteration_s(0.01, 0.1, hw)) == pytest.approx(0.11)  # O + T_obs
+    opts = ModelOptions(cpu_contention=True, path_overhead=True)
+    assert float(iteration_s(0.01, 0.1, hw, opts, path_overhead_s=0.002)) == pytest.approx(0.015 + 0.1 + 0.002)
+    # predict reports both: T_obs (total_s) and the iteration (iteration_s)
+    w = Workload(None, 64, t_comp_s=0.1, param_shapes=((100 * MIB // 4,),), overhead_s=0.02, path_overhead_s=0.005)
+    pr = predict(w, HW, 2, "none", options=ModelOptions(path_overhead=True))
+    assert float(pr.sync["iteration_s"]) == pytest.approx(0.02 + float(pr.sync["total_s"]))
+    assert float(pr.compressed["iteration_s"]) == pytest.approx(0.025 + float(pr.compressed["total_s"]))
+    assert pr.notes["overhead"] == "given"
+
+
+def test_hook_plans_per_ddp_bucket_by_hand():
+    # 'none' sends each bucket as one all-reduce: per bucket, each pays its own latency
+    shapes = [(100,), (50,), (300,), (10,), (200,)]
+    w = Workload(None, 8, t_comp_s=0.01, param_shapes=shapes, bucket_bytes=1000)
+    hw = Hardware(bandwidth_gbps=8.0, alpha_s=1e-4)
+    pr = predict(w, hw, 2, "none", options=ModelOptions(hook_buckets=True), mode="hook")
+    sizes = w.bucket_sizes("ddp")
+    assert sizes == [2040.0, 600.0]
+    want = 0.01 + sum(float(col.ring_allreduce_s(s, 2, 1e-4, 1e9)) for s in sizes)
+    assert float(pr.compressed["total_s"]) == pytest.approx(want)
+    post = predict(w, hw, 2, "none", options=ModelOptions(hook_buckets=True), mode="post")
+    assert float(post.compressed["total_s"]) == pytest.approx(0.01 + float(col.ring_allreduce_s(2640, 2, 1e-4, 1e9)))
+    plans = [[{"op": "all_gather", "nbytes": 1000}], [{"op": "all_reduce", "nbytes": 1000}]]
+    t = compressed_plan_s(0.0, 0.0, plans, 2, hw, ModelOptions.paper())
+    assert float(t["allgather_s"]) == pytest.approx(1e-4 + 1e-6) and float(t["allreduce_s"]) == pytest.approx(2e-4 + 1e-6)
+
+
+# ------------------------------------------------------------------ fit -> predict on a synthetic cluster
+def _rows(gamma, delta, per_bucket, per_tensor):
+    rows = []
+    for tc in (0.01, 0.02, 0.05):
+        for k in (1, 3, 6):
+            for nt in (10, 40, 160):
+                s_minus_last = gamma * tc + delta + per_bucket * (k - 1) + per_tensor * nt
+                rows.append({"s": s_minus_last + 1e-4, "t_comp": tc, "overlapped_comm": 1e-4, "last_comm": 1e-4,
+                             "k": k, "n_tensors": nt})
+    return rows
+
+
+def test_fit_sync_terms_recovers_known_constants():
+    truth = (1.08, 4e-4, 1.5e-4, 2e-5)
+    t = fit.fit_sync_terms(_rows(*truth), extended=True, per_tensor=True)
+    assert (t.gamma, t.delta_s, t.per_bucket_s, t.per_tensor_s) == pytest.approx(truth, rel=1e-6)
+    paper = fit.fit_sync_terms(_rows(1.08, 0, 0, 0))
+    assert paper.gamma == pytest.approx(1.08) and paper.delta_s == 0.0
+    # two tensor counts only: the per-tensor term would be a per-model offset; not fitted
+    two = [r for r in _rows(*truth) if r["n_tensors"] != 160]
+    assert fit.fit_sync_terms(two, extended=True, per_tensor=True).per_tensor_s == 0.0
+
+
+def test_fit_then_predict_recovers_the_synthetic_cluster():
+    truth = synthetic.Truth()
+    recs = synthetic.synthetic_records(truth, seed=4, noise=0.01)
+    cal = fit.fit_calibration(pd.DataFrame(recs), "synthetic", n_boot=20)
+    assert cal.world_size == 8 and cal.network is None
+    over = {(o.model, o.batch_size): o for o in cal.overhead}
+    for (m, bs), t in truth.t_comp_s.items():
+        assert over[(m, bs)].value == pytest.approx(t * truth.t_forward_fraction, rel=0.05)  # forward = O here
+    hw = Hardware.from_calibration(cal)
+    for r in (r for r in recs if r["kind"] == "ddp"):
+        pr = predict(Workload(r["model"], r["batch_size"]), hw, r["world_size"], calibration=cal)
+        assert float(pr.sync["iteration_s"]) * 1e3 == pytest.approx(r["ms_median"], rel=0.03)
+
+
+# ------------------------------------------------------------------ networks
+def _sweep(rate, workers=2):
+    return [{"kind": "sweep", "op": "all_reduce", "world_size": 2, "size_bytes": b, "status": "ok",
+             "ms_median": 1e3 * float(col.ring_allreduce_s(b, 2, 1e-5, col.gbps_to_bytes_s(rate))),
+             "network": {"rate_gbps": rate, "latency_ms": None, "workers": workers}} for b in (1e3, 1e5, 1e7)]
+
+
+def test_fit_refuses_two_networks_and_selects_one():
+    df = pd.DataFrame(_sweep(1.0) + _sweep(5.0) + _sweep(5.0, workers=4))
+    with pytest.raises(ValueError, match=r"3 networks: rate_gbps=1,workers=2, rate_gbps=5,workers=2, "
+                                         r"rate_gbps=5,workers=4; fit one at a time"):
+        fit.fit_calibration(df, "x", n_boot=0)
+    cal = fit.fit_calibration(df, "x", n_boot=0, network="rate_gbps=1")
+    assert cal.bandwidth_gbps.value == pytest.approx(1.0, rel=1e-6) and cal.network == {"rate_gbps": 1.0, "workers": 2}
+    cal = fit.fit_calibration(df, "x", n_boot=0, network={"rate_gbps": 5.0, "workers": 2})
+    assert cal.bandwidth_gbps.value == pytest.approx(5.0, rel=1e-6)
+    with pytest.raises(ValueError, match="matches 2 of the networks"):
+        fit.fit_calibration(df, "x", n_boot=0, network="rate_gbps=5")
+    with pytest.raises(ValueError, match="unknown key 'rate'"):
+        fit.parse_network("rate=5")
+
+
+def test_fit_cli_names_the_networks(tmp_path, capsys):
+    rec = synthetic.write_jsonl(_sweep(1.0) + _sweep(5.0), tmp_path / "r.jsonl")
+    assert top.main(["fit", str(rec), "--out", str(tmp_path / "c.json")]) == 2
+    assert "rate_gbps=1,workers=2, rate_gbps=5,workers=2" in capsys.readouterr().err
+    assert top.main(["fit", str(rec), "--out", str(tmp_path / "c.json"), "--network", "rate_gbps=5"]) == 0
+    assert json.loads(capsys.readouterr().out)["network"] == {"rate_gbps": 5.0, "workers": 2}
+
+
+# ------------------------------------------------------------------ predict --calibration, and refusals
+def _cal(tmp_path, **kw):
+    cal = Calibration("mine", alpha_s=Constant(1e-5, "s", "test"), bandwidth_gbps=Constant(50.0, "Gbit/s", "test"),
+                      gamma=Constant(1.05, "ratio", "test"), world_size=4, **kw)
+    return str(cal.save(tmp_path / "mine.json"))
+
+
+def test_predict_uses_the_calibrations_bandwidth_and_world_size(tmp_path, capsys):
+    path = _cal(tmp_path)
+    assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path]) == 0
+    d = json.loads(capsys.readouterr().out)
+    (pt,) = d["points"]
+    assert (pt["world_size"], pt["bandwidth_gbps"]) == (4, 50.0)
+    assert pt["syncsgd"]["iteration_ms"] == pytest.approx(pt["syncsgd"]["total_ms"])  # O unknown: 0, said so
+    assert d["inputs"]["overhead"].startswith("unknown")
+    assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path,
+                     "--gpus", "8", "--bandwidth-gbps", "10"]) == 0
+    (pt,) = json.loads(capsys.readouterr().out)["points"]
+    assert (pt["world_size"], pt["bandwidth_gbps"]) == (8, 10.0)
+
+
+def test_predict_refuses_without_bandwidth_or_latency(tmp_path, capsys):
+    path = str(Calibration("empty", gamma=Constant(1.0, "ratio", "t")).save(tmp_path / "e.json"))
+    assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path]) == 2
+    assert "no bandwidth: calibration 'empty' has no bandwidth_gbps; pass --bandwidth-gbps" in capsys.readouterr().err
+    assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path,
+                     "--bandwidth-gbps", "10"]) == 2
+    assert "no latency" in capsys.readouterr().err
+
+
+def test_refusals_for_missing_model_inputs():
+    hw = Hardware()
+    with pytest.raises(ValueError, match="T_comp unknown: set Workload.t_comp_s or pass a calibration"):
+        predict(Workload("resnet50"), hw, 2)
+    with pytest.raises(ValueError, match="T_encode_decode of 'topk' unknown"):
+        predict(Workload("resnet50", t_comp_s=0.1), hw, 2, "topk", {"ratio": 0.01})
+    with pytest.raises(ValueError, match="one world size per call"):
+        predict(Workload("resnet50", t_comp_s=0.1), hw, np.array([2, 4]), "none",
+                options=ModelOptions(hook_buckets=True), mode="hook")
+    with pytest.raises(ValueError, match="mode must be"):
+        predict(Workload("resnet50", t_comp_s=0.1), hw, 2, "none", mode="inline")
+    with pytest.raises(ValueError, match="cannot fit the path overhead"):
+        fit.fit_path_overhead([])
+    assert models.available()  # the workloads above exist
