@@ -35,6 +35,7 @@ QUESTIONS = {
     "explorer": "When does a compressor beat syncSGD? (sliders on the performance model)",
     "time_to_accuracy": "Do static and dynamic compression reach the accuracy sooner than FP16?",
     "verify": "How close are the model's predicted iteration times to measured ones?",
+    "bandwidth": "At which network bandwidth does compression start to pay on real GPUs (measured)?",
 }
 #: images per notebook shown in the index
 THUMBNAILS = 2

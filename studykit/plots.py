@@ -10,7 +10,7 @@ import pandas as pd
 
 __all__ = ["theme", "new", "ref_line", "bandwidth_sweep_plot", "required_ratio_plot", "compute_speedup_plot",
            "tradeoff_plot", "breakdown_plot", "speedup_curve_plot", "allreduce_fit_plot", "claims_plot",
-           "calibration_compare_plot", "PAPER_STYLE"]
+           "calibration_compare_plot", "measured_bandwidth_plot", "PAPER_STYLE"]
 
 #: paper values: dashed, dark grey
 PAPER_STYLE = dict(color="0.25", linestyle="--", linewidth=1.2)
@@ -248,3 +248,49 @@ def calibration_compare_plot(fitted: pd.DataFrame, reference: pd.DataFrame | Non
     axg.set_ylabel("gamma (backward slowdown under overlap)")
     fig.tight_layout()
     return fig, (ax, axg)
+
+
+def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms", predicted: pd.DataFrame | None = None,
+                            baseline: str | None = None, title: str | None = None, legend: bool = True, ax=None):
+    """Figs. 3 / 19 measured: iteration time (``y="ms"``) or speed-up (``y="speedup"``, from
+    :func:`studykit.measure.crossover.speedup_table`) against the emulated bandwidth, one model.
+
+    Measured points are markers (joined by a thin line to guide the eye); ``predicted`` (columns
+    method, rate_gbps, predicted_ms, and base_ms for speed-ups) draws the model as solid lines in the
+    same colour. At most 6 methods per panel (STYLE.md item 14).
+    """
+    if len(methods) > 6:
+        raise ValueError(f"at most 6 methods per panel, got {len(methods)}: facet instead")
+    if y not in ("ms", "speedup"):
+        raise ValueError(f"y must be 'ms' or 'speedup', got {y!r}")
+    fig, ax = (ax.figure, ax) if ax is not None else new()
+    for i, method in enumerate(methods):
+        d = df[df["method"] == method].sort_values("rate_gbps")
+        if d.empty:
+            continue
+        colour = f"C{i}"
+        ax.plot(d["rate_gbps"], d[y], marker="o", linestyle="-", linewidth=0.6, alpha=0.9, color=colour,
+                label=f"{method} (measured)" if predicted is not None else method)
+        if predicted is not None:
+            pm = predicted[predicted["method"] == method].sort_values("rate_gbps")
+            if not pm.empty:
+                vals = pm["predicted_ms"] if y == "ms" else pm["base_ms"] / pm["predicted_ms"]
+                ax.plot(pm["rate_gbps"], vals, linestyle="-", linewidth=2.0, alpha=0.45, color=colour)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ticks = sorted(df["rate_gbps"].unique())
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("emulated network bandwidth per GPU (Gbit/s, tc tbf)")
+    if y == "ms":
+        ax.set_ylabel("iteration time (ms)")
+    else:
+        ref_line(ax, 1.0, f"{baseline or 'baseline'} (speed-up 1)", color="0.4")
+        ax.set_ylabel(f"speed-up over {baseline or 'the baseline'} (x)")
+    if predicted is not None:
+        ax.plot([], [], color="0.5", linewidth=2.0, alpha=0.45, label="model (thick lines)")
+    ax.set_title(title or "")
+    if legend:
+        ax.legend(fontsize="x-small", loc="best")
+    return fig, ax

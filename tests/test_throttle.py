@@ -195,3 +195,75 @@ def test_cli_stamps_records(tmp_path):
     assert net["shaped"] == "egress and ingress of each worker"
     assert rec["senders"] == 2
     assert 0.40 <= rec["goodput_gbps"] <= 0.51, rec  # at most payload efficiency x rate
+
+
+# ---- GPUs: what can be checked without one -------------------------------------------------------
+def test_gpu_workers_get_one_gpu_and_sockets_only():
+    c = T.ThrottledCluster(n_workers=2, rate_gbps=1.0, gpus=[3, 5])
+    env0, env1 = c.env_for(0, 29500), c.env_for(1, 29500)
+    assert (env0["CUDA_VISIBLE_DEVICES"], env1["CUDA_VISIBLE_DEVICES"]) == ("3", "5")
+    assert env0["LOCAL_RANK"] == "0"
+    for k, v in {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1",
+                 "NCCL_NVLS_ENABLE": "0", "NCCL_SOCKET_IFNAME": T.IFNAME}.items():
+        assert env0[k] == v
+    assert "CUDA_VISIBLE_DEVICES" not in T.ThrottledCluster(n_workers=2).env_for(0, 29500)
+    with pytest.raises(ValueError, match="one distinct GPU per worker"):
+        T.ThrottledCluster(n_workers=2, gpus=[0])
+    with pytest.raises(ValueError, match="one distinct GPU per worker"):
+        T.ThrottledCluster(n_workers=2, gpus=[1, 1])
+
+
+def test_measured_facts_reach_the_network_field():
+    c = T.ThrottledCluster(n_workers=2, rate_gbps=1.0, gpus=[0, 1])
+    c.extra_info.update(measured_busbw_gbps=0.98, nccl_transport=["NET/Socket"])
+    net = json.loads(c.env_for(0, 29500)[T.ENV_NETWORK])
+    assert (net["rate_gbps"], net["measured_busbw_gbps"], net["nccl_transport"]) == (1.0, 0.98, ["NET/Socket"])
+    assert net["transport"] == "nccl sockets, one GPU per worker"
+
+
+def test_nccl_transport_is_read_from_the_log():
+    log = ("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
+           "h:1:2 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/Socket/1\n"
+           "h:1:2 [0] NCCL INFO Connected all rings\n")
+    assert T.nccl_transports(log) == ["NET/Socket"]
+    assert T.nccl_transports(log, "x [1] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/CUMEM/read\n") == \
+        ["NET/Socket", "P2P/CUMEM"]
+    assert T.nccl_transports("some other output via email\n") == []
+
+
+def test_iproute2_folder_is_checked(tmp_path):
+    with pytest.raises(T.ThrottleUnavailable, match="does not exist"):
+        T.use_iproute2(tmp_path / "missing")
+    with pytest.raises(T.ThrottleUnavailable, match="no `ip`"):
+        T.use_iproute2(tmp_path)
+    (tmp_path / "sbin").mkdir()
+    for tool in ("ip", "tc"):
+        (tmp_path / "sbin" / tool).write_text("#!/bin/sh\n")
+    (tmp_path / "lib" / "x86_64-linux-gnu").mkdir(parents=True)
+    try:
+        T.use_iproute2(tmp_path)
+        assert T._TOOLS["ip"] == str(tmp_path / "sbin" / "ip")
+        assert str(tmp_path / "lib" / "x86_64-linux-gnu") in T._TOOLS["libs"]
+        prefix = T._worker_prefix()  # workers get their own LD_LIBRARY_PATH back
+        assert prefix[0] == "env" and (prefix[1] == "-u" or prefix[1].startswith("LD_LIBRARY_PATH="))
+    finally:
+        T.use_iproute2(None)
+    assert T._TOOLS == {"ip": "ip", "tc": "tc", "libs": None} and T._worker_prefix() == []
+
+
+@skip_no_netns
+def test_cli_refuses_more_workers_than_gpus(tmp_path):
+    p = subprocess.run([PY, "-m", "studykit", "throttle", "--gpus", "--workers", "2", "--rate-gbps", "1",
+                        "--out", str(tmp_path / "x.jsonl"), "--", "ddp"],
+                       capture_output=True, text=True, timeout=180, env={**ENV, "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 77, p.stderr
+    assert "one GPU per worker: 2 workers, 0 CUDA GPU(s) visible" in p.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_cli_refuses_bad_numbers(tmp_path):
+    for bad in (["--rate-gbps", "-1"], ["--rate-gbps", "nan"], ["--rate-gbps", "1", "--timeout-s", "inf"],
+                ["--rate-gbps", "1", "--workers", "9"]):
+        p = subprocess.run([PY, "-m", "studykit", "throttle", *bad, "--out", str(tmp_path / "x.jsonl"), "--", "sweep"],
+                           capture_output=True, text=True, timeout=60, env=ENV)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, (bad, p.stderr)

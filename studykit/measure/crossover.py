@@ -1,0 +1,275 @@
+"""Measured crossovers: below which bandwidth does a compressor make an iteration faster?
+
+Agarwal et al. 2022 (https://arxiv.org/abs/2103.00543) report the bandwidth below which PowerSGD
+rank 4 beats syncSGD (Sec. 1 and 4.2, Fig. 3: 8.2 Gbit/s for ResNet-101 at 64 V100s; App. D,
+Fig. 19: about 9 for ResNet-50, about 15 for BERT). Han et al. 2024
+(https://arxiv.org/abs/2407.01378) argue that the baseline to beat is FP16 all-reduce, not fp32
+syncSGD. This module finds both crossovers in DDP records measured at several emulated rates
+(``python -m studykit throttle --gpus ... -- ddp``, ``data/measurements/bandwidth/``):
+
+* :func:`iteration_table`: one row per measured configuration and rate (iteration time, the
+  raw per-iteration times, the emulated and the measured rate);
+* :func:`crossover`: the rate at which a method's time equals the baseline's, interpolated
+  between the two measured rates that bracket the sign change of log(speed-up), linear in
+  log(rate);
+* :func:`crossovers`: that for every method against syncSGD and against the fp16 baseline, with
+  a bootstrap interval over the timed iterations (measurement noise only: the bracket between
+  the two measured rates is reported beside it).
+
+The speed-up of a method is the baseline's iteration time over the method's (above 1: faster).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossovers", "speedup_table",
+           "format_crossover", "crossover_summary", "predicted_table",
+           "paper_crossovers"]
+
+#: the baselines a compressor must beat: DDP's syncSGD at its default 25 MB bucket, and the FP16
+#: baseline of Han et al. 2024 (PyTorch's own ``fp16_compress_hook``, what a user would turn on)
+BASELINES = {"syncSGD": ("syncsgd", None), "fp16": ("builtin", "torch_fp16")}
+
+_SHORT = {"ratio": "", "rank": "r", "bits": "b", "levels": "s", "chunk": "chunk "}
+
+
+def _params_text(compressor: Optional[str], params: dict) -> str:
+    """The main parameter of a compressor, short: rank 4 -> 'r4', ratio 0.01 -> '1%'."""
+    if not params:
+        return ""
+    keep = {"powersgd": ["rank"], "topk": ["ratio"], "topk_chunked": ["ratio"], "randomk": ["ratio"],
+            "dgc": ["ratio"], "mstopk": ["ratio"], "quantize": ["bits"], "thc": ["bits"], "qsgd": ["levels"],
+            "torch_powersgd": ["rank"]}.get(compressor or "", [])
+    parts = []
+    for k in keep:
+        if k in params:
+            v = params[k]
+            parts.append(f"{v * 100:g}%" if k == "ratio" else f"{_SHORT.get(k, k)}{v:g}")
+    return " ".join(parts)
+
+
+def method_label(mode: str, compressor: Optional[str], params: dict | None, bucket_mb: Optional[float]) -> str:
+    """A short human name of a DDP configuration: 'syncSGD', 'syncSGD 100 MB', 'PyTorch fp16 hook',
+    'powersgd r4 (post)', 'topk 1% (hook)'."""
+    params = params or {}
+    if mode == "syncsgd":
+        return "syncSGD" if bucket_mb is None else f"syncSGD {bucket_mb:g} MB"
+    if mode == "builtin":
+        name = (compressor or "").replace("torch_", "")
+        name = {"fp16": "fp16", "bf16": "bf16", "powersgd": "PowerSGD"}.get(name, name)
+        p = _params_text(compressor, params)
+        return f"PyTorch {name}{' ' + p if p else ''} hook"
+    p = _params_text(compressor, params)
+    return f"{compressor}{' ' + p if p else ''} ({mode})"
+
+
+def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.DataFrame:
+    """One row per ok DDP record on an emulated network: who, where, and its iteration time ``ms``.
+
+    Columns: gpu, world_size, model, batch_size, mode, compressor, params (JSON), bucket_mb, method
+    (:func:`method_label`), rate_gbps (emulated), measured_gbps (the probe's bus bandwidth, if any),
+    ms (``stat``), times_ms (the raw timed iterations), n_iter. Records without an emulated rate
+    (a real network) are left out. Where one configuration was measured more than once at a rate,
+    the latest record is kept.
+    """
+    if stat not in ("ms_median", "ms_mean", "ms_min"):
+        raise ValueError(f"stat must be ms_median, ms_mean or ms_min, got {stat!r}")
+    rows = []
+    for r in records:
+        net = r.get("network") or {}
+        if r.get("kind") != "ddp" or r.get("status") != "ok" or net.get("rate_gbps") is None:
+            continue
+        params = r.get("params") or {}
+        rows.append({
+            "gpu": r.get("gpu"), "world_size": r.get("world_size"), "model": r.get("model"),
+            "batch_size": r.get("batch_size"), "mode": r.get("mode"), "compressor": r.get("compressor"),
+            "params": json.dumps(params, sort_keys=True), "bucket_mb": r.get("bucket_mb"),
+            "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb")),
+            "rate_gbps": float(net["rate_gbps"]), "measured_gbps": net.get("measured_busbw_gbps"),
+            "ms": r.get(stat), "times_ms": list(r.get("times_ms") or []), "n_iter": r.get("n_iter"),
+            "timestamp": r.get("timestamp", ""),
+        })
+    cols = ["gpu", "world_size", "model", "batch_size", "mode", "compressor", "params", "bucket_mb", "method",
+            "rate_gbps", "measured_gbps", "ms", "times_ms", "n_iter"]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame(rows).sort_values("timestamp")
+    key = ["gpu", "world_size", "model", "batch_size", "mode", "compressor", "params", "bucket_mb", "rate_gbps"]
+    df = df.drop_duplicates(subset=key, keep="last")
+    return df[cols].sort_values(["model", "method", "rate_gbps"]).reset_index(drop=True)
+
+
+def crossover(rates_gbps: Sequence[float], t_base_ms: Sequence[float], t_method_ms: Sequence[float]) -> dict:
+    """The bandwidth below which a method beats a baseline, from times measured at ``rates_gbps``.
+
+    With speed-up s_i = t_base_i / t_method_i at increasing rates r_i, the crossover lies between
+    the highest rate r_k where the method is faster (s_k > 1) and the next rate r_(k+1); it is
+    where log s, linear in log r between those two points, is 0. Returns a dict:
+
+    * ``gbps``: the crossover (None when censored);
+    * ``status``: "crossover", "faster at every rate" (the crossover is above the highest rate),
+      "slower at every rate" (below the lowest);
+    * ``bracket``: (r_k, r_(k+1)) or the censoring bound;
+    * ``non_monotone``: the method is slower at some rate below r_k (noise, or a real dip).
+    """
+    r = np.asarray(rates_gbps, dtype=float)
+    if len(r) < 2 or len(r) != len(t_base_ms) or len(r) != len(t_method_ms):
+        raise ValueError("crossover needs at least two rates and one time of each per rate")
+    order = np.argsort(r)
+    r = r[order]
+    if np.any(np.diff(r) <= 0):
+        raise ValueError(f"rates must be distinct, got {sorted(rates_gbps)}")
+    tb = np.asarray(t_base_ms, dtype=float)[order]
+    tm = np.asarray(t_method_ms, dtype=float)[order]
+    if not (np.all(tb > 0) and np.all(tm > 0)):
+        raise ValueError("iteration times must be positive")
+    log_s = np.log(tb / tm)
+    faster = np.flatnonzero(log_s > 0)
+    if len(faster) == 0:
+        return {"gbps": None, "status": "slower at every rate", "bracket": (None, float(r[0])),
+                "non_monotone": False}
+    k = int(faster[-1])
+    non_monotone = bool(np.any(log_s[:k] <= 0))
+    if k == len(r) - 1:
+        return {"gbps": None, "status": "faster at every rate", "bracket": (float(r[-1]), None),
+                "non_monotone": non_monotone}
+    x0, x1 = math.log(r[k]), math.log(r[k + 1])
+    y0, y1 = log_s[k], log_s[k + 1]
+    x = x0 + (x1 - x0) * y0 / (y0 - y1)  # y0 > 0 >= y1
+    return {"gbps": float(math.exp(x)), "status": "crossover", "bracket": (float(r[k]), float(r[k + 1])),
+            "non_monotone": non_monotone}
+
+
+def _median_resample(times: list[float], fallback: float, rng: np.random.Generator) -> float:
+    if not times:
+        return fallback
+    return float(np.median(rng.choice(times, size=len(times), replace=True)))
+
+
+def crossovers(table: pd.DataFrame, n_boot: int = 500, seed: int = 0, level: float = 0.9) -> pd.DataFrame:
+    """Every method's crossover against each of :data:`BASELINES`, per GPU, world size, model and batch.
+
+    The interval (``low``, ``high``, central ``level``) resamples each record's timed iterations
+    (medians of bootstrap samples) and recomputes the crossover; it says how much measurement noise
+    moves the crossover, within or across the measured rates. Censored crossovers have no interval.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n_boot < 0:
+        raise ValueError(f"n_boot must be >= 0, got {n_boot}")
+    rng = np.random.default_rng(seed)
+    out = []
+    group_cols = ["gpu", "world_size", "model", "batch_size"]
+    for key, g in table.groupby(group_cols, dropna=False):
+        for base_name, (base_mode, base_comp) in BASELINES.items():
+            base = g[(g["mode"] == base_mode) & (g["bucket_mb"].isna())]
+            base = base[base["compressor"].isna()] if base_comp is None else base[base["compressor"] == base_comp]
+            if base.empty:
+                continue
+            base_method = base["method"].iloc[0]
+            base = base.set_index("rate_gbps")
+            for method, m in g.groupby("method"):
+                if method == base_method:
+                    continue
+                m = m.set_index("rate_gbps")
+                rates = sorted(set(m.index) & set(base.index))
+                if len(rates) < 2:
+                    continue
+                tb = [base.loc[x, "ms"] for x in rates]
+                tm = [m.loc[x, "ms"] for x in rates]
+                c = crossover(rates, tb, tm)
+                low = high = None
+                if c["status"] == "crossover" and n_boot:
+                    boots = []
+                    for _ in range(n_boot):
+                        tb_b = [_median_resample(base.loc[x, "times_ms"], base.loc[x, "ms"], rng) for x in rates]
+                        tm_b = [_median_resample(m.loc[x, "times_ms"], m.loc[x, "ms"], rng) for x in rates]
+                        cb = crossover(rates, tb_b, tm_b)
+                        # censored resamples sit at the edge of the measured range
+                        boots.append(cb["gbps"] if cb["gbps"] is not None else
+                                     (rates[-1] if cb["status"] == "faster at every rate" else rates[0]))
+                    low, high = (float(v) for v in np.quantile(boots, [(1 - level) / 2, (1 + level) / 2]))
+                first = m.iloc[0]
+                out.append({**dict(zip(group_cols, key)), "baseline": base_name, "method": method,
+                            "mode": first["mode"], "compressor": first["compressor"], "params": first["params"],
+                            "crossover_gbps": c["gbps"], "low_gbps": low, "high_gbps": high, "status": c["status"],
+                            "bracket_low_gbps": c["bracket"][0], "bracket_high_gbps": c["bracket"][1],
+                            "non_monotone": c["non_monotone"], "rates_gbps": " ".join(f"{x:g}" for x in rates),
+                            "speedup_at_min_rate": tb[0] / tm[0], "speedup_at_max_rate": tb[-1] / tm[-1]})
+    return pd.DataFrame(out)
+
+
+def speedup_table(table: pd.DataFrame, baseline: str = "syncSGD") -> pd.DataFrame:
+    """Speed-up of every configuration over ``baseline`` (a key of :data:`BASELINES`) at each rate:
+    the table plus columns ``base_ms`` and ``speedup`` (base_ms / ms)."""
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {list(BASELINES)}, got {baseline!r}")
+    mode, comp = BASELINES[baseline]
+    base = table[(table["mode"] == mode) & table["bucket_mb"].isna()]
+    base = base[base["compressor"].isna()] if comp is None else base[base["compressor"] == comp]
+    key = ["gpu", "world_size", "model", "batch_size", "rate_gbps"]
+    merged = table.merge(base[key + ["ms"]].rename(columns={"ms": "base_ms"}), on=key, how="inner")
+    merged["speedup"] = merged["base_ms"] / merged["ms"]
+    return merged
+
+
+def paper_crossovers(claims: pd.DataFrame) -> pd.DataFrame:
+    """The crossover bandwidths Agarwal et al. 2022 state (rows of ``data/paper/claims.csv`` whose
+    quantity is ``crossover_bandwidth``): model, compressor, params, world size, value, source."""
+    c = claims[claims["quantity"] == "crossover_bandwidth"]
+    return pd.DataFrame({
+        "model": c["model"], "compressor": c["compressor"], "params": c["params"],
+        "world_size": c["world_size"], "paper_gbps": c["value"],
+        "source": c["figure"].fillna("") + " (" + c["section"].fillna("") + ")", "statement": c["statement"],
+    }).reset_index(drop=True)
+
+
+def format_crossover(row) -> str:
+    """'17.9 [17.4, 18.3]', '> 25' (faster at every measured rate), '< 1' (slower at every one);
+    a trailing '*' marks a method that is also slower at some rate below its crossover."""
+    star = "*" if row.get("non_monotone") else ""
+    if row["status"] == "faster at every rate":
+        return f"> {row['bracket_low_gbps']:g}{star}"
+    if row["status"] == "slower at every rate":
+        return f"< {row['bracket_high_gbps']:g}"
+    interval = ""
+    if row.get("low_gbps") is not None and not pd.isna(row.get("low_gbps")):
+        interval = f" [{row['low_gbps']:.1f}, {row['high_gbps']:.1f}]"
+    return f"{row['crossover_gbps']:.1f}{interval}{star}"
+
+
+def crossover_summary(out: pd.DataFrame, methods: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """One row per method, one column per (model, baseline): :func:`format_crossover` text, in Gbit/s."""
+    if out.empty:
+        return pd.DataFrame()
+    d = out if methods is None else out[out["method"].isin(methods)]
+    d = d.assign(text=[format_crossover(r) for _, r in d.iterrows()],
+                 column=[f"{m} vs {b}" for m, b in zip(d["model"], d["baseline"])])
+    table = d.pivot_table(index="method", columns="column", values="text", aggfunc="first")
+    if methods is not None:
+        table = table.reindex([m for m in methods if m in table.index])
+    return table
+
+
+def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
+    """The model's predictions (a ``verify`` predictions.csv) as method, model, rate_gbps, predicted_ms,
+    with ``base_ms`` the predicted syncSGD time of the same model and rate (for predicted speed-ups)."""
+    need = {"variant", "model", "mode", "compressor", "params", "bucket_mb", "rate_gbps", "predicted_ms"}
+    missing = need - set(predictions.columns)
+    if missing:
+        raise ValueError(f"predictions lack columns {sorted(missing)}: give a predictions.csv written by "
+                         f"`python -m studykit verify`")
+    p = predictions[predictions["variant"] == variant].copy()
+    if p.empty:
+        raise ValueError(f"no predictions of variant {variant!r}; found {sorted(predictions['variant'].unique())}")
+    p["method"] = [method_label(m, c if isinstance(c, str) else None, json.loads(par) if isinstance(par, str) else {},
+                                None if pd.isna(b) else float(b))
+                   for m, c, par, b in zip(p["mode"], p["compressor"], p["params"], p["bucket_mb"])]
+    base = p[p["method"] == "syncSGD"][["model", "rate_gbps", "predicted_ms"]].rename(columns={"predicted_ms": "base_ms"})
+    return p.merge(base, on=["model", "rate_gbps"], how="left")[
+        ["model", "method", "rate_gbps", "predicted_ms", "base_ms"]]

@@ -1,0 +1,124 @@
+"""Measured crossovers (studykit.measure.crossover): interpolation by hand, censoring, intervals."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from studykit.measure import crossover as X
+from studykit.measure.records import load_records
+
+ROOT = Path(__file__).resolve().parents[1]
+BW = ROOT / "data" / "measurements" / "bandwidth"
+
+
+def test_crossover_by_hand():
+    # s = 2 at 1 Gbit/s, 0.5 at 10: log s is +ln2 and -ln2, so the zero is halfway in log rate: sqrt(10)
+    c = X.crossover([1, 10], [100, 10], [50, 20])
+    assert c["status"] == "crossover"
+    assert c["gbps"] == pytest.approx(math.sqrt(10))
+    assert c["bracket"] == (1.0, 10.0)
+    assert not c["non_monotone"]
+
+
+def test_crossover_order_and_censoring():
+    # rates given out of order are sorted with their times
+    assert X.crossover([10, 1], [10, 100], [20, 50])["gbps"] == pytest.approx(math.sqrt(10))
+    c = X.crossover([1, 5, 25], [100, 30, 10], [10, 10, 5])
+    assert (c["status"], c["gbps"], c["bracket"]) == ("faster at every rate", None, (25.0, None))
+    c = X.crossover([1, 5, 25], [100, 30, 10], [200, 40, 11])
+    assert (c["status"], c["gbps"], c["bracket"]) == ("slower at every rate", None, (None, 1.0))
+
+
+def test_crossover_non_monotone_takes_the_highest_sign_change():
+    # faster at 1, slower at 2, faster at 5, slower at 10: the crossover is between 5 and 10
+    c = X.crossover([1, 2, 5, 10], [10, 10, 10, 10], [9, 11, 9, 11])
+    assert c["status"] == "crossover" and c["bracket"] == (5.0, 10.0) and c["non_monotone"]
+    assert 5 < c["gbps"] < 10
+
+
+@pytest.mark.parametrize("args, match", [
+    (([1], [1], [1]), "at least two rates"),
+    (([1, 1], [1, 2], [1, 2]), "distinct"),
+    (([1, 2], [1, 0], [1, 2]), "positive"),
+    (([1, 2], [1, 2], [1]), "at least two rates"),
+])
+def test_crossover_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        X.crossover(*args)
+
+
+def _table(rates, base, method, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for mode, comp, f in (("syncsgd", None, base), ("builtin", "torch_fp16", lambda r: 0.6 * base(r)),
+                          ("post", "powersgd", method)):
+        for r in rates:
+            t = f(r)
+            times = list(t * (1 + noise * rng.standard_normal(9)))
+            recs.append({"kind": "ddp", "status": "ok", "gpu": "G", "world_size": 2, "model": "m", "batch_size": 8,
+                         "mode": mode, "compressor": comp, "params": {"rank": 4} if comp == "powersgd" else {},
+                         "bucket_mb": None, "ms_median": float(np.median(times)), "times_ms": times, "n_iter": 9,
+                         "network": {"rate_gbps": r}, "timestamp": "t"})
+    return X.iteration_table(recs)
+
+
+def test_crossovers_recover_a_known_crossing():
+    # syncSGD 10 + 100/r ms, the compressor 30 + 10/r: equal at r = 90/20 = 4.5 Gbit/s
+    table = _table([1, 2, 5, 10, 25], lambda r: 10 + 100 / r, lambda r: 30 + 10 / r, noise=0.01)
+    out = X.crossovers(table, n_boot=200)
+    row = out[(out["baseline"] == "syncSGD") & (out["method"] == "powersgd r4 (post)")].iloc[0]
+    assert row["status"] == "crossover" and row["bracket_low_gbps"] == 2 and row["bracket_high_gbps"] == 5
+    assert row["crossover_gbps"] == pytest.approx(4.5, rel=0.15)  # interpolation error between 2 and 5
+    assert row["low_gbps"] <= row["crossover_gbps"] <= row["high_gbps"]
+    # against fp16 (0.6 x syncSGD): 6 + 60/r = 30 + 10/r at r = 50/24 = 2.08
+    row = out[(out["baseline"] == "fp16") & (out["method"] == "powersgd r4 (post)")].iloc[0]
+    assert row["crossover_gbps"] == pytest.approx(50 / 24, rel=0.15)
+    # the baseline is not compared with itself
+    assert not ((out["baseline"] == "syncSGD") & (out["method"] == "syncSGD")).any()
+
+
+def test_iteration_table_keeps_the_latest_duplicate_and_skips_real_networks():
+    base = {"kind": "ddp", "status": "ok", "gpu": "G", "world_size": 2, "model": "m", "batch_size": 8,
+            "mode": "syncsgd", "compressor": None, "params": {}, "bucket_mb": None, "times_ms": [1.0], "n_iter": 1}
+    recs = [{**base, "ms_median": 5.0, "network": {"rate_gbps": 1}, "timestamp": "a"},
+            {**base, "ms_median": 7.0, "network": {"rate_gbps": 1}, "timestamp": "b"},
+            {**base, "ms_median": 9.0, "network": None, "timestamp": "c"}]
+    t = X.iteration_table(recs)
+    assert list(t["ms"]) == [7.0]
+    with pytest.raises(ValueError, match="stat"):
+        X.iteration_table(recs, stat="seconds")
+
+
+def test_method_labels():
+    assert X.method_label("syncsgd", None, {}, None) == "syncSGD"
+    assert X.method_label("syncsgd", None, {}, 100.0) == "syncSGD 100 MB"
+    assert X.method_label("builtin", "torch_powersgd", {"rank": 4, "start_iter": 2}, None) == "PyTorch PowerSGD r4 hook"
+    assert X.method_label("hook", "topk", {"ratio": 0.01, "scope": "global"}, None) == "topk 1% (hook)"
+    assert X.method_label("post", "quantize", {"bits": 8}, None) == "quantize b8 (post)"
+
+
+@pytest.mark.skipif(not (BW / "h200_p2" / "ddp.jsonl").exists(), reason="no committed bandwidth records")
+def test_committed_bandwidth_records_give_consistent_crossovers():
+    table = X.iteration_table(load_records(BW / "h200_p2" / "ddp.jsonl"))
+    assert set(table["rate_gbps"]) >= {1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 25.0}
+    out = X.crossovers(table, n_boot=50)
+    assert len(out) > 0
+    for _, r in out.iterrows():
+        if r["status"] == "crossover":
+            assert r["bracket_low_gbps"] <= r["crossover_gbps"] <= r["bracket_high_gbps"]
+            assert r["low_gbps"] <= r["high_gbps"]
+        elif r["status"] == "faster at every rate":
+            assert r["speedup_at_max_rate"] > 1
+        else:
+            assert r["speedup_at_min_rate"] <= 1
+
+
+def test_paper_crossovers_come_from_the_claims_file():
+    claims = pd.read_csv(ROOT / "data" / "paper" / "claims.csv")
+    p = X.paper_crossovers(claims)
+    assert set(p["model"]) >= {"resnet101", "resnet50", "bert_base"}
+    r101 = p[p["model"] == "resnet101"].iloc[0]
+    assert r101["paper_gbps"] == 8.2 and json.loads(r101["params"]) == {"rank": 4}
