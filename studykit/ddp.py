@@ -16,9 +16,23 @@ Both run the compressor's protocol through :class:`studykit.comm.TorchComm`, so 
 work for any world size, any number of buckets, on NCCL and gloo. Each bucket's
 gradients are handed to the compressor as the list of per-parameter tensors, so
 layer-wise methods (PowerSGD's matrices, layer-scope TopK) see real layer shapes.
+
+The hook never blocks the backward pass (``overlap=True``, the default): it hands the
+bucket to one communication thread per DDP model and returns a future at once. That
+thread runs the whole protocol (encode, every collective round, decode) in bucket order,
+on a CUDA stream of its own that first waits for the bucket's gradients, and completes
+the bucket's future when its decode is done; DDP waits for all futures at the end of the
+backward pass. So encode, collectives and decode of one bucket run while the backward
+pass computes the next buckets' gradients, on NCCL and on gloo alike. PyTorch's own
+hooks chain an asynchronous collective's future instead (``all_reduce(...,
+async_op=True).get_future().then(...)``); a thread serves protocols of any number of
+rounds unchanged. ``overlap=False`` runs the protocol inside the hook (the old, blocking
+behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
 """
 import math
-from typing import Optional, Sequence, Union
+import queue
+import threading
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -33,15 +47,31 @@ class HookState:
     """What the hook carries between calls: the compressor (with its own state, e.g.
     error-feedback memory per bucket), the communicator and traffic counters."""
 
-    def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None):
+    def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
+                 overlap: bool = True):
         self.compressor = compressor
         self._comm = comm
         self.process_group = process_group
+        self.overlap = overlap
         self.bytes_sent = 0
         self.calls = 0
         #: parameters (by id) and shapes of each bucket index, as last seen
         self.bucket_params: dict = {}
         self.bucket_shapes: dict = {}
+        self._worker: Optional[_CommThread] = None
+        self._streams: dict = {}
+
+    def worker(self) -> "_CommThread":
+        """The communication thread (started on first use)."""
+        if self._worker is None or not self._worker.alive:
+            self._worker = _CommThread()
+        return self._worker
+
+    def side_stream(self, device: torch.device):
+        """This state's CUDA stream on ``device`` for the protocol (one per device)."""
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device=device)
+        return self._streams[device]
 
     @property
     def comm(self) -> Communicator:
@@ -49,10 +79,42 @@ class HookState:
             self._comm = TorchComm(self.process_group)
         return self._comm
 
-    def __getstate__(self):  # DDP may pickle hook state; communicators are rebuilt
+    def __getstate__(self):  # DDP may pickle hook state; communicators, threads and streams are rebuilt
         d = dict(self.__dict__)
         d["_comm"] = None
+        d["_worker"] = None
+        d["_streams"] = {}
         return d
+
+
+class _CommThread:
+    """One daemon thread that runs submitted jobs in order and completes their futures.
+
+    Every rank submits its buckets in the same order (DDP's), and one thread runs them one after
+    the other, so the collectives of consecutive buckets are issued in the same order on every rank.
+    """
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="studykit-ddp-comm", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
 
 
 def _views(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tensor]:
@@ -96,8 +158,10 @@ def _rekey(comp, key, old_ids: list, new_ids: list, old_shapes: Optional[list] =
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: compress-communicate-decompress one gradient bucket.
 
-    Returns a tensor shaped like the bucket buffer holding the *average* gradient (DDP
-    does not divide when a hook is registered; it copies the result into the gradients).
+    The future's value is a tensor shaped like the bucket buffer holding the *average*
+    gradient (DDP does not divide when a hook is registered; it copies the result into the
+    gradients). With ``state.overlap`` the protocol runs on the communication thread and
+    this returns at once (module docstring); otherwise it runs here, before returning.
 
     A partition-invariant compressor (one whose result depends only on the concatenated
     gradient: every single-round codec, quantize, THC, global top-k...) gets the bucket
@@ -110,12 +174,46 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     key = bucket.index()
     ids = [id(p) for p in params]
     shapes = [p.shape for p in params]
+    cuda = buf.is_cuda
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buf.device] if cuda else None)
+    if not state.overlap:
+        fut.set_result(_reduce_bucket(state, buf, key, ids, shapes))
+        return fut
+    if cuda:
+        ready = torch.cuda.Event()
+        consumer = torch.cuda.current_stream(buf.device)
+        ready.record(consumer)  # the bucket's gradients are in buf once this stream gets here
+        side = state.side_stream(buf.device)
+    comm = state.comm  # built here, in the caller's thread
+
+    def job():
+        try:
+            with torch.no_grad():
+                if cuda:
+                    with torch.cuda.device(buf.device), torch.cuda.stream(side):
+                        side.wait_event(ready)
+                        out = _reduce_bucket(state, buf, key, ids, shapes, comm)
+                        if out.data_ptr() != buf.data_ptr():
+                            out.record_stream(consumer)  # DDP reads it on its own stream
+                        fut.set_result(out)  # records an event on `side`: DDP's wait() waits for it
+                else:
+                    fut.set_result(_reduce_bucket(state, buf, key, ids, shapes, comm))
+        except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
+            fut.set_exception(exc)
+
+    state.worker().submit(job)
+    return fut
+
+
+def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, shapes: list,
+                   comm: Optional[Communicator] = None) -> torch.Tensor:
+    """The protocol on one bucket (every round); returns the average gradient, shaped like ``buf``."""
     old = state.bucket_params.get(key)
     if old is not None and old != ids:
         _rekey(state.compressor, key, old, ids, state.bucket_shapes.get(key))
     state.bucket_params[key] = ids
     state.bucket_shapes[key] = [tuple(s) for s in shapes]
-    rec = RecordingComm(state.comm)
+    rec = RecordingComm(comm if comm is not None else state.comm)
     comp = state.compressor
     if comp.partition_invariant:
         out = comp.reduce(buf, rec, key=key)
@@ -128,9 +226,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         out = buf
     state.bytes_sent += rec.nbytes
     state.calls += 1
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(out)
-    return fut
+    return out
 
 
 def _copy_back(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None:
@@ -146,9 +242,12 @@ def _copy_back(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None
             a.copy_(b)
 
 
-def register(ddp_model, compressor: Union[str, Compressor], process_group=None, **params) -> HookState:
-    """Register ``compressor`` (a name with params, or an instance) as ``ddp_model``'s comm hook."""
-    state = HookState(get(compressor, **params), process_group=process_group)
+def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
+             **params) -> HookState:
+    """Register ``compressor`` (a name with params, or an instance) as ``ddp_model``'s comm hook.
+
+    ``overlap=False`` runs each bucket's protocol inside the hook, blocking the backward pass."""
+    state = HookState(get(compressor, **params), process_group=process_group, overlap=overlap)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state
 

@@ -96,7 +96,9 @@ def test_method_labels():
     assert X.method_label("syncsgd", None, {}, None) == "syncSGD"
     assert X.method_label("syncsgd", None, {}, 100.0) == "syncSGD 100 MB"
     assert X.method_label("builtin", "torch_powersgd", {"rank": 4, "start_iter": 2}, None) == "PyTorch PowerSGD r4 hook"
-    assert X.method_label("hook", "topk", {"ratio": 0.01, "scope": "global"}, None) == "topk 1% (hook)"
+    assert X.method_label("hook", "topk", {"ratio": 0.01, "scope": "global"}, None, True) == "topk 1% (hook)"
+    # hook records from before the field hook_overlap existed ran the blocking hook
+    assert X.method_label("hook", "topk", {"ratio": 0.01}, None, None) == "topk 1% (blocking hook)"
     assert X.method_label("post", "quantize", {"bits": 8}, None) == "quantize b8 (post)"
 
 

@@ -113,3 +113,71 @@ def test_training_with_a_hook_converges_like_uncompressed(runs, name):
         losses = runs[0][(mode, name)][0]
         assert losses[-1] < 0.2 * losses[0], f"{mode}/{name} did not converge: {losses[0]:.3f} -> {losses[-1]:.3f}"
         assert losses[-1] < max(5 * base[-1], 0.05), f"{mode}/{name} much worse than uncompressed"
+
+
+class _Bucket:
+    """What DDP hands a comm hook, without DDP: a flat buffer, its parameters, an index."""
+
+    def __init__(self, params, index=0):
+        self._params = params
+        self._buf = torch.cat([p.detach().reshape(-1) for p in params])
+        self._index = index
+
+    def buffer(self):
+        return self._buf
+
+    def parameters(self):
+        return self._params
+
+    def index(self):
+        return self._index
+
+
+class _GatedComm:
+    """World size 1; every collective waits until the test opens the gate."""
+
+    rank, world_size = 0, 1
+
+    def __init__(self):
+        self.gate = __import__("threading").Event()
+        self.calls = 0
+
+    def all_reduce(self, t):
+        assert self.gate.wait(10), "gate never opened"
+        self.calls += 1
+        return t
+
+    def all_gather(self, t):
+        assert self.gate.wait(10), "gate never opened"
+        self.calls += 1
+        return [t]
+
+
+@pytest.mark.parametrize("name", ["fp16", "powersgd", "topk"])
+def test_hook_returns_before_its_collectives_finish(name):
+    """The overlapped hook hands the bucket to the communication thread and returns a pending future:
+    the backward pass goes on while the collectives run; the future completes after the decode."""
+    params = [torch.nn.Parameter(torch.randn(16, 8)), torch.nn.Parameter(torch.randn(8))]
+    comm = _GatedComm()
+    state = sk_ddp.HookState(C.get(name), comm=comm)
+    bucket = _Bucket(params)
+    fut = sk_ddp.compressor_hook(state, bucket)
+    assert not fut.done(), "the hook waited for its collectives"
+    comm.gate.set()
+    out = fut.wait()
+    assert comm.calls >= 1 and out.shape == bucket.buffer().shape and state.calls == 1
+    from studykit.comm import LocalComm
+
+    ref = sk_ddp.compressor_hook(sk_ddp.HookState(C.get(name), comm=LocalComm(), overlap=False), _Bucket(params)).wait()
+    assert torch.allclose(out, ref), "overlapped and blocking hooks disagree"
+
+
+def test_hook_error_reaches_the_future():
+    class Broken(_GatedComm):
+        def all_reduce(self, t):
+            raise RuntimeError("link down")
+
+    state = sk_ddp.HookState(C.get("fp16"), comm=Broken())
+    fut = sk_ddp.compressor_hook(state, _Bucket([torch.nn.Parameter(torch.randn(4))]))
+    with pytest.raises(RuntimeError, match="link down"):
+        fut.wait()

@@ -11,8 +11,11 @@
 # each rank in its own network namespace with NCCL over sockets on a link shaped with `tc tbf` to
 # 1-25 Gbit/s (`python -m studykit throttle --gpus`, `scripts/gpu_bandwidth.sh`, records in
 # `data/measurements/bandwidth/`, their README says how they were made). Every compressor runs both
-# as a DDP communication hook (overlapped with the backward pass) and after the backward pass
-# (`post`, the paper's implementation), beside PyTorch's own fp16 and PowerSGD hooks.
+# as a DDP communication hook and after the backward pass (`post`, the paper's implementation),
+# beside PyTorch's own fp16 and PowerSGD hooks. The committed records of `h200_p2` were taken
+# with the kit's first hook, which ran each bucket's protocol inside the hook and so made the
+# backward pass wait for every collective ("blocking hook" below); the kit's hook now overlaps
+# (`studykit/ddp.py`), and its records say so (`hook_overlap`).
 #
 # **Careful with the comparison.** The paper's crossovers are for 64 GPUs; these are for p = 2.
 # A ring all-reduce sends 2(p-1)/p of the gradient per GPU: 1.0x at p = 2, 1.97x at p = 64. At the
@@ -23,9 +26,9 @@
 # %% parameters
 records_dir: str = "data/measurements/bandwidth/h200_p2"  # one campaign folder (one card kind, one world size), relative to the repository root
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
-predictions: str = ""  # optional: a `verify` predictions.csv on the same records, to draw the model's lines ("" = none)
+predictions: str = ""  # optional: a `verify` predictions.csv on the same records, to draw the model's lines (empty: none)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval
-methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)", "topk 1% (post)", "PyTorch fp16 hook", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
+methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (blocking hook)", "topk 1% (post)", "PyTorch fp16 hook", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
 
 # %%
 import matplotlib.pyplot as plt
@@ -98,7 +101,7 @@ X.crossover_summary(out).fillna("(baseline)")
 paper = X.paper_crossovers(pd.read_csv(paths.ROOT / "data" / "paper" / "claims.csv"))
 rows = []
 for _, p in paper.iterrows():
-    for method in ("PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)"):
+    for method in ("PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (blocking hook)"):
         m = out[(out["model"] == p["model"]) & (out["method"] == method) & (out["baseline"] == "syncSGD")]
         rows.append({"model": p["model"], "paper (V100, Gbit/s)": p["paper_gbps"], "paper source": p["source"],
                      "kit method": method, "kit (measured, Gbit/s)": X.format_crossover(m.iloc[0]) if len(m) else "not measured"})

@@ -130,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compressors", "--compressor", nargs="*", default=None, metavar="NAME[:k=v,...]",
                    help="compressors for hook/post modes (default: all; give none with an empty list)")
     p.add_argument("--modes", nargs="+", default=["syncsgd", "builtin", "hook", "post"],
-                   choices=["syncsgd", "builtin", "hook", "post"])
+                   choices=["syncsgd", "builtin", "hook", "post", "hook_blocking"],
+                   help="hook: compressor as DDP comm hook, overlapped with the backward pass; hook_blocking: "
+                        "the same protocol run inside the hook (blocking); post: after the backward pass")
     p.add_argument("--bucket-mb", nargs="*", type=_positive_float, default=[],
                    help="extra syncSGD bucket sizes in MB, besides DDP's default (25)")
     p.add_argument("--builtin", nargs="*", default=["torch_fp16", "torch_bf16", "torch_powersgd"],

@@ -53,10 +53,13 @@ def _params_text(compressor: Optional[str], params: dict) -> str:
     return " ".join(parts)
 
 
-def method_label(mode: str, compressor: Optional[str], params: dict | None, bucket_mb: Optional[float]) -> str:
+def method_label(mode: str, compressor: Optional[str], params: dict | None, bucket_mb: Optional[float],
+                 hook_overlap: Optional[bool] = True) -> str:
     """A short human name of a DDP configuration: 'syncSGD', 'syncSGD 100 MB', 'PyTorch fp16 hook',
-    'powersgd r4 (post)', 'topk 1% (hook)'."""
+    'powersgd r4 (post)', 'topk 1% (hook)', 'topk 1% (blocking hook)' (``hook_overlap`` false or unknown)."""
     params = params or {}
+    if mode == "hook" and not hook_overlap:
+        mode = "blocking hook"
     if mode == "syncsgd":
         return "syncSGD" if bucket_mb is None else f"syncSGD {bucket_mb:g} MB"
     if mode == "builtin":
@@ -89,7 +92,9 @@ def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.Data
             "gpu": r.get("gpu"), "world_size": r.get("world_size"), "model": r.get("model"),
             "batch_size": r.get("batch_size"), "mode": r.get("mode"), "compressor": r.get("compressor"),
             "params": json.dumps(params, sort_keys=True), "bucket_mb": r.get("bucket_mb"),
-            "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb")),
+            # hook records written before the field hook_overlap existed ran the blocking hook
+            "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb"),
+                                   r.get("hook_overlap")),
             "rate_gbps": float(net["rate_gbps"]), "measured_gbps": net.get("measured_busbw_gbps"),
             "ms": r.get(stat), "times_ms": list(r.get("times_ms") or []), "n_iter": r.get("n_iter"),
             "timestamp": r.get("timestamp", ""),
@@ -267,9 +272,10 @@ def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.
     p = predictions[predictions["variant"] == variant].copy()
     if p.empty:
         raise ValueError(f"no predictions of variant {variant!r}; found {sorted(predictions['variant'].unique())}")
+    overlap = p["hook_overlap"] if "hook_overlap" in p.columns else [None] * len(p)
     p["method"] = [method_label(m, c if isinstance(c, str) else None, json.loads(par) if isinstance(par, str) else {},
-                                None if pd.isna(b) else float(b))
-                   for m, c, par, b in zip(p["mode"], p["compressor"], p["params"], p["bucket_mb"])]
+                                None if pd.isna(b) else float(b), None if pd.isna(o) else bool(o))
+                   for m, c, par, b, o in zip(p["mode"], p["compressor"], p["params"], p["bucket_mb"], overlap)]
     base = p[p["method"] == "syncSGD"][["model", "rate_gbps", "predicted_ms"]].rename(columns={"predicted_ms": "base_ms"})
     return p.merge(base, on=["model", "rate_gbps"], how="left")[
         ["model", "method", "rate_gbps", "predicted_ms", "base_ms"]]

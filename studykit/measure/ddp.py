@@ -10,7 +10,11 @@ size this times, on every rank (the record holds the max over ranks per iteratio
   ``bf16_compress_hook``, PowerSGD rank 4 from iteration 2). Only on NCCL: on
   gloo the bf16 hook is refused and PowerSGD deadlocks with several buckets
   (MACHINE-NOTES), so a ``skipped`` record says so instead of hanging;
-* ``hook``: every compressor through :func:`studykit.ddp.register` (DDP's buckets);
+* ``hook``: every compressor through :func:`studykit.ddp.register` (DDP's buckets), its
+  protocol on the communication thread, overlapped with the backward pass (``hook_overlap``
+  true); ``hook_blocking``: the same with ``overlap=False`` (the protocol runs inside the hook,
+  as every hook record before the field ``hook_overlap`` existed did), recorded as mode
+  ``hook`` with ``hook_overlap`` false;
 * ``post``: every compressor through :class:`studykit.ddp.PostBackwardReducer`
   on the plain model, one bucket (the paper's non-overlapped implementation).
 
@@ -40,7 +44,7 @@ from studykit.measure.timing import time_fn
 
 __all__ = ["MODES", "BUILTIN_HOOKS", "run_ddp"]
 
-MODES = ("syncsgd", "builtin", "hook", "post")
+MODES = ("syncsgd", "builtin", "hook", "post", "hook_blocking")
 #: PyTorch's built-in hooks timed as peers: name -> params recorded
 BUILTIN_HOOKS = {"torch_fp16": {}, "torch_bf16": {}, "torch_powersgd": {"rank": 4, "start_iter": 2}}
 BUILTIN_SKIP_REASON = ("PyTorch's built-in DDP comm hooks are run on NCCL only: on gloo bf16_compress_hook "
@@ -58,6 +62,7 @@ class _Config:
     bucket_mb: Optional[float]
     spec: Optional[CompressorSpec]
     cid: str
+    hook_overlap: Optional[bool] = None
 
 
 def _builtin_hook(name: str):
@@ -86,14 +91,15 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
         for bs in batch_sizes or [M.DEFAULT_BATCH.get(model, 32)]:
             sl = M.seq_len_of(model, seq_len)
 
-            def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None):
+            def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None, hook_overlap=None):
                 params = params or {}
                 cid = config_id(kind="ddp", model=model, batch_size=bs, mode=mode, compressor=compressor,
                                 params=params, bucket_mb=bucket_mb, seq_len=sl, world_size=d.world_size,
-                                backend=d.backend, device_type=d.device.type)
+                                backend=d.backend, device_type=d.device.type, hook_overlap=hook_overlap)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
-                    groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid))
+                    groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
+                                                 hook_overlap))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -107,7 +113,9 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                 if "post" in modes:
                     add(3, "post", spec.name, params, spec=spec)
                 if "hook" in modes:
-                    add(4, "hook", spec.name, params, spec=spec)
+                    add(4, "hook", spec.name, params, spec=spec, hook_overlap=True)
+                if "hook_blocking" in modes:
+                    add(4, "hook", spec.name, params, spec=spec, hook_overlap=False)
     # within a group: configuration by configuration, every model in turn
     order = {m: i for i, m in enumerate(model_names)}
     out = []
@@ -136,7 +144,7 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> 
             fwd.register_comm_hook(hook_state, hook)
         elif cfg.mode == "hook":
             comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
-            state = sk_ddp.register(fwd, comp)
+            state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False)
     else:  # post: the plain model and one bucket
         comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
         state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None)
@@ -180,7 +188,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     for cfg in progress(todo, total=len(todo), desc="ddp", enabled=main):
         fields = dict(model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode, compressor=cfg.compressor,
                       params=cfg.params, bucket_mb=cfg.bucket_mb,
-                      seq_len=M.seq_len_of(cfg.model, seq_len), optimizer=OPTIMIZER)
+                      seq_len=M.seq_len_of(cfg.model, seq_len), optimizer=OPTIMIZER, hook_overlap=cfg.hook_overlap)
         if cfg.mode == "builtin" and d.backend != "nccl":
             rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
                               status="skipped", reason=BUILTIN_SKIP_REASON, **fields)

@@ -114,12 +114,15 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "seq_len": "sequence length for BERT, null otherwise",
         "wire_bytes_per_iter": "bytes this worker put into collectives per iteration (hook/post modes)",
         "optimizer": "optimizer of the timed step",
+        "hook_overlap": "mode hook: true when the protocol ran on the hook's communication thread, overlapped "
+                        "with the backward pass; false when it ran inside the hook (blocking); null in records "
+                        "written before this field existed, whose hooks were blocking",
     },
 }
 
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
-            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type")
+            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap")
 
 
 def config_id(**fields) -> str:

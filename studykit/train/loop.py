@@ -121,7 +121,8 @@ class TimedHookState(HookState):
     """:class:`studykit.ddp.HookState` plus hook time and the shapes of each bucket."""
 
     def __init__(self, compressor, comm: TimedComm, clock: _Clock):
-        super().__init__(compressor, comm=comm)
+        # the protocol runs inside the hook (blocking), so the hook's wall time is its cost
+        super().__init__(compressor, comm=comm, overlap=False)
         self.clock = clock
         self.hook_s = 0.0
 
