@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -61,9 +60,10 @@ def _spawn_worker(rank: int, world_size: int, init_file: str, cfg: TrainConfig, 
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """Records of a JSON Lines file (empty lines skipped)."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """Records of a JSON Lines file (:func:`studykit.measure.records.load_records`, the kit's one reader)."""
+    from studykit.measure.records import load_records
+
+    return load_records(path)
 
 
 def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size: int = 1,

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from studykit.comm import TorchComm
+from studykit.measure.records import SCHEMA_VERSION
 from studykit.ddp import HookState, compressor_hook
 from studykit.train import data as data_mod
 from studykit.train import nets
@@ -299,7 +300,8 @@ def _train_one(cfg: TrainConfig, method: Method, data: _Data, device, path, resu
     run_id = f"{method.label}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     prov = provenance(backend=dist.get_backend(), world_size=world, device=str(device),
                       device_type=device.type) if rank == 0 else {}
-    common = {"kind": RECORD_KIND, "run_id": run_id, "method": method.label, "method_spec": method.describe(),
+    common = {"schema": SCHEMA_VERSION, "kind": RECORD_KIND, "run_id": run_id, "method": method.label,
+              "method_spec": method.describe(),
               "controller": controller.describe() if controller is not None else None,
               "dataset": data.summary, "model": {"arch": cfg.model, "class": type(model).__name__, "numel": numel},
               "world_size": world, "global_batch": world * cfg.batch_size, "steps_per_epoch": steps,
