@@ -198,3 +198,54 @@ def test_report_reader_uses_the_one_reader(tmp_path):
     with pytest.warns(UserWarning, match="unparsable"):
         df = report.load_frame(p)
     assert len(df) == 1
+
+
+# ---------------------------------------------------------------- 5. compressor API: booleans, world sizes
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from studykit import compressors as C  # noqa: E402
+from studykit.compressors.base import MAX_WORLD_SIZE, CompressorError, ErrorFeedback  # noqa: E402
+from studykit.compressors.registry import FALSE_WORDS, TRUE_WORDS  # noqa: E402
+
+
+@pytest.mark.parametrize("word", [*FALSE_WORDS, "No", "OFF", False, 0])
+def test_error_feedback_false_words_turn_it_off(word):
+    assert not isinstance(C.get("topk", error_feedback=word), ErrorFeedback)
+
+
+@pytest.mark.parametrize("word", [*TRUE_WORDS, "Yes", "ON", True, 1])
+def test_error_feedback_true_words_turn_it_on(word):
+    assert isinstance(C.get("topk", error_feedback=word), ErrorFeedback)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=8), st.integers(), st.floats(), st.none(), st.lists(st.booleans(), max_size=2)))
+def test_booleans_are_parsed_strictly(value):
+    words = TRUE_WORDS + FALSE_WORDS
+    ok = isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)) or \
+        (isinstance(value, str) and value.strip().lower() in words)
+    if ok:
+        comp = C.get("topk", error_feedback=value)
+        assert isinstance(comp, ErrorFeedback) == (str(value).strip().lower() in ("yes", "true", "1", "on"))
+    else:
+        with pytest.raises(CompressorError, match=r"'error_feedback' must be a boolean.*true/false"):
+            C.get("topk", error_feedback=value)
+
+
+def test_spec_strings_parse_booleans_strictly():
+    with pytest.raises(CompressorError, match="allow_nonfinite"):
+        C.parse_spec("topk:allow_nonfinite=perhaps")
+    assert C.parse_spec("topk:error_feedback=no")[1] == {"error_feedback": "no"}
+
+
+@pytest.mark.parametrize("p", [1e9, 10**9, 0, -1, 2.5, True, "4", None, MAX_WORLD_SIZE + 1])
+def test_unreasonable_world_sizes_are_refused(p):
+    comp = C.get("topk", ratio=0.01)
+    with pytest.raises(CompressorError, match=rf"world_size must be an integer in \[1, {MAX_WORLD_SIZE}\]"):
+        comp.wire_bytes([100], world_size=p)
+
+
+def test_large_world_sizes_still_work():
+    assert C.get("powersgd", rank=1).wire_bytes([[8, 8]], world_size=65536) > 0
+    assert C.get("fp16").wire_bytes([64], world_size=np.int64(65536)) == 128
