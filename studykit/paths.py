@@ -45,8 +45,8 @@ def check_writable_output(path: Path | str, allow_committed: bool = False, *, wh
                                   f"({folder}); write to reports/ (the default) or another folder, or pass "
                                   f"{OVERWRITE_FLAG} to write there on purpose")
     if file:
-        if resolved.exists() and not resolved.is_file():
+        if (p.exists() or p.is_symlink()) and not p.is_file():  # /dev/stdout -> a pipe or tty: appends hang
             raise OutputError(f"{what} {path} exists and is not a regular file; give a .jsonl file path")
-    elif resolved.exists() and not resolved.is_dir():
+    elif p.exists() and not p.is_dir():
         raise OutputError(f"{what} {path} exists and is not a folder")
     return resolved

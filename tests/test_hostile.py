@@ -249,3 +249,223 @@ def test_unreasonable_world_sizes_are_refused(p):
 def test_large_world_sizes_still_work():
     assert C.get("powersgd", rank=1).wire_bytes([[8, 8]], world_size=65536) > 0
     assert C.get("fp16").wire_bytes([64], world_size=np.int64(65536)) == 128
+
+
+# ---------------------------------------------------------------- 2. nothing written into committed data/notebooks
+def test_check_writable_output_guards_the_committed_trees(tmp_path):
+    for inside in (paths.DATA / "verification", paths.DATA, paths.NOTEBOOKS, paths.DATA / "x" / ".." / "y"):
+        with pytest.raises(paths.OutputError, match="--overwrite-committed"):
+            paths.check_writable_output(inside)
+        assert paths.check_writable_output(inside, True) == inside.resolve()
+    assert paths.check_writable_output(tmp_path / "new") == (tmp_path / "new").resolve()
+    assert paths.check_writable_output(paths.REPORTS / "x") == (paths.REPORTS / "x").resolve()
+    with pytest.raises(paths.OutputError, match="not a regular file"):
+        paths.check_writable_output("/dev/null", file=True)
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "--out", str(paths.DATA / "verification")],
+    ["notebooks", "--out", str(paths.NOTEBOOKS)],
+    ["bench", "--out-dir", str(paths.DATA / "benchmarks" / "h200")],
+    ["profile", "--out", str(paths.DATA / "measurements" / "cpu" / "profile.jsonl")],
+    ["sweep", "--out", str(paths.DATA / "measurements" / "cpu" / "sweep.jsonl")],
+    ["train", "--out", str(paths.DATA / "training" / "cpu")],
+])
+def test_commands_refuse_to_write_into_committed_trees(argv, capsys):
+    before = {p: p.stat().st_mtime_ns for p in (paths.DATA.rglob("*") if paths.DATA.exists() else [])}
+    refused(argv, capsys, "committed", "--overwrite-committed")
+    after = {p: p.stat().st_mtime_ns for p in (paths.DATA.rglob("*") if paths.DATA.exists() else [])}
+    assert before == after
+
+
+def test_defaults_go_to_reports():
+    from studykit import bench, verify
+
+    assert str(paths.REPORTS) in bench.build_parser().get_default("out_dir")
+    src = (paths.ROOT / "studykit" / "verify.py").read_text()
+    assert 'default=str(paths.REPORTS / "verification")' in src
+    assert verify  # imported: the module builds its parser in main()
+
+
+def test_misspelt_notebooks_dir_leaves_summary_alone(tmp_path, capsys):
+    out = tmp_path / "reports"
+    out.mkdir()
+    (out / "summary.json").write_text('{"notebooks": [{"notebook": "tour"}]}')
+    refused(["notebooks", "--notebooks-dir", str(tmp_path / "notebok"), "--out", str(out)], capsys, "no notebooks")
+    assert json.loads((out / "summary.json").read_text())["notebooks"] == [{"notebook": "tour"}]
+
+
+# ---------------------------------------------------------------- 5. numbers checked at the command line
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "--epochs", "0"], "--epochs: must be an integer >= 1"),
+    (["train", "--batch-size", "0"], "--batch-size: must be an integer >= 1"),
+    (["train", "--limit-train", "0"], "--limit-train: must be an integer >= 1"),
+    (["train", "--target-acc", "5"], "--target-acc: must be a number > 0 and <= 1"),
+    (["train", "--lr", "nan"], "--lr: must be a number > 0 (finite)"),
+    (["train", "--world-size", "0"], "--world-size: must be an integer in [1, 1024]"),
+    (["train", "--device", "meta"], "device 'meta' is not supported"),
+    (["train", "--device", "gpu7"], "is not a device"),
+    (["train", "--methods", "topk:error_feedback=maybe"], "must be a boolean"),
+    (["ddp", "--timeout-s", "inf"], "--timeout-s: must be a number > 0 (finite)"),
+    (["sweep", "--timeout-s", "-1"], "--timeout-s: must be a number > 0"),
+    (["sweep", "--factor", "1"], "--factor: must be an integer >= 2"),
+    (["sweep", "--sizes", "0"], "--sizes: must be a size >= 1"),
+    (["profile", "--copy-bytes", "0"], "--copy-bytes: must be a size >= 1"),
+    (["profile", "--device", "meta"], "device 'meta' is not supported"),
+    (["tcomp", "--iters", "1e3"], "--iters: must be an integer >= 1"),
+    (["bench", "--ddp-iters", "0"], "--ddp-iters: must be an integer >= 1"),
+    (["bench", "--iters", "-5"], "--iters: must be an integer >= 1"),
+    (["bench", "--budget-s", "inf"], "--budget-s: must be a number > 0 (finite)"),
+    (["notebooks", "--timeout", "0"], "--timeout: must be an integer >= 1"),
+])
+def test_bad_numbers_are_refused_naming_argument_and_range(argv, needle, capsys):
+    refused(argv, capsys, needle)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.integers(max_value=0), st.sampled_from(["inf", "-inf", "nan", "1.5", "", "x", "1e400"])))
+def test_train_epochs_property(capsys, value):
+    refused(["train", "--epochs", str(value)], capsys, "--epochs")
+
+
+def test_trainconfig_validates_for_api_callers():
+    from studykit.train import TrainConfig
+
+    for kw, needle in ((dict(epochs=0), "epochs must be an integer >= 1"),
+                       (dict(batch_size=2.5), "batch_size must be an integer >= 1"),
+                       (dict(limit_train=0), "limit_train must be None or an integer >= 1"),
+                       (dict(target_acc=5), r"target_acc must be None or a fraction in \(0, 1\]"),
+                       (dict(lr=float("inf")), "lr must be a finite number > 0"),
+                       (dict(device="meta"), "device 'meta' is not supported")):
+        with pytest.raises(ValueError, match=needle):
+            TrainConfig(**kw)
+
+
+# ---------------------------------------------------------------- 6. measurements neither lost nor blocked
+def test_records_refuse_non_regular_outputs_instead_of_hanging(tmp_path, capsys):
+    with pytest.raises(R.RecordError, match="not a regular file"):
+        R.RecordWriter("/dev/null")  # (/dev/stdout is a file under pytest; a tty or pipe in use)
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    refused(["tcomp", "--out", str(tmp_path / "fifo.jsonl")], capsys, "not a regular file")
+    refused(["profile", "--out", "/dev/null"], capsys, "not a regular file")
+    refused(["bench", "--out-dir", str(tmp_path / "fifo.jsonl")], capsys, "not a folder")
+
+
+def test_bench_summary_of_nothing_fails(tmp_path, capsys):
+    refused(["bench", "--summary", str(tmp_path / "nonexistent")], capsys, "no records at")
+    (tmp_path / "empty").mkdir()
+    refused(["bench", "--summary", str(tmp_path / "empty")], capsys, "no records in")
+
+
+def test_bench_retry_errors_measures_error_records_again(tmp_path):
+    from studykit import bench
+
+    out = tmp_path / "b"
+    argv = ["bench", "--model", "mlp_small", "--compressors", "fp16", "--out-dir", str(out), "--iters", "2",
+            "--warmup", "1", "--quiet", "--no-split"]
+    assert bench.main(argv) == 0
+    recs = R.load_records(out / "codecs.jsonl")
+    for r in recs:
+        if r["kind"] == "bench":
+            r.update(status="error", reason="RuntimeError: pretend", ms_median=None)
+    _write(out / "codecs.jsonl", recs)
+    assert bench.main(argv) == 0  # errors count as done: nothing measured again
+    assert all(r["status"] == "error" for r in R.load_records(out / "codecs.jsonl") if r["kind"] == "bench")
+    assert bench.main([*argv, "--retry-errors"]) == 0
+    bench_recs = [r for r in R.load_records(out / "codecs.jsonl") if r["kind"] == "bench"]
+    assert bench_recs and all(r["status"] == "ok" for r in bench_recs)
+
+
+# ---------------------------------------------------------------- 7. notebook parameters checked before a kernel
+def _nb(path, params_src):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(params_src)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# t"), cell, nbformat.v4.new_code_cell("raise SystemExit('ran')")]
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.parametrize("profile,needle", [
+    ("tiny:\n  scael: 2.0\n", "notebook 'tiny' has no parameter 'scael' (its parameters: scale, n, name, flag"),
+    ("tiyn:\n  scale: 2.0\n", "unknown notebook 'tiyn'"),
+    ("tiny:\n  n: 2.5\n", "notebook 'tiny' parameter 'n' expects int, got float 2.5"),
+    ("tiny:\n  n: true\n", "parameter 'n' expects int, got bool"),
+    ("tiny:\n  scale: '2'\n", "parameter 'scale' expects float, got str '2'"),
+    ("tiny:\n  flag: 1\n", "parameter 'flag' expects bool, got int 1"),
+    ("tiny:\n  name: null\n", "parameter 'name' expects str, got NoneType"),
+    ("tiny: [1]\n", "expected a mapping of notebook name"),
+])
+def test_notebook_parameters_are_checked_against_the_parameters_cell(tmp_path, capsys, profile, needle,
+                                                                     monkeypatch):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    _nb(src / "tiny.ipynb", "scale: float = 1.0  # x\nn: int = 1\nname: str = 'a'\nflag: bool = False\n")
+    (tmp_path / "p.yaml").write_text(profile)
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a kernel started"))
+    refused(["notebooks", "--notebooks-dir", str(src), "--params", str(tmp_path / "p.yaml"), "--out",
+             str(tmp_path / "out"), "--no-html"], capsys, needle)
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_run_one_checks_parameters_before_a_kernel(tmp_path, monkeypatch):
+    from studykit import notebooks
+
+    nb = _nb(tmp_path / "tiny.ipynb", "n: int = 1\n")
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a kernel started"))
+    with pytest.raises(notebooks.ParameterError, match="'tiny' parameter 'n' expects int, got str"):
+        notebooks.run_one(nb, {"n": "3"}, tmp_path / "out")
+    assert notebooks.parameters(nb) == {"n": "int"}
+
+
+def test_committed_profiles_pass_the_check():
+    from studykit import notebooks
+
+    nbs = notebooks.discover()
+    for name in ("smoke", "full"):
+        notebooks.check_profile(notebooks.load_profile(paths.PARAMS / f"{name}.yaml"), nbs, name)
+
+
+# ---------------------------------------------------------------- the real entry point prints no traceback
+def test_entry_point_prints_a_message_not_a_traceback(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "studykit", "bench", "--summary", str(tmp_path / "none")],
+                       capture_output=True, text=True, cwd=paths.ROOT, timeout=120)
+    assert r.returncode == 2 and "no records at" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_out_dev_stdout_is_refused_not_hung():
+    r = subprocess.run([sys.executable, "-m", "studykit", "tcomp", "--models", "mlp_small", "--out", "/dev/stdout"],
+                       capture_output=True, text=True, cwd=paths.ROOT, timeout=120)
+    assert r.returncode == 2 and "not a regular file" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- property-based: arbitrary bytes in, clear errors out
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.binary(max_size=40), st.just(json.dumps(_rec("a")).encode()),
+                          st.just(json.dumps(_rec("b", schema=3)).encode())), max_size=6))
+def test_load_records_on_arbitrary_lines(tmp_path, lines):
+    p = tmp_path / "r.jsonl"
+    p.write_bytes(b"\n".join(lines))
+    try:
+        recs = R.load_records(p)
+    except R.RecordError as exc:
+        assert "schema" in str(exc) and "r.jsonl:" in str(exc)
+        return
+    rep = recs.report
+    assert len(recs) + rep.n_damaged + rep.n_duplicates + rep.superseded <= len(b"\n".join(lines).split(b"\n"))
+    assert all(isinstance(r, dict) for r in recs)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200))
+def test_cifar_batch_on_arbitrary_bytes(tmp_path, raw):
+    try:
+        data._cifar_batch(raw, "batch")
+    except data.DataError as exc:
+        assert "cifar10: batch" in str(exc)

@@ -408,7 +408,7 @@ def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, re
             text = f.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise RecordError(f"{f}: cannot be read ({exc})") from None
-        for i, line in enumerate(text.splitlines(), 1):
+        for i, line in enumerate(text.split("\n"), 1):  # JSON Lines: only \n ends a line (not \x85, \u2028)
             if not line.strip():
                 continue
             try:

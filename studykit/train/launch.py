@@ -99,7 +99,14 @@ def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size:
     cfg = dataclasses.replace(cfg, device="cpu")
     with tempfile.TemporaryDirectory(prefix="studykit-train-") as tmp:
         results = os.path.join(tmp, "records.jsonl")
-        mp.spawn(_spawn_worker, args=(world_size, os.path.join(tmp, "init"), cfg, methods,
-                                      None if out is None else str(out), overwrite, results),
-                 nprocs=world_size, join=True)
+        try:
+            mp.spawn(_spawn_worker, args=(world_size, os.path.join(tmp, "init"), cfg, methods,
+                                          None if out is None else str(out), overwrite, results),
+                     nprocs=world_size, join=True)
+        except mp.ProcessRaisedException as exc:
+            last = [ln for ln in str(exc).strip().splitlines() if ln.strip()][-1]
+            if last.split(":", 1)[0].rsplit(".", 1)[-1] in ("DataError", "ValueError", "CompressorError",
+                                                             "FileNotFoundError"):
+                raise ValueError(f"a training worker stopped: {last}") from None  # bad input: a message
+            raise
         return read_records(results) if os.path.exists(results) else []
