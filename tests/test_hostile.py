@@ -469,3 +469,21 @@ def test_cifar_batch_on_arbitrary_bytes(tmp_path, raw):
         data._cifar_batch(raw, "batch")
     except data.DataError as exc:
         assert "cifar10: batch" in str(exc)
+
+
+# ---------------------------------------------------------------- every command: unknown flags and bad values
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_command_refuses_an_unknown_flag(name, capsys):
+    refused([name, "--no-such-flag"], capsys, "error:")  # unrecognized, or a required argument named
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["compressors", "--world-size", "300000"], "world_size must be an integer in [1, 262144]"),
+    (["compressors", "--world-size", "1e9"], "--world-size"),
+    (["predict", "--model", "resnet50", "--gpus", "100000000", "--compressor", "topk"], "world_size must be"),
+    (["train", "--dataset", "cifar10", "--data-root", "/nonexistent/cifar"], "does not exist"),
+    (["fit", "/nonexistent/records", "--out", "/tmp/never.json"], "not found"),
+    (["nosuchcommand"], "unknown command"),
+])
+def test_commands_on_bad_values(argv, needle, capsys):
+    refused(argv, capsys, needle)
