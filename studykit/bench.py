@@ -2,8 +2,8 @@
 
 One run on one card (issue #7)::
 
-    python -m studykit bench --out-dir data/benchmarks/h200          # codecs only, one GPU
-    torchrun --standalone --nproc-per-node 2 -m studykit bench --ddp --out-dir data/benchmarks/h200x2 --overwrite
+    python -m studykit bench --overwrite-committed --out-dir data/benchmarks/h200          # codecs only, one GPU
+    torchrun --standalone --nproc-per-node 2 -m studykit bench --ddp --overwrite-committed --out-dir data/benchmarks/h200x2 --overwrite
 
 Codecs (rank 0, one card): every registered compressor's encode+decode on the *flat*
 ResNet-50 gradient (25.6M fp32 elements, one tensor) beside the memory floor -- one read and
@@ -51,7 +51,7 @@ import torch
 
 from studykit import compressors as C
 from studykit import models as M
-from studykit import paths
+from studykit import argtypes, paths
 from studykit.comm import LocalComm
 from studykit.compressors import _fast
 from studykit.compressors.base import ErrorFeedback
@@ -446,8 +446,13 @@ def summary_markdown(df) -> str:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m studykit bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out-dir", default=str(paths.ROOT / "data" / "benchmarks" / "run"),
-                    help="folder for codecs.jsonl, ddp.jsonl, summary.csv, summary.md (default data/benchmarks/run)")
+    ap.add_argument("--out-dir", default=str(paths.REPORTS / "benchmarks" / "run"),
+                    help="folder for codecs.jsonl, ddp.jsonl, summary.csv, summary.md (default reports/benchmarks/run; "
+                         f"inside the committed data/ only with {paths.OVERWRITE_FLAG})")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true",
+                    help="allow --out-dir inside the repository's committed data/ (refused otherwise)")
+    ap.add_argument("--retry-errors", action="store_true",
+                    help="measure again the configurations whose records in --out-dir are errors")
     ap.add_argument("--overwrite", action="store_true", help="start the record files afresh (else: resume)")
     ap.add_argument("--model", default="resnet50", choices=M.available(), help="gradient for the codecs")
     ap.add_argument("--compressors", nargs="*", default=None, metavar="NAME[:k=v,...]",
@@ -456,18 +461,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reference", action="store_true",
                     help="also time every codec with the fused kernels off (STUDYKIT_FAST=0): before/after")
     ap.add_argument("--no-split", action="store_true", help="skip the separate encode/decode timings")
-    ap.add_argument("--iters", type=int, default=50, help="timed iterations (default 50)")
-    ap.add_argument("--warmup", type=int, default=10, help="discarded warm-up iterations (default 10)")
-    ap.add_argument("--budget-s", type=float, default=1.0, help="seconds per codec configuration (default 1)")
+    ap.add_argument("--iters", type=argtypes.positive_int, default=50, help="timed iterations (default 50)")
+    ap.add_argument("--warmup", type=argtypes.nonneg_int, default=10, help="discarded warm-up iterations (default 10)")
+    ap.add_argument("--budget-s", type=argtypes.positive_float, default=1.0, help="seconds per codec configuration (default 1)")
     ap.add_argument("--ddp", action="store_true",
                     help="also time DDP iterations (every rank; under torchrun for 2+ GPUs)")
     ap.add_argument("--ddp-models", nargs="+", default=list(DDP_MODELS), choices=M.available(), metavar="MODEL")
     ap.add_argument("--ddp-compressors", nargs="*", default=list(DDP_SPECS), metavar="NAME[:k=v,...]",
                     help=f"kit hooks to time (default: {' '.join(DDP_SPECS)}; 'all' for every compressor)")
-    ap.add_argument("--ddp-iters", type=int, default=20, help="timed DDP iterations per configuration (default 20)")
-    ap.add_argument("--ddp-warmup", type=int, default=5,
+    ap.add_argument("--ddp-iters", type=argtypes.positive_int, default=20, help="timed DDP iterations per configuration (default 20)")
+    ap.add_argument("--ddp-warmup", type=argtypes.nonneg_int, default=5,
                     help="discarded DDP iterations first (default 5; the first one builds DDP's buckets)")
-    ap.add_argument("--ddp-budget-s", type=float, default=None,
+    ap.add_argument("--ddp-budget-s", type=argtypes.positive_float, default=None,
                     help="cap seconds per DDP configuration (default: none, exactly --ddp-iters; a budget "
                          "estimates from the first, slow iteration and may cut a run to 5 iterations)")
     ap.add_argument("--device", default="auto", help="codec device: auto (GPU if any), cpu, cuda, cuda:N")
@@ -493,16 +498,28 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         argv = argv[1:]
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     verbose = not args.quiet
     if args.summary:
-        _write_summary(load_records(*args.summary), None, verbose)
+        try:
+            records = load_records(*args.summary)
+        except ValueError as exc:  # a missing file or folder, another schema
+            ap.error(str(exc))
+        if not records:
+            ap.error(f"--summary: no records in {' '.join(args.summary)} (*.jsonl files written by bench)")
+        _write_summary(records, None, verbose)
         return 0
+    try:
+        out_dir = paths.check_writable_output(args.out_dir, args.overwrite_committed, what="--out-dir")
+        for p in (out_dir / "codecs.jsonl", out_dir / "ddp.jsonl"):
+            paths.check_writable_output(p, True, what="--out-dir", file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
 
     from studykit.measure.runtime import finish_dist, init_dist, pick_device
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    out_dir = Path(args.out_dir)
     d = None
     if args.ddp or world > 1:
         d = init_dist("auto", None, require_group=True)
@@ -521,7 +538,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not args.no_codecs and main_rank:
             device = d.device if d is not None else pick_device(args.device)
             specs = parse_compressor_specs(args.compressors)
-            run_codecs(specs, RecordWriter(codecs_path), device=device, model=args.model, n_iter=args.iters,
+            run_codecs(specs, RecordWriter(codecs_path, retry_errors=args.retry_errors), device=device, model=args.model, n_iter=args.iters,
                        n_warmup=args.warmup, budget_s=args.budget_s, reference=args.reference,
                        split=not args.no_split, verbose=verbose)
         if d is not None:
@@ -531,7 +548,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
             specs = parse_compressor_specs(None if args.ddp_compressors == ["all"] else args.ddp_compressors) \
                 if args.ddp_compressors else []
-            gc_writer = RecordWriter(ddp_path, enabled=main_rank)
+            gc_writer = RecordWriter(ddp_path, enabled=main_rank, retry_errors=args.retry_errors)
             run_ddp(d, args.ddp_models, specs, gc_writer, modes=("syncsgd", "builtin", "hook"),
                     n_iter=args.ddp_iters, n_warmup=args.ddp_warmup, budget_s=args.ddp_budget_s, min_iter=5,
                     verbose=verbose)

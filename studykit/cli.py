@@ -1,10 +1,13 @@
 """``python -m studykit COMMAND ...``: the kit's entry points from a shell (also under torchrun).
 
-Each command lives in the module that computes it and exposes ``main(argv) -> int``.
+Each command lives in the module that computes it and exposes ``main(argv) -> int``. Bad input
+that surfaces as ``ValueError`` or ``OSError`` (a missing file, a refused output, an invalid value)
+ends with ``studykit COMMAND: error: ...`` and exit status 2; ``STUDYKIT_TRACEBACK=1`` shows the traceback.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,4 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"studykit: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main([name, *rest]) or 0)
+    try:
+        return int(module.main([name, *rest]) or 0)
+    except (ValueError, OSError) as exc:  # bad input (a path, a file, a value): a message, not a traceback
+        if os.environ.get("STUDYKIT_TRACEBACK"):
+            raise
+        print(f"studykit {name}: error: {exc}", file=sys.stderr)
+        return 2

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from studykit import paths
+from studykit import argtypes, paths
 
 #: the question each notebook answers (README table, index); a notebook not listed falls back to its title
 QUESTIONS = {
@@ -59,6 +59,74 @@ def load_profile(path: Path | str) -> dict[str, dict]:
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"{path}: expected a mapping of notebook name -> mapping of parameters")
     return data
+
+
+class ParameterError(ValueError):
+    """A profile sets a parameter a notebook does not have, or one of the wrong type."""
+
+
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}
+
+
+def parameters(nb: Path | str) -> dict[str, str]:
+    """The notebook's ``parameters`` cell as ``{name: type name}`` (read with ``ast``; no kernel).
+
+    Each line is a typed literal (STYLE item 2): ``name: type = value  # comment``; a bare
+    ``name = value`` takes its value's type.
+    """
+    import ast
+
+    cells = json.loads(Path(nb).read_text()).get("cells", [])
+    src = next(("".join(c.get("source", "")) for c in cells
+                if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if src is None:
+        return {}
+    out: dict[str, str] = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out[node.target.id] = ast.unparse(node.annotation)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    try:
+                        out[t.id] = type(ast.literal_eval(node.value)).__name__
+                    except ValueError:
+                        out[t.id] = "object"
+    return out
+
+
+def _type_ok(value, type_name: str) -> bool:
+    t = _TYPES.get(type_name)
+    if t is None:  # an annotation the checker does not know (Optional[...], ...): accept
+        return True
+    if value is None:
+        return False
+    if t is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, t)
+
+
+def check_profile(profile: dict[str, dict], notebooks: list[Path], source: str = "profile") -> None:
+    """Refuse, before any kernel starts, a profile that names an unknown notebook or sets a parameter a
+    notebook's ``parameters`` cell lacks or of another type; the message names notebook, parameter and type."""
+    known = {p.stem: p for p in notebooks}
+    problems = []
+    for name, params in profile.items():
+        if name not in known:
+            problems.append(f"unknown notebook {name!r} (notebooks: {', '.join(sorted(known))})")
+            continue
+        declared = parameters(known[name])
+        for key, value in params.items():
+            if key not in declared:
+                problems.append(f"notebook {name!r} has no parameter {key!r} (its parameters: "
+                                f"{', '.join(declared) or 'none'})")
+            elif not _type_ok(value, declared[key]):
+                problems.append(f"notebook {name!r} parameter {key!r} expects {declared[key]}, got "
+                                f"{type(value).__name__} {value!r}")
+    if problems:
+        raise ParameterError(f"{source}: " + "; ".join(problems))
 
 
 class NotebookFailed(RuntimeError):
@@ -107,13 +175,15 @@ def _failed_cell(out: Path, exc) -> tuple[int | None, int, str]:
 
 
 def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, timeout_s: int = 1800) -> dict:
-    """Execute one notebook; returns a summary dict. Raises :class:`NotebookFailed` naming the cell."""
+    """Execute one notebook; returns a summary dict. Raises :class:`NotebookFailed` naming the cell, or
+    :class:`ParameterError` (before a kernel starts) for a parameter ``nb`` lacks or of the wrong type."""
     import papermill as pm
 
     from studykit import _jupyter_fix
 
-    _jupyter_fix.apply()  # nbclient#312: an interact cell can otherwise wait for ever for its reply
     nb = Path(nb)
+    check_profile({nb.stem: parameters or {}}, [nb], f"parameters of {nb.name}")  # before a kernel starts
+    _jupyter_fix.apply()  # nbclient#312: an interact cell can otherwise wait for ever for its reply
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / nb.name
     t0 = time.perf_counter()
@@ -293,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--notebooks-dir", default=str(paths.NOTEBOOKS), help="folder of notebooks (default: notebooks/)")
     ap.add_argument("--no-html", action="store_true", help="skip the HTML copies")
     ap.add_argument("--keep-going", action="store_true", help="run the remaining notebooks after a failure")
-    ap.add_argument("--timeout", type=int, default=1800, help="seconds per cell before a notebook fails")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true",
+                    help="allow --out inside the repository's committed notebooks/ or data/ (refused otherwise)")
+    ap.add_argument("--timeout", type=argtypes.positive_int, default=1800, help="seconds per cell before a notebook fails")
     ap.add_argument("--table", nargs="?", const="", default=None, metavar="SUMMARY_JSON",
                     help="print the README's markdown table from SUMMARY_JSON (default: <out>/summary.json); "
                          "runs nothing")
@@ -308,8 +380,19 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table(src))
         return 0
 
-    profile = load_profile(args.params)
-    nbs = discover(Path(args.notebooks_dir))
+    try:
+        paths.check_writable_output(out_dir, args.overwrite_committed)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+    nb_dir = Path(args.notebooks_dir)
+    nbs = discover(nb_dir) if nb_dir.is_dir() else []
+    if not nbs:  # a misspelt folder must not replace summary.json with an empty one
+        ap.error(f"--notebooks-dir {nb_dir}: no notebooks (*.ipynb) there")
+    try:
+        profile = load_profile(args.params)
+        check_profile(profile, nbs, args.params)
+    except (ValueError, FileNotFoundError) as exc:
+        ap.error(str(exc))
     if args.only:
         known = {p.stem for p in nbs}
         bad = sorted(set(args.only) - known)

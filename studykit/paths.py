@@ -12,3 +12,41 @@ CALIBRATIONS = DATA / "calibrations"
 REPORTS = ROOT / "reports"
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = ROOT / "params"
+
+#: the committed trees no command writes into unless told to (``--overwrite-committed``)
+COMMITTED = (DATA, NOTEBOOKS)
+OVERWRITE_FLAG = "--overwrite-committed"
+
+
+class OutputError(ValueError):
+    """An output path that must not be written; the message names the path and the way out."""
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def check_writable_output(path: Path | str, allow_committed: bool = False, *, what: str = "--out",
+                          file: bool = False) -> Path:
+    """Refuse an output inside the repository's committed ``data/`` or ``notebooks/`` unless
+    ``allow_committed`` (the command's ``--overwrite-committed``), and a ``file`` output that is
+    not a regular file (``/dev/stdout``, a FIFO, a folder: appends there would hang or be lost).
+    Returns the path, resolved."""
+    p = Path(path).expanduser()
+    resolved = p.resolve()
+    if not allow_committed:
+        for folder in COMMITTED:
+            if _inside(resolved, folder.resolve()):
+                raise OutputError(f"{what} {path} is inside the repository's committed {folder.name}/ "
+                                  f"({folder}); write to reports/ (the default) or another folder, or pass "
+                                  f"{OVERWRITE_FLAG} to write there on purpose")
+    if file:
+        if (p.exists() or p.is_symlink()) and not p.is_file():  # /dev/stdout -> a pipe or tty: appends hang
+            raise OutputError(f"{what} {path} exists and is not a regular file; give a .jsonl file path")
+    elif p.exists() and not p.is_dir():
+        raise OutputError(f"{what} {path} exists and is not a folder")
+    return resolved

@@ -59,7 +59,8 @@ def test_bench_cli_writes_records_and_summary_on_cpu(tmp_path):
     n = len(recs)
     bench.main(["bench", "--model", "mlp_small", "--compressors", "fp16", "--out-dir", str(out), "--iters", "2",
                 "--warmup", "1", "--quiet", "--no-split"])
-    assert len(load_records(out / "codecs.jsonl")) == n + 1
+    assert len(load_records(out / "codecs.jsonl", dedupe=False)) == n + 1
+    assert load_records(out / "codecs.jsonl").report.n_duplicates == 1  # the copy_bw of both runs
 
 
 def test_summary_only_mode_prints_markdown(capsys):

@@ -304,8 +304,9 @@ def test_bad_parameters_raise(name, bad, match):
 
 
 def test_bad_warm_start_raises_and_atomo_has_no_warm_start():
-    with pytest.raises(CompressorError, match="warm_start must be True or False, got 'yes'"):
-        C.get("powersgd", warm_start="yes")
+    with pytest.raises(CompressorError, match="'warm_start' must be a boolean.*got 'maybe'"):
+        C.get("powersgd", warm_start="maybe")
+    assert C.get("powersgd", warm_start="no", error_feedback="no").warm_start is False  # issue 17: strict words
     with pytest.raises(CompressorError, match="unknown parameter"):
         C.get("atomo", warm_start=True)
     assert C.parameters("powersgd") == {"rank": 4, "warm_start": True, "min_compression": 1.0}

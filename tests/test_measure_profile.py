@@ -64,7 +64,7 @@ def test_paper_specs_are_valid():
     (["profile", "--models", "resnet5"], "invalid choice"),
     (["sweep", "--ops", "broadcast"], "invalid choice"),
     (["sweep", "--sizes", "12Q"], "bad size"),
-    (["tcomp", "--batch-sizes", "0"], "must be >= 1"),
+    (["tcomp", "--batch-sizes", "0"], "must be an integer >= 1"),
     (["ddp", "--modes", "nosuch"], "invalid choice"),
     (["profile", "--budget-s", "1", "--warmup", "0"], "--warmup >= 1"),
 ])

@@ -322,8 +322,8 @@ def test_bad_params_name_the_valid_range():
         C.get("mstopk", samplings=0)
     with pytest.raises(CompressorError, match=r"sample_ratio must be in \(0, 1\], got 2"):
         C.get("dgc", sample_ratio=2)
-    with pytest.raises(CompressorError, match="unbiased must be True or False"):
-        C.get("randomk", unbiased=1)
+    with pytest.raises(CompressorError, match="unbiased.*must be a boolean"):
+        C.get("randomk", unbiased=2)
     with pytest.raises(CompressorError, match="unknown parameter"):
         C.get("topk", k=10)
 

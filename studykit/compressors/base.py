@@ -14,13 +14,17 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import numbers
 from typing import Any, ClassVar, Sequence
 
 import torch
 
 from studykit.comm import Collective, Communicator, LocalComm, RecordingComm
 
-__all__ = ["Compressor", "CompressorError", "ErrorFeedback", "FLOAT_DTYPES"]
+__all__ = ["Compressor", "CompressorError", "ErrorFeedback", "FLOAT_DTYPES", "MAX_WORLD_SIZE"]
+
+#: the largest world size :meth:`Compressor.plan` simulates (it builds one payload per worker)
+MAX_WORLD_SIZE = 2**18
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -172,12 +176,20 @@ class Compressor:
         :class:`RecordingComm`, so it cannot drift from what the code sends.
         """
         shapes = _as_shapes(shapes)
+        world_size = self._check_world_size(world_size)
         clone = copy.deepcopy(self)
         clone.state = {}
         clone.allow_nonfinite = True
         rec = RecordingComm(LocalComm(), world_size=world_size)
         clone.reduce([torch.empty(s, dtype=dtype, device="meta") for s in shapes], rec)
         return rec.log
+
+    def _check_world_size(self, world_size) -> int:
+        # plan() builds one payload per simulated worker: 1e9 workers would exhaust memory
+        if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) \
+                or not 1 <= world_size <= MAX_WORLD_SIZE:
+            raise self.error(f"world_size must be an integer in [1, {MAX_WORLD_SIZE}], got {world_size!r}")
+        return int(world_size)
 
     def wire_bytes(self, shapes, world_size: int = 2, dtype: torch.dtype = torch.float32) -> int:
         """Bytes this worker puts into collectives per step (each worker's share)."""

@@ -48,9 +48,29 @@ def get(name: str | Compressor, **params) -> Compressor:
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise CompressorError(f"compressor {name!r}: unknown parameter(s) {unknown}; valid: {sorted(valid)}")
+    sig = inspect.signature(cls.__init__).parameters
+    for key, value in list(params.items()):
+        default = cls.default_error_feedback if key == "error_feedback" else getattr(sig.get(key), "default", None)
+        if isinstance(default, bool):
+            params[key] = as_bool(value, f"compressor {name!r}: parameter {key!r}")
     ef = params.pop("error_feedback", cls.default_error_feedback)
     comp = cls(**params)
     return ErrorFeedback(comp) if ef else comp
+
+
+TRUE_WORDS = ("yes", "true", "1", "on")
+FALSE_WORDS = ("no", "false", "0", "off")
+
+
+def as_bool(value, what: str = "value") -> bool:
+    """A boolean given as bool, 0/1 or one of yes/true/1/on, no/false/0/off (any case); else an error."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise CompressorError(f"{what} must be a boolean: true/false, yes/no, on/off or 1/0; got {value!r}")
 
 
 def _lookup(name: str) -> type[Compressor]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from studykit import models as M
-from studykit import paths
+from studykit import argtypes, paths
 from studykit.measure.runtime import parse_compressor_specs, parse_size
 
 __all__ = ["main", "build_parser"]
@@ -32,32 +32,19 @@ __all__ = ["main", "build_parser"]
 COMMANDS = ("profile", "sweep", "tcomp", "ddp")
 
 
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return v
+_positive_int = argtypes.positive_int
+_nonneg_int = argtypes.nonneg_int
+_positive_float = argtypes.positive_float
 
 
 def _size(text: str) -> int:
     try:
-        return parse_size(text)
+        v = parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a size >= 1 byte (e.g. 4K, 64M), got {text!r}")
+    return v
 
 
 def _common(p: argparse.ArgumentParser, cmd: str) -> None:
@@ -69,6 +56,8 @@ def _common(p: argparse.ArgumentParser, cmd: str) -> None:
     p.add_argument("--budget-s", type=_positive_float, default=None,
                    help="cap seconds per configuration: fewer iterations (never below --min-iter) when slow")
     p.add_argument("--min-iter", type=_positive_int, default=3, help="timed iterations kept under --budget-s")
+    p.add_argument(paths.OVERWRITE_FLAG, action="store_true",
+                   help="allow --out inside the repository's committed data/ (refused otherwise)")
     p.add_argument("--retry-errors", action="store_true",
                    help="measure again the configurations whose records in --out are errors")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-record lines")
@@ -106,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-bytes", type=_size, default=parse_size("1K"), help="smallest message (default 1K)")
     p.add_argument("--max-bytes", type=_size, default=None,
                    help="largest message (default 1G on GPUs, 4M on CPUs)")
-    p.add_argument("--factor", type=int, default=2, help="size multiplier between steps (default 2)")
+    p.add_argument("--factor", type=argtypes.int_range(2), default=2, help="size multiplier between steps (default 2)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="element type")
     p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"], help="default: nccl on GPUs")
     p.add_argument("--timeout-s", type=_positive_float, default=300.0, help="process-group timeout")
@@ -169,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.budget_s is not None and args.warmup < 1:
         parser.error("--budget-s needs --warmup >= 1 (the warm-up estimates the time per iteration)")
-    out = Path(args.out)
+    try:
+        out = paths.check_writable_output(args.out, args.overwrite_committed, file=True)
+    except paths.OutputError as exc:
+        parser.error(str(exc))
     verbose = not args.quiet
     specs = []
     if args.cmd in ("profile", "ddp"):

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import warnings
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Optional
@@ -27,7 +28,7 @@ import torch
 from studykit import paths
 
 __all__ = ["SCHEMA_VERSION", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "make_record",
-           "RecordWriter", "load_records", "done_ids"]
+           "RecordWriter", "load_records", "done_ids", "LoadReport", "Records", "RecordError"]
 
 SCHEMA_VERSION = 1
 
@@ -254,6 +255,9 @@ class RecordWriter:
         self.retry_errors = retry_errors
         self.written = 0
         if enabled:
+            if self.path.exists() and not self.path.is_file():  # /dev/stdout, a FIFO, a folder: reading hangs
+                raise RecordError(f"record file {self.path} exists and is not a regular file; records are "
+                                  "appended and read back to resume, so give a path to a .jsonl file")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if repair:
                 _repair(self.path)
@@ -281,7 +285,11 @@ class RecordWriter:
 
 
 def _repair(path: Path) -> None:
-    """Drop a trailing partial line (a run killed mid-write) so appends start on a fresh line."""
+    """Make appends start on a fresh line after a run killed mid-write.
+
+    A last line without its newline is kept (the newline appended) when it parses as a
+    JSON object: only a line cut short, which does not parse, is dropped.
+    """
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as f:
@@ -291,41 +299,174 @@ def _repair(path: Path) -> None:
         f.seek(0)
         data = f.read()
         cut = data.rfind(b"\n") + 1
+        try:
+            whole = isinstance(json.loads(data[cut:].decode("utf-8")), dict)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            whole = False
+        if whole:  # a complete record that only lacks its newline (written by hand or another tool)
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+            return
         f.truncate(cut)
     warnings.warn(f"{path}: removed a partial last line ({len(data) - cut} bytes) left by an interrupted run")
 
 
-def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None) -> list[dict]:
-    """Records from JSONL files or folders (searched recursively for ``*.jsonl``).
+class RecordError(ValueError):
+    """Records that must not be read as they are (missing source, unknown schema); names file and line."""
 
-    Unparsable lines (a run killed mid-write) are skipped with a warning.
-    """
+
+#: kinds whose records predate the ``schema`` field and are read as schema 1 without one
+UNVERSIONED_KINDS = ("train_epoch",)
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_records` read, skipped and merged (also ``records.report``)."""
+
+    files: list[str] = field(default_factory=list)
+    records: int = 0
+    #: ``(file, line, why)`` for each line skipped as damaged (unparsable, not an object)
+    damaged: list[tuple[str, int, str]] = field(default_factory=list)
+    #: ``(file, line, first_file, first_line)`` for each record dropped as a duplicate of an earlier one
+    duplicates: list[tuple[str, int, str, int]] = field(default_factory=list)
+    #: error/skipped records replaced by a later record of the same configuration (``--retry-errors``)
+    superseded: int = 0
+    #: records without a ``schema`` field, read as schema 1 (a warning unless of :data:`UNVERSIONED_KINDS`)
+    unversioned: int = 0
+
+    @property
+    def n_damaged(self) -> int:
+        return len(self.damaged)
+
+    @property
+    def n_duplicates(self) -> int:
+        return len(self.duplicates)
+
+    def summary(self) -> str:
+        return (f"{self.records} records from {len(self.files)} file(s); {self.n_damaged} damaged line(s) skipped, "
+                f"{self.n_duplicates} duplicate(s) dropped, {self.superseded} superseded")
+
+
+class Records(list):
+    """A list of records with the :class:`LoadReport` of how they were read (``.report``)."""
+
+    report: LoadReport
+
+
+def _files(sources, missing_ok: bool) -> list[Path]:
     files: list[Path] = []
     for s in sources:
-        if isinstance(s, (str, Path)):
-            p = Path(s)
-            files += sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]
-        else:
-            files += [Path(x) for x in s]
-    out = []
-    for f in files:
-        if not f.exists():
-            continue
-        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+        items = [s] if isinstance(s, (str, Path)) else list(s)
+        for x in items:
+            p = Path(x)
+            if p.is_dir():
+                files += sorted(p.rglob("*.jsonl"))
+            elif p.is_file():
+                files.append(p)
+            elif p.exists():
+                raise RecordError(f"{p} is not a regular file or folder of *.jsonl records")
+            elif not missing_ok:
+                raise RecordError(f"no records at {p}: no such file or folder")
+    return files
+
+
+def _identity(rec: dict) -> Optional[tuple]:
+    """The duplicate key: config_id plus the network and machine, or a training epoch's run and epoch."""
+    if rec.get("config_id") is not None:
+        net = rec.get("network")
+        return ("cid", str(rec["config_id"]), json.dumps(net, sort_keys=True, default=str),
+                rec.get("gpu"), rec.get("host"))
+    if rec.get("run_id") is not None and rec.get("epoch") is not None:
+        return ("run", str(rec["run_id"]), rec.get("method"), rec.get("epoch"))
+    return None
+
+
+def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, report: Optional[LoadReport] = None,
+                 dedupe: bool = True, missing_ok: bool = False, quiet: bool = False) -> Records:
+    """Records from JSONL files or folders (searched recursively for ``*.jsonl``): THE record reader.
+
+    One policy for every reader of the kit:
+
+    * a damaged line (unparsable, e.g. cut by a crash; or not a JSON object) is skipped with a
+      warning naming file and line, and counted (``report.damaged``);
+    * every record is checked for its ``schema``: another version than :data:`SCHEMA_VERSION`
+      raises :class:`RecordError` (a file in other units must not be fitted as ms); records without
+      one are read as schema 1 with a warning per file (counted in ``report.unversioned``), except
+      training epochs (:data:`UNVERSIONED_KINDS`), which predate the field;
+    * duplicates (same ``config_id``, network and machine, e.g. two runs into one ``--out``) are
+      kept once and reported; an ``error``/``skipped`` record followed by a record of the same
+      configuration (``--retry-errors``) is replaced by it. ``dedupe=False`` keeps every line.
+
+    A missing source raises :class:`RecordError` unless ``missing_ok``. The result is a list with
+    ``.report`` (a :class:`LoadReport`; pass ``report=`` to fill one of your own).
+    """
+    rep = report if report is not None else LoadReport()
+    out = Records()
+    seen: dict[tuple, int] = {}  # identity -> index in out
+    where: dict[int, tuple[str, int]] = {}
+    unversioned: dict[str, list[int]] = {}
+    for f in _files(sources, missing_ok):
+        rep.files.append(str(f))
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise RecordError(f"{f}: cannot be read ({exc})") from None
+        for i, line in enumerate(text.split("\n"), 1):  # JSON Lines: only \n ends a line (not \x85, \u2028)
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                warnings.warn(f"{f}:{i}: skipping an unparsable line (interrupted write?)")
+                rep.damaged.append((str(f), i, "unparsable (interrupted write?)"))
+                if not quiet:
+                    warnings.warn(f"{f}:{i}: skipping an unparsable line (interrupted write?)")
                 continue
-            if isinstance(rec, dict) and (kind is None or rec.get("kind") == kind):
-                rec.setdefault("source", str(f))
-                out.append(rec)
+            if not isinstance(rec, dict):
+                rep.damaged.append((str(f), i, f"a JSON {type(rec).__name__}, not a record"))
+                if not quiet:
+                    warnings.warn(f"{f}:{i}: skipping a line that is a JSON {type(rec).__name__}, not a record")
+                continue
+            schema = rec.get("schema")
+            if schema is None:
+                rep.unversioned += 1
+                if rec.get("kind") not in UNVERSIONED_KINDS:
+                    unversioned.setdefault(str(f), []).append(i)
+            elif schema != SCHEMA_VERSION or isinstance(schema, bool):
+                raise RecordError(f"{f}:{i}: record schema {schema!r} is not the schema {SCHEMA_VERSION} this kit "
+                                  "reads (its units or fields may differ); convert the file or use the kit "
+                                  "version that wrote it")
+            if kind is not None and rec.get("kind") != kind:
+                continue
+            rec.setdefault("source", str(f))
+            ident = _identity(rec) if dedupe else None
+            if ident is not None and ident in seen:
+                j = seen[ident]
+                if out[j].get("status", "ok") != "ok" and (rec.get("status", "ok") == "ok"
+                                                           or out[j].get("status") == rec.get("status")):
+                    out[j] = rec  # a retried configuration replaces its error record
+                    where[j] = (str(f), i)
+                    rep.superseded += 1
+                else:
+                    rep.duplicates.append((str(f), i, *where[j]))
+                continue
+            if ident is not None:
+                seen[ident] = len(out)
+            where[len(out)] = (str(f), i)
+            out.append(rec)
+    for f, lines in unversioned.items():
+        if not quiet:
+            warnings.warn(f"{f}:{lines[0]}: {len(lines)} record(s) without a 'schema' field, read as schema "
+                          f"{SCHEMA_VERSION} (times in ms); records written by RecordWriter carry it")
+    if rep.duplicates and not quiet:
+        f0, i0, f1, i1 = rep.duplicates[0]
+        warnings.warn(f"{len(rep.duplicates)} duplicate record(s) dropped (same configuration, network and "
+                      f"machine read twice, e.g. two runs into one --out); first: {f0}:{i0} repeats {f1}:{i1}")
+    rep.records += len(out)
+    out.report = rep
     return out
 
 
 def done_ids(path: Path | str, retry_errors: bool = False) -> set[str]:
     """config_ids present in ``path``: every status counts, ``error`` too unless ``retry_errors``."""
-    return {r["config_id"] for r in load_records(path)
+    return {r["config_id"] for r in load_records(path, dedupe=False, missing_ok=True, quiet=True)
             if "config_id" in r and not (retry_errors and r.get("status") == "error")}

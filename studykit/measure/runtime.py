@@ -21,12 +21,19 @@ def pick_device(name: Optional[str] = None, local_rank: int = 0) -> torch.device
     """``name`` if given (``cuda`` -> ``cuda:LOCAL_RANK``), else the local GPU if any, else CPU."""
     if name in (None, "auto"):
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {name!r} is not a device; valid: auto, cpu, cuda, cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):  # meta, mps, ...: nothing is measured or trained there
+        raise ValueError(f"device {name!r} is not supported; valid: auto, cpu, cuda, cuda:N")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("device cuda requested but torch.cuda.is_available() is False; use --device cpu")
         if dev.index is None:
             dev = torch.device("cuda", local_rank)
+        if dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 

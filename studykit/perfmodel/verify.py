@@ -671,7 +671,11 @@ def main(argv: list[str] | None = None) -> int:
                                              "from measurement records, leave-one-out.")
     ap.add_argument("--records", nargs="+", default=None,
                     help="record folders, one platform each (default: data/measurements/gpu and .../throttle)")
-    ap.add_argument("--out", default=str(paths.DATA / "verification"), help="output folder for the CSVs")
+    ap.add_argument("--out", default=str(paths.REPORTS / "verification"),
+                    help="output folder for the CSVs (default reports/verification; the committed "
+                         f"data/verification only with {paths.OVERWRITE_FLAG})")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true",
+                    help="allow --out inside the repository's committed data/ (refused otherwise)")
     ap.add_argument("--stat", default="ms_median", choices=STATS, help="statistic of every record (default median)")
     ap.add_argument("--holdout", default="auto", choices=["auto", "model", "network", "bucket", "record", "world_size"],
                     help="what gamma's calibration leaves out when scoring a syncSGD record "
@@ -687,6 +691,10 @@ def main(argv: list[str] | None = None) -> int:
                          "on the committed GPU records it does not carry across models, see by_batch.csv)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        paths.check_writable_output(args.out, args.overwrite_committed)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
     try:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,

@@ -6,7 +6,6 @@ the collectives (``HookState.bytes_sent``); "all workers" multiplies by the worl
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Iterable, Optional
@@ -25,24 +24,21 @@ _COLUMNS = ["run_id", "method", "epoch", "train_loss", "train_acc", "val_acc", "
 
 
 def load_runs(path: str | Path) -> list[dict]:
-    """Every training record in a ``.jsonl`` file or in the ``*.jsonl`` files under a folder."""
+    """Every training record in a ``.jsonl`` file or in the ``*.jsonl`` files under a folder
+    (read by :func:`studykit.measure.records.load_records`: damaged lines warned and skipped,
+    duplicates kept once; ``.report`` says how many)."""
+    from studykit.measure.records import RecordError, load_records
+
     path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("*.jsonl"))
-    elif path.exists():
-        files = [path]
-    else:
-        raise FileNotFoundError(f"no training records at {path} (expected a .jsonl file or a folder of them)")
-    recs = []
-    for f in files:
-        with open(f) as fh:
-            for line in fh:
-                if line.strip():
-                    r = json.loads(line)
-                    if r.get("kind") == RECORD_KIND:
-                        recs.append(r)
+    try:
+        recs = load_records(path, kind=RECORD_KIND)
+    except RecordError as exc:
+        if not path.exists():
+            raise FileNotFoundError(f"no training records at {path} (expected a .jsonl file or a folder of them)") \
+                from None
+        raise exc
     if not recs:
-        raise ValueError(f"{path}: no records of kind {RECORD_KIND!r} in {[str(f) for f in files]}")
+        raise ValueError(f"{path}: no records of kind {RECORD_KIND!r} in {recs.report.files}")
     return recs
 
 

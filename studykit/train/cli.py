@@ -4,7 +4,7 @@ Examples::
 
     # seed 001's three scenarios plus the FP16 baseline, 2 gloo CPU workers spawned here
     python -m studykit train --methods none fp16 quantize8 dynamic --epochs 30 --world-size 2 \\
-        --out data/training/cpu/
+        --overwrite-committed --out data/training/cpu/
 
     # the same under torchrun (gloo on CPU, NCCL on GPUs)
     torchrun --nproc-per-node 2 -m studykit train --methods none fp16 dynamic --out $OUT/
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from studykit import argtypes, paths
 from studykit.train import data as data_mod
 from studykit.train import nets
 from studykit.train.dynamic import LADDERS
@@ -40,48 +41,50 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("data and model")
     g.add_argument("--dataset", default=d.dataset, choices=data_mod.DATASETS)
     g.add_argument("--data-root", default=None, help="CIFAR-10: cifar-10-python.tar.gz or cifar-10-batches-py/")
-    g.add_argument("--limit-train", type=int, default=None, help="keep the first N training examples")
-    g.add_argument("--limit-test", type=int, default=None, help="keep the first N test examples")
-    g.add_argument("--synthetic-shape", type=int, nargs="+", default=list(d.synthetic_shape),
+    g.add_argument("--limit-train", type=argtypes.positive_int, default=None, help="keep the first N training examples")
+    g.add_argument("--limit-test", type=argtypes.positive_int, default=None, help="keep the first N test examples")
+    g.add_argument("--synthetic-shape", type=argtypes.positive_int, nargs="+", default=list(d.synthetic_shape),
                    help="input shape of --dataset synthetic, e.g. 3 32 32 (default: %(default)s)")
     g.add_argument("--model", default=d.model, choices=nets.ARCHS)
-    g.add_argument("--width", type=int, default=None, help="model width (default: the model's own)")
+    g.add_argument("--width", type=argtypes.positive_int, default=None, help="model width (default: the model's own)")
     g = ap.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int, default=d.epochs)
-    g.add_argument("--batch-size", type=int, default=d.batch_size, help="per worker (default: %(default)s)")
-    g.add_argument("--lr", type=float, default=d.lr)
-    g.add_argument("--momentum", type=float, default=d.momentum)
-    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    g.add_argument("--epochs", type=argtypes.positive_int, default=d.epochs)
+    g.add_argument("--batch-size", type=argtypes.positive_int, default=d.batch_size, help="per worker (default: %(default)s)")
+    g.add_argument("--lr", type=argtypes.positive_float, default=d.lr)
+    g.add_argument("--momentum", type=argtypes.float_range(0, 1, hi_open=True), default=d.momentum)
+    g.add_argument("--weight-decay", type=argtypes.nonneg_float, default=d.weight_decay)
     g.add_argument("--lr-schedule", default=d.lr_schedule, choices=("constant", "cosine"))
-    g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--val-fraction", type=float, default=d.val_fraction,
+    g.add_argument("--seed", type=argtypes.int_range(0, 2**32 - 1), default=d.seed)
+    g.add_argument("--val-fraction", type=argtypes.float_range(0, 1, hi_open=True), default=d.val_fraction,
                    help="held out of the training set; its accuracy drives the controller")
-    g.add_argument("--target-acc", type=float, default=None,
+    g.add_argument("--target-acc", type=argtypes.fraction, default=None,
                    help="stop each method once test accuracy reaches this fraction")
     g = ap.add_argument_group("dynamic compression (override the method's defaults)")
-    g.add_argument("--acc-thresholds", type=float, nargs="+", default=None,
+    g.add_argument("--acc-thresholds", type=argtypes.fraction, nargs="+", default=None,
                    help="validation-accuracy steps (fractions), seed 001's step function")
-    g.add_argument("--loss-thresholds", type=float, nargs="+", default=None,
+    g.add_argument("--loss-thresholds", type=argtypes.positive_float, nargs="+", default=None,
                    help="|change of training loss| steps: below each one relaxes a level")
-    g.add_argument("--loss-window", type=int, default=None,
+    g.add_argument("--loss-window", type=argtypes.positive_int, default=None,
                    help="epochs the loss change is averaged over (1: epoch-to-epoch difference)")
-    g.add_argument("--stall-epochs", type=int, default=None,
+    g.add_argument("--stall-epochs", type=argtypes.positive_int, default=None,
                    help="epochs at one step before compression is removed temporarily")
-    g.add_argument("--boost-epochs", type=int, default=None, help="epochs of that temporary removal")
-    g.add_argument("--eta", type=float, default=None, help="Accordion: relative gradient-norm change threshold")
-    g.add_argument("--interval", type=int, default=None, help="Accordion: epochs between decisions")
+    g.add_argument("--boost-epochs", type=argtypes.positive_int, default=None, help="epochs of that temporary removal")
+    g.add_argument("--eta", type=argtypes.positive_float, default=None, help="Accordion: relative gradient-norm change threshold")
+    g.add_argument("--interval", type=argtypes.positive_int, default=None, help="Accordion: epochs between decisions")
     g = ap.add_argument_group("execution")
-    g.add_argument("--world-size", type=int, default=1,
+    g.add_argument("--world-size", type=argtypes.int_range(1, 1024), default=1,
                    help="without torchrun: 1 = in this process, N > 1 = spawn N gloo CPU workers")
     g.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")
-    g.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads per worker")
-    g.add_argument("--bucket-cap-mb", type=float, default=d.bucket_cap_mb)
-    g.add_argument("--warmup-steps", type=int, default=d.warmup_steps,
+    g.add_argument("--threads", type=argtypes.positive_int, default=d.threads, help="torch CPU threads per worker")
+    g.add_argument("--bucket-cap-mb", type=argtypes.positive_float, default=d.bucket_cap_mb)
+    g.add_argument("--warmup-steps", type=argtypes.nonneg_int, default=d.warmup_steps,
                    help="untimed steps of a throwaway model before the first method")
     g.add_argument("--no-split-timing", action="store_true",
                    help="GPU: do not synchronise around the hook (keeps overlap; comm/compress split then unreliable)")
     g.add_argument("--out", default=None, help="a .jsonl file, or a folder for one METHOD.jsonl per method")
     g.add_argument("--overwrite", action="store_true", help="truncate the output file(s) first")
+    g.add_argument(paths.OVERWRITE_FLAG, action="store_true",
+                   help="allow --out inside the repository's committed data/ (refused otherwise)")
     return ap
 
 
@@ -121,8 +124,21 @@ def main(argv: list[str] | None = None) -> int:
     from studykit.train.launch import init_from_env, shutdown, train, under_torchrun
     from studykit.train.methods import parse_methods
 
+    ap = build_parser()
+    if a.out is not None:
+        try:
+            paths.check_writable_output(a.out, a.overwrite_committed, file=a.out.endswith(".jsonl"))
+        except paths.OutputError as exc:
+            ap.error(str(exc))
+    try:
+        from studykit.measure.runtime import pick_device
+
+        if a.device != "auto":
+            pick_device(a.device)
+        methods = parse_methods(a.methods)  # fail early on a bad spec
+    except ValueError as exc:
+        ap.error(str(exc))
     cfg = config_from_args(a)
-    methods = parse_methods(a.methods)  # fail early on a bad spec
     if under_torchrun():
         init_from_env(cfg.device)
         try:

@@ -16,6 +16,8 @@ the GPU image (no mnist1d) trains on exactly the data the CPU runs used.
 """
 from __future__ import annotations
 
+import codecs
+import io
 import pickle
 import tarfile
 from dataclasses import dataclass, field
@@ -206,9 +208,60 @@ def _cifar_source(path: Path):
                     f"(found: {have}); {_CIFAR_LAYOUT}")
 
 
+def _latin1_encode(text, encoding="latin1"):
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes (latin-1 only)."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(f"_codecs.encode({type(text).__name__}, {encoding!r}) is not allowed")
+    return codecs.encode(text, encoding)
+
+
+def _plain_dtype(spec, *args):
+    """``numpy.dtype`` for plain numeric/bytes types only (no object arrays)."""
+    dt = np.dtype(spec, *args)
+    if dt.hasobject:
+        raise pickle.UnpicklingError(f"object dtype {spec!r} is not allowed")
+    return dt
+
+
+def _numpy_reconstruct():
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    return _reconstruct
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Admits only what CIFAR-10's python batches hold: dicts, lists, bytes/str, ints and numpy
+    arrays (through numpy's minimal reconstruct globals). Anything else (``os.system``, ``eval``,
+    any other class) is refused, so a crafted file cannot run code."""
+
+    _ALLOWED = {("_codecs", "encode"): _latin1_encode,
+                ("numpy", "dtype"): _plain_dtype,
+                ("numpy", "ndarray"): np.ndarray}
+    for _mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        _ALLOWED[(_mod, "_reconstruct")] = None  # resolved lazily (numpy 1 and 2 spell it differently)
+    del _mod
+
+    def find_class(self, module, name):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load global {module}.{name} (a CIFAR-10 batch holds "
+                                         "only dicts, lists, bytes and numpy arrays)")
+        obj = self._ALLOWED[(module, name)]
+        return _numpy_reconstruct() if obj is None else obj
+
+
+def _safe_loads(raw: bytes):
+    """``pickle.loads(raw, encoding="bytes")`` through :class:`_CifarUnpickler`."""
+    return _CifarUnpickler(io.BytesIO(raw), encoding="bytes").load()
+
+
 def _cifar_batch(raw: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        d = pickle.loads(raw, encoding="bytes")
+        d = _safe_loads(raw)
+    except pickle.UnpicklingError as exc:
+        raise DataError(f"cifar10: {where} was refused: {exc}; not a genuine CIFAR-10 batch. "
+                        f"{_CIFAR_LAYOUT}") from None
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a malformed file
         raise DataError(f"cifar10: {where} is not a readable pickle ({type(exc).__name__}: {exc}); "
                         f"{_CIFAR_LAYOUT}") from None

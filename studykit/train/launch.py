@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -61,9 +60,10 @@ def _spawn_worker(rank: int, world_size: int, init_file: str, cfg: TrainConfig, 
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """Records of a JSON Lines file (empty lines skipped)."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """Records of a JSON Lines file (:func:`studykit.measure.records.load_records`, the kit's one reader)."""
+    from studykit.measure.records import load_records
+
+    return load_records(path)
 
 
 def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size: int = 1,
@@ -99,7 +99,14 @@ def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size:
     cfg = dataclasses.replace(cfg, device="cpu")
     with tempfile.TemporaryDirectory(prefix="studykit-train-") as tmp:
         results = os.path.join(tmp, "records.jsonl")
-        mp.spawn(_spawn_worker, args=(world_size, os.path.join(tmp, "init"), cfg, methods,
-                                      None if out is None else str(out), overwrite, results),
-                 nprocs=world_size, join=True)
+        try:
+            mp.spawn(_spawn_worker, args=(world_size, os.path.join(tmp, "init"), cfg, methods,
+                                          None if out is None else str(out), overwrite, results),
+                     nprocs=world_size, join=True)
+        except mp.ProcessRaisedException as exc:
+            last = [ln for ln in str(exc).strip().splitlines() if ln.strip()][-1]
+            if last.split(":", 1)[0].rsplit(".", 1)[-1] in ("DataError", "ValueError", "CompressorError",
+                                                             "FileNotFoundError"):
+                raise ValueError(f"a training worker stopped: {last}") from None  # bad input: a message
+            raise
         return read_records(results) if os.path.exists(results) else []

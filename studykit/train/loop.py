@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from studykit.comm import TorchComm
+from studykit.measure.records import SCHEMA_VERSION
 from studykit.ddp import HookState, compressor_hook
 from studykit.train import data as data_mod
 from studykit.train import nets
@@ -74,6 +75,40 @@ class TrainConfig:
     boost_epochs: Optional[int] = None
     eta: Optional[float] = None
     interval: Optional[int] = None
+
+    def __post_init__(self):
+        def bad(name, rng, v):
+            return ValueError(f"TrainConfig.{name} must be {rng}, got {v!r}")
+
+        def integer(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        for name in ("epochs", "batch_size"):
+            v = getattr(self, name)
+            if not integer(v) or v < 1:
+                raise bad(name, "an integer >= 1", v)
+        for name in ("limit_train", "limit_test", "width", "loss_window", "stall_epochs", "boost_epochs", "interval"):
+            v = getattr(self, name)
+            if v is not None and (not integer(v) or v < 1):
+                raise bad(name, "None or an integer >= 1", v)
+        for name, lo_ok in (("lr", False), ("bucket_cap_mb", False), ("weight_decay", True)):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not lo_ok):
+                raise bad(name, "a finite number " + (">= 0" if lo_ok else "> 0"), v)
+        if not isinstance(self.momentum, (int, float)) or not 0 <= self.momentum < 1:
+            raise bad("momentum", "a number in [0, 1)", self.momentum)
+        if not isinstance(self.val_fraction, (int, float)) or not 0 <= self.val_fraction < 1:
+            raise bad("val_fraction", "a number in [0, 1)", self.val_fraction)
+        if self.target_acc is not None and (not isinstance(self.target_acc, (int, float))
+                                            or not 0 < self.target_acc <= 1):
+            raise bad("target_acc", "None or a fraction in (0, 1] (test accuracy)", self.target_acc)
+        if self.acc_thresholds is not None and not all(isinstance(t, (int, float)) and 0 < t <= 1
+                                                       for t in self.acc_thresholds):
+            raise bad("acc_thresholds", "fractions in (0, 1]", self.acc_thresholds)
+        if self.device != "auto":
+            from studykit.measure.runtime import pick_device
+
+            pick_device(self.device)  # ValueError naming the device and the valid ones
 
     def as_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
@@ -300,7 +335,8 @@ def _train_one(cfg: TrainConfig, method: Method, data: _Data, device, path, resu
     run_id = f"{method.label}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     prov = provenance(backend=dist.get_backend(), world_size=world, device=str(device),
                       device_type=device.type) if rank == 0 else {}
-    common = {"kind": RECORD_KIND, "run_id": run_id, "method": method.label, "method_spec": method.describe(),
+    common = {"schema": SCHEMA_VERSION, "kind": RECORD_KIND, "run_id": run_id, "method": method.label,
+              "method_spec": method.describe(),
               "controller": controller.describe() if controller is not None else None,
               "dataset": data.summary, "model": {"arch": cfg.model, "class": type(model).__name__, "numel": numel},
               "world_size": world, "global_batch": world * cfg.batch_size, "steps_per_epoch": steps,
