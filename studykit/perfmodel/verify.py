@@ -619,12 +619,15 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
                 for x in cal_g:
                     px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts)
                     res.append((float(x["measured_ms"]) - px["predicted_ms"]) / 1e3 / max(px["k_buckets"], 1))
-                per_bucket_cache[g] = (fit_path_overhead(res), sorted(x["config"] for x in cal_g))
+                groups = sorted({str(group_of(x)) for x in cal_g})
+                # named by holdout group, not by configuration (hundreds per row): every one differs from r's
+                per_bucket_cache[g] = (fit_path_overhead(res), [f"{len(cal_g)} '{mode}' records of holdout groups "
+                                                                + ", ".join(groups)])
             hb, cal_names = per_bucket_cache[g]
             pr0 = _predict_record(r, inp, "extended", terms=terms, opts=opts)
             h = hb * max(pr0["k_buckets"], 1)
-            how_h = (f"path overhead {hb * 1e3:+.3f} ms per bucket x {pr0['k_buckets']} from {len(cal_names)} "
-                     f"'{mode}' record(s) of other holdout groups (no identity-compressor record)")
+            how_h = (f"path overhead {hb * 1e3:+.3f} ms per bucket x {pr0['k_buckets']} from {cal_names[0]} "
+                     "(no identity-compressor record)")
             t_cal = list(t_cal) + cal_names
         else:
             h, how_h = 0.0, "path overhead 0 (no identity-compressor record on this platform)"
