@@ -62,3 +62,28 @@ def test_ddp_syncsgd_hooks_post_and_builtin_skips(tmp_path):
     for name in ("torch_fp16", "torch_bf16", "torch_powersgd"):
         r = by[("builtin", name, None)]
         assert r["status"] == "skipped" and "NCCL" in r["reason"] and r["ms_mean"] is None
+
+
+def test_ddp_bucket_times_records(tmp_path):
+    """``ddp --bucket-times``: one ``buckets`` record per syncSGD configuration, ready times that rise
+    with the bucket index and end at the last bucket, bytes matching the model's DDP assignment."""
+    from studykit.perfmodel.model import Workload
+
+    out = tmp_path / "d.jsonl"
+    torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--modes", "syncsgd", "--bucket-mb", "0.01",
+             "--bucket-times", "--iters", "3", "--warmup", "1", "--out", str(out))
+    recs = load_records(out)
+    ddp = [r for r in recs if r["kind"] == "ddp"]
+    bk = {r["bucket_mb"]: r for r in recs if r["kind"] == "buckets"}
+    assert len(ddp) == 2 and set(bk) == {None, 0.01}
+    for mb, r in bk.items():
+        assert r["status"] == "ok" and r["clock"] == "perf_counter" and r["world_size"] == 2
+        assert r["bucket_index"] == list(range(len(r["ready_ms"])))
+        assert all(a <= b + 1e-6 for a, b in zip(r["ready_ms"], r["ready_ms"][1:]))
+        assert r["ready_fraction"][-1] == 1.0 and r["backward_ms"] >= r["ready_ms"][-1]
+        w = Workload("mlp_small", 8, bucket_bytes=(mb or 25) * 2**20, first_bucket_bytes=None if mb is None else mb * 2**20)
+        assert r["bucket_bytes"] == [int(b) for b in w.bucket_sizes("ddp")]
+    # a rerun resumes: nothing new
+    torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--modes", "syncsgd", "--bucket-mb", "0.01",
+             "--bucket-times", "--iters", "3", "--warmup", "1", "--out", str(out))
+    assert len(load_records(out)) == len(recs)

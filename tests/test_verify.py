@@ -274,3 +274,27 @@ def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
     nets = pd.read_csv(tmp_path / "networks.csv")
     used4 = nets[(nets["world_size"] == 4) & nets["used"]]
     assert (used4["fitted_on"] == "sweep p<=2 native").all()
+
+
+# ------------------------------------------------------------------ committed bandwidth outputs
+BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> the arguments in its README
+    ".": ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"],
+    "holdout_model": ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"],
+}
+
+
+@pytest.mark.parametrize("sub", sorted(BANDWIDTH_RUNS))
+def test_committed_bandwidth_verification_reproduces(tmp_path, sub):
+    """``data/verification/bandwidth/`` is what the README's command writes from the committed records."""
+    committed = paths.DATA / "verification" / "bandwidth" / sub
+    records = paths.MEASUREMENTS / "bandwidth" / "h200_p2"
+    rc = verify.main(["verify", "--records", str(records), *BANDWIDTH_RUNS[sub], "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    for name in ("summary.csv", "predictions.csv"):
+        new, old = pd.read_csv(tmp_path / name), pd.read_csv(committed / name)
+        assert list(new.columns) == list(old.columns) and len(new) == len(old), name
+        num = [c for c in new.columns if pd.api.types.is_numeric_dtype(old[c])]
+        pd.testing.assert_frame_equal(new[num], old[num], rtol=1e-4, check_dtype=False)
+        txt = [c for c in ("config", "group", "variant", "calibrated_on") if c in new.columns]
+        pd.testing.assert_frame_equal(new[txt].fillna(""), old[txt].fillna(""))
+    verify.check_disjoint(pd.read_csv(committed / "predictions.csv"))

@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"], help="default: nccl on GPUs")
     p.add_argument("--device", default=None, help="default: cuda:LOCAL_RANK with NCCL, cpu with gloo")
     p.add_argument("--timeout-s", type=_positive_float, default=300.0, help="process-group timeout")
+    p.add_argument("--bucket-times", action="store_true",
+                   help="also record when each DDP bucket is ready during the backward pass (kind 'buckets', "
+                        "one record per syncSGD configuration; for the model's per-bucket timeline)")
     _common(p, "ddp")
     return ap
 
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 n = run_ddp(d, args.models, specs, writer, batch_sizes=args.batch_sizes, modes=args.modes,
                             bucket_mbs=args.bucket_mb, builtins=args.builtin, seq_len=args.seq_len,
-                            verbose=verbose, **_timing(args))
+                            verbose=verbose, bucket_times=args.bucket_times, **_timing(args))
             ok = True
         finally:
             writer = None

@@ -18,6 +18,13 @@ size this times, on every rank (the record holds the max over ranks per iteratio
 * ``post``: every compressor through :class:`studykit.ddp.PostBackwardReducer`
   on the plain model, one bucket (the paper's non-overlapped implementation).
 
+With ``bucket_times`` (``--bucket-times``) every syncSGD configuration also writes a record of
+kind ``buckets``: when each DDP bucket became ready during the backward pass, measured by a comm
+hook that stamps its entry (``time.perf_counter()`` on the host, and a CUDA event on GPUs) relative
+to the start of ``loss.backward()`` and then all-reduces as DDP does (:func:`measure_bucket_times`).
+The performance model reads them as the buckets' ready fractions
+(``studykit.perfmodel.model.Workload.bucket_ready``, ``ModelOptions.overlap = "timeline"``).
+
 Each configuration starts from a fresh copy of the same initial model with a
 fresh SGD (momentum 0.9) optimizer. Compressors run with ``allow_nonfinite=True``
 (no finite check: it adds a pass and a host synchronisation per call).
@@ -42,7 +49,7 @@ from studykit.measure.records import RecordWriter, config_id, done_ids, make_rec
 from studykit.measure.runtime import CompressorSpec, Dist, note, progress
 from studykit.measure.timing import time_fn
 
-__all__ = ["MODES", "BUILTIN_HOOKS", "run_ddp"]
+__all__ = ["MODES", "BUILTIN_HOOKS", "run_ddp", "measure_bucket_times"]
 
 MODES = ("syncsgd", "builtin", "hook", "post", "hook_blocking")
 #: PyTorch's built-in hooks timed as peers: name -> params recorded
@@ -172,12 +179,84 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> 
     return fields
 
 
+def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n_iter: int = 5,
+                         n_warmup: int = 2) -> dict:
+    """Per-bucket ready times of one syncSGD configuration (the fields of a ``buckets`` record).
+
+    A DDP comm hook stamps each bucket at hook entry, i.e. when DDP hands the bucket over because all
+    its gradients are ready (and every earlier bucket has been handed over), relative to the call of
+    ``loss.backward()``: ``time.perf_counter()`` on the host, a CUDA event on the current stream on
+    GPUs (the device clock: the host runs ahead of the kernels), then all-reduces the bucket as DDP's
+    default hook does. ``n_warmup`` iterations first (DDP rebuilds its buckets after the first), then
+    ``n_iter`` timed ones; each list holds the per-bucket median over them, in bucket index order
+    (communication order). ``ready_fraction`` is ``ready / ready of the last bucket`` on the device
+    clock where there is one (the last bucket is ready when the backward pass's compute ends)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    cuda = d.device.type == "cuda"
+    net = copy.deepcopy(base)
+    kw = {} if cfg.bucket_mb is None else {"bucket_cap_mb": cfg.bucket_mb}
+    fwd = DDP(net, device_ids=[d.device.index] if cuda else None, **kw)
+    st = {"t0": 0.0, "ev0": None, "marks": []}
+
+    def hook(_state, bucket):
+        t = time.perf_counter() - st["t0"]
+        ev = None
+        if cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+        buf = bucket.buffer()
+        st["marks"].append((bucket.index(), t, ev, buf.numel() * buf.element_size()))
+        return default_hooks.allreduce_hook(None, bucket)
+
+    fwd.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    host: dict = {}
+    dev: dict = {}
+    nbytes: dict = {}
+    bwd_ms = []
+    for it in range(n_warmup + n_iter):
+        opt.zero_grad(set_to_none=True)
+        loss = M.loss(cfg.model, fwd, batch)
+        st["marks"] = []
+        if cuda:
+            st["ev0"] = torch.cuda.Event(enable_timing=True)
+            st["ev0"].record()
+        st["t0"] = time.perf_counter()
+        loss.backward()
+        if cuda:
+            torch.cuda.synchronize(d.device)
+        bwd_ms.append((time.perf_counter() - st["t0"]) * 1e3) if it >= n_warmup else None
+        opt.step()
+        if it < n_warmup:
+            continue
+        for idx, t, ev, nb in st["marks"]:
+            host.setdefault(idx, []).append(t * 1e3)
+            nbytes[idx] = nb
+            if ev is not None:
+                dev.setdefault(idx, []).append(st["ev0"].elapsed_time(ev))
+    import statistics
+
+    order = sorted(host)
+    ready_host = [statistics.median(host[i]) for i in order]
+    ready_dev = [statistics.median(dev[i]) for i in order] if cuda and dev else None
+    ref = ready_dev if ready_dev is not None else ready_host
+    last = ref[-1] if ref and ref[-1] > 0 else None
+    del fwd, net, opt
+    return {"bucket_index": order, "bucket_bytes": [int(nbytes[i]) for i in order], "ready_ms": ref,
+            "ready_host_ms": ready_host, "ready_fraction": [r / last for r in ref] if last else None,
+            "clock": "cuda_event" if ready_dev is not None else "perf_counter",
+            "backward_ms": statistics.median(bwd_ms) if bwd_ms else None, "n_iter": n_iter, "n_warmup": n_warmup,
+            "ms_median": statistics.median(bwd_ms) if bwd_ms else None}
+
+
 def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec], writer: RecordWriter, *,
             batch_sizes: Optional[Sequence[int]] = None, modes: Sequence[str] = MODES,
             bucket_mbs: Sequence[float] = (), builtins: Sequence[str] = tuple(BUILTIN_HOOKS),
             seq_len: int = M.BERT_SEQ_LEN, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
-            min_iter: int = 3, verbose: bool = True) -> int:
-    """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written."""
+            min_iter: int = 3, verbose: bool = True, bucket_times: bool = False) -> int:
+    """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
+    ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`)."""
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len)
@@ -226,4 +305,19 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             f"{rec['status'].upper()} {str(rec['reason'])[:70]}"
         note(f"{label} {msg}", main)
         d.barrier()
+        if bucket_times and cfg.mode == "syncsgd" and rec["status"] == "ok":
+            bcid = config_id(kind="buckets", model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode,
+                             bucket_mb=cfg.bucket_mb, seq_len=M.seq_len_of(cfg.model, seq_len),
+                             world_size=d.world_size, backend=d.backend, device_type=d.device.type)
+            if bcid not in done:
+                res = measure_bucket_times(cfg, d, *bases[(cfg.model, cfg.batch_size)],
+                                           n_iter=max(min_iter, min(n_iter, 10)), n_warmup=max(2, min(n_warmup, 3)))
+                writer.write(make_record("buckets", bcid, device=d.device, backend=d.backend,
+                                         world_size=d.world_size, model=cfg.model, batch_size=cfg.batch_size,
+                                         mode=cfg.mode, bucket_mb=cfg.bucket_mb,
+                                         seq_len=M.seq_len_of(cfg.model, seq_len), **res))
+                written += 1
+                note(f"{cfg.model:>10} b{cfg.batch_size:<3} buckets ready at "
+                     + ", ".join(f"{x:.2f}" for x in res["ready_ms"]) + f" ms ({res['clock']})", main)
+            d.barrier()
     return written

@@ -43,7 +43,7 @@ from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, buckets
 __all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
            "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
            "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_overhead",
-           "select_network", "parse_network"]
+           "select_network", "parse_network", "NETWORK_SOURCES", "GAMMA_GRID", "fit_sync_terms_curve", "fit_network_from_probe", "eq1_bandwidth_from_busbw"]
 
 KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
 STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
@@ -761,6 +761,64 @@ def fit_network(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, s
                    r2=ab.alpha_s.r2 or float("nan"), fitted_on=fitted_on, extrapolated=extrapolated)
 
 
+#: where :class:`RecordInputs` takes a network's constants from (``network_from``)
+NETWORK_SOURCES = ("sweep", "probe", "auto")
+
+
+def eq1_bandwidth_from_busbw(busbw_gbps: float, nbytes: float, world_size: int, alpha_s: float) -> float:
+    """Eq. 1's BW (Gbit/s) from one all-reduce's bus bandwidth (nccl-tests convention,
+    ``busbw = 2 (p-1)/p * nbytes / T``): ``T = 2 (p-1)/p * nbytes / busbw``, and Eq. 1
+    ``T = 2 alpha (p-1) + 2 nbytes (p-1) / (p BW)`` solved for BW. With ``alpha = 0`` it is ``busbw``."""
+    p = float(world_size)
+    f = 2.0 * (p - 1.0) / p
+    t = f * float(nbytes) / col.gbps_to_bytes_s(busbw_gbps)
+    rest = t - 2.0 * (p - 1.0) * float(alpha_s)
+    if rest <= 0:
+        raise ValueError(f"probe of {nbytes:g} bytes at {busbw_gbps:g} Gbit/s is faster than Eq. 1's latency "
+                         f"alone (alpha={alpha_s:g} s); cannot derive BW")
+    return float(col.bytes_s_to_gbps(f * float(nbytes) / rest))
+
+
+def fit_network_from_probe(sweep: pd.DataFrame, world_size: int, rate_gbps: float | None, busbw_gbps: float,
+                           probe_bytes: float, stat: str, label: str | None = None) -> Network:
+    """A network's constants when its bandwidth is known from one large all-reduce (a throttle
+    probe, the record's ``network.measured_busbw_gbps``) rather than a full sweep (beyond the paper;
+    App. C measures BW with iperf3, which is the same idea):
+
+    * BW: :func:`eq1_bandwidth_from_busbw` of the probe;
+    * alpha and the all-gather incast coefficient: the median of :func:`fit_network` over the sweeps of
+      the same world size at the *other* rates of the same machine (the rate's own sweep, if any, is not
+      read: leave-one-rate-out), or over every sweep of that world size on a real network;
+    * no measured table: Eq. 1 / App. B price every collective.
+
+    Why not the sweep's own Eq. 1 fit: on a ``tc tbf`` link the token bucket's burst lets messages
+    below a few MB through faster than the rate, and the fit's relative weights follow those small
+    messages (1 Gbit/s link: BW fitted 1.18 Gbit/s; a 64 MiB all-reduce runs at 0.98)."""
+    label = label or ("native" if rate_gbps is None else f"{rate_gbps:g}Gbps")
+    s = sweep[sweep["world_size"] == world_size]
+    rates = sorted({None if _isnan(r) else float(r) for r in s["rate_gbps"]}, key=lambda r: -1 if r is None else r)
+    others = [r for r in rates if r != rate_gbps] or rates
+    fits = []
+    for r in others:
+        try:
+            fits.append(fit_network(sweep, world_size, r, stat))
+        except ValueError:
+            continue
+    if not fits:
+        raise ValueError(f"no sweep records at world size {world_size} on this machine to fit alpha "
+                         f"(network {label} has a probe only)")
+    alpha = float(np.median([f.alpha_s for f in fits]))
+    inc = float(np.median([f.incast_coeff for f in fits]))
+    bw = eq1_bandwidth_from_busbw(busbw_gbps, probe_bytes, world_size, alpha)
+    used = ",".join("native" if f.rate_gbps is None else f"{f.rate_gbps:g}" for f in fits)
+    fitted_on = f"probe {busbw_gbps:.4g}Gbps {label}; alpha, incast: sweep p={world_size} at {used}"
+    return Network(int(world_size), rate_gbps, alpha, bw, inc, None, fitted_on=fitted_on)
+
+
+def _isnan(x) -> bool:
+    return x is None or (isinstance(x, float) and np.isnan(x))
+
+
 def _workers(n) -> int | None:
     return int(n["workers"]) if isinstance(n, dict) and n.get("workers") is not None else None
 
@@ -776,14 +834,20 @@ class RecordInputs:
       worker timing at once) give the contended ``T_comp`` of a w-worker run and ``kappa_w`` = contended /
       alone (median over models and batches), which the model applies to ``O`` and ``T_encode_decode``;
     * ``max_p``: networks above it are fitted on world sizes ``<= max_p`` (:func:`fit_network`) and
-      contended ``tcomp`` records of more than ``max_p`` workers are ignored (``kappa`` = 1 there).
+      contended ``tcomp`` records of more than ``max_p`` workers are ignored (``kappa`` = 1 there);
+    * ``network_from`` (:data:`NETWORK_SOURCES`): ``"sweep"`` fits each network on its own sweep
+      (:func:`fit_network`); ``"probe"`` takes BW from the record's probe (``network.measured_busbw_gbps``)
+      and alpha / incast from the sweeps at the other rates (:func:`fit_network_from_probe`);
+      ``"auto"``: the sweep where the network has one, the probe elsewhere.
 
     ``tcomp``, ``ddp``, ``sweep``, ``profile``: the platform's records of each kind (DataFrames with
     ``rate_gbps`` and ``params_key`` columns, as :func:`studykit.perfmodel.verify.load_platform` builds)."""
 
     def __init__(self, tcomp: pd.DataFrame, ddp: pd.DataFrame, sweep: pd.DataFrame, profile: pd.DataFrame,
-                 stat: str, max_p: int | None = None):
-        self.stat, self.max_p, self.sweep = stat, max_p, sweep
+                 stat: str, max_p: int | None = None, network_from: str = "sweep"):
+        if network_from not in NETWORK_SOURCES:
+            raise ValueError(f"network_from must be one of {NETWORK_SOURCES}, got {network_from!r}")
+        self.stat, self.max_p, self.sweep, self.network_from = stat, max_p, sweep, network_from
         st = stat
         t = tcomp.assign(_w=tcomp["network"].map(_workers))
         if max_p is not None:
@@ -842,10 +906,28 @@ class RecordInputs:
         near = int(sws.iloc[(sws - p).abs().argsort().iloc[0]])
         return pool_stat(g[sws == near][st], st) / 1e3, f"profile sim_world_size={near} (run has p={p})"
 
-    def network(self, p: int, rate) -> Network:
-        key = (p, None if rate is None or (isinstance(rate, float) and np.isnan(rate)) else float(rate))
+    def network(self, p: int, rate, probe_gbps: float | None = None, probe_bytes: float | None = None) -> Network:
+        """The :class:`Network` of world size ``p`` at link ``rate`` (None: a real network); ``probe_gbps``
+        / ``probe_bytes``: the record's probe (used as ``network_from`` says)."""
+        rate = None if _isnan(rate) else float(rate)
+        probe = None if _isnan(probe_gbps) else float(probe_gbps)
+        src = self.network_from
+        if src == "auto":
+            own = self.sweep[(self.sweep["world_size"] == p) & ((self.sweep["rate_gbps"].isna()) if rate is None
+                                                                else (self.sweep["rate_gbps"] == rate))]
+            src = "sweep" if len(own) or probe is None else "probe"
+        if src == "probe" and not (self.max_p is not None and p > self.max_p):
+            if probe is None:
+                raise ValueError(f"no probe bandwidth for network {rate}Gbps at world size {p} "
+                                 "(records lack network.measured_busbw_gbps)")
+            key = (p, rate, probe, probe_bytes)
+            if key not in self._nets:
+                self._nets[key] = fit_network_from_probe(self.sweep, p, rate, probe,
+                                                         float(probe_bytes or 64 * MIB), self.stat)
+            return self._nets[key]
+        key = (p, rate)
         if key not in self._nets:
-            self._nets[key] = fit_network(self.sweep, p, key[1], self.stat, max_p=self.max_p)
+            self._nets[key] = fit_network(self.sweep, p, rate, self.stat, max_p=self.max_p)
         return self._nets[key]
 
 
@@ -914,6 +996,46 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
                                                             f"{len(x)} compute-bound of {n_train}"))
     g = float(np.median(y / x))
     return SyncTerms(g, how=f"gamma={g:.3f} from {len(x)} compute-bound of {n_train}")
+
+
+#: gamma values tried by :func:`fit_sync_terms_curve` (the Sec. 4.1 range 1.04-1.1 and far beyond it)
+GAMMA_GRID = np.round(np.arange(0.80, 3.0001, 0.005), 3)
+
+
+def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | None = None, *,
+                         extended: bool = False) -> SyncTerms:
+    """gamma (and, ``extended``, ``delta`` and the per-bucket term) when ``T_obs`` is not linear in gamma
+    (``ModelOptions.overlap = "timeline"``: a bucket's ready time scales with ``gamma T_comp``).
+
+    Each row: ``s`` (measured iteration minus ``O``, s), ``curve`` (the model's ``T_obs`` at every gamma
+    of ``grid``, no extra term), ``k`` (buckets). Every row counts (communication-bound ones too: through
+    the ready times they still depend on gamma). gamma minimizes the sum of squared relative errors;
+    ``extended``: at each gamma, ``delta`` and ``c_b (k-1)`` by non-negative least squares of the
+    relative residuals (``c_b`` only with two bucket counts)."""
+    from scipy.optimize import nnls as _nnls
+
+    n_train = len(rows) if n_train is None else n_train
+    if not rows:
+        return SyncTerms(1.0, how="gamma=1 (no calibration record)")
+    grid = np.asarray(grid, dtype=float)
+    y = np.asarray([r["s"] for r in rows], dtype=float)
+    curves = np.vstack([np.broadcast_to(np.asarray(r["curve"], dtype=float), grid.shape) for r in rows])
+    kk = np.asarray([r["k"] - 1.0 for r in rows])
+    cols = [np.ones_like(y)] + ([kk] if kk.max() > kk.min() else [])
+    best = (np.inf, 1.0, 0.0, 0.0)
+    for j, g in enumerate(grid):
+        res = y - curves[:, j]
+        coef = np.zeros(len(cols))
+        if extended:
+            coef, _ = _nnls(np.column_stack(cols) / y[:, None], res / y)
+        err = float(np.sum(((res - np.column_stack(cols) @ coef) / y) ** 2))
+        if err < best[0]:
+            best = (err, float(g), float(coef[0]) if extended else 0.0,
+                    float(coef[1]) if extended and len(coef) > 1 else 0.0)
+    _, g, d, e = best
+    edge = " (at the grid's edge)" if g in (grid[0], grid[-1]) else ""
+    how = f"gamma={g:.3f}{edge}" + (f", delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket" if extended else "")
+    return SyncTerms(g, d, e, 0.0, how + f": per-bucket timeline fitted to {len(rows)} of {n_train}")
 
 
 def fit_path_overhead(residuals_s: Sequence[float]) -> float:

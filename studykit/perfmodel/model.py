@@ -51,7 +51,8 @@ __all__ = [
     "MIB", "DEFAULT_BUCKET_BYTES", "ModelOptions", "Hardware", "Workload", "Calibration", "Constant", "TComp", "TEncodeDecode",
     "Prediction", "BUCKETING", "DDP_FIRST_BUCKET_BYTES", "buckets", "paper_bucket_sizes", "ddp_buckets",
     "ddp_bucket_sizes", "allreduce_s", "collective_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
-    "speedup_over_sync", "required_ratio", "crossover_bandwidth_gbps",
+    "speedup_over_sync", "required_ratio", "crossover_bandwidth_gbps", "OVERLAP", "bucket_ready_fractions",
+    "bucket_timeline_s", "hook_timeline_s",
 ]
 
 MIB = 2**20
@@ -63,6 +64,8 @@ DDP_FIRST_BUCKET_BYTES = 1 * MIB
 BUCKETING = ("paper", "ddp")
 #: :class:`ModelOptions` collective costs: Eq. 1 / App. B, or a measured :class:`~studykit.perfmodel.collectives.CollectiveTable`
 COLLECTIVE_COSTS = ("eq1", "measured")
+#: :class:`ModelOptions` overlap: Sec. 4.1's ``max`` or the per-bucket timeline (:func:`bucket_timeline_s`)
+OVERLAP = ("sec41", "timeline")
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,11 @@ class ModelOptions:
       the compression path the profile does not time; calibrated on the identity compressor);
     * ``cpu_contention``: ``Hardware.cpu_slowdown`` multiplies the non-backward overhead and
       ``T_encode_decode`` (workers sharing CPU cores; the contended ``T_comp`` is an input);
-    * ``hook_buckets``: a compressor run as a DDP hook issues its protocol per DDP bucket.
+    * ``hook_buckets``: a compressor run as a DDP hook issues its protocol per DDP bucket;
+    * ``overlap``: ``"sec41"`` (Sec. 4.1: every bucket but the last overlaps the whole backward pass,
+      ``max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last)``) or ``"timeline"`` (beyond the paper:
+      each DDP bucket is sent once its gradients are ready and the link is free, and a DDP hook's
+      encode / decode run per bucket on the GPU: :func:`bucket_timeline_s`). Needs a scalar ``bucket_bytes``.
     """
 
     collectives: str = "eq1"
@@ -93,8 +100,11 @@ class ModelOptions:
     path_overhead: bool = False
     cpu_contention: bool = False
     hook_buckets: bool = False
+    overlap: str = "sec41"
 
     def __post_init__(self):
+        if self.overlap not in OVERLAP:
+            raise ValueError(f"ModelOptions.overlap must be one of {OVERLAP}, got {self.overlap!r}")
         if self.collectives not in COLLECTIVE_COSTS:
             raise ValueError(f"ModelOptions.collectives must be one of {COLLECTIVE_COSTS}, got {self.collectives!r}")
         if self.bucketing not in BUCKETING:
@@ -197,6 +207,9 @@ class Workload:
     first_bucket_bytes: float | None = None  # "ddp" only; None: DDP's rule (see the class docstring)
     overhead_s: float | None = None  # non-backward part of an iteration (s): forward, optimizer step
     path_overhead_s: float | None = None  # compression path's untimed framework work (s); ModelOptions.path_overhead
+    #: measured fraction of the backward pass done when each DDP bucket is ready (communication order;
+    #: ``buckets`` records of ``python -m studykit ddp --bucket-times``); None: :func:`bucket_ready_fractions`
+    bucket_ready: tuple | None = None
 
     def __post_init__(self):
         for name in ("overhead_s", "path_overhead_s"):
@@ -242,6 +255,15 @@ class Workload:
         f = self.first_bucket_bytes
         f = f if f is not None else (DDP_FIRST_BUCKET_BYTES if float(cap) == DEFAULT_BUCKET_BYTES else float(cap))
         return ddp_bucket_sizes(self.shapes(), float(cap), f)
+
+    def ready_fractions(self, bucketing: str = "paper") -> np.ndarray:
+        """Fraction of the backward pass done when each bucket is ready (communication order): the
+        workload's measured ``bucket_ready`` if given (and of the right length), else
+        :func:`bucket_ready_fractions` of :meth:`bucket_sizes` (the bytes assumption)."""
+        sizes = self.bucket_sizes(bucketing)
+        if self.bucket_ready is not None and len(self.bucket_ready) == len(sizes):
+            return np.clip(np.asarray(self.bucket_ready, dtype=float), 0.0, 1.0)
+        return bucket_ready_fractions(sizes)
 
     def ddp_bucket_shapes(self) -> list[list[tuple]]:
         """DDP's buckets as lists of parameter shapes (:func:`ddp_buckets`; scalar ``bucket_bytes``)."""
@@ -432,7 +454,8 @@ def sync_terms_s(k, n_tensors, hw: Hardware, options: ModelOptions | None = None
 
 
 def syncsgd_s(t_comp_s, total_bytes, world_size, hw: Hardware, bucket_bytes=DEFAULT_BUCKET_BYTES,
-              split=None, *, options: ModelOptions | None = None, bucket_sizes=None, n_tensors: int = 0) -> dict:
+              split=None, *, options: ModelOptions | None = None, bucket_sizes=None, n_tensors: int = 0,
+              ready_fractions=None) -> dict:
     """syncSGD (DDP with overlap) iteration time, Sec. 4.1:
 
     ``T_obs = max(gamma T_comp, (k-1) T_comm(b, p, BW)) + T_comm(b_last, p, BW) [+ extra]``
@@ -442,12 +465,22 @@ def syncsgd_s(t_comp_s, total_bytes, world_size, hw: Hardware, bucket_bytes=DEFA
     unless ``split`` gives ``(k, b, b_last)`` (e.g. :meth:`Workload.buckets` with ``"ddp"``), or
     ``bucket_sizes`` lists every bucket (needed by measured collectives, not affine in bytes:
     ``(k-1) T_comm`` is then the sum over the first ``k-1`` buckets). ``extra`` is
-    :func:`sync_terms_s` (0 in the paper's model). Returns arrays: ``compute_s`` (gamma T_comp),
+    :func:`sync_terms_s` (0 in the paper's model). With ``ready_fractions`` (and ``bucket_sizes``) the
+    ``max`` is replaced by the per-bucket timeline (:func:`bucket_timeline_s`, ``ModelOptions.overlap``);
+    ``overlapped_comm_s`` is then the timeline's exposed communication minus the last bucket's.
+    Returns arrays: ``compute_s`` (gamma T_comp),
     ``comm_s`` (all buckets), ``overlapped_comm_s`` (all but the last), ``last_comm_s``,
     ``extra_s``, ``exposed_comm_s`` (``T_obs - gamma T_comp``), ``total_s``, ``k``.
     """
     t_comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
-    if bucket_sizes is not None:
+    per = None
+    if ready_fractions is not None:
+        if bucket_sizes is None:
+            raise ValueError("the per-bucket timeline needs bucket_sizes")
+        per = [np.asarray(allreduce_s(float(b), world_size, hw, options), dtype=float) for b in bucket_sizes]
+        k = np.asarray(float(len(per)))
+        ov_comm, t_last = sum(per[:-1]) + 0.0 * per[-1], per[-1]
+    elif bucket_sizes is not None:
         sizes = np.asarray(bucket_sizes, dtype=float)
         t = np.asarray(allreduce_s(sizes, world_size, hw, options), dtype=float)
         k = np.asarray(float(len(sizes)))
@@ -461,13 +494,73 @@ def syncsgd_s(t_comp_s, total_bytes, world_size, hw: Hardware, bucket_bytes=DEFA
     single = p <= 1  # one worker: no synchronization, no overlap slowdown
     compute = np.where(single, t_comp, hw.gamma * t_comp)
     extra = np.where(single, 0.0, sync_terms_s(k, n_tensors, hw, options))
-    overlapped = np.maximum(compute, ov_comm)
+    if per is not None:
+        tl = bucket_timeline_s(compute, ready_fractions, per)
+        overlapped = tl["total_s"] - t_last  # so that total = overlapped + last + extra, as in Sec. 4.1
+        ov_comm = np.maximum(tl["total_s"] - compute - t_last, 0.0)  # exposed communication, less the last bucket
+    else:
+        overlapped = np.maximum(compute, ov_comm)
     total = np.where(single, t_comp, overlapped + t_last + extra)
     comm = np.where(single, 0.0, ov_comm + t_last)
     z = 0 * total
     return {"compute_s": compute + z, "comm_s": comm + z, "overlapped_comm_s": np.where(single, 0.0, ov_comm) + z,
             "last_comm_s": np.where(single, 0.0, t_last) + z, "extra_s": extra + z,
             "exposed_comm_s": total - compute, "total_s": total, "k": k + z}
+
+
+def bucket_ready_fractions(bucket_sizes: Sequence[float]) -> np.ndarray:
+    """When each bucket's gradients are all ready, as a fraction of the backward pass (BEYOND THE PAPER).
+
+    Assumption (the kit's, checkable with ``buckets`` records, ``ddp --bucket-times``): the backward
+    pass produces gradient bytes at a constant rate in DDP's (reverse) parameter order, so bucket ``i``
+    (communication order) is ready once the bytes of buckets ``1..i`` are done:
+    ``f_i = sum_{j<=i} s_j / sum_j s_j``; the last bucket is ready when the backward pass ends (1).
+    Layers with many FLOPs per byte (convolutions early in a CNN) make the real fractions later."""
+    sz = np.asarray(bucket_sizes, dtype=float)
+    if sz.size == 0 or np.any(sz < 0) or sz.sum() <= 0:
+        raise ValueError(f"bucket sizes must be >= 0 with a positive sum, got {bucket_sizes!r}")
+    return np.cumsum(sz) / sz.sum()
+
+
+def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: Sequence | None = None,
+                      decode_s: Sequence | None = None) -> dict:
+    """Per-bucket overlap of a DDP iteration (BEYOND THE PAPER; Sec. 4.1 assumes every bucket but the
+    last can be sent from the start of the backward pass).
+
+    The backward pass (``C = t_compute_s``, i.e. ``gamma T_comp``) makes bucket ``i`` ready at
+    ``f_i C`` (``ready_fractions``, communication order). A DDP hook then encodes it on the GPU
+    (``e_i``, delaying the rest of the backward pass: same stream), sends it once the link is free
+    (``c_i``: the sum of its collectives), and decodes it after its collectives (``d_i``)::
+
+        g_i = f_i C + sum_{j<=i} e_j                  (bucket i encoded)
+        F_i = max(g_i, F_{i-1}) + c_i                 (its collectives done; F_0 = 0)
+        D_i = max(F_i, D_{i-1}) + d_i                 (decoded; D_0 = 0)
+        T_obs = max(C + sum e + sum d, D_k)
+
+    syncSGD is ``e = d = 0``: ``T_obs = max(C, F_k)``. Broadcasts over arrays (``t_compute_s`` and each
+    ``c_i`` may be arrays, e.g. a grid of gamma or bandwidth). Returns ``total_s``, ``compute_s``
+    (``C + sum e + sum d``: the GPU's busy time), ``comm_s`` (``sum c``), ``exposed_s``
+    (``T_obs - compute_s``: what does not hide under the backward pass) and ``last_ready_s`` (``g_k``)."""
+    f = np.asarray(ready_fractions, dtype=float)
+    k = len(comm_s)
+    if len(f) != k:
+        raise ValueError(f"{len(f)} ready fractions for {k} buckets")
+    e = [0.0] * k if encode_s is None else list(encode_s)
+    d = [0.0] * k if decode_s is None else list(decode_s)
+    C = np.asarray(t_compute_s, dtype=float)
+    F = D = 0.0 * C
+    enc = 0.0 * C
+    comm = 0.0 * C
+    g = C
+    for i in range(k):
+        enc = enc + e[i]
+        g = f[i] * C + enc
+        F = np.maximum(g, F) + comm_s[i]
+        D = np.maximum(F, D) + d[i]
+        comm = comm + comm_s[i]
+    busy = C + enc + sum(np.asarray(x, dtype=float) for x in d)
+    total = np.maximum(busy, D)
+    return {"total_s": total, "compute_s": busy, "comm_s": comm, "exposed_s": total - busy, "last_ready_s": g}
 
 
 @dataclass(frozen=True)
@@ -598,6 +691,46 @@ def compressed_plan_s(t_comp_s, t_encode_decode_s, plans: Sequence[Sequence[dict
                              np.asarray(t_ag, dtype=float), hw)
 
 
+def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor, params, world_size: int,
+                    hw: Hardware, options: ModelOptions, bytes_scale=1.0) -> dict:
+    """A compressor run as a DDP communication hook, bucket by bucket (BEYOND THE PAPER; App. A only
+    shows hooks are slower): :func:`bucket_timeline_s` with
+
+    * ``C = gamma T_comp`` (the backward pass overlapped with communication, as for syncSGD);
+    * per DDP bucket ``i`` (:meth:`Workload.ddp_bucket_shapes`), its collectives ``c_i`` from the
+      compressor's ``plan()`` of that bucket's shapes, each priced by :func:`collective_s`;
+    * ``e_i = d_i = T_encode_decode * s_i / (2 G)``: the profiled encode + decode of the whole gradient
+      shared among buckets by bytes, half before the collectives and half after (the profile times them
+      together: an assumption).
+
+    Same keys as :func:`compressed_s`, plus ``k`` and ``exposed_s`` (the part not hidden under the
+    backward pass)."""
+    groups = workload.ddp_bucket_shapes()
+    sizes = np.asarray([4.0 * sum(math.prod(s) for s in g) for g in groups])
+    fr = workload.ready_fractions("ddp")
+    if len(fr) != len(groups):
+        fr = bucket_ready_fractions(sizes)
+    t_ar, t_ag, per = 0.0, 0.0, []
+    for g in groups:
+        ci = 0.0
+        for c in plan_summary(compressor, params, g, world_size).collectives:
+            t = np.asarray(collective_s(c["op"], float(c["nbytes"]) * bytes_scale, world_size, hw, options), dtype=float)
+            ci = ci + t
+            if c["op"] == "all_reduce":
+                t_ar = t_ar + t
+            else:
+                t_ag = t_ag + t
+        per.append(ci)
+    ed = np.asarray(t_encode_decode_s, dtype=float) / hw.compute_speedup
+    half = [ed * (s / sizes.sum()) / 2.0 for s in sizes]
+    comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
+    tl = bucket_timeline_s(hw.gamma * comp, fr, per, half, half)
+    z = 0 * tl["total_s"]
+    return {"compute_s": hw.gamma * comp + z, "encode_decode_s": ed + z, "allreduce_s": np.asarray(t_ar) + z,
+            "allgather_s": np.asarray(t_ag) + z, "comm_s": tl["comm_s"] + z, "exposed_s": tl["exposed_s"] + z,
+            "total_s": tl["total_s"], "k": np.asarray(float(len(groups)))}
+
+
 def iteration_s(overhead_s, t_obs_s, hw: Hardware, options: ModelOptions | None = None, path_overhead_s=0.0):
     """The iteration time a user measures (s): ``O [x kappa] + T_obs [+ path overhead]``.
 
@@ -700,7 +833,11 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     overhead, how_o = workload.resolve_overhead(calibration)
     notes = {"t_comp_s": t_comp, "t_comp": how_comp, "overhead_s": overhead, "overhead": how_o}
     total_bytes = workload.gradient_bytes
-    if opts.collectives == "measured" and hardware.collective_table is not None:
+    if opts.overlap == "timeline":
+        sync = syncsgd_s(t_comp, total_bytes, p, hardware, options=opts, n_tensors=workload.n_tensors,
+                         bucket_sizes=workload.bucket_sizes(opts.bucketing),
+                         ready_fractions=workload.ready_fractions(opts.bucketing))
+    elif opts.collectives == "measured" and hardware.collective_table is not None:
         sync = syncsgd_s(t_comp, total_bytes, p, hardware, options=opts, n_tensors=workload.n_tensors,
                          bucket_sizes=workload.bucket_sizes(opts.bucketing))
     else:
@@ -736,9 +873,15 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     if opts.cpu_contention:
         t_ed = t_ed * hardware.cpu_slowdown
     notes["t_encode_decode_s"] = float(np.max(t_ed))
-    per_bucket = mode == "hook" and opts.hook_buckets
+    per_bucket = mode == "hook" and (opts.hook_buckets or opts.overlap == "timeline")
     measured = opts.collectives == "measured" and hardware.collective_table is not None
-    if per_bucket or measured:
+    if mode == "hook" and opts.overlap == "timeline":
+        if p.size != 1:
+            raise ValueError("the per-bucket timeline needs one world size per call")
+        q = int(p.reshape(-1)[0])
+        comp = hook_timeline_s(t_comp, t_ed, workload, compressor, params, q, hardware, opts, bytes_scale)
+        notes["compressed_plans"] = "per DDP bucket, timeline"
+    elif per_bucket or measured:
         if p.size != 1:
             raise ValueError("measured collectives and per-bucket hook plans need one world size per call")
         q = int(p.reshape(-1)[0])

@@ -254,6 +254,8 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
             df[c] = None
     net = df["network"].map(_net)
     df["rate_gbps"] = net.map(lambda t: t[0])
+    df["probe_gbps"] = df["network"].map(lambda n: n.get("measured_busbw_gbps") if isinstance(n, dict) else None)
+    df["probe_bytes"] = df["network"].map(lambda n: n.get("measured_probe_bytes") if isinstance(n, dict) else None)
     df["params_key"] = df["params"].map(_pkey)
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
@@ -282,9 +284,15 @@ def _isnull(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _inputs(plat: Platform, max_p: int | None = None) -> RecordInputs:
+def _inputs(plat: Platform, max_p: int | None = None, network_from: str = "sweep") -> RecordInputs:
     """The platform's single-device constants and networks (:class:`studykit.perfmodel.fit.RecordInputs`)."""
-    return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p)
+    return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
+                        network_from=network_from)
+
+
+def _network(inp: RecordInputs, r):
+    """The :class:`~studykit.perfmodel.fit.Network` a DDP record ran on (its probe, if any, passed along)."""
+    return inp.network(int(r["world_size"]), r["rate_gbps"], r.get("probe_gbps"), r.get("probe_bytes"))
 
 
 # ------------------------------------------------------------------ one record -> the model's predict
@@ -293,7 +301,7 @@ def _kk(k: float) -> str:
 
 
 def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None = None,
-                    path_overhead_s: float = 0.0, opts: ModelOptions | None = None) -> dict:
+                    path_overhead_s: float = 0.0, opts: ModelOptions | None = None, curve=None) -> dict:
     """One DDP record predicted by :func:`studykit.perfmodel.model.predict` with the ``variant`` preset
     (:meth:`ModelOptions.paper` / :meth:`ModelOptions.extended`) and the record's inputs; the row's terms."""
     opts = opts or ModelOptions.named(variant)
@@ -301,8 +309,10 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
     tc, how_tc = inp.tcomp(m, bs, p, contended=opts.cpu_contention)
     o, how_o = inp.overhead(m, bs)
     kappa = inp.kappa(p) if opts.cpu_contention else 1.0
-    net = inp.network(p, r["rate_gbps"])
+    net = _network(inp, r)
     terms = terms or SyncTerms(1.0)
+    if curve is not None:  # T_obs at every gamma of the grid (fit_gamma_loo, overlap="timeline")
+        terms = SyncTerms(curve)
     hw = Hardware(bandwidth_gbps=net.bandwidth_gbps, alpha_s=net.alpha_s, gamma=terms.gamma,
                   incast_coeff=net.incast_coeff, sync_delta_s=terms.delta_s, per_bucket_s=terms.per_bucket_s,
                   per_tensor_s=terms.per_tensor_s, cpu_slowdown=kappa, collective_table=net.table)
@@ -313,6 +323,9 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
     where = f"alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps"
     if r["mode"] == "syncsgd":
         pr = predict(w, hw, p, options=opts)
+        if curve is not None:
+            return {"_curve": np.asarray(pr.sync["total_s"], dtype=float), "_s": float(o * kappa),
+                    "_k": float(np.asarray(pr.sync["k"]).reshape(-1)[0])}
         sy = {k: float(np.asarray(v)) for k, v in pr.sync.items()}
         return {"t_comp_ms": tc * 1e3, "overhead_ms": o * kappa * 1e3, "t_obs_ms": sy["total_s"] * 1e3,
                 "t_comm_ms": sy["comm_s"] * 1e3, "t_encode_decode_ms": 0.0, "gamma": terms.gamma,
@@ -369,6 +382,16 @@ def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache:
     opts = opts or ModelOptions.named(variant)
     cache = {} if cache is None else cache
     rows = []
+    if opts.overlap == "timeline":
+        from studykit.perfmodel.fit import GAMMA_GRID, fit_sync_terms_curve
+
+        for r in train:
+            key = (r["config"], variant, "curve")
+            if key not in cache:
+                cache[key] = _predict_record(r, inp, variant, opts=opts, curve=GAMMA_GRID)
+            b = cache[key]
+            rows.append({"s": float(r["measured_ms"]) / 1e3 - b["_s"], "curve": b["_curve"], "k": b["_k"]})
+        return fit_sync_terms_curve(rows, GAMMA_GRID, len(train), extended=variant != "paper")
     for r in train:
         key = (r["config"], variant)
         if key not in cache:
@@ -422,7 +445,7 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
-                    per_tensor: bool = False) -> pd.DataFrame:
+                    per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None) -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
     ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
@@ -430,12 +453,15 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     records, the path overhead on those ``none`` records; ``T_comp``, ``O`` and ``T_encode_decode``
     are single-device anyway), and only records at ``p > calibrate_max_p`` are scored; their
     collectives come from Eq. 1 / App. B with the fitted constants (no measured sweep interpolation,
-    in either variant). Each row's ``calibrated_on`` names the DDP configurations and the sweep."""
+    in either variant). Each row's ``calibrated_on`` names the DDP configurations and the sweep.
+
+    ``network_from``: where each network's alpha / BW come from
+    (:class:`studykit.perfmodel.fit.RecordInputs`: ``sweep``, ``probe`` or ``auto``)."""
     by_p = holdout == "world_size"
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
         raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
-    inp = _inputs(plat, max_p=max_p)
+    inp = _inputs(plat, max_p=max_p, network_from=network_from)
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
     modes = ["syncsgd", "post"] + (["hook"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
@@ -444,7 +470,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     for r in _pool(d, plat.stat):  # scorable: inputs exist
         try:
             inp.tcomp(r["model"], int(r["batch_size"]), int(r["world_size"]))
-            inp.network(int(r["world_size"]), r["rate_gbps"])
+            _network(inp, r)
             if r["mode"] != "syncsgd":
                 inp.encode_decode(r["model"], r["compressor"], r["params_key"], int(r["world_size"]))
             ok.append(r)
@@ -472,7 +498,10 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     cache: dict = {}
     from dataclasses import replace
 
-    presets = {"paper": ModelOptions.paper(), "extended": replace(ModelOptions.extended(), per_tensor=per_tensor)}
+    ext = replace(ModelOptions.extended(), per_tensor=per_tensor)
+    if overlap is not None:
+        ext = replace(ext, overlap=overlap)
+    presets = {"paper": ModelOptions.paper(), "extended": ext}
     for variant in variants:
         # syncSGD: gamma fitted on the other holdout groups' syncSGD records
         def fit(train, variant=variant):
@@ -505,7 +534,20 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                     rows.append(out)
             else:
                 pool = None if cal_recs is None else [r for r in cal_recs if r["mode"] == mode]
-                part = _extended_compressed(comp, inp, plat, mode, pool=pool)
+                hook_terms = None
+                if mode == "hook" and presets[variant].overlap == "timeline" and sync:
+                    # the hook timeline's gamma: fitted on the syncSGD records of the other holdout groups
+                    spool = sync if sync_pool is None else sync_pool
+                    tcache: dict = {}
+
+                    def hook_terms(r, variant=variant, spool=spool, tcache=tcache):
+                        g = group_of(r)
+                        if g not in tcache:
+                            train = [x for x in spool if group_of(x) != g]
+                            tcache[g] = (fit(train), sorted(x["config"] for x in train))
+                        return tcache[g]
+                part = _extended_compressed(comp, inp, plat, mode, pool=pool, opts=presets[variant],
+                                            terms_of=hook_terms, group_of=None if by_p else group_of)
                 if by_p:
                     for x in part:
                         x["holdout"] = how
@@ -538,13 +580,19 @@ def _pool(d: pd.DataFrame, stat: str) -> list[dict]:
 
 
 def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mode: str,
-                         pool: list[dict] | None = None) -> list[dict]:
+                         pool: list[dict] | None = None, opts: ModelOptions | None = None,
+                         terms_of: Callable | None = None, group_of: Callable | None = None) -> list[dict]:
     """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
     of the same model and batch (other networks when there are several), scored on the rest.
     With ``pool`` (``--holdout world_size``) the ``none`` records come from ``pool`` only (the same
     model, batch and link rate at the calibration world sizes) and every record of ``comp`` is scored,
-    ``none`` included."""
+    ``none`` included. Where the records hold no ``none`` run at all, the path overhead is fitted per DDP
+    bucket (``h_b k``: a hook's per-bucket host work) on the same mode's records of the *other* holdout
+    groups (``group_of``; median of ``(measured - predicted) / k``), else 0 (said in ``inputs``). ``terms_of(r)``: ``(SyncTerms, calibration configs)`` for a record (the hook timeline's
+    gamma, fitted on syncSGD records of other holdout groups)."""
     rows = []
+    per_bucket_cache: dict = {}
+    opts = opts or ModelOptions.extended()
     by_pool = pool is not None
     nones = [r for r in (pool if by_pool else comp) if r["compressor"] == "none"]
     multi_net = len({(r["rate_gbps"], r["world_size"]) for r in comp}) > 1
@@ -556,14 +604,39 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
                    and (_isnull(r["rate_gbps"]) or n["rate_gbps"] == r["rate_gbps"])]
         elif multi_net:
             cal = [n for n in cal if (n["rate_gbps"], n["world_size"]) != (r["rate_gbps"], r["world_size"])]
-        if not cal:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
+        terms, t_cal = terms_of(r) if terms_of is not None else (None, [])
+        if not cal and nones:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
             continue
-        h = fit_path_overhead([float(n["measured_ms"]) / 1e3 - _predict_record(n, inp, "extended")["predicted_ms"] / 1e3
-                               for n in cal])
+        if cal:
+            h = fit_path_overhead([float(n["measured_ms"]) / 1e3 - _predict_record(
+                n, inp, "extended", terms=terms, opts=opts)["predicted_ms"] / 1e3 for n in cal])
+            how_h = f"path overhead {h * 1e3:+.3f} ms from {len(cal)} '{mode} none' record(s)"
+        elif group_of is not None and len({group_of(x) for x in comp}) > 1:
+            g = group_of(r)
+            if g not in per_bucket_cache:
+                cal_g = [x for x in comp if group_of(x) != g]
+                res = []
+                for x in cal_g:
+                    px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts)
+                    res.append((float(x["measured_ms"]) - px["predicted_ms"]) / 1e3 / max(px["k_buckets"], 1))
+                groups = sorted({str(group_of(x)) for x in cal_g})
+                # named by holdout group, not by configuration (hundreds per row): every one differs from r's
+                per_bucket_cache[g] = (fit_path_overhead(res), [f"{len(cal_g)} '{mode}' records of holdout groups "
+                                                                + ", ".join(groups)])
+            hb, cal_names = per_bucket_cache[g]
+            pr0 = _predict_record(r, inp, "extended", terms=terms, opts=opts)
+            h = hb * max(pr0["k_buckets"], 1)
+            how_h = (f"path overhead {hb * 1e3:+.3f} ms per bucket x {pr0['k_buckets']} from {cal_names[0]} "
+                     "(no identity-compressor record)")
+            t_cal = list(t_cal) + cal_names
+        else:
+            h, how_h = 0.0, "path overhead 0 (no identity-compressor record on this platform)"
         out = _base_row(r, plat, "extended", GROUPS[mode])
-        out.update(_predict_record(r, inp, "extended", path_overhead_s=h))
-        out["inputs"] += f"; path overhead {h * 1e3:+.3f} ms from {len(cal)} '{mode} none' record(s)"
-        out["calibrated_on"] = "; ".join(sorted(n["config"] for n in cal))
+        out.update(_predict_record(r, inp, "extended", terms=terms, path_overhead_s=h, opts=opts))
+        out["inputs"] += f"; {how_h}" + (f"; {terms.how}" if terms is not None else "")
+        if terms is not None:
+            out["gamma"] = terms.gamma
+        out["calibrated_on"] = "; ".join(sorted({n["config"] for n in cal} | set(t_cal)))
         out["holdout"] = "identity compressor" + (" at other networks" if multi_net and not by_pool else "")
         rows.append(out)
     return rows
@@ -617,7 +690,8 @@ def default_sources() -> list[Path]:
 
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
-           calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
+           network_from: str = "sweep", overlap: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
@@ -630,21 +704,29 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
     for s in sources:
         plat = load_platform(s, stat)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
-                                      calibrate_max_p=calibrate_max_p, per_tensor=per_tensor))
+                                      calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
+                                      network_from=network_from, overlap=overlap))
         by_p = holdout == "world_size"
-        inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None), True)]
+        inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None, network_from=network_from), True)]
         if by_p:
             inps.append((_inputs(plat), False))  # each network's own sweep: for comparison only
-        for (p, rate) in sorted({(int(w), None if _isnull(x) else float(x)) for w, x in
-                                 plat.sweep[["world_size", "rate_gbps"]].itertuples(index=False)
-                                 if int(w) >= 2}, key=lambda t: (t[0], t[1] or 0)):
+        keys = {(int(w), None if _isnull(x) else float(x), None, None) for w, x in
+                plat.sweep[["world_size", "rate_gbps"]].itertuples(index=False) if int(w) >= 2}
+        if network_from != "sweep":  # every network a DDP record ran on, with its probe
+            d = plat.ddp[plat.ddp["world_size"] >= 2]
+            keys = {(int(w), None if _isnull(x) else float(x), None if _isnull(g) else float(g),
+                     None if _isnull(b) else float(b))
+                    for w, x, g, b in d[["world_size", "rate_gbps", "probe_gbps", "probe_bytes"]].itertuples(index=False)}
+        for (p, rate, probe, probe_b) in sorted(keys, key=lambda t: (t[0], t[1] or 0, t[2] or 0)):
             for inp, used in inps:
                 if not used and p <= calibrate_max_p:
                     continue
                 try:
-                    n = inp.network(p, rate)
+                    n = inp.network(p, rate, probe, probe_b)
                 except ValueError as exc:
                     notes.append(f"{plat.name}: {exc}")
+                    continue
+                if any(x["fitted_on"] == n.fitted_on and x["used"] == used for x in nets if x["platform"] == plat.name):
                     continue
                 nets.append({"platform": plat.name, "world_size": p, "rate_gbps": rate, "alpha_us": n.alpha_s * 1e6,
                              "bandwidth_gbps": n.bandwidth_gbps, "incast_coeff": n.incast_coeff, "eq1_r2": n.r2,
@@ -689,6 +771,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-tensor", action="store_true",
                     help="extended: fit and use the per-tensor CPU term (ModelOptions.per_tensor; off by default: "
                          "on the committed GPU records it does not carry across models, see by_batch.csv)")
+    ap.add_argument("--network-from", default="sweep", choices=["sweep", "probe", "auto"],
+                    help="where each network's alpha and BW come from: its own collective sweep (default); "
+                         "'probe': BW from the record's 64 MiB all-reduce probe (network.measured_busbw_gbps), "
+                         "alpha and incast from the sweeps at the machine's other rates; 'auto': the sweep "
+                         "where the network has one, the probe elsewhere")
+    ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
+                    help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
+                         "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -698,7 +788,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
-                                   per_tensor=args.per_tensor)
+                                   per_tensor=args.per_tensor, network_from=args.network_from,
+                                   overlap=args.overlap)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
