@@ -408,7 +408,7 @@ def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, re
     for f in _files(sources, missing_ok):
         rep.files.append(str(f))
         try:
-            text = f.read_text(encoding="utf-8", errors="replace")
+            text = f.read_bytes().decode("utf-8", errors="replace")  # no newline translation: \r is not a line end
         except OSError as exc:
             raise RecordError(f"{f}: cannot be read ({exc})") from None
         for i, line in enumerate(text.split("\n"), 1):  # JSON Lines: only \n ends a line (not \x85, \u2028)

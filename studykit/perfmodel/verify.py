@@ -744,10 +744,8 @@ def _fmt_summary(s: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "verify":
-        argv = argv[1:]
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m studykit verify``'s options."""
     ap = argparse.ArgumentParser(prog="python -m studykit verify",
                                  description="Predicted vs measured iteration time (seed 000 Sec. 4.1, App. B-D) "
                                              "from measurement records, leave-one-out.")
@@ -780,6 +778,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
     ap.add_argument("--quiet", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "verify":
+        argv = argv[1:]
+    ap = build_parser()
     args = ap.parse_args(argv)
     try:
         paths.check_writable_output(args.out, args.overwrite_committed)
