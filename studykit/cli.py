@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("studykit.perfmodel.cli", "predict iteration times as JSON"),
     "train": ("studykit.train.cli", "train to accuracy with a compressor (static/dynamic)"),
     "bench": ("studykit.bench", "compressor speed vs memory floor, and DDP hooks vs PyTorch's"),
-    "throttle": ("studykit.throttle", "run measurements on a throttled network (netns + tc)"),
+    "throttle": ("studykit.measure.throttle", "run measurements on a throttled network (netns + tc)"),
     "verify": ("studykit.perfmodel.verify", "score the performance model against measurements"),
     "notebooks": ("studykit.notebooks", "run every notebook with papermill -> reports/"),
 }

@@ -11,12 +11,15 @@ import time
 
 import pytest
 
-from studykit import throttle as T
+from studykit import paths
+
+from studykit.measure import throttle as T
+from studykit.measure.throttle import netns as N
 
 REASON = T.unavailable_reason()
 skip_no_netns = pytest.mark.skipif(REASON is not None, reason=f"throttle: {REASON}")
 PY = sys.executable
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(T.__file__)))
+ROOT = str(paths.ROOT)
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
 
 
@@ -92,13 +95,13 @@ def test_timeout_and_failure_kill_workers():
         assert res[0].returncode == 3 and res[1].killed and not res[1].timed_out
         assert time.monotonic() - t0 < 10
         for ns in c.worker_namespaces:
-            assert T._namespace_pids(ns) == []
+            assert N._namespace_pids(ns) == []
 
 
 @pytest.mark.netns
 @skip_no_netns
 def test_sigterm_tears_down(tmp_path):
-    script = ("import sys, time; from studykit.throttle import ThrottledCluster\n"
+    script = ("import sys, time; from studykit.measure.throttle import ThrottledCluster\n"
               "with ThrottledCluster(2, rate_gbps=1.0) as c:\n"
               "    print(' '.join(c.names), flush=True); time.sleep(30)\n")
     p = subprocess.Popen([PY, "-c", script], stdout=subprocess.PIPE, text=True, env=ENV)
@@ -116,7 +119,7 @@ def test_sigterm_tears_down(tmp_path):
 @pytest.mark.netns
 @skip_no_netns
 def test_leftovers_of_a_killed_owner_are_removed():
-    script = ("import time; from studykit.throttle import ThrottledCluster\n"
+    script = ("import time; from studykit.measure.throttle import ThrottledCluster\n"
               "c = ThrottledCluster(2, rate_gbps=1.0).__enter__()\n"
               "print(' '.join(c.names), flush=True); time.sleep(30)\n")
     p = subprocess.Popen([PY, "-c", script], stdout=subprocess.PIPE, text=True, env=ENV)
@@ -128,6 +131,49 @@ def test_leftovers_of_a_killed_owner_are_removed():
     assert names and set(names) <= set(T.list_namespaces())
     removed = T.cleanup_leftovers()  # what every ThrottledCluster does on entry
     assert set(names) <= set(removed) and _ours_left(names) == []
+    assert not any(set(names) & set(rec["namespaces"]) for _, rec in N._owner_records()), "owner record kept"
+
+
+@pytest.mark.netns
+@skip_no_netns
+def test_cleanup_removes_only_what_a_gone_owner_recorded():
+    """A namespace with the prefix but no owner record, one whose owner lives (this process), and one
+    whose record comes from another PID namespace are all left alone."""
+    import itertools
+
+    tag = f"{N.PREFIX}-{os.getpid()}-{next(itertools.count(90000))}"
+    unowned, mine, foreign = f"{tag}-unowned", f"{tag}-mine", f"{tag}-foreign"
+    try:
+        for ns in (unowned, mine, foreign):
+            N._sh(["ip", "netns", "add", ns])
+        N.write_owner(tag + "m", [mine])  # owner: this (live) process
+        path = N.write_owner(tag + "f", [foreign])
+        rec = json.loads(path.read_text())
+        rec.update(pid=2 ** 22 + 7, pid_namespace="pid:[1]")  # a gone pid, but in another PID namespace
+        path.write_text(json.dumps(rec))
+        removed = T.cleanup_leftovers()
+        assert not {unowned, mine, foreign} & set(removed)
+        assert {unowned, mine, foreign} <= set(T.list_namespaces())
+        assert unowned in N.unowned_namespaces() and mine not in N.unowned_namespaces()
+        # the same record in our PID namespace with a pid that no longer runs: removed
+        rec["pid_namespace"] = N._pid_namespace()
+        path.write_text(json.dumps(rec))
+        assert foreign in T.cleanup_leftovers() and foreign not in T.list_namespaces()
+        assert not path.exists()
+    finally:
+        for ns in (unowned, mine, foreign):
+            N._delete_namespace(ns)
+        N.remove_owner(tag + "m")
+        N.remove_owner(tag + "f")
+
+
+def test_owner_gone_needs_proof():
+    me = {"pid": os.getpid(), "pid_namespace": N._pid_namespace(), "start_ticks": N._start_ticks(os.getpid())}
+    assert not N.owner_gone(me)
+    assert N.owner_gone({**me, "start_ticks": me["start_ticks"] + 1})  # pid reused by a later process
+    assert not N.owner_gone({**me, "pid_namespace": "pid:[0]"})  # another PID namespace: cannot tell
+    assert not N.owner_gone({**me, "pid_namespace": None})
+    assert not N.owner_gone({**me, "pid": "x"})
 
 
 @pytest.mark.netns
@@ -141,7 +187,7 @@ def test_probe_tracks_1gbps():
     got = []
     with T.ThrottledCluster(2, rate_gbps=1.0) as c:
         for _attempt in range(2):
-            res = c.run(lambda r: [PY, "-m", "studykit.throttle", "_probe", "--size-mb", "16", "--iters", "5"],
+            res = c.run(lambda r: [PY, "-m", "studykit.measure.throttle", "_probe", "--size-mb", "16", "--iters", "5"],
                         timeout_s=60)
             assert all(r.ok for r in res), [r.stderr[-1000:] for r in res]
             rec = json.loads(res[0].stdout)
@@ -165,7 +211,7 @@ def test_delay_line_adds_latency_and_keeps_rate():
         assert c.topology == "tun" and c._delay_proc is not None
         delay_pid = c._delay_proc.pid
         for _attempt in range(2):
-            res = c.run(lambda r: [PY, "-m", "studykit.throttle", "_stream", "--size-mb", "16"], timeout_s=30)
+            res = c.run(lambda r: [PY, "-m", "studykit.measure.throttle", "_stream", "--size-mb", "16"], timeout_s=30)
             assert all(r.ok for r in res), [r.stderr[-1000:] for r in res]
             rec = json.loads(res[0].stdout)
             assert rec["goodput_gbps"] <= 0.51 and rec["goodput_2nd_half_gbps"] <= 0.52, rec
@@ -176,7 +222,7 @@ def test_delay_line_adds_latency_and_keeps_rate():
     assert 3.9 <= rec["rtt_ms"]["min"] <= 5.5, rec["rtt_ms"]
     assert rec["goodput_2nd_half_gbps"] >= 0.40, rec  # steady state, after TCP's window grew
     assert _ours_left(names) == [] and c._delay_proc is None
-    assert not T._alive(delay_pid)  # killed and reaped by close()
+    assert not N._alive(delay_pid)  # killed and reaped by close()
 
 
 @pytest.mark.netns
@@ -242,13 +288,13 @@ def test_iproute2_folder_is_checked(tmp_path):
     (tmp_path / "lib" / "x86_64-linux-gnu").mkdir(parents=True)
     try:
         T.use_iproute2(tmp_path)
-        assert T._TOOLS["ip"] == str(tmp_path / "sbin" / "ip")
-        assert str(tmp_path / "lib" / "x86_64-linux-gnu") in T._TOOLS["libs"]
-        prefix = T._worker_prefix()  # workers get their own LD_LIBRARY_PATH back
+        assert N._TOOLS["ip"] == str(tmp_path / "sbin" / "ip")
+        assert str(tmp_path / "lib" / "x86_64-linux-gnu") in N._TOOLS["libs"]
+        prefix = N._worker_prefix()  # workers get their own LD_LIBRARY_PATH back
         assert prefix[0] == "env" and (prefix[1] == "-u" or prefix[1].startswith("LD_LIBRARY_PATH="))
     finally:
         T.use_iproute2(None)
-    assert T._TOOLS == {"ip": "ip", "tc": "tc", "libs": None} and T._worker_prefix() == []
+    assert N._TOOLS == {"ip": "ip", "tc": "tc", "libs": None} and N._worker_prefix() == []
 
 
 @skip_no_netns
