@@ -12,8 +12,10 @@ and ``data/calibrations/paper_v100.json`` (a test checks they are up to date).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import math
 import sys
 import pandas as pd
 
@@ -123,6 +125,68 @@ def _comm_s(model: str, compressor: str, params: dict, world_size: int, hw: Hard
     return float(pr.compressed["comm_s"])
 
 
+#: the paper's measurements of ResNet-101 on its 96-GPU cluster (Sec. 1 and Sec. 3.3), all at batch 64
+#: unless the claim says otherwise: what the joint fit of :func:`fit_r101_96` reproduces
+R101_96_CLAIMS = ("intro_r101_96_sync", "intro_r101_96_powersgd16", "sec33_r101_96_bs16", "sec33_r101_96_bs32",
+                  "sec33_r101_96_bs64")
+
+
+def r101_96_predictions(t_comp_s: float, bandwidth_gbps: float, hw: Hardware | None = None) -> dict:
+    """The model's value for each of :data:`R101_96_CLAIMS`: ms for times, ``T_sync / T`` for speed-ups.
+
+    ResNet-101 at 96 GPUs, T_comp linear in batch, PowerSGD's T_encode_decode from step 1 (Table 3's
+    ResNet-50 value x the parameter-count ratio), the given effective bandwidth."""
+    hw = dataclasses.replace(hw or paper_hardware(), bandwidth_gbps=bandwidth_gbps)
+    scale = models.numel("resnet101") / models.numel("resnet50")
+    out = {}
+    for cid in R101_96_CLAIMS:
+        c = claim(cid)
+        bs = int(c["batch_size"]) if not pd.isna(c["batch_size"]) else 64
+        w = Workload("resnet101", bs, t_comp_s=t_comp_s * bs / 64)
+        comp = c["compressor"] if isinstance(c["compressor"], str) else "none"
+        params = json.loads(c["params"]) if isinstance(c["params"], str) else {}
+        ted = _ted_r50(comp, params) * scale if comp != "none" else 0.0
+        pr = predict(w, hw, int(c["world_size"]), comp, params, t_encode_decode_s=ted)
+        if c["unit"] == "ms":
+            out[cid] = float((pr.sync if comp == "none" else pr.compressed)["total_s"]) * 1e3
+        else:
+            out[cid] = float(pr.speedup)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def fit_r101_96(hw: Hardware | None = None) -> dict:
+    """ResNet-101's backward time (batch 64) and the 96-GPU cluster's effective bandwidth, the two
+    inputs the paper leaves free, fitted jointly to its five 96-GPU measurements (least squares on
+    log(model / paper)): Sec. 1's syncSGD 262 ms and PowerSGD rank 16 470 ms, Sec. 3.3's PowerSGD
+    rank 4 against syncSGD at batch 16, 32, 64.
+
+    Why the bandwidth is free: at 96 GPUs and the nominal 10 Gbit/s, the ring's bandwidth term
+    alone for ResNet-101's 178 MB is 2 (p-1)/p x 178 MB / 10 Gbit/s = 282 ms, more than the 262 ms
+    measured for the whole syncSGD iteration, so the cluster delivered more than 10 Gbit/s (Sec. 3
+    says "around 10Gbps"). Two inputs for five measurements: each measurement's agreement is a check,
+    not true by construction."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    hw = hw or paper_hardware()
+    target = {cid: float(claim(cid)["value"]) for cid in R101_96_CLAIMS}
+
+    def residuals(x):
+        got = r101_96_predictions(math.exp(x[0]), math.exp(x[1]), hw)
+        return [math.log(got[k] / target[k]) for k in R101_96_CLAIMS]
+
+    sol = least_squares(residuals, x0=[math.log(0.2), math.log(float(hw.bandwidth_gbps))],
+                        bounds=([math.log(1e-3), math.log(1.0)], [math.log(10.0), math.log(400.0)]))
+    t_comp_s, bw = (float(v) for v in np.exp(sol.x))
+    got = r101_96_predictions(t_comp_s, bw, hw)
+    parts = ", ".join(f"{k} {got[k]:.4g} vs {target[k]:.4g}" for k in R101_96_CLAIMS)
+    return {"t_comp_s": t_comp_s, "bandwidth_gbps": bw, "predictions": got,
+            "derivation": f"joint least-squares fit (log ratios) of T_comp and the effective bandwidth to the "
+                          f"five 96-GPU measurements of Sec. 1 and 3.3: T_comp {t_comp_s * 1e3:.1f} ms, "
+                          f"{bw:.2f} Gbit/s; model vs paper: {parts}"}
+
+
 def derive_unstated(hw: Hardware | None = None) -> pd.DataFrame:
     """The inputs the paper leaves unstated, derived from its own statements.
 
@@ -132,9 +196,8 @@ def derive_unstated(hw: Hardware | None = None) -> pd.DataFrame:
 
     1. ``T_encode_decode`` on ResNet-101 for Table 3's rows: ResNet-50's value
        scaled by the parameter-count ratio (the paper: encode cost grows with size).
-    2. ``T_comp`` ResNet-101, batch 64: Sec. 3.3's PowerSGD rank-4 time at 96 GPUs
-       (6.3 % slower than syncSGD's 262 ms of Sec. 1) minus step 1's rank-4
-       ``T_encode_decode`` and the plan-derived communication (App. B model).
+    2. ``T_comp`` ResNet-101, batch 64, and the 96-GPU cluster's effective bandwidth: fitted
+       jointly to Sec. 1's and Sec. 3.3's five measurements (:func:`fit_r101_96`).
     3. ``T_comp`` BERT-base (batch unstated): Fig. 10's gap of 200 ms between
        syncSGD (Sec. 4.1 model, 96 GPUs) and linear scaling (``T_comp``).
     4. ``T_encode_decode`` PowerSGD rank 4 and 8 on BERT-base: Sec. 3.2's speed-ups
@@ -152,19 +215,13 @@ def derive_unstated(hw: Hardware | None = None) -> pd.DataFrame:
                          derivation=f"Table 3 ResNet-50 value {r['t_encode_decode_ms']} ms x parameter-count ratio "
                                     f"{r101}/{r50} = {scale:.4f}",
                          uses=f"table3_compression:{r['compressor']}:{_label(r)}"))
-    # step 2: ResNet-101 T_comp
-    sync_96 = float(claim("intro_r101_96_sync")["value"]) * 1e-3
-    slower = float(claim("sec33_r101_96_bs64")["value"])  # T_sync / T_psgd
-    t_psgd = sync_96 / slower
-    ted4 = _ted_r50("powersgd", {"rank": 4}) * scale
-    comm4 = _comm_s("resnet101", "powersgd", {"rank": 4}, 96, hw)
-    t_comp_r101 = t_psgd - ted4 - comm4
+    # step 2: ResNet-101 T_comp and the 96-GPU cluster's effective bandwidth, fitted jointly
+    fit = fit_r101_96(hw)
     rows.append(dict(quantity="t_comp", model="resnet101", compressor="", params="{}", batch_size=64,
-                     value_ms=t_comp_r101 * 1e3,
-                     derivation=f"Sec. 1: syncSGD 262 ms at 96 GPUs; Sec. 3.3: PowerSGD rank 4 is 6.3% slower -> "
-                                f"{t_psgd * 1e3:.1f} ms = T_comp + T_encode_decode ({ted4 * 1e3:.1f} ms, step 1) "
-                                f"+ plan-derived comm ({comm4 * 1e3:.2f} ms, App. B, 10 Gbps)",
-                     uses="intro_r101_96_sync;sec33_r101_96_bs64;table3_compression:powersgd:Rank-4"))
+                     value_ms=fit["t_comp_s"] * 1e3, derivation=fit["derivation"], uses=";".join(R101_96_CLAIMS)))
+    rows.append(dict(quantity="bandwidth_gbps_96", model="", compressor="", params="{}", batch_size=None,
+                     value_ms=fit["bandwidth_gbps"], derivation=fit["derivation"] + " (value in Gbit/s, not ms)",
+                     uses=";".join(R101_96_CLAIMS)))
     # step 3: BERT T_comp from the Fig. 10 gap: solve max(gamma T, X) + L - T = gap
     gap = float(claim("fig10_gap_bert_96")["value"]) * 1e-3
     bert_bytes = models.size_bytes("bert_base")
