@@ -14,7 +14,9 @@
 # e.g. the committed data/measurements/bandwidth/<run>) is copied in first, so a run cut by its
 # deadline resumes where it stopped. Before the throttled phases, LOCAL=1 also measures on one GPU
 # (unthrottled): T_comp (tcomp) and encode/decode (profile) of the same models and compressors; SWEEP=1
-# adds a collective sweep at SWEEP_RATES after them.
+# adds a collective sweep at SWEEP_RATES after them. MODES may add hook_blocking (the hook that runs
+# its protocol inside DDP's callback, for an A/B against the overlapped hook). NPROC=3 or 4 puts the
+# ranks on a bridge (one shaped veth per rank).
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
@@ -41,6 +43,7 @@ SWEEP=${SWEEP:-0}
 SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
 IPROUTE2=${IPROUTE2:-.iproute2}
 RESUME_FROM=${RESUME_FROM:-}
+BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
 export NCCL_NVLS_ENABLE=0
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -99,7 +102,8 @@ for rate in $RATES; do
   phase "ddp@${rate}G" 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps "$rate" \
     --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$OUT/ddp.jsonl" -- \
     ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
-    --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet
+    --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
+    $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times)
 done
 
 if [ "$SWEEP" = 1 ]; then
