@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
+    if argv[0] in ("-V", "--version"):
+        from studykit import __version__
+
+        print(f"studykit {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"studykit: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

@@ -181,3 +181,25 @@ def test_hook_error_reaches_the_future():
     fut = sk_ddp.compressor_hook(state, _Bucket([torch.nn.Parameter(torch.randn(4))]))
     with pytest.raises(RuntimeError, match="link down"):
         fut.wait()
+
+
+def test_readme_hook_snippet_uses_the_real_api():
+    """The README's 'compress your own DDP training' lines call what the package exports."""
+    import ast
+    import inspect
+    import re
+
+    import studykit
+    from studykit import paths
+
+    text = (paths.ROOT / "README.md").read_text()
+    block = re.search(r"## Compress your own DDP training.*?```python\n(.*?)```", text, re.S).group(1)
+    tree = ast.parse(block)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "studykit.ddp.register"]
+    assert calls, "the snippet should call studykit.ddp.register"
+    sig = inspect.signature(studykit.ddp.register)
+    for call in calls:
+        sig.bind(*[None] * len(call.args), **{k.arg: None for k in call.keywords})
+        name = call.args[1].value
+        assert name in C.available()
+        C.get(name, **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
