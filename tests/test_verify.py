@@ -298,3 +298,18 @@ def test_committed_bandwidth_verification_reproduces(tmp_path, sub):
         txt = [c for c in ("config", "group", "variant", "calibrated_on") if c in new.columns]
         pd.testing.assert_frame_equal(new[txt].fillna(""), old[txt].fillna(""))
     verify.check_disjoint(pd.read_csv(committed / "predictions.csv"))
+
+
+def test_cut_lines_are_reported_not_dropped_silently(tmp_path):
+    """A line cut short by a killed run is skipped by the one reader and named in verify's notes."""
+    import shutil
+
+    from studykit import paths
+    from studykit.perfmodel import verify as V
+
+    for f in (paths.MEASUREMENTS / "cpu").glob("*.jsonl"):
+        shutil.copy(f, tmp_path / f.name)
+    with open(tmp_path / "ddp.jsonl", "a") as fh:
+        fh.write('{"kind": "ddp", "cut')
+    plat = V.load_platform(tmp_path)
+    assert any("damaged line" in n and "ddp.jsonl" in n for n in plat.notes), plat.notes

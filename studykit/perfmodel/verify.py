@@ -95,7 +95,6 @@ import json
 import math
 import re
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -242,9 +241,8 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     if stat not in STATS:
         raise ValueError(f"unknown statistic {stat!r}; valid: {list(STATS)}")
     src = Path(source)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        recs = [r for r in load_records(src) if r.get("status", "ok") == "ok" and r.get(stat) is not None]
+    loaded = load_records(src, quiet=True)  # damaged lines, duplicates: reported in the notes, not hidden
+    recs = [r for r in loaded if r.get("status", "ok") == "ok" and r.get(stat) is not None]
     if not recs:
         raise ValueError(f"no usable records in {src}")
     df = pd.DataFrame(recs)
@@ -261,7 +259,15 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
                     sweep=df[df["kind"] == "sweep"].copy(), profile=df[df["kind"] == "profile"].copy(),
-                    device=", ".join(dev[:2]))
+                    device=", ".join(dev[:2]), notes=_read_notes(loaded.report))
+
+
+def _read_notes(rep) -> list[str]:
+    """What the reader skipped or dropped, for verify's notes (file and line of each damaged line)."""
+    notes = [f"skipped a damaged line: {f}:{line} ({why})" for f, line, why in rep.damaged]
+    if rep.n_duplicates:
+        notes.append(f"dropped {rep.n_duplicates} duplicate record(s) (same configuration, network and machine)")
+    return notes
 
 
 # ------------------------------------------------------------------ per-configuration names
