@@ -82,12 +82,15 @@ def fit_parser() -> argparse.ArgumentParser:
                                  description="Fit a calibration (alpha, BW, gamma, T_comp, T_encode_decode) "
                                              "from measurement records.")
     ap.add_argument("records", nargs="+", help="JSON Lines record files or folders")
-    ap.add_argument("--out", required=True, help="calibration JSON to write")
+    ap.add_argument("--out", required=True, help="calibration JSON to write (not inside the committed data/ "
+                                                  "unless --overwrite-committed)")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", dest="overwrite_committed",
+                    help="allow --out inside the repository's committed data/ (e.g. data/calibrations/)")
     ap.add_argument("--name", default=None, help="calibration name (default: the output file's stem)")
     ap.add_argument("--stat", choices=["ms_median", "ms_mean", "ms_min", "ms_max"], default="ms_median",
                     help="timing statistic to fit (default ms_median; the paper reports means)")
-    ap.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples (default 200)")
-    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--bootstrap", type=argtypes.nonneg_int, default=200, help="bootstrap resamples (default 200)")
+    ap.add_argument("--seed", type=argtypes.nonneg_int, default=0, help="bootstrap seed")
     ap.add_argument("--network", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                     help="fit the records of one network only (rate_gbps=5, rate_gbps=1,workers=4, or native); "
                          "required when the records come from more than one")
@@ -282,13 +285,17 @@ def run_fit(argv: list[str]) -> int:
     ap = fit_parser()
     a = ap.parse_args(argv)
     try:
+        out_path = paths.check_writable_output(a.out, a.overwrite_committed, file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+    try:
         df = fit.load_records(*a.records)
         cal = fit.fit_calibration(df, a.name or Path(a.out).stem, stat=a.stat, n_boot=a.bootstrap, seed=a.seed,
                                   strict=not a.lenient, network=a.network)
     except (FileNotFoundError, ValueError) as exc:
         print(f"python -m studykit fit: error: {exc}", file=sys.stderr)
         return 2
-    path = cal.save(a.out)
+    path = cal.save(out_path)
     summary = {k: v for k, v in cal.to_dict().items() if k in ("name", *Calibration.SCALARS)}
     summary["t_comp"] = len(cal.t_comp)
     summary["t_encode_decode"] = len(cal.t_encode_decode)
@@ -296,6 +303,15 @@ def run_fit(argv: list[str]) -> int:
     summary["world_size"] = cal.world_size
     summary["network"] = cal.network
     summary["not_fitted"] = cal.provenance.get("not_fitted", {})
+    rep = df.attrs.get("report")
+    if rep is not None:  # what the one record reader read, skipped and merged
+        summary["records_read"] = {"summary": rep.summary(), "files": len(rep.files), "records": rep.records,
+                                   "damaged_lines": [f"{f}:{i}: {why}" for f, i, why in rep.damaged],
+                                   "duplicates_dropped": rep.n_duplicates, "superseded": rep.superseded,
+                                   "unversioned": rep.unversioned}
+    for k, why in summary["not_fitted"].items():
+        print(f"python -m studykit fit: note: {k} {why}" if why.startswith("not fitted")
+              else f"python -m studykit fit: note: {k} not fitted: {why}", file=sys.stderr)
     summary["written"] = str(path)
     print(json.dumps(summary, indent=2))
     return 0
