@@ -146,15 +146,21 @@ def _evidence_index(folder: str, stamp: tuple) -> dict:
     return index
 
 
-def accuracy_evidence(candidate: Candidate, folder: Path | str = TRAINING) -> dict:
+def _index(folder: Path) -> dict | None:
+    if not folder.is_dir():
+        return None
+    stamp = tuple(sorted((str(f), f.stat().st_mtime_ns) for f in folder.rglob("*.jsonl")))
+    return _evidence_index(str(folder), stamp)
+
+
+def accuracy_evidence(candidate: Candidate, folder: Path | str = TRAINING, *, index: dict | None = None) -> dict:
     """What ``folder`` (``data/training/``) holds on the accuracy of ``candidate``: ``status`` is ``"yes"``
     (a run that trained with exactly this compressor and these parameters), ``"other parameters"``,
     ``"adaptive runs only"`` (only inside a dynamic ladder) or ``"none"``; ``runs`` lists them."""
     folder = Path(folder)
-    if not folder.is_dir():
+    index = index if index is not None else _index(folder)
+    if index is None:
         return {"status": "none", "runs": [], "note": f"no training records at {folder}"}
-    stamp = tuple(sorted((str(f), f.stat().st_mtime_ns) for f in folder.rglob("*.jsonl")))
-    index = _evidence_index(str(folder), stamp)
     if candidate.kind == "syncsgd":
         name, params = "none", {}
     elif candidate.kind == "fp16_hook":
@@ -517,8 +523,9 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
     if sync_pred is not None:
         notes["t_comp_s"] = tc[0]
     error = np.asarray([err_of(c) for c in cands], dtype=float)
-    ev = [accuracy_evidence(c, training_folder) if evidence else {"status": "not checked", "note": "", "runs": []}
-          for c in cands]
+    index = _index(Path(training_folder)) if evidence else None
+    ev = [accuracy_evidence(c, training_folder, index=index) if evidence
+          else {"status": "not checked", "note": "", "runs": []} for c in cands]
     low = np.fmin(T[1], T[2])
     high = np.fmax(T[1], T[2])
     return Advice(candidates=cands, world_sizes=p, bandwidths_gbps=bw, time_s=T[0], low_s=np.fmin(low, T[0]),
