@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ddp": ("studykit.measure.cli", "time DDP iterations: syncSGD and compressor hooks"),
     "fit": ("studykit.perfmodel.cli", "fit a calibration (alpha, BW, gamma, T_comp) from records"),
     "predict": ("studykit.perfmodel.cli", "predict iteration times as JSON"),
+    "advise": ("studykit.perfmodel.cli", "rank syncSGD, fp16 and every compressor by predicted time"),
     "train": ("studykit.train.cli", "train to accuracy with a compressor (static/dynamic)"),
     "bench": ("studykit.bench", "compressor speed vs memory floor, and DDP hooks vs PyTorch's"),
     "throttle": ("studykit.measure.throttle", "run measurements on a throttled network (netns + tc)"),

@@ -46,7 +46,11 @@ def test_predict_syncsgd_only_with_overrides(capsys):
     (["predict", "--model", "resnet10"], "invalid choice: 'resnet10' (choose from"),
     (["predict", "--model", "resnet50", "--compressor", "zip"], "invalid choice: 'zip'"),
     (["predict", "--model", "resnet50", "--compressor", "powersgd", "--param", "rnk=4"], "valid: "),
-    (["predict", "--model", "resnet50", "--gpus", "0"], "must be >= 1"),
+    (["predict", "--model", "resnet50", "--gpus", "0"], "must be an integer >= 1"),
+    (["predict", "--model", "resnet50", "--t-encode-decode-ms", "-100"], "--t-encode-decode-ms: must be a number >= 0"),
+    (["predict", "--model", "resnet50", "--t-encode-decode-ms", "nan"], "--t-encode-decode-ms: must be a number >= 0"),
+    (["predict", "--model", "resnet50", "--bandwidth-gbps", "inf"], "--bandwidth-gbps: must be a number > 0"),
+    (["predict", "--model", "resnet50", "--alpha-s", "-1"], "--alpha-s: must be a number >= 0"),
     (["predict", "--model", "vgg19"], "no T_comp for model 'vgg19'"),
     (["predict", "--model", "resnet50", "--param", "rank=4"], "--param needs --compressor"),
     (["predict", "--model", "resnet50", "--calibration", "nope.json"], "not found"),
@@ -59,7 +63,7 @@ def test_bad_predict_args_exit_2(capsys, argv, needle):
 
 def test_unknown_subcommand(capsys):
     assert cli.main(["fitt"]) == 2
-    assert "predict, fit" in capsys.readouterr().err
+    assert "predict, fit, advise" in capsys.readouterr().err
 
 
 def test_fit_cli_round_trip(capsys, tmp_path):
@@ -81,3 +85,32 @@ def test_fit_cli_errors(capsys, tmp_path):
     assert rc == 2 and "one message size only" in err
     rc, _, _ = _run(capsys, ["fit", str(rec), "--out", str(tmp_path / "c.json"), "--stat", "ms_mode"])
     assert rc == 2
+
+
+def test_fit_cli_refuses_committed_data_and_reports_what_it_read(capsys, tmp_path):
+    from studykit import paths
+
+    rec = synthetic.write_jsonl(synthetic.synthetic_records(), tmp_path / "r.jsonl")
+    target = paths.CALIBRATIONS / "should_not_be_written.json"
+    rc, _, err = _run(capsys, ["fit", str(rec), "--out", str(target), "--bootstrap", "0"])
+    assert rc == 2 and "--overwrite-committed" in err and not target.exists()
+    with open(rec, "a") as fh:
+        fh.write("{cut\n")
+    rc, text, err = _run(capsys, ["fit", str(rec), "--out", str(tmp_path / "c.json"), "--bootstrap", "0"])
+    read = json.loads(text)["records_read"]
+    assert rc == 0 and len(read["damaged_lines"]) == 1 and read["records"] == len(synthetic.synthetic_records())
+
+
+def test_fit_cli_says_gamma_was_not_fitted(capsys, tmp_path):
+    recs = [r for r in synthetic.synthetic_records() if r["kind"] != "ddp"]
+    recs += [{**r, "world_size": 1} for r in synthetic.synthetic_records() if r["kind"] == "ddp"][:1]
+    rec = synthetic.write_jsonl(recs, tmp_path / "p1.jsonl")
+    rc, text, err = _run(capsys, ["fit", str(rec), "--out", str(tmp_path / "c.json"), "--bootstrap", "0"])
+    assert rc == 0 and "gamma" in json.loads(text)["not_fitted"] and "gamma" in err
+
+
+@pytest.mark.parametrize("argv, needle", [(["--bootstrap", "-1"], "--bootstrap"), (["--seed", "x"], "--seed")])
+def test_fit_cli_bad_numbers(capsys, tmp_path, argv, needle):
+    rec = synthetic.write_jsonl(synthetic.synthetic_records(), tmp_path / "r.jsonl")
+    rc, _, err = _run(capsys, ["fit", str(rec), "--out", str(tmp_path / "c.json"), *argv])
+    assert rc == 2 and needle in err

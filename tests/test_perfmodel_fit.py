@@ -175,13 +175,50 @@ def test_fit_calibration_strict_and_lenient():
 
 
 def test_load_records(tmp_path):
+    """fit reads through the kit's one reader: a damaged line is skipped with a warning and reported."""
     p = synthetic.write_jsonl(synthetic.synthetic_records()[:5], tmp_path / "r.jsonl")
     assert len(fit.load_records(p)) == 5 and len(fit.load_records(tmp_path)) == 5
     with pytest.raises(FileNotFoundError):
         fit.load_records(tmp_path / "missing.jsonl")
-    (tmp_path / "bad.jsonl").write_text("{not json\n")
-    with pytest.raises(ValueError, match="not JSON"):
-        fit.load_records(tmp_path / "bad.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(p.read_text() + "{not json\n")
+    with pytest.warns(UserWarning, match="unparsable"):
+        df = fit.load_records(bad)
+    assert len(df) == 5 and df.attrs["report"].n_damaged == 1 and set(df["source"]) == {str(bad)}
+    (tmp_path / "only_bad.jsonl").write_text("{not json\n")
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="no records"):
+        fit.load_records(tmp_path / "only_bad.jsonl")
+
+
+def test_load_records_checks_schema_and_drops_duplicates(tmp_path):
+    recs = synthetic.synthetic_records()[:3]
+    for i, r in enumerate(recs):
+        r["config_id"] = f"c{i}"
+    p = synthetic.write_jsonl(recs + recs[:1], tmp_path / "dup.jsonl")
+    df = fit.load_records(p)
+    assert len(df) == 3 and df.attrs["report"].n_duplicates == 1
+    synthetic.write_jsonl([{**recs[0], "schema": 99}], tmp_path / "v99.jsonl")
+    with pytest.raises(ValueError, match="schema"):
+        fit.load_records(tmp_path / "v99.jsonl")
+
+
+def test_gamma_not_fitted_from_world_size_one_is_said():
+    recs = [r for r in synthetic.synthetic_records() if not (r["kind"] == "ddp" and r["world_size"] >= 2)]
+    for r in recs:
+        if r["kind"] == "ddp":
+            r["world_size"] = 1
+    recs += [{**r, "world_size": 1} for r in synthetic.synthetic_records() if r["kind"] == "ddp"][:1]
+    cal = fit.fit_calibration(pd.DataFrame(recs), "p1", n_boot=0)  # strict (the default)
+    assert cal.gamma is None and "world size 1" in cal.provenance["not_fitted"]["gamma"]
+
+
+def test_zero_forward_backward_time_is_refused():
+    recs = synthetic.synthetic_records()
+    for r in recs:
+        if r["kind"] == "tcomp" and r["phase"] == "fwd_bwd":
+            r["ms_median"] = 0.0
+    with pytest.raises(ValueError, match="non-positive"):
+        fit.fit_calibration(pd.DataFrame(recs), "zero", n_boot=0)
 
 
 def test_committed_demo_file_is_the_generator_output():

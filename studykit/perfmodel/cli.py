@@ -1,4 +1,4 @@
-"""``python -m studykit predict ...`` and ``python -m studykit fit ...``.
+"""``python -m studykit predict ...``, ``python -m studykit fit ...`` and ``python -m studykit advise ...``.
 
 predict: iteration times of syncSGD (Sec. 4.1) and of a compressor (App. B) over a
 (GPUs x bandwidth) grid, as JSON on stdout::
@@ -8,7 +8,12 @@ predict: iteration times of syncSGD (Sec. 4.1) and of a compressor (App. B) over
 
 fit: a calibration from measurement records (JSON Lines)::
 
-    python -m studykit fit data/measurements/RUN.jsonl --out data/calibrations/NAME.json
+    python -m studykit fit data/measurements/RUN.jsonl --out reports/NAME.json
+
+advise: syncSGD, the fp16 baseline and every compressor ranked by predicted iteration time
+(:func:`studykit.perfmodel.advise.advise`)::
+
+    python -m studykit advise --model resnet101 --gpus 8 64 --bandwidth-gbps 1 10 [--json]
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studykit import compressors, models, paths
+from studykit import argtypes, compressors, models, paths
 from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import MIB, Hardware, ModelOptions, Workload, predict
 
@@ -39,18 +44,8 @@ def _param(text: str) -> tuple[str, object]:
     return k.strip(), val
 
 
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
-    return v
+_positive_int = argtypes.positive_int
+_positive_float = argtypes.positive_float  # finite and > 0
 
 
 def predict_parser() -> argparse.ArgumentParser:
@@ -71,11 +66,12 @@ def predict_parser() -> argparse.ArgumentParser:
                     help="compressor parameter (repeatable), e.g. rank=4")
     ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
                     help=f"calibration JSON (default: {DEFAULT_CALIBRATION.relative_to(paths.ROOT)})")
-    ap.add_argument("--alpha-s", type=float, default=None, help="override alpha (s per ring step)")
+    ap.add_argument("--alpha-s", type=argtypes.nonneg_float, default=None, help="override alpha (s per ring step)")
     ap.add_argument("--gamma", type=_positive_float, default=None, help="override gamma")
     ap.add_argument("--compute-speedup", type=_positive_float, default=1.0, help="divide T_comp, T_encode_decode")
     ap.add_argument("--t-comp-ms", type=_positive_float, default=None, help="override T_comp (ms)")
-    ap.add_argument("--t-encode-decode-ms", type=float, default=None, help="override T_encode_decode (ms)")
+    ap.add_argument("--t-encode-decode-ms", type=argtypes.nonneg_float, default=None,
+                    help="override T_encode_decode (ms, >= 0)")
     ap.add_argument("--bucket-mb", type=_positive_float, default=25.0, help="DDP bucket size, MiB (default 25)")
     ap.add_argument("--allreduce", choices=["ring", "tree"], default="ring", help="all-reduce algorithm")
     return ap
@@ -86,12 +82,15 @@ def fit_parser() -> argparse.ArgumentParser:
                                  description="Fit a calibration (alpha, BW, gamma, T_comp, T_encode_decode) "
                                              "from measurement records.")
     ap.add_argument("records", nargs="+", help="JSON Lines record files or folders")
-    ap.add_argument("--out", required=True, help="calibration JSON to write")
+    ap.add_argument("--out", required=True, help="calibration JSON to write (not inside the committed data/ "
+                                                  "unless --overwrite-committed)")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", dest="overwrite_committed",
+                    help="allow --out inside the repository's committed data/ (e.g. data/calibrations/)")
     ap.add_argument("--name", default=None, help="calibration name (default: the output file's stem)")
     ap.add_argument("--stat", choices=["ms_median", "ms_mean", "ms_min", "ms_max"], default="ms_median",
                     help="timing statistic to fit (default ms_median; the paper reports means)")
-    ap.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples (default 200)")
-    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--bootstrap", type=argtypes.nonneg_int, default=200, help="bootstrap resamples (default 200)")
+    ap.add_argument("--seed", type=argtypes.nonneg_int, default=0, help="bootstrap seed")
     ap.add_argument("--network", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                     help="fit the records of one network only (rate_gbps=5, rate_gbps=1,workers=4, or native); "
                          "required when the records come from more than one")
@@ -99,6 +98,108 @@ def fit_parser() -> argparse.ArgumentParser:
                     help="leave out constants the records cannot determine (reasons in provenance.not_fitted) "
                          "instead of failing")
     return ap
+
+
+def advise_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m studykit advise",
+                                 description="Rank syncSGD, the fp16 baseline and every compressor (main parameter "
+                                             "swept) by predicted iteration time, with intervals from the "
+                                             "calibration, the model's error and the kit's accuracy evidence.")
+    ap.add_argument("--model", required=True, choices=models.available(), help="model whose gradients are sent")
+    ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
+    ap.add_argument("--gpus", type=_positive_int, nargs="+", default=None,
+                    help=f"world sizes (default: the calibration's world size, else {DEFAULT_GPUS})")
+    ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=None,
+                    help="bandwidths, Gbit/s (default: the calibration's, with its interval)")
+    ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
+                    help=f"calibration JSON (default: the paper's V100 inputs, "
+                         f"{DEFAULT_CALIBRATION.relative_to(paths.ROOT)})")
+    ap.add_argument("--compressors", nargs="+", default=None, metavar="NAME",
+                    help="compressors to rank (default: every registered one); syncSGD and fp16 always")
+    ap.add_argument("--mode", choices=["post", "hook"], default="post",
+                    help="compression after the backward pass (App. B, default) or as a DDP hook")
+    ap.add_argument("--terms", choices=["default", "paper", "extended"], default="default",
+                    help="model terms, as for predict")
+    ap.add_argument("--model-error", type=argtypes.float_range(0, 1, hi_open=True), default=None,
+                    help="the model's relative error for every candidate (default: median errors of "
+                         "data/verification/summary.csv)")
+    ap.add_argument("--platform", choices=["gpu", "throttle"], default="gpu",
+                    help="which verification rows give the model's error (default gpu: real networks)")
+    ap.add_argument("--t-comp-ms", type=_positive_float, default=None, help="override T_comp (ms)")
+    ap.add_argument("--alpha-s", type=argtypes.nonneg_float, default=None, help="override alpha (s per ring step)")
+    ap.add_argument("--gamma", type=_positive_float, default=None, help="override gamma")
+    ap.add_argument("--bucket-mb", type=_positive_float, default=25.0, help="DDP bucket size, MiB (default 25)")
+    ap.add_argument("--top", type=_positive_int, default=None, help="show the first N of each ranking")
+    ap.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
+    return ap
+
+
+_TERMS = {"default": ModelOptions(), "paper": ModelOptions.paper(),
+          "extended": ModelOptions(bucketing="ddp", sync_terms=True, per_tensor=True, path_overhead=True)}
+
+
+def run_advise(argv: list[str]) -> int:
+    from studykit.perfmodel import advise as adv_mod
+
+    ap = advise_parser()
+    a = ap.parse_args(argv)
+    try:
+        cal = Calibration.load(a.calibration)
+    except (FileNotFoundError, ValueError) as exc:
+        ap.error(f"--calibration: {exc}")
+    if a.gpus is not None:
+        gpus = a.gpus
+    elif cal.world_size is not None:
+        gpus = [cal.world_size]
+    else:
+        gpus = DEFAULT_GPUS
+    try:
+        cands = adv_mod.candidates(a.compressors)
+        adv = adv_mod.advise(cal, a.model, a.batch_size, gpus, a.bandwidth_gbps, candidate_list=cands,
+                             options=_TERMS[a.terms], mode=a.mode, model_error=a.model_error,
+                             t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3, alpha_s=a.alpha_s,
+                             gamma=a.gamma, bucket_bytes=a.bucket_mb * MIB, platform=a.platform)
+    except (adv_mod.AdviseError, compressors.CompressorError) as exc:
+        ap.error(str(exc))
+    if a.json:
+        out = adv.to_dict()
+        out["calibration"] = {"name": cal.name, "path": a.calibration}
+        print(json.dumps(out, indent=1, allow_nan=False))
+        return 0
+    print(format_advice(adv, a.top))
+    return 0
+
+
+def format_advice(adv, top: int | None = None) -> str:
+    """The human-readable tables of ``advise``: one per (world size, bandwidth)."""
+    i = adv.inputs
+    errs = sorted({(c.kind != "compressor", float(e)) for c, e in zip(adv.candidates, adv.error)})
+    lines = [f"{i['model']}, batch {i['batch_size']} per GPU, calibration {i['calibration']!r}, compressors "
+             f"{'after the backward pass' if i['mode'] == 'post' else 'as DDP hooks'}",
+             f"time: predicted iteration time (ms) = overhead O + T_obs; O: {i.get('overhead')}",
+             f"interval: the model at both ends of every calibrated interval"
+             + (f" (taken as exact: {', '.join(adv.exact_constants)})" if adv.exact_constants else ""),
+             f"'~' : within the model's error of the fastest ({i['model_error']}: "
+             + ", ".join(f"{'syncSGD/fp16' if s else 'compressors'} {100 * e:.1f} %" for s, e in errs) + ")",
+             "accuracy: time-to-accuracy runs in data/training/ (the kit's small tasks, not this model)"]
+    w = max(len(c.label) for c in adv.candidates)
+    for b in adv.bandwidths_gbps:
+        for p in adv.world_sizes:
+            rows = adv.ranking(int(p), float(b))
+            lines += ["", f"{int(p)} GPUs, {b:g} Gbit/s",
+                      f"{'rank':>4}  {'candidate':<{w}}  {'ms':>9}  {'interval ms':>19}     accuracy evidence"]
+            for r in rows[:top]:
+                lines.append(f"{r['rank']:>4}  {r['candidate']:<{w}}  {r['iteration_ms']:>9.1f}  "
+                             f"[{r['low_ms']:>8.1f}, {r['high_ms']:>8.1f}]  {'~' if r['within_error_of_best'] else ' '}  "
+                             f"{r['accuracy_evidence']}")
+    if adv.unranked:
+        no_ted = [k for k, v in adv.unranked.items() if "no T_encode_decode" in v]
+        lines += ["", "not ranked:"]
+        if no_ted:
+            lines.append(f"  {', '.join(no_ted)}: calibration {i['calibration']!r} has no T_encode_decode of these "
+                         f"on {i['model']}; measure them (python -m studykit profile) and fit a calibration")
+        lines += [f"  {k}: {v}" for k, v in adv.unranked.items() if k not in no_ted]
+    return "\n".join(lines)
 
 
 def run_predict(argv: list[str]) -> int:
@@ -184,13 +285,17 @@ def run_fit(argv: list[str]) -> int:
     ap = fit_parser()
     a = ap.parse_args(argv)
     try:
+        out_path = paths.check_writable_output(a.out, a.overwrite_committed, file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+    try:
         df = fit.load_records(*a.records)
         cal = fit.fit_calibration(df, a.name or Path(a.out).stem, stat=a.stat, n_boot=a.bootstrap, seed=a.seed,
                                   strict=not a.lenient, network=a.network)
     except (FileNotFoundError, ValueError) as exc:
         print(f"python -m studykit fit: error: {exc}", file=sys.stderr)
         return 2
-    path = cal.save(a.out)
+    path = cal.save(out_path)
     summary = {k: v for k, v in cal.to_dict().items() if k in ("name", *Calibration.SCALARS)}
     summary["t_comp"] = len(cal.t_comp)
     summary["t_encode_decode"] = len(cal.t_encode_decode)
@@ -198,21 +303,31 @@ def run_fit(argv: list[str]) -> int:
     summary["world_size"] = cal.world_size
     summary["network"] = cal.network
     summary["not_fitted"] = cal.provenance.get("not_fitted", {})
+    rep = df.attrs.get("report")
+    if rep is not None:  # what the one record reader read, skipped and merged
+        summary["records_read"] = {"summary": rep.summary(), "files": len(rep.files), "records": rep.records,
+                                   "damaged_lines": [f"{f}:{i}: {why}" for f, i, why in rep.damaged],
+                                   "duplicates_dropped": rep.n_duplicates, "superseded": rep.superseded,
+                                   "unversioned": rep.unversioned}
+    for k, why in summary["not_fitted"].items():
+        print(f"python -m studykit fit: note: {k} {why}" if why.startswith("not fitted")
+              else f"python -m studykit fit: note: {k} not fitted: {why}", file=sys.stderr)
     summary["written"] = str(path)
     print(json.dumps(summary, indent=2))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``argv[0]`` is the subcommand: ``predict`` or ``fit``."""
+    """``argv[0]`` is the subcommand: ``predict``, ``fit`` or ``advise``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("predict", "fit"):
-        print("usage: python -m studykit {predict,fit} ...  (subcommand must be one of: predict, fit)",
+    runs = {"predict": run_predict, "fit": run_fit, "advise": run_advise}
+    if not argv or argv[0] not in runs:
+        print("usage: python -m studykit {predict,fit,advise} ...  (subcommand must be one of: predict, fit, advise)",
               file=sys.stderr)
         return 2
     cmd, rest = argv[0], argv[1:]
     try:
-        return run_predict(rest) if cmd == "predict" else run_fit(rest)
+        return runs[cmd](rest)
     except SystemExit as exc:  # argparse exits 2 on bad args, 0 on --help
         return int(exc.code or 0)
 

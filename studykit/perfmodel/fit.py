@@ -52,29 +52,28 @@ _SWEEP_OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "ps_gather":
 
 # ------------------------------------------------------------------ records
 def load_records(*sources: str | Path) -> pd.DataFrame:
-    """JSON Lines files (or folders searched for ``*.jsonl``) as one DataFrame; bad lines raise."""
-    files: list[Path] = []
+    """JSON Lines files (or folders searched for ``*.jsonl``) as one DataFrame, read by the kit's one
+    reader (:func:`studykit.measure.records.load_records`: damaged lines warned about and skipped,
+    schema checked, duplicates kept once). ``df.attrs["report"]`` is its
+    :class:`~studykit.measure.records.LoadReport`; each row's ``source`` is its file."""
+    from studykit.measure.records import LoadReport
+    from studykit.measure.records import load_records as read
+
+    report = LoadReport()
+    rows = []
     for s in sources:
         p = Path(s)
-        if p.is_dir():
-            files += sorted(p.rglob("*.jsonl"))
-        elif p.exists():
-            files.append(p)
-        else:
+        if not p.exists():
             raise FileNotFoundError(f"records file {p} not found")
-    rows = []
-    for f in files:
-        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{f}:{i}: not JSON ({exc.msg})") from None
+        for f in (sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]):
+            for rec in read(f, report=report):
                 rec.setdefault("source", str(f))
                 rows.append(rec)
     if not rows:
-        raise ValueError(f"no records in {[str(f) for f in files] or list(map(str, sources))}")
-    return pd.DataFrame(rows)
+        raise ValueError(f"no records in {report.files or list(map(str, sources))} ({report.summary()})")
+    df = pd.DataFrame(rows)
+    df.attrs["report"] = report
+    return df
 
 
 def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
@@ -414,6 +413,10 @@ def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t
         except ValueError as exc:
             raise ValueError(f"cannot fit {what}: needs single-GPU backward times ({exc})") from None
     tc = {(c.model, c.batch_size): c.value for c in t_comp}
+    for sub, label in ((_tcomp_records(df, "fwd_bwd"), "tcomp fwd_bwd"),
+                       (ddp[ddp["world_size"].astype(int) == 1], "DDP world size 1")):
+        if not sub.empty:  # the overhead O comes from them: a zero time would inflate gamma
+            _times_s(sub, stat, f"{what} ({label} records)")
     bwd_groups = {(m, int(bs)): g for (m, bs), g in _tcomp_records(df).groupby(["model", "batch_size"])}
     fb_groups = {(m, int(bs)): g for (m, bs), g in _tcomp_records(df, "fwd_bwd").groupby(["model", "batch_size"])}
     one_groups = {(m, int(bs)): g for (m, bs), g in
@@ -570,6 +573,10 @@ def fit_overhead(records: pd.DataFrame, t_comp: list[TComp], *, stat: str = "ms_
     one = ddp[pd.to_numeric(ddp.get("world_size"), errors="coerce") == 1] if len(ddp) else ddp
     if len(one) and "bucket_mb" in one.columns:
         one = one[one["bucket_mb"].isna()]
+    fwd_bwd = _tcomp_records(df, "fwd_bwd")
+    for sub, label in ((one, "DDP world size 1"), (fwd_bwd, "tcomp fwd_bwd")):
+        if len(sub):
+            _times_s(sub, stat, f"the overhead O ({label} records)")
     out = []
     for tc in t_comp:
         if tc.batch_size is None:
@@ -605,6 +612,7 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
     cal = Calibration(name=name, description=description or f"fitted by studykit.perfmodel.fit from {len(df)} records")
     fitted: list[str] = []
     failed: dict[str, str] = {}
+    notes: dict[str, str] = {}  # constants the records cannot give, whatever the mode (said, never silent)
 
     def attempt(label, fn):
         try:
@@ -648,6 +656,10 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.gamma = attempt("gamma", gamma)
         if cal.gamma is not None:
             fitted.append("gamma")
+    elif "ddp" in kinds:
+        # DDP records at world size 1 only: they give the overhead O, never gamma (no synchronization)
+        notes["gamma"] = ("not fitted: the DDP records are all at world size 1 (they give the non-backward "
+                          "overhead O, not gamma); add syncSGD DDP records at world size >= 2")
     cal.network = net
     ws = pd.to_numeric(df.loc[df["kind"].isin(_NETWORK_KINDS), "world_size"], errors="coerce") \
         if "world_size" in df.columns else pd.Series(dtype=float)
@@ -657,8 +669,8 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         raise ValueError(f"nothing to fit: records have kinds {sorted(map(str, kinds))}; need one of {list(KINDS)}"
                          + (f"; failures: {failed}" if failed else ""))
     cal.provenance = _provenance(df, stat, n_boot, seed, fitted)
-    if failed:
-        cal.provenance["not_fitted"] = failed
+    if failed or notes:
+        cal.provenance["not_fitted"] = {**notes, **failed}
     return cal
 
 

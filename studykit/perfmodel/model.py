@@ -51,7 +51,7 @@ __all__ = [
     "MIB", "DEFAULT_BUCKET_BYTES", "ModelOptions", "Hardware", "Workload", "Calibration", "Constant", "TComp", "TEncodeDecode",
     "Prediction", "BUCKETING", "DDP_FIRST_BUCKET_BYTES", "buckets", "paper_bucket_sizes", "ddp_buckets",
     "ddp_bucket_sizes", "allreduce_s", "collective_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
-    "speedup_over_sync", "required_ratio", "crossover_bandwidth_gbps", "OVERLAP", "bucket_ready_fractions",
+    "speedup_over_sync", "required_ratio", "plan_summaries", "crossover_bandwidth_gbps", "OVERLAP", "bucket_ready_fractions",
     "bucket_timeline_s", "hook_timeline_s",
 ]
 
@@ -201,11 +201,11 @@ class Workload:
 
     model: str | None = "resnet50"
     batch_size: int = 64
-    t_comp_s: float | None = None  # single-GPU backward pass (s); seed 000 App. C
+    t_comp_s: Any = None  # single-GPU backward pass (s); seed 000 App. C (an array: a grid, e.g. an interval's ends)
     bucket_bytes: Any = DEFAULT_BUCKET_BYTES
     param_shapes: tuple | None = None  # overrides ``model``'s shapes when given
     first_bucket_bytes: float | None = None  # "ddp" only; None: DDP's rule (see the class docstring)
-    overhead_s: float | None = None  # non-backward part of an iteration (s): forward, optimizer step
+    overhead_s: Any = None  # non-backward part of an iteration (s): forward, optimizer step
     path_overhead_s: float | None = None  # compression path's untimed framework work (s); ModelOptions.path_overhead
     #: measured fraction of the backward pass done when each DDP bucket is ready (communication order;
     #: ``buckets`` records of ``python -m studykit ddp --bucket-times``); None: :func:`bucket_ready_fractions`
@@ -214,7 +214,7 @@ class Workload:
     def __post_init__(self):
         for name in ("overhead_s", "path_overhead_s"):
             v = getattr(self, name)
-            if v is not None and not np.isfinite(v):
+            if v is not None and not np.all(np.isfinite(np.asarray(v, dtype=float))):
                 raise ValueError(f"Workload.{name} must be finite, got {v!r}")
         if self.first_bucket_bytes is not None and self.first_bucket_bytes <= 0:
             raise ValueError(f"Workload.first_bucket_bytes must be > 0, got {self.first_bucket_bytes!r}")
@@ -226,7 +226,8 @@ class Workload:
             raise ValueError(f"Workload.batch_size must be >= 1, got {self.batch_size}")
         if np.any(np.asarray(self.bucket_bytes, dtype=float) <= 0):
             raise ValueError(f"Workload.bucket_bytes must be > 0, got {self.bucket_bytes!r}")
-        if self.t_comp_s is not None and self.t_comp_s <= 0:
+        if self.t_comp_s is not None and (np.any(np.asarray(self.t_comp_s, dtype=float) <= 0)
+                                          or not np.all(np.isfinite(np.asarray(self.t_comp_s, dtype=float)))):
             raise ValueError(f"Workload.t_comp_s must be > 0, got {self.t_comp_s}")
         if self.param_shapes is not None:
             object.__setattr__(self, "param_shapes", tuple(tuple(int(d) for d in s) for s in self.param_shapes))
@@ -299,7 +300,8 @@ class Workload:
     def resolve_t_comp(self, calibration: Calibration | None) -> tuple[float, str]:
         """``(T_comp_s, how)``: the workload's own value, else the calibration's."""
         if self.t_comp_s is not None:
-            return float(self.t_comp_s), "given"
+            t = np.asarray(self.t_comp_s, dtype=float)
+            return (float(t) if t.ndim == 0 else t), "given"
         if calibration is None:
             raise ValueError("T_comp unknown: set Workload.t_comp_s or pass a calibration")
         if self.model is None:
@@ -310,7 +312,8 @@ class Workload:
         """``(O_s, how)``: the non-backward overhead (forward, optimizer step): the workload's own
         value, else the calibration's, else 0 (the iteration time is then ``T_obs`` alone)."""
         if self.overhead_s is not None:
-            return float(self.overhead_s), "given"
+            o = np.asarray(self.overhead_s, dtype=float)
+            return (float(o) if o.ndim == 0 else o), "given"
         if calibration is not None and self.model is not None:
             found = calibration.overhead_lookup(self.model, self.batch_size)
             if found is not None:
@@ -563,6 +566,9 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
     return {"total_s": total, "compute_s": busy, "comm_s": comm, "exposed_s": total - busy, "last_ready_s": g}
 
 
+Plan = tuple  # (op, numel, dtype, nbytes) per collective, in order
+
+
 @dataclass(frozen=True)
 class PlanSummary:
     """What one call of a compressor's protocol sends, per collective kind: count and bytes per worker."""
@@ -586,37 +592,52 @@ def _plan_key(compressor, params) -> tuple:
     return ("name", compressor, json.dumps(normalize_params(params, compressor), sort_keys=True, default=str))
 
 
-_PLAN_CACHE: dict[tuple, PlanSummary] = {}
-_INSTANCES: dict[tuple, Any] = {}
+def _summary(plan) -> PlanSummary:
+    """A :class:`PlanSummary` of a plan given as ``(op, numel, dtype, nbytes)`` tuples."""
+    ar = [c for c in plan if c[0] == "all_reduce"]
+    ag = [c for c in plan if c[0] == "all_gather"]
+    return PlanSummary(len(ar), sum(c[3] for c in ar), len(ag), sum(c[3] for c in ag),
+                       tuple({"op": c[0], "numel": c[1], "dtype": c[2], "nbytes": c[3]} for c in plan))
+
+
+def _checked(compressor, plan) -> PlanSummary:
+    other = sorted({c[0] for c in plan} - {"all_reduce", "all_gather"})
+    if other:
+        name = compressor.name if isinstance(compressor, compressors.Compressor) else compressor
+        raise ValueError(f"compressor {name!r} issues collectives {other} the model has no cost for")
+    return _summary(plan)
+
+
+def _law(compressor, params, shapes, shapes_key):
+    from studykit.perfmodel import payload
+
+    skey = shapes_key if shapes_key is not None else tuple(map(tuple, shapes))
+    return payload.law(compressor, params, shapes, (_plan_key(compressor, params), skey))
 
 
 def plan_summary(compressor, params: dict | None, shapes: Sequence, world_size: int,
                  shapes_key: Any = None) -> PlanSummary:
-    """Summarize ``compressor.plan(shapes, world_size)`` (cached per compressor, params, shapes, p).
+    """Summarize ``compressor.plan(shapes, world_size)`` (derived once per compressor, params and shapes:
+    :class:`~studykit.perfmodel.payload.PayloadLaw`).
 
     The plan for a given ``p`` is fixed, and each collective's cost is affine in its
     bytes, so count and total bytes per kind are all the model needs.
     """
-    key = (_plan_key(compressor, params), shapes_key if shapes_key is not None else tuple(map(tuple, shapes)),
-           int(world_size))
-    hit = _PLAN_CACHE.get(key)
-    if hit is not None:
-        return hit
-    ckey = key[0]
-    comp = _INSTANCES.get(ckey)
-    if comp is None:
-        comp = compressor if isinstance(compressor, compressors.Compressor) else \
-            compressors.get(compressor, **(params or {}))
-        _INSTANCES[ckey] = comp
-    plan = comp.plan([tuple(s) for s in shapes], int(world_size))
-    ar = [c for c in plan if c.op == "all_reduce"]
-    ag = [c for c in plan if c.op == "all_gather"]
-    other = sorted({c.op for c in plan} - {"all_reduce", "all_gather"})
-    if other:
-        raise ValueError(f"compressor {comp.name!r} issues collectives {other} the model has no cost for")
-    out = PlanSummary(len(ar), sum(c.nbytes for c in ar), len(ag), sum(c.nbytes for c in ag),
-                      tuple(c.as_dict() for c in plan))
-    _PLAN_CACHE[key] = out
+    plan = _law(compressor, params, shapes, shapes_key).plans([int(world_size)])[int(world_size)]
+    return _checked(compressor, plan)
+
+
+def plan_summaries(compressor, params: dict | None, shapes: Sequence, world_sizes,
+                   shapes_key: Any = None) -> dict[int, PlanSummary]:
+    """:func:`plan_summary` for every distinct world size of ``world_sizes`` (one ``plan()`` per step
+    of the payload in ``p``, not one per ``p``: :class:`~studykit.perfmodel.payload.PayloadLaw`)."""
+    plans = _law(compressor, params, shapes, shapes_key).plans(world_sizes)
+    done: dict[Plan, PlanSummary] = {}
+    out = {}
+    for q, pl in plans.items():
+        if pl not in done:
+            done[pl] = _checked(compressor, pl)
+        out[q] = done[pl]
     return out
 
 
@@ -627,7 +648,8 @@ def _per_p(compressor, params, workload: Workload, world_size):
         raise ValueError(f"world_size must be positive integers, got {world_size!r}")
     uniq, inv = np.unique(p.astype(np.int64), return_inverse=True)
     skey = workload.model if workload.param_shapes is None else workload.param_shapes
-    sums = [plan_summary(compressor, params, workload.shapes(), int(q), shapes_key=skey) for q in uniq]
+    by_p = plan_summaries(compressor, params, workload.shapes(), uniq.tolist(), shapes_key=skey)
+    sums = [by_p[int(q)] for q in uniq]
     fields = np.array([[s.allreduce_count, s.allreduce_bytes, s.allgather_count, s.allgather_bytes]
                        for s in sums], dtype=float)
     per = fields[inv.reshape(-1)].reshape(*p.shape, 4)
@@ -805,7 +827,8 @@ class Prediction:
 
 def predict(workload: Workload, hardware: Hardware, world_size, compressor=None, params: dict | None = None, *,
             calibration: Calibration | None = None, t_encode_decode_s=None, bytes_scale=1.0,
-            encode_decode_scale=1.0, options: ModelOptions | None = None, mode: str = "post") -> Prediction:
+            encode_decode_scale=1.0, options: ModelOptions | None = None, mode: str = "post",
+            sync_bytes_scale: float = 1.0) -> Prediction:
     """Predict syncSGD (Sec. 4.1) and, with ``compressor``, compressed training (App. B).
 
     ``world_size`` and any :class:`Hardware` field may be arrays; the result
@@ -815,7 +838,9 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     ``T_comp`` comes from the workload or the calibration; ``T_encode_decode`` from
     ``t_encode_decode_s`` or the calibration (``"none"`` encodes nothing: 0 s).
     ``bytes_scale`` / ``encode_decode_scale`` multiply the compressor's bytes and
-    encode/decode time (App. D trade-off, Fig. 21).
+    encode/decode time (App. D trade-off, Fig. 21). ``sync_bytes_scale`` multiplies what syncSGD
+    all-reduces, bucket by bucket (0.5: DDP's fp16 / bf16 compress hook, which sends each bucket in
+    half precision and keeps the overlap of Sec. 4.1; the casts are not in ``sync``).
 
     ``options`` (default :class:`ModelOptions`: the paper's model plus ``hardware.incast_coeff``)
     chooses the terms; ``mode`` is how the compressor runs (``"post"``: after the backward pass,
@@ -832,16 +857,20 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     t_comp, how_comp = workload.resolve_t_comp(calibration)
     overhead, how_o = workload.resolve_overhead(calibration)
     notes = {"t_comp_s": t_comp, "t_comp": how_comp, "overhead_s": overhead, "overhead": how_o}
-    total_bytes = workload.gradient_bytes
+    if not (np.isfinite(sync_bytes_scale) and sync_bytes_scale > 0):
+        raise ValueError(f"sync_bytes_scale must be > 0, got {sync_bytes_scale!r}")
+    sb = float(sync_bytes_scale)
+    total_bytes = workload.gradient_bytes * sb
     if opts.overlap == "timeline":
         sync = syncsgd_s(t_comp, total_bytes, p, hardware, options=opts, n_tensors=workload.n_tensors,
-                         bucket_sizes=workload.bucket_sizes(opts.bucketing),
+                         bucket_sizes=[b * sb for b in workload.bucket_sizes(opts.bucketing)],
                          ready_fractions=workload.ready_fractions(opts.bucketing))
     elif opts.collectives == "measured" and hardware.collective_table is not None:
         sync = syncsgd_s(t_comp, total_bytes, p, hardware, options=opts, n_tensors=workload.n_tensors,
-                         bucket_sizes=workload.bucket_sizes(opts.bucketing))
+                         bucket_sizes=[b * sb for b in workload.bucket_sizes(opts.bucketing)])
     else:
-        sync = syncsgd_s(t_comp, total_bytes, p, hardware, workload.bucket_bytes, split=workload.buckets(opts.bucketing),
+        k, b, last = workload.buckets(opts.bucketing)
+        sync = syncsgd_s(t_comp, total_bytes, p, hardware, workload.bucket_bytes, split=(k, b * sb, last * sb),
                          options=opts, n_tensors=workload.n_tensors)
     sync["iteration_s"] = iteration_s(overhead, sync["total_s"], hardware, opts)
     notes["bucketing"] = opts.bucketing

@@ -7,7 +7,9 @@ Each function is one figure of seed 000, computed by :func:`studykit.perfmodel.m
 * :func:`bandwidth_sweep`: Fig. 3 (ResNet-101) and Fig. 19 (all models);
 * :func:`required_ratio_sweep`: Fig. 12 (ResNet-101) and Fig. 18 (all models);
 * :func:`compute_speedup_sweep`: Fig. 20;
-* :func:`tradeoff_grid`: Fig. 21 (encode/decode time vs compression ratio).
+* :func:`tradeoff_grid`: Fig. 21 (encode/decode time vs compression ratio);
+* :func:`ranking`: which of syncSGD, the fp16 baseline and every compressor is fastest
+  (:func:`studykit.perfmodel.advise.advise`, what ``python -m studykit advise`` prints).
 
 App. D uses PowerSGD rank 4 as the baseline compressor throughout.
 """
@@ -24,7 +26,7 @@ from studykit.perfmodel.model import (DEFAULT_BUCKET_BYTES, Hardware, Workload, 
                                       required_ratio)
 
 __all__ = ["paper_calibration", "hardware", "bandwidth_sweep", "required_ratio_sweep", "compute_speedup_sweep",
-           "tradeoff_grid", "tradeoff_all_help", "crossover", "BASELINE"]
+           "tradeoff_grid", "tradeoff_all_help", "crossover", "ranking", "BASELINE"]
 
 #: App. D: "we use PowerSGD with Rank-4 as the baseline for these what-if analyses"
 BASELINE = ("powersgd", {"rank": 4})
@@ -158,3 +160,17 @@ def tradeoff_all_help(grid: pd.DataFrame) -> bool:
     """Fig. 21's claim on a :func:`tradeoff_grid`: every point with ``k > 1`` beats the baseline."""
     better = grid[grid["k"] > 1]
     return bool((better["compressed_s"] < better["baseline_s"]).all())
+
+
+def ranking(model: str = "resnet50", batch_size: int = 64, world_sizes=(8, 16, 32, 64), bandwidths_gbps=(1, 10, 25),
+            calibration: Calibration | None = None, compressors=None, mode: str = "post",
+            model_error: float | None = None) -> pd.DataFrame:
+    """Every candidate's predicted iteration time and rank per (bandwidth, world size), with its interval,
+    whether it is within the model's error of the best, and whether the kit has accuracy evidence for it:
+    :meth:`studykit.perfmodel.advise.Advice.frame` of one :func:`~studykit.perfmodel.advise.advise` call
+    (default: the paper's V100 inputs). Candidates the calibration cannot price have ``rank`` -1."""
+    from studykit.perfmodel import advise as _advise
+
+    cands = None if compressors is None else _advise.candidates(compressors)
+    return _advise.advise(calibration or paper_calibration(), model, batch_size, world_sizes, bandwidths_gbps,
+                          candidate_list=cands, mode=mode, model_error=model_error).frame()

@@ -1,0 +1,207 @@
+"""What a compressor sends, as a function of the world size: derived from ``plan()`` once, then reused.
+
+:meth:`studykit.compressors.base.Compressor.plan` runs the real protocol on ``meta`` tensors, so the
+model's traffic is the code's own; but one call costs 2-200 ms (ATOMO's SVDs on ``meta`` take the
+longest) and a sweep over 100 world sizes called it 100 times. The payload of every registered
+protocol depends on ``p`` only in steps (the collectives, their element counts and order are fixed;
+only a wire dtype widens as ``p`` grows, e.g. ``quantize`` and ``thc`` sum integers in the
+smallest dtype that cannot overflow for ``p`` workers). :class:`PayloadLaw` uses that:
+
+* **assumption** (tested for every registered compressor at several ``p`` against ``plan()``,
+  ``tests/test_perfmodel_advise.py``): a plan seen at two world sizes holds at every world size
+  between them;
+* for the world sizes asked, it plans the smallest and the largest, and bisects only between two
+  planned world sizes whose plans differ: ``2 + (number of steps) x log2(n)`` calls of ``plan()``
+  instead of ``n``. A protocol whose payload changed at every ``p`` would be planned at every
+  ``p``: slower, never wrong under the assumption;
+* error feedback adds no collective (it only keeps a residual), so the wrapped compressor's
+  ``plan()`` is that of the compressor inside it (``Compressor.plan`` of an ``ErrorFeedback``
+  spends most of its time on the residual update on ``meta`` tensors);
+* plans are kept on disk per fingerprint of the code that decides them (the sources of
+  ``studykit/compressors/`` and ``studykit/comm.py``, and the torch version) in
+  ``reports/cache/payload-<fingerprint>.json`` (git-ignored; ``STUDYKIT_CACHE=off`` disables it,
+  ``STUDYKIT_CACHE=DIR`` moves it): a change to any compressor starts a new file, so a stale plan
+  is never read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from studykit import compressors, paths
+
+__all__ = ["PayloadLaw", "law", "fingerprint", "cache_path", "clear"]
+
+Plan = tuple  # of (op, numel, dtype, nbytes) tuples, in the order issued
+
+_FINGERPRINT: str | None = None
+_DISK: dict[str, dict[str, list]] | None = None  # key -> {str(p): plan as lists}
+_LAWS: dict[tuple, "PayloadLaw"] = {}
+
+
+def fingerprint() -> str:
+    """Hash of what decides a plan: the compressors' and communicators' sources, and torch's version."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        import torch
+
+        pkg = Path(compressors.__file__).resolve().parent
+        h = hashlib.sha256(torch.__version__.encode())
+        for f in sorted(pkg.glob("*.py")) + [pkg.parent / "comm.py"]:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        _FINGERPRINT = h.hexdigest()[:16]
+    return _FINGERPRINT
+
+
+def cache_path() -> Path | None:
+    """The on-disk plan cache of this code (None when ``STUDYKIT_CACHE=off``)."""
+    where = os.environ.get("STUDYKIT_CACHE", "")
+    if where.lower() in ("off", "0", "no", "false"):
+        return None
+    folder = Path(where) if where else paths.REPORTS / "cache"
+    return folder / f"payload-{fingerprint()}.json"
+
+
+def _disk() -> dict:
+    global _DISK
+    if _DISK is None:
+        _DISK = {}
+        path = cache_path()
+        if path is not None and path.is_file():
+            try:
+                data = json.loads(path.read_text())
+                if isinstance(data, dict) and data.get("fingerprint") == fingerprint():
+                    _DISK = data.get("plans", {})
+            except (OSError, ValueError):
+                _DISK = {}  # a damaged cache is only a slower start: plans are recomputed
+    return _DISK
+
+
+def _save() -> None:
+    path = cache_path()
+    if path is None or _DISK is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".payload-", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"fingerprint": fingerprint(), "plans": _DISK}, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # read-only checkout: the cache is an optimisation only
+
+
+def clear(memory: bool = True, disk: bool = False) -> None:
+    """Forget derived plans (``memory``: this process's; ``disk``: this code's cache file)."""
+    global _DISK
+    if memory:
+        _LAWS.clear()
+        _DISK = None
+    if disk:
+        path = cache_path()
+        if path is not None and path.exists():
+            path.unlink()
+        _DISK = None
+
+
+def _planner(compressor, params: dict | None):
+    comp = compressor if isinstance(compressor, compressors.Compressor) else \
+        compressors.get(compressor, **(params or {}))
+    ef = getattr(compressors, "ErrorFeedback", ())
+    while isinstance(comp, ef):  # error feedback adds no collective: plan what it wraps
+        comp = comp.inner
+    return comp
+
+
+class PayloadLaw:
+    """The plans of one compressor (with its parameters) on one list of shapes, per world size."""
+
+    def __init__(self, compressor, params: dict | None, shapes: Sequence, disk_key: str | None = None):
+        self._compressor, self._params = compressor, dict(params or {})
+        self.shapes = [tuple(int(d) for d in s) for s in shapes]
+        self._comp = None
+        self.disk_key = disk_key
+        self.known: dict[int, Plan] = {}
+        if disk_key is not None:
+            for p, plan in _disk().get(disk_key, {}).items():
+                self.known[int(p)] = tuple(tuple(c) for c in plan)
+        self.plan_calls = 0  # plan() calls this law made (for the benchmark and tests)
+
+    def _plan(self, p: int) -> Plan:
+        hit = self.known.get(p)
+        if hit is None:
+            if self._comp is None:
+                self._comp = _planner(self._compressor, self._params)
+            hit = tuple((c.op, int(c.numel), str(c.dtype).replace("torch.", ""), int(c.nbytes))
+                        for c in self._comp.plan(self.shapes, int(p)))
+            self.plan_calls += 1
+            self.known[p] = hit
+            if self.disk_key is not None:
+                _disk().setdefault(self.disk_key, {})[str(p)] = [list(c) for c in hit]
+        return hit
+
+    def plans(self, world_sizes) -> dict[int, Plan]:
+        """``{p: plan}`` for every distinct ``p`` of ``world_sizes`` (bisection between planned ``p``)."""
+        want = sorted({int(p) for p in world_sizes})
+        if not want:
+            return {}
+        before = self.plan_calls
+        self._plan(want[0])
+        self._plan(want[-1])
+        out: dict[int, Plan] = {}
+
+        def resolve(lo: int, hi: int, inside: list[int]) -> None:
+            if not inside:
+                return
+            if self.known[lo] == self.known[hi]:
+                for q in inside:
+                    out[q] = self.known[lo]
+                return
+            m = len(inside) // 2
+            mid = inside[m]
+            self._plan(mid)
+            out[mid] = self.known[mid]
+            resolve(lo, mid, inside[:m])
+            resolve(mid, hi, inside[m + 1:])
+
+        anchors = sorted(k for k in self.known if want[0] <= k <= want[-1])
+        j = 0
+        for a, b in zip(anchors, anchors[1:]):
+            inside = []
+            while j < len(want) and want[j] < b:
+                if want[j] > a:
+                    inside.append(want[j])
+                j += 1
+            resolve(a, b, inside)
+        for q in want:
+            if q in self.known:
+                out[q] = self.known[q]
+        if self.plan_calls != before and self.disk_key is not None:
+            _save()
+        return {q: out[q] for q in want}
+
+
+def law(compressor, params: dict | None, shapes: Sequence, key: Any) -> PayloadLaw:
+    """The (process-wide) :class:`PayloadLaw` of ``key`` (a hashable id of compressor, params and
+    shapes); compressors given by name are also kept on disk."""
+    hit = _LAWS.get(key)
+    if hit is None:
+        disk_key = None
+        if not isinstance(compressor, compressors.Compressor):
+            shapes_t = [list(map(int, s)) for s in shapes]
+            digest = hashlib.sha1(json.dumps(shapes_t).encode()).hexdigest()[:16]
+            disk_key = json.dumps([compressor, normalize(compressor, params), digest])
+        hit = _LAWS[key] = PayloadLaw(compressor, params, shapes, disk_key)
+    return hit
+
+
+def normalize(compressor: str, params: dict | None) -> dict:
+    """Parameters with the compressor's defaults filled in, generic ones (seed, error feedback) left out."""
+    from studykit.perfmodel.calibration import normalize_params
+
+    return normalize_params(params, compressor)
