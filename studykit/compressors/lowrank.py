@@ -257,6 +257,9 @@ class PowerSGD(_LowRank):
     """
 
     name = "powersgd"
+    family = 'low-rank'
+    key_param = 'rank'
+    bench_group = 'lowrank'
     allreduce_compatible = True
     default_error_feedback = True
 
@@ -417,6 +420,9 @@ class Atomo(_LowRank):
     """
 
     name = "atomo"
+    family = 'low-rank'
+    key_param = 'rank'
+    bench_group = 'lowrank'
     allreduce_compatible = False
     stochastic = True
     unbiased = True

@@ -142,6 +142,9 @@ class SignSGD(Compressor):
     """
 
     name = "signsgd"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
 
     def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
@@ -177,6 +180,9 @@ class EFSignSGD(Compressor):
     """
 
     name = "ef_signsgd"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
     default_error_feedback = True
 
@@ -219,6 +225,9 @@ class QSGD(_PrivateRandomness):
     """
 
     name = "qsgd"
+    family = 'quantization'
+    key_param = 'levels'
+    bench_group = 'elementwise'
     allreduce_compatible = False
     stochastic = True
     unbiased = True
@@ -281,6 +290,9 @@ class TernGrad(_PrivateRandomness):
     """
 
     name = "terngrad"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
     stochastic = True
     unbiased = True
@@ -330,6 +342,9 @@ class Natural(_PrivateRandomness):
     """
 
     name = "natural"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
     stochastic = True
     unbiased = True
@@ -381,6 +396,9 @@ class Quantize(Compressor):
     """
 
     name = "quantize"
+    family = 'quantization'
+    key_param = 'bits'
+    bench_group = 'elementwise'
     allreduce_compatible = True
     stochastic = True
     unbiased = True

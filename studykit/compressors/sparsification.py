@@ -138,6 +138,9 @@ class TopK(_GatherSparse):
     """
 
     name = "topk"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     SCOPES = ("global", "layer")
 
     def __init__(self, *, ratio: float = 0.01, scope: str = "global", seed: int = 0,
@@ -187,6 +190,9 @@ class RandomK(_Sparse):
     """
 
     name = "randomk"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     allreduce_compatible = True
     default_error_feedback = True
     stochastic = True
@@ -251,6 +257,9 @@ class MSTopK(_GatherSparse):
     """
 
     name = "mstopk"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
 
     def __init__(self, *, ratio: float = 0.01, samplings: int = 30, seed: int = 0,
                  allow_nonfinite: bool = False):
@@ -319,6 +328,9 @@ class DGC(_GatherSparse):
     """
 
     name = "dgc"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     stochastic = True
     MIN_SAMPLES = 4096  # below this the sampled threshold is too noisy
     TARGET = 1.5        # threshold aims at TARGET * k candidates ...
@@ -380,6 +392,9 @@ class TopKChunked(_Sparse):
     """
 
     name = "topk_chunked"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     allreduce_compatible = False
     default_error_feedback = True
 

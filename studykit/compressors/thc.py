@@ -117,6 +117,9 @@ class THC(Compressor):
     """
 
     name = "thc"
+    family = 'quantization'
+    key_param = 'bits'
+    bench_group = 'elementwise'
     allreduce_compatible = True
     stochastic = True
     unbiased = True  # per instance: False when saturation is on
