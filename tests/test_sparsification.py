@@ -379,3 +379,14 @@ def test_topk_chunked_allreduce_error_feedback_keeps_the_unsent_chunks():
     assert torch.equal(first[64:], x[64:]) and not first[:64].any()  # the two largest chunks go first
     second = comp.reduce(torch.zeros(128), key="b")
     assert torch.equal(second[:64], x[:64])  # then the residual
+
+
+def test_mstopk_fills_from_the_band_at_random_not_by_position():
+    x = torch.ones(1000)  # every entry ties: all in the band, none above t1
+    picks = []
+    for seed in range(3):
+        comp = C.get("mstopk", ratio=0.01, seed=seed, error_feedback=False)
+        values, indices = comp.select(x, [1000])
+        assert values.numel() == 10 and indices.unique().numel() == 10 and torch.all(values == 1)
+        picks.append(set(indices.tolist()))
+    assert picks[0] != set(range(10)) and len({frozenset(p) for p in picks}) == 3

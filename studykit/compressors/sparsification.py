@@ -251,12 +251,15 @@ class MSTopK(_GatherSparse):
     between mean(|g|) and max(|g|): each round counts the entries at or above the
     midpoint. The search keeps the lowest threshold t1 reached with at most k entries
     (count c1) and the highest t2 with more than k. All c1 entries >= t1 are sent, then
-    the first k - c1 (by position) in [t2, t1): exactly k values and int32 positions,
-    8k bytes, as in the paper. Fixed shapes throughout (``torch.nonzero_static``), so it
-    is meta-safe. Cost: ``samplings`` + ~5 passes over |g|.
+    k - c1 entries drawn at random from those in [t2, t1) (Shi et al., Algorithm 1: "randomly
+    select"; uniform without replacement: the band entries with the largest random keys,
+    keys from the generator of (seed, step)): exactly k values and int32 positions,
+    8k bytes, as in the paper. Fixed shapes throughout (``torch.nonzero_static``, ``topk``),
+    so it is meta-safe. Cost: ``samplings`` + ~5 passes over |g| and one top-k of random keys.
     """
 
     name = "mstopk"
+    stochastic = True  # the fill from the band is random
     family = 'sparsification'
     key_param = 'ratio'
     bench_group = 'topk'
@@ -280,7 +283,10 @@ class MSTopK(_GatherSparse):
         band = (mag >= t2) & ~above
         # first k positions of each set; the fill value numel marks "none"
         idx_above = torch.nonzero_static(above, size=k, fill_value=numel).view(-1)
-        idx_band = torch.nonzero_static(band, size=k, fill_value=numel).view(-1)
+        # k - c1 band entries at random: the k largest random keys among the band (others -1)
+        keys = torch.rand(numel, generator=self.generator(flat.device), device=flat.device)
+        ranked = torch.topk(torch.where(band, keys, -1.0), k, sorted=True)
+        idx_band = torch.where(ranked.values >= 0, ranked.indices, numel)
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
         return _drop_fill(flat, indices)
