@@ -306,7 +306,7 @@ def _is_default(name: str, params: dict) -> bool:
     except Exception:  # noqa: BLE001
         return False
     a = {k: v for k, v in (params or {}).items() if k != "error_feedback"}
-    b = {k: v for k, v in ref.items() if k != "error_feedback"}
+    b = {k: v for k, v in ref.items() if k != "error_feedback" and k in a}  # parameters added since: default
     return a == b
 
 
