@@ -63,9 +63,7 @@ from studykit.measure.timing import time_fn
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "summarize", "run_codecs", "main"]
 
 #: issue #7's groups and limits
-ELEMENTWISE = ("fp16", "bf16", "signsgd", "ef_signsgd", "qsgd", "terngrad", "quantize", "natural", "thc")
-TOPK_FAMILY = ("topk", "topk_chunked", "mstopk", "dgc", "randomk")
-LOW_RANK = ("powersgd", "atomo")
+ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
 TARGETS = {
     "elementwise": "encode+decode of the flat ResNet-50 gradient <= 3x the memory floor",
     "topk": "encode+decode of the flat ResNet-50 gradient <= 10x the memory floor",
@@ -137,8 +135,7 @@ def _kernels(fn, device: torch.device) -> Optional[int]:
 
 
 def _group(name: str) -> str:
-    return "elementwise" if name in ELEMENTWISE else "topk" if name in TOPK_FAMILY else \
-        "lowrank" if name in LOW_RANK else "dense"
+    return C.metadata(name).bench_group if name in C.available() else "dense"
 
 
 def _codec_plan(specs: Sequence[CompressorSpec], split: bool) -> list[tuple[CompressorSpec, str, str]]:
@@ -309,7 +306,7 @@ def _is_default(name: str, params: dict) -> bool:
     except Exception:  # noqa: BLE001
         return False
     a = {k: v for k, v in (params or {}).items() if k != "error_feedback"}
-    b = {k: v for k, v in ref.items() if k != "error_feedback"}
+    b = {k: v for k, v in ref.items() if k != "error_feedback" and k in a}  # parameters added since: default
     return a == b
 
 

@@ -19,7 +19,6 @@ __all__ = ["main_param", "compressor_choices", "explore_data", "explore", "bind"
 
 #: GPU counts of the speed-up curve (powers of two: one plan() per count, cached)
 CURVE_GPUS = (2, 4, 8, 16, 32, 64, 128, 256)
-_PREFERRED = ("rank", "ratio", "bits", "levels")
 
 
 def main_param(compressor: str) -> tuple[str | None, object]:
@@ -27,9 +26,9 @@ def main_param(compressor: str) -> tuple[str | None, object]:
     if compressor == "none":
         return None, None
     params = compressors.parameters(compressor)
-    for name in _PREFERRED:
-        if name in params:
-            return name, params[name]
+    key = compressors.metadata(compressor).key_param  # on the class
+    if key in params:
+        return key, params[key]
     for name, default in params.items():  # first numeric parameter
         if isinstance(default, (int, float)) and not isinstance(default, bool):
             return name, default

@@ -22,9 +22,9 @@ from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, allreduce_s
 __all__ = ["gradient_traffic", "collective_costs", "plot_collectives", "overlap_timeline", "plot_timelines",
            "hiding_bandwidth_gbps", "bucket_sweep", "family", "family_table", "speedup_table", "plot_speedups", "Answer", "FAMILIES"]
 
-#: module of a compressor class -> the family the papers group it in (seed 000 Table 2, seed 002)
-FAMILIES = {"precision": "precision (baseline)", "quantization": "quantization", "thc": "quantization",
-            "sparsification": "sparsification", "lowrank": "low-rank"}
+#: a compressor class's ``family`` -> its label here (the family itself is on the class)
+FAMILIES = {"precision": "precision (baseline)", "quantization": "quantization",
+            "sparsification": "sparsification", "low-rank": "low-rank"}
 
 
 # ------------------------------------------------------------------ 1. what is sent
@@ -166,8 +166,7 @@ def bucket_sweep(t_comp_s: float, total_bytes: float, world_size: int, hw: Hardw
 # ------------------------------------------------------------------ 4. compressor families
 def family(name: str) -> str:
     """The family of compressor ``name`` (precision, quantization, sparsification, low-rank)."""
-    inner = compressors.get(name, error_feedback=False)
-    return FAMILIES.get(type(inner).__module__.rsplit(".", 1)[-1], "other")
+    return FAMILIES.get(compressors.metadata(name).family, "other")
 
 
 def family_table(specs, model: str = "resnet50", world_size: int = 64) -> pd.DataFrame:

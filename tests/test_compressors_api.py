@@ -169,3 +169,13 @@ def test_mismatched_shapes_in_simulate():
         C.simulate("none", [torch.ones(3), torch.ones(4)])
     with pytest.raises(CompressorError, match="2 gradients for 3 workers"):
         C.Simulation("none", 3).step([torch.ones(3), torch.ones(3)])
+
+
+@pytest.mark.parametrize("name", C.available())
+def test_metadata_is_on_the_class(name):
+    """Family, key parameter and benchmark group come from the class (one place)."""
+    meta = C.metadata(name)
+    assert meta.family in ("precision", "quantization", "sparsification", "low-rank")
+    assert meta.bench_group in ("elementwise", "topk", "lowrank", "dense")
+    assert meta.key_param is None or meta.key_param in C.parameters(name)
+    assert name in C.in_group(meta.bench_group)

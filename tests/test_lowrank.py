@@ -309,7 +309,8 @@ def test_bad_warm_start_raises_and_atomo_has_no_warm_start():
     assert C.get("powersgd", warm_start="no", error_feedback="no").warm_start is False  # issue 17: strict words
     with pytest.raises(CompressorError, match="unknown parameter"):
         C.get("atomo", warm_start=True)
-    assert C.parameters("powersgd") == {"rank": 4, "warm_start": True, "min_compression": 1.0}
+    assert C.parameters("powersgd") == {"rank": 4, "warm_start": True, "min_compression": 1.0,
+                                         "orthogonalize": "twice", "reuse": 1}
     assert C.parameters("atomo") == {"rank": 4, "min_compression": 1.0}
 
 
@@ -389,3 +390,42 @@ def test_cuda_full_rank_is_exact_and_low_rank_is_a_projection(name):
         for i in (0, 2, 4):
             x, a = out[0][i].reshape(MIXED[i][0], -1), mean_of(grads, i).reshape(MIXED[i][0], -1)
             assert (x.T @ (a - x)).abs().max() < 1e-4
+
+
+# ------------------------------------------- low-overhead variants (Han et al. 2024)
+def test_powersgd_reuse_skips_the_p_round_and_projects_on_the_kept_subspace():
+    from studykit.comm import LocalComm, RecordingComm
+    comp = C.get("powersgd", rank=2, reuse=3, error_feedback=False)
+    grads = [torch.randn(16, 12, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    ops = []
+    for g in grads:
+        rec = RecordingComm(LocalComm())
+        out = comp.reduce([g], rec, key="b")[0]
+        ops.append([c.numel for c in rec.log])
+    assert ops == [[16 * 2, 12 * 2], [12 * 2], [12 * 2], [16 * 2, 12 * 2]]  # full, reuse, reuse, full
+    p = comp.state["b"]["ps"][0][0]  # (16, 2), orthonormal, from the 4th (full) step
+    assert torch.allclose(p.T @ p, torch.eye(2), atol=1e-5)
+    assert torch.allclose(out, p @ p.T @ grads[3], atol=1e-5)
+
+
+def test_powersgd_single_gram_schmidt_pass_is_orthonormal_on_well_conditioned_p():
+    g = torch.randn(64, 48, generator=torch.Generator().manual_seed(0))
+    once = C.get("powersgd", rank=4, orthogonalize="once", error_feedback=False).reduce([g])[0]
+    twice = C.get("powersgd", rank=4, error_feedback=False).reduce([g])[0]
+    assert torch.allclose(once, twice, atol=1e-4)
+
+
+@pytest.mark.parametrize("params", [{"orthogonalize": "once"}, {"reuse": 2}])
+def test_powersgd_variants_simulate_identically_on_every_worker(params):
+    grads = [[torch.randn(16, 12, generator=torch.Generator().manual_seed(r))] for r in range(3)]
+    sim = C.Simulation("powersgd", 3, **params)
+    for _ in range(3):
+        out = sim.step(grads, key="b")
+        assert all(torch.equal(w[0], out[0][0]) for w in out)
+
+
+def test_powersgd_variant_parameters_are_checked():
+    with pytest.raises(C.CompressorError, match="orthogonalize"):
+        C.get("powersgd", orthogonalize="never")
+    with pytest.raises(C.CompressorError, match="reuse"):
+        C.get("powersgd", reuse=0)

@@ -205,16 +205,14 @@ def test_quantize_16_bits_close_to_dense_mean():
     assert (out - mean).abs().max() <= 1e-4 * max(g.abs().max() for g in grads)
 
 
-@pytest.mark.parametrize("bits,world_size,dtype", [(8, 1, torch.int8), (8, 2, torch.float16), (4, 18, torch.int8),
-                                                   (4, 19, torch.float16), (8, 16, torch.float16),
-                                                   (8, 17, torch.int32), (16, 2, torch.int32)])
-def test_quantize_wire_dtype_cannot_overflow(bits, world_size, dtype):
-    q = Quantize(bits=bits)
-    assert q.wire_dtype(world_size) == dtype
-    # worst case: every worker sends the top level; the summed integers must stay exact
-    grads = [torch.full((5,), 2.5)] * world_size
-    out = C.simulate("quantize", grads, bits=bits)[0]
-    assert torch.allclose(out, grads[0], rtol=1e-6)
+@pytest.mark.parametrize("bits,world_size", [(8, 1), (8, 2), (4, 18), (4, 19), (8, 16), (8, 17), (16, 2), (2, 3)])
+@pytest.mark.parametrize("protocol", ["allgather", "allreduce"])
+def test_quantize_sums_cannot_overflow(bits, world_size, protocol):
+    # worst case: every worker sends the top (or bottom) level; the summed integers must stay exact
+    for value in (2.5, -2.5):
+        grads = [torch.full((5,), value)] * world_size
+        out = C.simulate("quantize", grads, bits=bits, protocol=protocol)[0]
+        assert torch.allclose(out, grads[0], rtol=1e-6)
 
 
 # ---------------------------------------------------------------- wire bytes
@@ -225,15 +223,15 @@ def test_wire_bytes_match_the_formulas(shapes, world_size):
     expected = {
         "signsgd": math.ceil(n / 8),
         "ef_signsgd": math.ceil(n / 8) + 4,
-        "qsgd": n + 4 * math.ceil(n / 512),
+        "qsgd": math.ceil(n * 4 / 8) + 4 * math.ceil(n / 512),  # 9 levels: 4 bits
         "terngrad": 4 + 2 * math.ceil(n / 8),
         "natural": n + math.ceil(n / 8),
-        "quantize": n * {1: 1, 2: 2, 8: 2}[world_size] + 4,
+        "quantize": n + 4 if world_size <= 2 else 8 * math.ceil(n / 5) + 4,  # 5 lanes of 8 + 3 bits
     }
     for name, nbytes in expected.items():
         assert C.get(name).wire_bytes(shapes, world_size) == nbytes, name
-    assert C.get("qsgd", bucket_size=0).wire_bytes(shapes, world_size) == n + 4
-    assert C.get("quantize", bits=4).wire_bytes(shapes, world_size) == n + 4  # 7 * 8 <= 127
+    assert C.get("qsgd", bucket_size=0).wire_bytes(shapes, world_size) == math.ceil(n / 2) + 4
+    assert C.get("quantize", bits=4, protocol="allgather").wire_bytes(shapes, world_size) == math.ceil(n / 2) + 4
 
 
 def test_gather_methods_declare_it():
@@ -241,6 +239,7 @@ def test_gather_methods_declare_it():
         assert not C.get(name).allreduce_compatible
         assert all(c.op == "all_gather" for c in C.get(name).plan([(10,)], 4))
     assert [c.op for c in C.get("quantize").plan([(10,)], 4)] == ["all_gather", "all_reduce"]
+    assert [c.op for c in C.get("quantize").plan([(10,)], 2)] == ["all_gather", "all_gather"]
 
 
 # ---------------------------------------------------------------- parameters
@@ -261,6 +260,6 @@ def test_bad_parameters_name_the_valid_range(name, params, match):
 
 def test_parameters_are_listed_with_defaults():
     assert C.parameters("qsgd") == {"levels": 4, "bucket_size": 512}
-    assert C.parameters("quantize") == {"bits": 8}
+    assert C.parameters("quantize") == {"bits": 8, "protocol": "auto"}
     assert C.get("qsgd", levels=8).params()["levels"] == 8
     assert isinstance(C.get("qsgd", error_feedback=False), QSGD)

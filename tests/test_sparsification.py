@@ -340,3 +340,53 @@ def test_cuda_matches_cpu(name):
         return
     for a, b in zip(cpu[0], gpu[0]):
         assert torch.allclose(a, b.cpu(), atol=1e-6)
+
+
+# ------------------------------------------------- TopK-chunked, all-reduce (Han et al. 2024)
+def test_topk_chunked_allreduce_sends_the_chunks_of_largest_summed_norm():
+    world_size, n, chunk = 3, 1000, 64
+    grads = [torch.randn(n, generator=torch.Generator().manual_seed(r)) for r in range(world_size)]
+    out = C.simulate("topk_chunked_allreduce", grads, ratio=0.2, chunk=chunk, error_feedback=False)
+    # dense reference: pad, sum squared norms per chunk over workers, keep the top K chunks of the mean
+    rows = [torch.nn.functional.pad(g, (0, -n % chunk)).view(-1, chunk) for g in grads]
+    norms = sum(r.pow(2).sum(1) for r in rows)
+    k = math.ceil(0.2 * norms.numel())
+    keep = torch.zeros(norms.numel(), dtype=torch.bool)
+    keep[torch.topk(norms, k).indices] = True
+    expected = (sum(rows) / world_size * keep.unsqueeze(1)).view(-1)[:n]
+    for w in out:
+        assert torch.allclose(w, expected, atol=1e-6)
+        assert torch.equal(w, out[0])
+
+
+def test_topk_chunked_allreduce_is_dense_at_ratio_one_and_plans_two_allreduces():
+    grads = [torch.randn(300, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    out = C.simulate("topk_chunked_allreduce", grads, ratio=1.0, chunk=64, error_feedback=False)[0]
+    assert torch.allclose(out, (grads[0] + grads[1]) / 2, atol=1e-6)
+    comp = C.get("topk_chunked_allreduce")
+    n = 25_557_032  # ResNet-50
+    chunks = math.ceil(n / 4096)
+    plan = comp.plan([(n,)], 64)
+    assert [(c.op, c.numel) for c in plan] == [("all_reduce", chunks),
+                                               ("all_reduce", math.ceil(0.01 * chunks) * 4096)]
+    assert comp.allreduce_compatible and comp.ratio([(n,)], 64) > 95
+
+
+def test_topk_chunked_allreduce_error_feedback_keeps_the_unsent_chunks():
+    x = torch.arange(1.0, 129.0)
+    comp = C.get("topk_chunked_allreduce", ratio=0.5, chunk=32)
+    first = comp.reduce(x.clone(), key="b")
+    assert torch.equal(first[64:], x[64:]) and not first[:64].any()  # the two largest chunks go first
+    second = comp.reduce(torch.zeros(128), key="b")
+    assert torch.equal(second[:64], x[:64])  # then the residual
+
+
+def test_mstopk_fills_from_the_band_at_random_not_by_position():
+    x = torch.ones(1000)  # every entry ties: all in the band, none above t1
+    picks = []
+    for seed in range(3):
+        comp = C.get("mstopk", ratio=0.01, seed=seed, error_feedback=False)
+        values, indices = comp.select(x, [1000])
+        assert values.numel() == 10 and indices.unique().numel() == 10 and torch.all(values == 1)
+        picks.append(set(indices.tolist()))
+    assert picks[0] != set(range(10)) and len({frozenset(p) for p in picks}) == 3

@@ -61,9 +61,11 @@ def test_rotation_is_shared_and_changes_every_step():
     assert not torch.equal(a, thc._signs(64, torch.device("cpu")))
 
 
-def test_partial_rotation_pads_less():
+def test_rotations_pad_little():
     thc_full, thc_part = THC(), THC(rotation="partial", chunk=1024)
-    assert thc_full.padded_numel(5000) == 8192
+    # full: the largest power-of-two blocks padding <= 1/64 (here 64-blocks: 5056), not 8192
+    assert thc_full.padded_numel(5000) == 5056 and thc_full.padded_numel(4096) == 4096
+    assert thc_full.padded_numel(25_557_032) - 25_557_032 <= 25_557_032 / 64  # ResNet-50
     assert thc_part.padded_numel(5000) == 5120
     assert thc_part.padded_numel(100) == 128  # a gradient smaller than one chunk: next power of two
 
@@ -138,27 +140,30 @@ def test_private_rounding_depends_on_rank():
 
 def test_many_workers_at_the_top_level_do_not_overflow():
     x = torch.ones(16)  # rotates to a single nonzero coordinate: it sits at the top of the range
-    out = C.simulate("thc", [x] * 17)[0]  # 17 * 15 = 255: the most uint8 can hold
-    assert torch.allclose(out, x, atol=0.2)
-    assert THC().wire_dtype(17) == torch.uint8 and THC().wire_dtype(18) == torch.float16
+    for p in (17, 18):  # 17 * 15 = 255 fills 8-bit fields; 18 workers need 9
+        out = C.simulate("thc", [x] * p)[0]
+        assert torch.allclose(out, x, atol=0.2)
+    assert THC().lane_width(17) == 8 and THC().lane_width(18) == 9
 
 
 # ------------------------------------------------------------------ wire bytes
-@pytest.mark.parametrize("bits,world_size,dtype", [(4, 1, torch.uint8), (4, 17, torch.uint8), (4, 18, torch.float16),
-                                                   (8, 2, torch.float16), (8, 9, torch.int32),
-                                                   (12, 1, torch.int32), (1, 255, torch.uint8)])
-def test_wire_dtype_holds_the_sum(bits, world_size, dtype):
-    assert THC(bits=bits).wire_dtype(world_size) == dtype
+@pytest.mark.parametrize("bits,world_size,width", [(4, 1, 4), (4, 17, 8), (4, 18, 9), (8, 2, 9), (8, 9, 12),
+                                                   (12, 1, 12), (1, 255, 8)])
+def test_lane_width_holds_the_sum(bits, world_size, width):
+    assert THC(bits=bits).lane_width(world_size) == width
+    assert world_size * (2**bits - 1) < 2**width
 
 
-@pytest.mark.parametrize("shapes,full,partial", [([(1,)], 1, 1), ([(100,)], 128, 128), ([(64, 32), (32,)], 4096, 2112),
-                                                 ([(1000, 3)], 4096, 3008)])
+@pytest.mark.parametrize("shapes,full,partial", [([(1,)], 1, 1), ([(100,)], 128, 128), ([(64, 32), (32,)], 2112, 4096),
+                                                 ([(1000, 3)], 3008, 4096), ([(1 << 20,)], 1 << 20, 1 << 20),
+                                                 ([(1000, 1000)], 1_007_616, 1_048_576)])
 def test_wire_bytes(shapes, full, partial):
-    assert C.get("thc").wire_bytes(shapes, 2) == 4 + full
-    assert C.get("thc", rotation="partial", chunk=64).wire_bytes(shapes, 2) == 4 + partial
-    assert C.get("thc", bits=8).wire_bytes(shapes, 2) == 4 + 2 * full  # float16 carrier
-    plan = C.get("thc").plan(shapes, 4)
-    assert [(c.op, c.numel) for c in plan] == [("all_gather", 1), ("all_reduce", full)]
+    """At p = 2 the packed b-bit integers are all-gathered; full rotation pads at most 1/64 (or < 64)."""
+    assert C.get("thc").wire_bytes(shapes, 2) == 4 + math.ceil(full * 4 / 8)
+    assert C.get("thc", rotation="partial", chunk=2**16).wire_bytes(shapes, 2) == 4 + math.ceil(partial * 4 / 8)
+    assert C.get("thc", bits=8).wire_bytes(shapes, 2) == 4 + full
+    plan = C.get("thc").plan(shapes, 4)  # 4 workers: lanes of 6 bits, 10 per int64 word
+    assert [(c.op, c.numel) for c in plan] == [("all_gather", 1), ("all_reduce", math.ceil(full / 10))]
 
 
 # ------------------------------------------------------------------ parameters
@@ -177,4 +182,5 @@ def test_bad_parameters_name_the_valid_range(params, match):
 
 
 def test_parameters_listed():
-    assert C.parameters("thc") == {"bits": 4, "rotation": "full", "chunk": 2**16, "saturation": 0.0}
+    assert C.parameters("thc") == {"bits": 4, "rotation": "full", "chunk": 2**16, "saturation": 0.0,
+                                     "protocol": "auto"}

@@ -20,20 +20,30 @@ def bits(levels):
     return [lv.kwargs.get("bits", 32) for lv in levels]
 
 
-def test_ladder_is_seed_001s_4_8_16_then_uncompressed():
-    assert [lv.label for lv in Q] == ["quantize:bits=4", "quantize:bits=8", "quantize:bits=16", "none"]
-    assert Q[-1] == UNCOMPRESSED
+def test_ladder_is_tirupatis_4_8_16_bits_and_none_only_when_asked():
+    assert [lv.label for lv in Q] == ["quantize:bits=4", "quantize:bits=8", "quantize:bits=16"]
+    assert UNCOMPRESSED not in Q and all(UNCOMPRESSED not in LADDERS[f] for f in ("quantize", "topk", "powersgd"))
+    assert LADDERS["quantize+none"] == Q + (UNCOMPRESSED,)
+    assert ladder("quantize+none")[-1] == UNCOMPRESSED
+
+
+def test_each_rung_puts_its_bits_on_the_wire():
+    """4, 8 and 16 bits per element (plus the shared scale), not a sum dtype's width."""
+    n = 1 << 16
+    for level in Q:
+        wire = level.build().wire_bytes([(n,)], 2)
+        assert wire <= n * level.kwargs["bits"] / 8 * 1.01 + 16, level.label
 
 
 def test_accuracy_steps_relax_compression_one_threshold_at_a_time():
     ctl = DynamicController(Q, AccuracyLossStep(acc_thresholds=(0.5, 0.7, 0.9), loss_thresholds=()))
     levels = schedule(ctl, metrics([0.3, 0.55, 0.6, 0.75, 0.95]))
-    assert bits(levels) == [4, 4, 8, 8, 16, 32]
+    assert bits(levels) == [4, 4, 8, 8, 16, 16]
 
 
 def test_accuracy_jump_skips_levels_and_is_capped_at_the_top():
     ctl = DynamicController(Q, AccuracyLossStep(acc_thresholds=(0.1, 0.2, 0.3, 0.4, 0.5), loss_thresholds=()))
-    assert bits(schedule(ctl, metrics([0.99]))) == [4, 32]
+    assert bits(schedule(ctl, metrics([0.99]))) == [4, 16]
 
 
 def test_ratchet_never_tightens_compression_again():
@@ -47,7 +57,7 @@ def test_flattening_training_loss_relaxes_compression():
     ctl = DynamicController(Q, step)
     # |change| = 0.5 (no step), 0.08 (< 0.1: step 1), 0.03 (< 0.05: step 2), 0.01 (< 0.02: step 3)
     levels = schedule(ctl, metrics([0.2] * 5, losses=[2.0, 1.5, 1.42, 1.39, 1.38]))
-    assert bits(levels) == [4, 4, 4, 8, 16, 32]  # levels[e] is the level epoch e trains with
+    assert bits(levels) == [4, 4, 4, 8, 16, 16]  # levels[e] is the level epoch e trains with
 
 
 def test_a_rising_loss_counts_as_a_large_change_not_a_plateau():
@@ -91,10 +101,12 @@ def test_a_step_change_resets_the_stall_counter():
     assert ctl.boosting
 
 
-def test_no_boost_once_uncompressed():
-    ctl = DynamicController(Q, AccuracyLossStep(acc_thresholds=(0.1, 0.2, 0.3), loss_thresholds=()), stall_epochs=1)
-    levels = schedule(ctl, metrics([0.9] * 4))
-    assert bits(levels) == [4, 32, 32, 32, 32] and not ctl.boosting
+def test_no_boost_at_the_last_step_or_once_uncompressed():
+    for lad, top in ((Q, 16), (LADDERS["quantize+none"], 32)):
+        ctl = DynamicController(lad, AccuracyLossStep(acc_thresholds=(0.1, 0.2, 0.3), loss_thresholds=()),
+                                stall_epochs=1)
+        levels = schedule(ctl, metrics([0.9] * 4))
+        assert bits(levels) == [4] + [top] * 4 and not ctl.boosting
 
 
 def test_generic_over_families_topk_ratio_and_powersgd_rank():
@@ -102,7 +114,7 @@ def test_generic_over_families_topk_ratio_and_powersgd_rank():
     topk = schedule(DynamicController("topk", step), metrics([0.6, 0.8]))
     assert [lv.kwargs.get("ratio") for lv in topk] == [0.01, 0.05, 0.25]
     psgd = schedule(DynamicController("powersgd", step), metrics([0.95]))
-    assert [lv.label for lv in psgd] == ["powersgd:rank=1", "none"]
+    assert [lv.label for lv in psgd] == ["powersgd:rank=1", "powersgd:rank=4"]
     own = ladder("topk:ratio=0.001;topk:ratio=0.1")
     assert schedule(DynamicController(own, step), metrics([0.6]))[-1] == Level.make("topk", ratio=0.1)
 
@@ -131,10 +143,11 @@ def test_accordion_needs_grad_norms():
 
 def test_triggers_combine_by_least_compression():
     acc = AccuracyLossStep(acc_thresholds=(0.5, 0.7, 0.9), loss_thresholds=())
-    ctl = DynamicController(Q, [acc, GradNormChange(low=2, high=0)], monotone=True)
-    assert ctl.level == Q[2]  # Accordion starts critical at its ``low`` rung
+    qn = LADDERS["quantize+none"]
+    ctl = DynamicController(qn, [acc, GradNormChange(low=2, high=0)], monotone=True)
+    assert ctl.level == qn[2]  # Accordion starts critical at its ``low`` rung
     ctl.update(EpochMetrics(0, 1.0, 0.95, grad_norm=1.0))
-    assert ctl.level == Q[3]
+    assert ctl.level == qn[3]
 
 
 def test_controller_is_deterministic_and_replayable():

@@ -82,7 +82,7 @@ def test_records_carry_provenance_timing_split_and_levels(two_workers):
         assert math.isclose(r["compute_s"] + r["compress_s"] + r["comm_s"], r["train_s"], rel_tol=1e-9)
         assert math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0
     assert _by(recs, "dynamic")[0]["level"]["label"] == "quantize:bits=4"
-    assert _by(recs, "dynamic")[0]["controller"]["ladder"][-1] == "none"
+    assert _by(recs, "dynamic")[0]["controller"]["ladder"][-1] == "quantize:bits=16"
     lines = (out / "dynamic.jsonl").read_text().splitlines()
     assert [json.loads(x)["epoch"] for x in lines] == list(range(EPOCHS))  # appended one line per epoch
 

@@ -9,11 +9,12 @@ See :mod:`studykit.compressors.base` for the protocol and :mod:`studykit.comm`
 for the communicators it runs on.
 """
 from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
-from studykit.compressors.registry import available, get, parameters, parse_spec, register, spec_string
+from studykit.compressors.registry import (Metadata, available, get, in_group, metadata, parameters, parse_spec,
+                                          register, spec_string)
 from studykit.compressors.simulate import Simulation, simulate
 
 # Families register themselves on import.
 from studykit.compressors import lowrank, precision, quantization, sparsification, thc  # noqa: F401,E402
 
 __all__ = ["Compressor", "CompressorError", "ErrorFeedback", "available", "get", "parameters",
-           "register", "simulate", "Simulation", "parse_spec", "spec_string"]
+           "register", "metadata", "Metadata", "in_group", "simulate", "Simulation", "parse_spec", "spec_string"]

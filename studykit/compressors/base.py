@@ -58,6 +58,14 @@ class Compressor:
     #: tensors: then a caller holding one flat buffer (a DDP bucket) may pass it whole and get
     #: the same numbers as from the per-tensor views (layer-wise methods set this False)
     partition_invariant: ClassVar[bool] = True
+    #: metadata read by reports, the tour, the explorer and the benchmark (one place, on the class):
+    #: the family the papers group it in (Agarwal et al. 2022, Table 2): "precision", "quantization",
+    #: "sparsification" or "low-rank"
+    family: ClassVar[str] = "precision"
+    #: the constructor parameter that sets how hard it compresses (``None``: it has none)
+    key_param: ClassVar[str | None] = None
+    #: the group of ``python -m studykit bench``: "elementwise", "topk", "lowrank" or "dense"
+    bench_group: ClassVar[str] = "dense"
 
     def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
         self.seed = int(seed)

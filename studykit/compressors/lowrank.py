@@ -209,7 +209,7 @@ class _LowRank(Compressor):
 
 
 # ---------------------------------------------------------------- PowerSGD
-def orthonormalize_(x: torch.Tensor) -> torch.Tensor:
+def orthonormalize_(x: torch.Tensor, passes: int = 2) -> torch.Tensor:
     """Orthonormalize the columns of every matrix in the batch ``x`` (B, n, r), in place.
 
     Classical Gram-Schmidt with re-orthogonalization ("twice is enough"): each column
@@ -223,7 +223,7 @@ def orthonormalize_(x: torch.Tensor) -> torch.Tensor:
         col = x[:, :, i:i + 1]
         if i:
             prev = x[:, :, :i]
-            for _ in range(2):
+            for _ in range(passes):  # 2: "twice is enough"; 1: classical Gram-Schmidt
                 col = torch.baddbmm(col, prev, torch.bmm(prev.transpose(1, 2), col), alpha=-1)
         x[:, :, i:i + 1] = F.normalize(col, dim=1, eps=_NORM_EPS)
     return x
@@ -254,18 +254,40 @@ class PowerSGD(_LowRank):
     minus the shared estimate, and the mean of the memories is exactly the global
     compression error. Uncompressed tensors decode locally to themselves (their
     memory stays zero, as the reference zeroes the memory of rank-1 tensors).
+
+    Low-overhead variants (Han et al. 2024, "Beyond Throughput and Compression Ratios",
+    arXiv 2407.01378, https://arxiv.org/abs/2407.01378, the PowerSGD case study: PowerSGD's
+    compute, above all the orthogonalization, costs end-to-end time), both off by default:
+
+    * ``orthogonalize="once"``: one classical Gram-Schmidt pass instead of two (half the
+      orthogonalization kernels; columns orthogonal to about the square root of working
+      precision when P is ill-conditioned);
+    * ``reuse=r > 1``: the orthonormalized P of a full step is reused for the next ``r - 1``
+      calls with the same ``key``: those calls skip ``P = M Q``, its all-reduce and the
+      orthogonalization, and send only ``Q = M^T P`` (one all-reduce of the Qs, the estimate
+      is still ``P Q^T / world_size``, the projection of the mean gradient on the kept
+      subspace). ``plan()`` shows a full step (it starts without state).
     """
 
     name = "powersgd"
+    family = 'low-rank'
+    key_param = 'rank'
+    bench_group = 'lowrank'
     allreduce_compatible = True
     default_error_feedback = True
 
     def __init__(self, *, rank: int = 4, warm_start: bool = True, min_compression: float = 1.0,
-                 seed: int = 0, allow_nonfinite: bool = False):
+                 orthogonalize: str = "twice", reuse: int = 1, seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(rank=rank, min_compression=min_compression, seed=seed, allow_nonfinite=allow_nonfinite)
         if not isinstance(warm_start, bool):
             raise self.error(f"warm_start must be True or False, got {warm_start!r}")
         self.warm_start = warm_start
+        if orthogonalize not in ("twice", "once"):
+            raise self.error(f"orthogonalize must be 'twice' or 'once', got {orthogonalize!r}")
+        self.orthogonalize = orthogonalize
+        if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
+            raise self.error(f"reuse must be an integer >= 1, got {reuse!r}")
+        self.reuse = int(reuse)
 
     def _initial_q(self, lay: _Layout, key: Any, device: torch.device) -> torch.Tensor:
         prev = self.state.get(key) if self.warm_start else None
@@ -283,23 +305,27 @@ class PowerSGD(_LowRank):
             return avg, local
         device = tensors[0].device
         mats = [_stack(tensors, g) for g in lay.groups]
-        q_flat = self._initial_q(lay, key, device)
-
-        # P = M Q for every group, written straight into the buffer that is all-reduced
-        # (one split per buffer instead of a slice per group: host time counts here)
-        p_flat = torch.empty(lay.p_offset[-1], device=device)
-        for g, mat, q, p in zip(lay.groups, mats, q_flat.split(lay.q_numel), p_flat.split(lay.p_numel)):
-            torch.bmm(mat, q.view(g.batch, g.m, g.r), out=p.view(g.batch, g.n, g.r))
-        p_flat = comm.all_reduce(p_flat)
-        ps = self._orthonormalized_ps(p_flat, lay)
+        prev = self.state.get(key)
+        if (self.reuse > 1 and prev is not None and prev.get("ps") is not None and prev["shapes"] == lay.shapes
+                and prev["age"] + 1 < self.reuse):
+            ps, age = prev["ps"], prev["age"] + 1  # reuse the subspace: no P round, no orthogonalization
+        else:
+            q_flat = self._initial_q(lay, key, device)
+            # P = M Q for every group, written straight into the buffer that is all-reduced
+            # (one split per buffer instead of a slice per group: host time counts here)
+            p_flat = torch.empty(lay.p_offset[-1], device=device)
+            for g, mat, q, p in zip(lay.groups, mats, q_flat.split(lay.q_numel), p_flat.split(lay.p_numel)):
+                torch.bmm(mat, q.view(g.batch, g.m, g.r), out=p.view(g.batch, g.n, g.r))
+            p_flat = comm.all_reduce(p_flat)
+            ps, age = self._orthonormalized_ps(p_flat, lay, 2 if self.orthogonalize == "twice" else 1), 0
 
         # Q = M^T P, again straight into the all-reduce buffer
         q_flat = torch.empty(lay.q_offset[-1], device=device)
         for g, mat, p, q in zip(lay.groups, mats, ps, q_flat.split(lay.q_numel)):
             torch.bmm(mat.transpose(1, 2), p, out=q.view(g.batch, g.m, g.r))
         q_flat = comm.all_reduce(q_flat)
-        if self.warm_start:
-            self.state[key] = {"shapes": lay.shapes, "q": q_flat}
+        if self.warm_start or self.reuse > 1:
+            self.state[key] = {"shapes": lay.shapes, "q": q_flat, "ps": ps if self.reuse > 1 else None, "age": age}
         q_mean = q_flat if comm.world_size == 1 else q_flat / comm.world_size  # read-only below
 
         for g, p, q in zip(lay.groups, ps, q_mean.split(lay.q_numel)):
@@ -311,7 +337,7 @@ class PowerSGD(_LowRank):
         return avg, local
 
     @staticmethod
-    def _orthonormalized_ps(p_flat: torch.Tensor, lay: _Layout) -> list[torch.Tensor]:
+    def _orthonormalized_ps(p_flat: torch.Tensor, lay: _Layout, passes: int = 2) -> list[torch.Tensor]:
         """Each group's P (B, n, r), orthonormalized in one batched call per ortho batch."""
         ps: list = [None] * len(lay.groups)
         for ob in lay.ortho:
@@ -319,7 +345,7 @@ class PowerSGD(_LowRank):
             if not ob.padded:  # same n: the groups are one contiguous run of p_flat
                 total = sum(lay.groups[j].batch for j in ob.groups)
                 block = p_flat[lay.p_offset[first]:lay.p_offset[last + 1]]
-                orthonormalize_(block.view(total, ob.rows, lay.groups[first].r))
+                orthonormalize_(block.view(total, ob.rows, lay.groups[first].r), passes)
                 for j in ob.groups:
                     g = lay.groups[j]
                     ps[j] = p_flat[lay.p_offset[j]:lay.p_offset[j + 1]].view(g.batch, g.n, g.r)
@@ -345,7 +371,7 @@ class PowerSGD(_LowRank):
                 for j in run:
                     rows_at[j] = b0
                     b0 += lay.groups[j].batch
-            orthonormalize_(buf)
+            orthonormalize_(buf, passes)
             for j in ob.groups:
                 g = lay.groups[j]
                 ps[j] = buf[rows_at[j]:rows_at[j] + g.batch, :g.n]
@@ -417,6 +443,9 @@ class Atomo(_LowRank):
     """
 
     name = "atomo"
+    family = 'low-rank'
+    key_param = 'rank'
+    bench_group = 'lowrank'
     allreduce_compatible = False
     stochastic = True
     unbiased = True

@@ -54,6 +54,7 @@ class FP16(_Cast):
     """Cast to IEEE half precision, all-reduce in fp16 (2 bytes per element)."""
 
     name = "fp16"
+    bench_group = 'elementwise'
     wire_dtype = torch.float16
 
 
@@ -62,4 +63,5 @@ class BF16(_Cast):
     """Cast to bfloat16, all-reduce in bf16 (2 bytes per element)."""
 
     name = "bf16"
+    bench_group = 'elementwise'
     wire_dtype = torch.bfloat16

@@ -7,8 +7,24 @@ all-reduce compatible: a shared scale makes integer levels of different workers 
 
 Everything works on the flat float32 gradient and is meta-safe: payload shapes depend
 only on ``numel`` and ``world_size``, never on values (see :meth:`Compressor.plan`).
-Wire dtypes are ones NCCL *and* gloo can reduce: neither supports int16, so integer sums
-that outgrow int8 travel as float16 (exact for integers up to 2048) or int32.
+
+Bits on the wire are the bits the method promises: every integer payload is bit-packed
+(:func:`pack_fields`), b bits per element plus the scales. Summing b-bit values needs
+headroom, so the all-reduce compatible quantizers (``quantize``, ``thc``) choose between two
+protocols per world size p (:func:`cheaper_protocol`, visible in ``plan()`` as the kind of the
+big collective):
+
+* ``allgather``: every worker all-gathers its packed b-bit payload and the sum is taken
+  locally; each worker puts exactly b bits per element on the wire, and a ring all-gather
+  moves ``(p - 1)`` shards to each worker (Agarwal et al. 2022, App. B).
+* ``allreduce``: the b-bit values, offset to be non-negative, travel in fields of
+  ``w = b + ceil(log2 p)`` bits packed ``floor(63 / w)`` per int64 word ("packed lanes"): the
+  sum of p workers cannot carry out of its field, so one ordinary integer all-reduce (NCCL
+  and gloo both sum int64) adds every field at once. The widening is the sum's headroom and
+  nothing else; a ring all-reduce moves ``2 (p - 1) / p`` buffers (Eq. 1).
+
+``protocol="auto"`` takes the one that moves fewer bytes: all-gather iff ``p * b <= 2 * w'``
+(``w'`` the packed lane bits per element), i.e. at p <= 2 for every b.
 """
 from __future__ import annotations
 
@@ -19,7 +35,8 @@ from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.registry import register
 
-__all__ = ["pack_bits", "unpack_bits", "integer_sum_dtype",
+__all__ = ["pack_bits", "unpack_bits", "integer_sum_dtype", "field_width", "pack_fields", "unpack_fields",
+           "pack_lanes", "unpack_lanes", "lane_bits", "cheaper_protocol", "PROTOCOLS",
            "SignSGD", "EFSignSGD", "QSGD", "TernGrad", "Natural", "Quantize"]
 
 #: smallest scale a quantizer divides by (an all-zero gradient then encodes as zeros)
@@ -54,6 +71,92 @@ def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
     shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
     bits = (packed.unsqueeze(-1) >> shifts) & 1
     return bits.reshape(*packed.shape[:-1], -1)[..., :numel]
+
+
+def field_width(max_value: int) -> int:
+    """Bits of an unsigned field that holds every integer in ``[0, max_value]``."""
+    return max(1, int(max_value).bit_length())
+
+
+def pack_fields(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Pack non-negative integers ``< 2^width`` (1-D, any integer dtype) into
+    ``ceil(numel * width / 8)`` uint8: value ``i`` on bits ``[i * width, (i + 1) * width)`` of the
+    little-endian bit stream (as :func:`pack_bits` for ``width = 1``)."""
+    values = values.reshape(-1)
+    if width == 8:
+        return values.to(torch.uint8)
+    if 8 % width == 0:  # whole fields per byte: shift and add
+        per = 8 // width
+        v = values.to(torch.uint8)
+        pad = -v.numel() % per
+        if pad:
+            v = F.pad(v, (0, pad))
+        shifts = torch.arange(0, 8, width, dtype=torch.uint8, device=v.device)
+        return (v.view(-1, per) << shifts).sum(-1, dtype=torch.uint8)
+    if width == 16:  # two bytes, little-endian
+        return (values.to(torch.int32) - (values.to(torch.int32) >= 2**15).int() * 2**16).to(torch.int16).view(
+            torch.uint8)
+    shifts = torch.arange(width, dtype=torch.int32, device=values.device)
+    return pack_bits(((values.to(torch.int32).unsqueeze(-1) >> shifts) & 1).reshape(-1))
+
+
+def unpack_fields(packed: torch.Tensor, width: int, numel: int) -> torch.Tensor:
+    """Inverse of :func:`pack_fields` on the last dim: ``(..., nbytes)`` uint8 -> ``(..., numel)`` int32."""
+    if width == 8:
+        return packed[..., :numel].to(torch.int32)
+    if 8 % width == 0:
+        shifts = torch.arange(0, 8, width, dtype=torch.uint8, device=packed.device)
+        out = (packed.unsqueeze(-1) >> shifts) & ((1 << width) - 1)
+        return out.reshape(*packed.shape[:-1], -1)[..., :numel].to(torch.int32)
+    if width == 16:
+        return packed.contiguous().view(torch.int16)[..., :numel].to(torch.int32) & 0xFFFF
+    bits = unpack_bits(packed, numel * width).reshape(*packed.shape[:-1], numel, width).to(torch.int32)
+    return (bits << torch.arange(width, dtype=torch.int32, device=packed.device)).sum(-1, dtype=torch.int32)
+
+
+#: usable bits of an int64 lane word (the sign bit stays clear, so no backend ever overflows)
+_LANE_WORD_BITS = 63
+
+
+def lane_bits(width: int) -> float:
+    """Wire bits per element of :func:`pack_lanes` with fields of ``width`` bits."""
+    return 64 / (_LANE_WORD_BITS // width)
+
+
+def pack_lanes(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Non-negative integers (1-D) in fields of ``width`` bits, ``floor(63 / width)`` per int64 word.
+    Fields sum independently under an integer all-reduce as long as no field's sum reaches
+    ``2^width`` (the caller sizes ``width`` for the world size)."""
+    per = _LANE_WORD_BITS // width
+    v = values.reshape(-1).to(torch.int64)
+    pad = -v.numel() % per
+    if pad:
+        v = F.pad(v, (0, pad))
+    shifts = torch.arange(0, per * width, width, dtype=torch.int64, device=v.device)
+    return (v.view(-1, per) << shifts).sum(-1)
+
+
+def unpack_lanes(words: torch.Tensor, width: int, numel: int) -> torch.Tensor:
+    """Inverse of :func:`pack_lanes`: int64 words -> ``(numel,)`` int64 field values."""
+    per = _LANE_WORD_BITS // width
+    shifts = torch.arange(0, per * width, width, dtype=torch.int64, device=words.device)
+    return ((words.unsqueeze(-1) >> shifts) & ((1 << width) - 1)).reshape(-1)[:numel]
+
+
+PROTOCOLS = ("auto", "allgather", "allreduce")
+
+
+def cheaper_protocol(world_size: int, gather_bits: float, reduce_bits: float) -> str:
+    """``"allgather"`` when a ring all-gather of ``gather_bits`` per element moves no more than a
+    ring all-reduce of ``reduce_bits`` per element: ``(p - 1) g <= 2 (p - 1) / p r`` (Agarwal et
+    al. 2022, arXiv 2103.00543, Eq. 1 and App. B), else ``"allreduce"``."""
+    return "allgather" if world_size * gather_bits <= 2 * reduce_bits else "allreduce"
+
+
+def _check_protocol(comp: Compressor, protocol) -> str:
+    if protocol not in PROTOCOLS:
+        raise comp.error(f"protocol must be one of {', '.join(map(repr, PROTOCOLS))}, got {protocol!r}")
+    return protocol
 
 
 def integer_sum_dtype(max_abs_sum: int, signed: bool) -> torch.dtype:
@@ -142,6 +245,9 @@ class SignSGD(Compressor):
     """
 
     name = "signsgd"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
 
     def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
@@ -177,6 +283,9 @@ class EFSignSGD(Compressor):
     """
 
     name = "ef_signsgd"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
     default_error_feedback = True
 
@@ -210,15 +319,20 @@ class QSGD(_PrivateRandomness):
     Per bucket of ``bucket_size`` elements (0: the whole gradient is one bucket),
     ``Q_s(v_i) = ||v||_2 * sign(v_i) * xi_i`` where ``xi_i`` is ``|v_i| / ||v||_2`` rounded
     stochastically to one of its two neighbouring levels in ``{0, 1/s, ..., 1}``: unbiased.
-    Wire: one float32 norm per bucket plus the signed level per element as int8 (int16 is
-    not all-gatherable on every backend, so ``levels`` is capped at 127), i.e.
-    ``numel + 4 * ceil(numel / bucket_size)`` bytes; all-gathered (no Elias coding: the
-    paper's variable-length code would make payload sizes data-dependent). ``levels=4``
-    (9 values, about 3.2 bits before coding) and 512-element buckets follow the paper's
-    bucketed low-bit experiments.
+    Wire: one float32 norm per bucket plus the signed level per element, offset to
+    ``[0, 2s]`` and bit-packed in ``b = ceil(log2(2s + 1))`` bits (:func:`pack_fields`; 2 bits
+    for s = 1, 4 bits for s = 4, 8 bits for s = 127), i.e.
+    ``ceil(numel * b / 8) + 4 * ceil(numel / bucket_size)`` bytes; all-gathered (no Elias
+    coding: the paper's variable-length code would make payload sizes data-dependent; the
+    fixed-width packing is the paper's "b bits per level" baseline, Sec. 3.1). ``levels=4``
+    (9 values, 4 bits) and 512-element buckets follow the paper's bucketed low-bit
+    experiments.
     """
 
     name = "qsgd"
+    family = 'quantization'
+    key_param = 'levels'
+    bench_group = 'elementwise'
     allreduce_compatible = False
     stochastic = True
     unbiased = True
@@ -232,6 +346,18 @@ class QSGD(_PrivateRandomness):
         size = self.bucket_size or numel
         return -(-numel // size), size
 
+    @property
+    def bits(self) -> int:
+        """Packed bits per element: the signed level offset to ``[0, 2 * levels]``."""
+        return field_width(2 * self.levels)
+
+    def _pack(self, q: torch.Tensor) -> torch.Tensor:
+        return pack_fields(q.to(torch.int32) + self.levels, self.bits)
+
+    def _unpack(self, packed: torch.Tensor, numel: int) -> torch.Tensor:
+        """Packed levels ``(..., nbytes)`` -> signed levels ``(..., numel)`` int8."""
+        return (unpack_fields(packed, self.bits, numel) - self.levels).to(torch.int8)
+
     def _fast_ok(self, t: torch.Tensor, numel: int) -> bool:
         return _fast.qsgd_ok(self._buckets(numel)[1]) and _fast.enabled(t)
 
@@ -240,13 +366,13 @@ class QSGD(_PrivateRandomness):
         n_buckets, size = self._buckets(numel)
         if self._fast_ok(flat, numel):  # one pass per bucket: norm, noise, level, int8
             norms, q = _fast.qsgd_encode(flat, self.levels, size, TINY, _fast.seed_of(self, self._rank))
-            return [norms, q], numel
+            return [norms, self._pack(q)], numel
         x = F.pad(flat, (0, n_buckets * size - numel)).view(n_buckets, size)
         norms = torch.linalg.vector_norm(x, dim=1).clamp_min(TINY)
         # |x| / norm * s in [0, s], rounded stochastically to an integer level
         level = stochastic_floor(x.abs(), self.private_generator(flat.device), (self.levels / norms).unsqueeze(1))
         q = level.clamp_max_(self.levels).copysign_(x).reshape(-1)[:numel].to(torch.int8)
-        return [norms, q], numel
+        return [norms, self._pack(q)], numel
 
     def _decode(self, norms, q, numel):
         """norms ``(..., n_buckets)``, q ``(..., numel)`` -> decoded ``(..., numel)`` float32."""
@@ -258,13 +384,14 @@ class QSGD(_PrivateRandomness):
         return out.reshape(*q.shape[:-1], -1)[..., :numel]
 
     def decompress(self, payload, ctx):
-        return self._decode(payload[0], payload[1], ctx)
+        return self._decode(payload[0], self._unpack(payload[1], ctx), ctx)
 
     def combine(self, gathered, ctx):
-        if self._fast_ok(gathered[0][1], ctx):
+        q = self._unpack(_stack(gathered, 1), ctx)
+        if self._fast_ok(q, ctx):
             n_buckets, size = self._buckets(ctx)
-            return _fast.qsgd_decode(_stack(gathered, 0), _stack(gathered, 1), self.levels, size, ctx)
-        return _mean0(self._decode(_stack(gathered, 0), _stack(gathered, 1), ctx))
+            return _fast.qsgd_decode(_stack(gathered, 0), q, self.levels, size, ctx)
+        return _mean0(self._decode(_stack(gathered, 0), q, ctx))
 
 
 # ------------------------------------------------------------------ TernGrad
@@ -281,6 +408,9 @@ class TernGrad(_PrivateRandomness):
     """
 
     name = "terngrad"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
     stochastic = True
     unbiased = True
@@ -330,6 +460,9 @@ class Natural(_PrivateRandomness):
     """
 
     name = "natural"
+    family = 'quantization'
+    key_param = None
+    bench_group = 'elementwise'
     allreduce_compatible = False
     stochastic = True
     unbiased = True
@@ -374,36 +507,53 @@ class Quantize(Compressor):
 
     Protocol (two rounds): (1) every worker all-gathers its ``max|g|`` (4 bytes) and all take
     the maximum ``M``, a scale shared by all; (2) each worker rounds ``g * L / M`` stochastically
-    (unbiased) to an integer level in ``[-L, L]``, ``L = 2^(bits-1) - 1``, and the levels are
-    all-reduced (summed) in the smallest dtype that cannot overflow for ``world_size`` workers
-    (:func:`integer_sum_dtype`: int8, then float16 carrying exact integers up to 2048, then
-    int32). Wire: ``numel * itemsize + 4`` bytes. The average is ``sum * M / (L * world_size)``.
+    (unbiased) to an integer level in ``[-L, L]``, ``L = 2^(bits-1) - 1``, offsets it to
+    ``[0, 2L]`` (b bits) and the levels are summed by one of the module's two protocols
+    (``protocol``; ``"auto"`` picks the cheaper for the world size, :meth:`protocol_for`):
+
+    * ``allgather``: packed b-bit levels, ``ceil(numel * b / 8) + 4`` bytes per worker at any p;
+    * ``allreduce``: packed lanes of ``b + ceil(log2 p)`` bits (:func:`pack_lanes`),
+      ``8 * ceil(numel / floor(63 / w)) + 4`` bytes.
+
+    The average is ``(sum - p L) * M / (L * p)``. At p = 2 (Tirupati et al.'s two GPUs) 8 bits
+    therefore send 1 byte per element, half of fp16's 2.
     """
 
     name = "quantize"
+    family = 'quantization'
+    key_param = 'bits'
+    bench_group = 'elementwise'
     allreduce_compatible = True
     stochastic = True
     unbiased = True
 
-    def __init__(self, *, bits: int = 8, seed: int = 0, allow_nonfinite: bool = False):
+    def __init__(self, *, bits: int = 8, protocol: str = "auto", seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
         self.bits = _check_int(self, "bits", bits, 2, 16)
+        self.protocol = _check_protocol(self, protocol)
 
     @property
     def max_level(self) -> int:
         """L: levels are the integers in [-L, L]."""
         return 2 ** (self.bits - 1) - 1
 
-    def wire_dtype(self, world_size: int) -> torch.dtype:
-        return integer_sum_dtype(world_size * self.max_level, signed=True)
+    def lane_width(self, world_size: int) -> int:
+        """Field bits of the ``allreduce`` protocol: the sum of p offset levels, ``<= 2 L p``."""
+        return field_width(2 * self.max_level * world_size)
+
+    def protocol_for(self, world_size: int) -> str:
+        """The protocol a call with ``world_size`` workers runs (``"allgather"`` or ``"allreduce"``)."""
+        if self.protocol != "auto":
+            return self.protocol
+        return cheaper_protocol(world_size, self.bits, lane_bits(self.lane_width(world_size)))
 
     def encode(self, flat: torch.Tensor, scale: torch.Tensor, world_size: int, rank: int = 0) -> torch.Tensor:
-        """Integer levels of ``flat`` against the shared ``scale`` (>= max|flat|), in the wire dtype."""
+        """Integer levels in ``[-L, L]`` of ``flat`` against the shared ``scale`` (>= max|flat|), int32."""
         L = self.max_level
         if _fast.enabled(flat):  # noise, scale, floor, clamp and cast in one pass
-            return _fast.quantize_levels(flat, scale, L, self.wire_dtype(world_size), _fast.seed_of(self, rank))
+            return _fast.quantize_levels(flat, scale, L, torch.int32, _fast.seed_of(self, rank))
         level = stochastic_floor(flat, self.generator(flat.device, rank), L / scale).clamp_(-L, L)
-        return level.to(self.wire_dtype(world_size))
+        return level.to(torch.int32)
 
     def decode(self, levels: torch.Tensor, scale: torch.Tensor, world_size: int = 1) -> torch.Tensor:
         """(Summed) levels -> (summed) float32 values divided by ``world_size``; linear in ``levels``."""
@@ -417,7 +567,14 @@ class Quantize(Compressor):
         world_size = comm.world_size
         scale = torch.cat(comm.all_gather(flat.abs().amax().reshape(1))).amax().clamp_min(TINY)
         q = self.encode(flat, scale, world_size, comm.rank)
-        local = self.decode(q, scale) if return_local else None  # before all_reduce may reuse q
-        avg = self.decode(comm.all_reduce(q), scale, world_size)
+        local = self.decode(q, scale) if return_local else None
+        L, numel = self.max_level, flat.numel()
+        if self.protocol_for(world_size) == "allgather":
+            packed = torch.stack(comm.all_gather(pack_fields(q + L, self.bits)))
+            total = unpack_fields(packed, self.bits, numel).sum(0, dtype=torch.int32)
+        else:
+            width = self.lane_width(world_size)
+            total = unpack_lanes(comm.all_reduce(pack_lanes(q + L, width)), width, numel).to(torch.int32)
+        avg = self.decode(total - world_size * L, scale, world_size)
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
 
@@ -22,6 +23,26 @@ def register(cls: type[Compressor]) -> type[Compressor]:
 def available() -> list[str]:
     """Names of every registered compressor, sorted."""
     return sorted(_REGISTRY)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """What reports and plots need to know about a compressor, read from its class."""
+
+    family: str  # "precision", "quantization", "sparsification", "low-rank"
+    key_param: str | None  # the parameter that sets how hard it compresses
+    bench_group: str  # "elementwise", "topk", "lowrank", "dense"
+
+
+def metadata(name: str | Compressor) -> Metadata:
+    """The class metadata of compressor ``name`` (family, key parameter, benchmark group)."""
+    cls = _lookup(name if isinstance(name, str) else name.name)
+    return Metadata(cls.family, cls.key_param, cls.bench_group)
+
+
+def in_group(group: str) -> tuple[str, ...]:
+    """Names of the registered compressors whose ``bench_group`` is ``group``, sorted."""
+    return tuple(n for n in available() if _REGISTRY[n].bench_group == group)
 
 
 def parameters(name: str) -> dict[str, object]:

@@ -33,7 +33,7 @@ from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.registry import register
 
-__all__ = ["num_selected", "index_dtype", "TopK", "RandomK", "MSTopK", "DGC", "TopKChunked"]
+__all__ = ["num_selected", "index_dtype", "TopK", "RandomK", "MSTopK", "DGC", "TopKChunked", "TopKChunkedAllReduce"]
 
 #: largest element count whose positions fit int32 indices
 _INT32_NUMEL = 2**31
@@ -138,6 +138,9 @@ class TopK(_GatherSparse):
     """
 
     name = "topk"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     SCOPES = ("global", "layer")
 
     def __init__(self, *, ratio: float = 0.01, scope: str = "global", seed: int = 0,
@@ -187,6 +190,9 @@ class RandomK(_Sparse):
     """
 
     name = "randomk"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     allreduce_compatible = True
     default_error_feedback = True
     stochastic = True
@@ -245,12 +251,18 @@ class MSTopK(_GatherSparse):
     between mean(|g|) and max(|g|): each round counts the entries at or above the
     midpoint. The search keeps the lowest threshold t1 reached with at most k entries
     (count c1) and the highest t2 with more than k. All c1 entries >= t1 are sent, then
-    the first k - c1 (by position) in [t2, t1): exactly k values and int32 positions,
-    8k bytes, as in the paper. Fixed shapes throughout (``torch.nonzero_static``), so it
-    is meta-safe. Cost: ``samplings`` + ~5 passes over |g|.
+    k - c1 entries drawn at random from those in [t2, t1) (Shi et al., Algorithm 1: "randomly
+    select"; uniform without replacement: the band entries with the largest random keys,
+    keys from the generator of (seed, step)): exactly k values and int32 positions,
+    8k bytes, as in the paper. Fixed shapes throughout (``torch.nonzero_static``, ``topk``),
+    so it is meta-safe. Cost: ``samplings`` + ~5 passes over |g| and one top-k of random keys.
     """
 
     name = "mstopk"
+    stochastic = True  # the fill from the band is random
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
 
     def __init__(self, *, ratio: float = 0.01, samplings: int = 30, seed: int = 0,
                  allow_nonfinite: bool = False):
@@ -271,7 +283,10 @@ class MSTopK(_GatherSparse):
         band = (mag >= t2) & ~above
         # first k positions of each set; the fill value numel marks "none"
         idx_above = torch.nonzero_static(above, size=k, fill_value=numel).view(-1)
-        idx_band = torch.nonzero_static(band, size=k, fill_value=numel).view(-1)
+        # k - c1 band entries at random: the k largest random keys among the band (others -1)
+        keys = torch.rand(numel, generator=self.generator(flat.device), device=flat.device)
+        ranked = torch.topk(torch.where(band, keys, -1.0), k, sorted=True)
+        idx_band = torch.where(ranked.values >= 0, ranked.indices, numel)
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
         return _drop_fill(flat, indices)
@@ -319,6 +334,9 @@ class DGC(_GatherSparse):
     """
 
     name = "dgc"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     stochastic = True
     MIN_SAMPLES = 4096  # below this the sampled threshold is too noisy
     TARGET = 1.5        # threshold aims at TARGET * k candidates ...
@@ -380,6 +398,9 @@ class TopKChunked(_Sparse):
     """
 
     name = "topk_chunked"
+    family = 'sparsification'
+    key_param = 'ratio'
+    bench_group = 'topk'
     allreduce_compatible = False
     default_error_feedback = True
 
@@ -447,3 +468,69 @@ class TopKChunked(_Sparse):
         for payload in gathered:  # rank order; offsets distinct within a row: deterministic
             self._scatter(out, payload)
         return out.view(-1)[:ctx].div_(len(gathered))
+
+
+# ------------------------------------------------------- TopK-chunked, all-reduce compatible
+@register
+class TopKChunkedAllReduce(_Sparse):
+    """TopK-chunked as Han et al. 2024 define it ("Beyond Throughput and Compression Ratios:
+    Towards High End-to-end Utility of Gradient Compression", arXiv 2407.01378,
+    https://arxiv.org/abs/2407.01378; the TopK case study): all-reduce compatible, because the
+    workers *agree* on which contiguous chunks to send.
+
+    Protocol, on the flat gradient cut into ``chunk``-element chunks (the last one zero-padded):
+
+    1. every worker computes the squared L2 norm of each chunk; one all-reduce of those
+       ``num_chunks`` fp32 numbers (``4 * ceil(n / chunk)`` bytes) gives the same summed
+       norms to all;
+    2. all pick the same ``K = max(1, ceil(ratio * num_chunks))`` chunks of largest summed norm
+       (``torch.topk`` on identical input), copy them into one contiguous ``K * chunk`` buffer
+       and all-reduce it (fp32): the sum of the workers' chunks, as dense all-reduce would give
+       for those entries. The other chunks are zero in the estimate.
+
+    Wire: ``4 * (num_chunks + K * chunk)`` bytes, about ``4 * ratio * n``: no indices travel.
+    Selection reads and copies whole chunks (contiguous memory, no per-element scatter).
+    Error feedback by default (the unsent chunks stay in the residual). The per-chunk
+    all-gather variant (top-k inside every chunk, offsets sent) is ``topk_chunked``.
+    """
+
+    name = "topk_chunked_allreduce"
+    family = "sparsification"
+    key_param = "ratio"
+    bench_group = "topk"
+    allreduce_compatible = True
+    default_error_feedback = True
+
+    def __init__(self, *, ratio: float = 0.01, chunk: int = 4096, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
+        self.chunk = self._positive_int("chunk", chunk, 1, _INT32_NUMEL)
+
+    def geometry(self, numel: int) -> tuple[int, int, int]:
+        """(chunk length, number of chunks, chunks sent) for ``numel`` elements."""
+        length = min(self.chunk, numel)
+        chunks = -(-numel // length)
+        return length, chunks, num_selected(chunks, self.density)
+
+    def _rows(self, flat: torch.Tensor) -> torch.Tensor:
+        length, chunks, _ = self.geometry(flat.numel())
+        pad = chunks * length - flat.numel()
+        return (F.pad(flat, (0, pad)) if pad else flat).view(chunks, length)
+
+    def _reduce(self, tensors, comm, key, return_local):
+        flat = flatten(tensors)
+        numel, world_size = flat.numel(), comm.world_size
+        length, chunks, sent = self.geometry(numel)
+        rows = self._rows(flat)
+        # round 1: agree on the chunks (summed squared norms are identical on every worker)
+        norms = comm.all_reduce(rows.pow(2).sum(1))
+        chosen = torch.topk(norms, sent, sorted=False).indices
+        picked = rows.index_select(0, chosen)  # a contiguous (sent, length) copy
+        local = None
+        if return_local:
+            local = torch.zeros_like(rows).index_copy_(0, chosen, picked).view(-1)[:numel]
+        # round 2: one all-reduce of the chosen chunks
+        summed = comm.all_reduce(picked)
+        out = torch.zeros(chunks, length, dtype=torch.float32, device=flat.device)
+        out.index_copy_(0, chosen, summed if world_size == 1 else summed / world_size)
+        avg = out.view(-1)[:numel]
+        return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)

@@ -17,7 +17,9 @@ import torch.nn.functional as F
 
 from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
-from studykit.compressors.quantization import TINY, _check_int, integer_sum_dtype, stochastic_floor
+from studykit.compressors.quantization import (TINY, _check_int, _check_protocol, cheaper_protocol, field_width,
+                                               lane_bits, pack_fields, pack_lanes, stochastic_floor, unpack_fields,
+                                               unpack_lanes)
 from studykit.compressors.registry import register
 
 __all__ = ["THC", "hadamard_matrix", "fwht", "rotate", "unrotate"]
@@ -97,7 +99,9 @@ class THC(Compressor):
 
     1. Randomized Hadamard transform ``y = H D x / sqrt(size)`` with a random +-1 diagonal ``D``
        drawn from ``(seed, step)`` only, so every worker uses the same rotation.
-       ``rotation="full"`` transforms the whole gradient padded to the next power of two;
+       ``rotation="full"`` transforms the whole gradient when its size is a power of two, else
+       it uses the largest power-of-two blocks that pad at most 1/64 of it (the next power of
+       two would pad up to 100%: 31% for ResNet-50, and those zeros would travel);
        ``"partial"`` transforms each ``chunk``-element block (padding < ``chunk``), which cuts
        the padding and the work per element (log2 chunk instead of log2 n).
     2. Round 1: all-gather each worker's range ``t_w`` (one float32); all use ``M = max_w t_w``.
@@ -108,23 +112,31 @@ class THC(Compressor):
        is unbiased.
     3. Round 2: each worker rounds ``(y + M) / delta``, ``delta = 2M / (2^bits - 1)``, stochastically
        (unbiased, private randomness) to an integer in ``[0, 2^bits - 1]``; the integers are
-       all-reduced (summed) in the smallest dtype holding ``world_size * (2^bits - 1)``
-       (uint8, float16 carrying exact integers up to 2048, int32). The sum is decoded
-       ``mean y = delta * sum / world_size - M`` and rotated back.
+       summed by one of two protocols (``protocol``, ``"auto"`` picks the cheaper for the
+       world size, :meth:`protocol_for`; see :mod:`studykit.compressors.quantization`):
+       ``allgather`` of the b-bit integers bit-packed, or ``allreduce`` of packed lanes of
+       ``b + ceil(log2 p)`` bits. The sum is decoded ``mean y = delta * sum / world_size - M``
+       and rotated back.
 
-    Wire: ``4 + padded_numel * itemsize`` bytes per worker (uint8 for 4 bits up to 17 workers).
-    The integers are not bit-packed: packed lanes would need carry headroom per field.
+    Wire: ``4 + ceil(padded_numel * bits / 8)`` bytes per worker with ``allgather`` (any p),
+    ``4 + 8 * ceil(padded_numel / floor(63 / w))`` with ``allreduce``. THC's own aggregation
+    (Li et al.) sums table values at a parameter server; the kit has no server path yet, so
+    the two collective protocols above stand in for it.
     """
 
     name = "thc"
+    family = 'quantization'
+    key_param = 'bits'
+    bench_group = 'elementwise'
     allreduce_compatible = True
     stochastic = True
     unbiased = True  # per instance: False when saturation is on
 
     def __init__(self, *, bits: int = 4, rotation: str = "full", chunk: int = 2**16, saturation: float = 0.0,
-                 seed: int = 0, allow_nonfinite: bool = False):
+                 protocol: str = "auto", seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
         self.bits = _check_int(self, "bits", bits, 1, 16)
+        self.protocol = _check_protocol(self, protocol)
         if rotation not in ("full", "partial"):
             raise self.error(f"rotation must be 'full' or 'partial', got {rotation!r}")
         self.rotation = rotation
@@ -142,14 +154,35 @@ class THC(Compressor):
     def rotation_size(self, numel: int) -> int:
         """Elements per Hadamard block for a gradient of ``numel`` elements."""
         full = 1 << max(numel - 1, 0).bit_length()  # next power of two
-        return full if self.rotation == "full" else min(self.chunk, full)
+        if self.rotation == "partial":
+            return min(self.chunk, full)
+        size = full
+        while size > 64 and -numel % size > numel // 64:  # halve until the padding is <= 1/64
+            size //= 2
+        return size
 
     def padded_numel(self, numel: int) -> int:
         size = self.rotation_size(numel)
         return -(-numel // size) * size
 
-    def wire_dtype(self, world_size: int) -> torch.dtype:
-        return integer_sum_dtype(world_size * (2**self.bits - 1), signed=False)
+    def lane_width(self, world_size: int) -> int:
+        """Field bits of the ``allreduce`` protocol: the sum of p integers, ``<= p (2^bits - 1)``."""
+        return field_width(world_size * (2**self.bits - 1))
+
+    def protocol_for(self, world_size: int) -> str:
+        """The protocol a call with ``world_size`` workers runs (``"allgather"`` or ``"allreduce"``)."""
+        if self.protocol != "auto":
+            return self.protocol
+        return cheaper_protocol(world_size, self.bits, lane_bits(self.lane_width(world_size)))
+
+    def _sum(self, q: torch.Tensor, comm) -> torch.Tensor:
+        """Sum of every worker's integers ``q`` (int32, ``[0, 2^bits - 1]``) by this world size's protocol."""
+        numel, world_size = q.numel(), comm.world_size
+        if self.protocol_for(world_size) == "allgather":
+            packed = torch.stack(comm.all_gather(pack_fields(q, self.bits)))
+            return unpack_fields(packed, self.bits, numel).sum(0, dtype=torch.int32)
+        width = self.lane_width(world_size)
+        return unpack_lanes(comm.all_reduce(pack_lanes(q, width)), width, numel).to(torch.int32)
 
     def _signs(self, size: int, device: torch.device) -> torch.Tensor:
         """Shared D / sqrt(size): the same for every worker (no rank) and every chunk."""
@@ -189,10 +222,10 @@ class THC(Compressor):
         # grid index (y + M) / delta = y / delta + top / 2, rounded stochastically; clamping the
         # rounded index to [0, top] is the same as clamping y to [-M, M] first (saturation)
         q = stochastic_floor(y, self.generator(flat.device, comm.rank), 1 / delta, top / 2)
-        q = q.clamp_(0, top).to(self.wire_dtype(world_size))
+        q = q.clamp_(0, top).to(torch.int32)
         local = self.inverse(q.float() * delta - bound, signs, numel) if return_local else None
         # round 2: sum the integers
-        mean_y = comm.all_reduce(q).float() * (delta / world_size) - bound
+        mean_y = self._sum(q, comm).float() * (delta / world_size) - bound
         avg = self.inverse(mean_y, signs, numel)
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
 
@@ -207,11 +240,11 @@ class THC(Compressor):
         y = rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
         bound = torch.cat(comm.all_gather(self._range(y))).amax().clamp_min(TINY)
         top = 2**self.bits - 1
-        q = _fast.thc_levels(y, bound, top, self.wire_dtype(world_size), _fast.seed_of(self, comm.rank))
+        q = _fast.thc_levels(y, bound, top, torch.int32, _fast.seed_of(self, comm.rank))
 
         def inverse(z):
             return _fast.thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
 
         local = inverse(_fast.thc_decode(q, bound, top)) if return_local else None
-        avg = inverse(_fast.thc_decode(comm.all_reduce(q), bound, top, world_size))
+        avg = inverse(_fast.thc_decode(self._sum(q, comm), bound, top, world_size))
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)

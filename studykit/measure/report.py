@@ -16,23 +16,20 @@ from typing import Optional
 
 import pandas as pd
 
-from studykit import paths
+from studykit import compressors, paths
 from studykit.measure.records import load_records
 
 __all__ = ["load_frame", "provenance_summary", "label", "encode_decode_table", "table2", "table3",
            "backward_ms", "paper_table", "plot_encode_decode", "plot_overheads", "ddp_table"]
 
 #: the paper's families (Table 2's "Type" column); the kit's other compressors go under "Dense / other"
-FAMILY = {"mstopk": "Sparsification", "dgc": "Sparsification", "topk": "Sparsification",
-          "randomk": "Sparsification", "topk_chunked": "Sparsification", "signsgd": "Quantization",
-          "ef_signsgd": "Quantization", "qsgd": "Quantization", "terngrad": "Quantization",
-          "natural": "Quantization", "quantize": "Quantization", "thc": "Quantization",
-          "powersgd": "Low rank", "atomo": "Low rank", "none": "Dense", "fp16": "Dense", "bf16": "Dense"}
+_FAMILY_LABEL = {"sparsification": "Sparsification", "quantization": "Quantization", "low-rank": "Low rank",
+                 "precision": "Dense"}
+FAMILY = {n: _FAMILY_LABEL[compressors.metadata(n).family] for n in compressors.available()}
 FAMILY_ORDER = ["Sparsification", "Quantization", "Low rank", "Dense", "Dense / other"]
 #: Table 3 of seed 000: (compressor, the parameter it varies, values)
 TABLE3 = [("powersgd", "rank", [4, 8, 16]), ("mstopk", "ratio", [0.01, 0.001]), ("signsgd", None, [None])]
-_KEY_PARAM = {"powersgd": "rank", "atomo": "rank", "mstopk": "ratio", "dgc": "ratio", "topk": "ratio",
-              "randomk": "ratio", "topk_chunked": "ratio", "qsgd": "levels", "quantize": "bits", "thc": "bits"}
+_KEY_PARAM = {n: compressors.metadata(n).key_param for n in compressors.available()}  # from the classes
 
 
 def load_frame(*sources, status: Optional[str] = "ok") -> pd.DataFrame:

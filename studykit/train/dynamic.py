@@ -1,16 +1,20 @@
 """Dynamic gradient compression: choose the compression level epoch by epoch.
 
-Seed 001 (Tirupati et al., Sec. III-D): start with aggressive compression (4-bit
+Tirupati et al., "Distributed Model Training With Dynamic Gradient Compression" (Sec. III-D,
+"Proposed Approach"; Sec. IV-B, scenario 3): start with aggressive compression (4-bit
 quantization), relax it "based on predefined thresholds" of a step function of the
-*validation accuracy* and the *difference in cross-entropy training loss*, up to 16 bits
-and then none, and "temporarily remove compression if the model remains trapped at the
-same step of the compression step function for an extended period across multiple epochs".
+*validation accuracy* and the *difference in cross-entropy training loss*, "ranging from 4-bit
+to 16-bit quantization", and "temporarily remove compression if the model remains trapped at
+the same step of the compression step function for an extended period across multiple epochs".
+Each rung is the ``quantize`` compressor at that bit width, which puts that many bits per
+element on the wire (see :class:`studykit.compressors.quantization.Quantize`).
 
 Here that controller is generic:
 
 * a **ladder** of :class:`Level` (compressor name + parameters), most compressed first:
-  bits for ``quantize`` (4 -> 8 -> 16 -> none), density ``ratio`` for ``topk``, ``rank``
-  for ``powersgd`` (:data:`LADDERS`), or any list you write;
+  bits for ``quantize`` (4 -> 8 -> 16, the paper's), density ``ratio`` for ``topk``, ``rank``
+  for ``powersgd`` (:data:`LADDERS`), or any list you write. No ladder ends in "no
+  compression" unless asked: ``FAMILY+none`` (e.g. ``quantize+none``) appends it;
 * pluggable **triggers**, each proposing a ladder index from the epoch metrics seen so far:
   :class:`AccuracyLossStep` (seed 001's step function) and :class:`GradNormChange`
   (Accordion, Agarwal et al. 2021: low compression in "critical regimes", detected by a
@@ -81,15 +85,15 @@ class Level:
 
 UNCOMPRESSED = Level("none")
 
-#: the ladders the notebooks use, most compressed first (seed 001's is ``quantize``)
-LADDERS: dict[str, tuple[Level, ...]] = {
-    "quantize": (Level.make("quantize", bits=4), Level.make("quantize", bits=8),
-                 Level.make("quantize", bits=16), UNCOMPRESSED),
-    "topk": (Level.make("topk", ratio=0.01), Level.make("topk", ratio=0.05),
-             Level.make("topk", ratio=0.25), UNCOMPRESSED),
-    "powersgd": (Level.make("powersgd", rank=1), Level.make("powersgd", rank=2),
-                 Level.make("powersgd", rank=4), UNCOMPRESSED),
+_COMPRESSED_LADDERS: dict[str, tuple[Level, ...]] = {
+    "quantize": (Level.make("quantize", bits=4), Level.make("quantize", bits=8), Level.make("quantize", bits=16)),
+    "topk": (Level.make("topk", ratio=0.01), Level.make("topk", ratio=0.05), Level.make("topk", ratio=0.25)),
+    "powersgd": (Level.make("powersgd", rank=1), Level.make("powersgd", rank=2), Level.make("powersgd", rank=4)),
 }
+#: the ladders the notebooks use, most compressed first (Tirupati et al.'s is ``quantize``: 4 -> 8 -> 16
+#: bits); ``FAMILY+none`` is the same ladder with "no compression" as an explicit last rung
+LADDERS: dict[str, tuple[Level, ...]] = {
+    **_COMPRESSED_LADDERS, **{f"{k}+none": v + (UNCOMPRESSED,) for k, v in _COMPRESSED_LADDERS.items()}}
 
 
 def ladder(spec: "str | Sequence") -> tuple[Level, ...]:
@@ -236,9 +240,13 @@ class _State:
 class DynamicController:
     """Chooses the compression level per epoch; see the module docstring.
 
-    ``stall_epochs``: after this many consecutive epochs at one step (unless that step is
-    already uncompressed), train ``boost_epochs`` epochs with ``boost_level`` (uncompressed), then return to
-    the step; ``None`` disables it. ``monotone`` (default: all triggers monotone) ratchets the
+    ``stall_epochs``: after this many consecutive epochs at one step, train ``boost_epochs``
+    epochs with ``boost_level`` (uncompressed), then return to the step; ``None`` disables it.
+    This is Tirupati et al.'s release (Sec. III-D): compression is removed *temporarily* when
+    the model is "trapped at the same step of the compression step function", i.e. at a step
+    that has a next step to reach. The last rung (16 bits on their ladder) is where the
+    function ends, not a trap, so it never triggers a release, nor does a rung that is
+    already the boost level. ``monotone`` (default: all triggers monotone) ratchets the
     step so compression only ever relaxes.
     """
 
@@ -301,7 +309,8 @@ def _next_state(ctl: DynamicController, s: _State, m: EpochMetrics) -> _State:
     # epochs trained at ``step`` so far (the one just trained counts if the step did not move)
     at_step = s.epochs_at_step + 1 if step == s.step else 0
     boost_left = 0
-    if ctl.stall_epochs is not None and at_step >= ctl.stall_epochs and ctl.levels[step] != ctl.boost_level:
+    trapped = step < n - 1 and ctl.levels[step] != ctl.boost_level  # a step with a next step to reach
+    if ctl.stall_epochs is not None and at_step >= ctl.stall_epochs and trapped:
         boost_left, at_step = ctl.boost_epochs, 0  # stuck at this step: remove compression for a while
     return _State(step=step, epochs_at_step=at_step, boost_left=boost_left, history=history)
 
