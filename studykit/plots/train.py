@@ -11,7 +11,7 @@ from typing import Optional
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from studykit.plots import theme
+from studykit.plots.style import theme
 from studykit.train.analysis import method_order
 
 __all__ = ["colors", "curves", "accuracy_curves", "loss_curves", "bits_over_epochs", "tta_bars", "bytes_bars",
