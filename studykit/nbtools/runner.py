@@ -256,12 +256,14 @@ def thumbnail(png: bytes, size: tuple[int, int] = THUMB_PX) -> bytes:
 
 def provenance() -> dict:
     """Where and with what the notebooks ran: :func:`studykit.measure.records.provenance` (the kit's one
-    builder: host, versions, git commit, UTC time) plus the load average."""
+    builder: host, versions, git commit, UTC time) plus the CPU count (the README table's footer) and
+    the load average."""
     import torch
 
     from studykit.measure.records import loadavg_1m, provenance as record_provenance
 
-    return record_provenance("cuda" if torch.cuda.is_available() else "cpu", loadavg_1m=loadavg_1m())
+    return record_provenance("cuda" if torch.cuda.is_available() else "cpu", cpu_count=os.cpu_count(),
+                             loadavg_1m=loadavg_1m())
 
 
 def write_summary(summaries: list[dict], out_dir: Path, profile: str, prov: dict | None = None) -> Path:
