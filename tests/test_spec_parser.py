@@ -45,3 +45,13 @@ def test_bad_specs_are_refused_with_a_message():
             spec_arg(bad)
         with pytest.raises(ValueError):
             parse_compressor_specs([bad])
+
+
+def test_paper_tables_read_key_value_params_with_the_same_parser():
+    import pandas as pd
+
+    from studykit.measure import report
+
+    row = pd.Series({"params": "ratio=0.01; scope=layer"})
+    assert report._paper_params(row) == {"ratio": 0.01, "scope": "layer"}
+    assert report._paper_params(pd.Series({"params": '{"rank": 4}'})) == {"rank": 4}

@@ -22,7 +22,8 @@ from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, allreduce_s
 __all__ = ["gradient_traffic", "collective_costs", "overlap_timeline", "hiding_bandwidth_gbps", "bucket_sweep", "family",
            "family_table", "speedup_table", "Answer", "FAMILIES"]
 
-#: module of a compressor class -> the family the papers group it in (seed 000 Table 2, seed 002)
+#: module of a compressor class -> the family the papers group it in (Agarwal et al., MLSys 2022, Table 2,
+#: https://arxiv.org/abs/2103.00543; Han et al., 2024, https://arxiv.org/abs/2407.01378)
 FAMILIES = {"precision": "precision (baseline)", "quantization": "quantization", "thc": "quantization",
             "sparsification": "sparsification", "lowrank": "low-rank"}
 

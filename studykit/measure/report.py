@@ -131,9 +131,10 @@ def _paper_params(row: pd.Series) -> dict:
             text = row[col].strip()
             try:
                 return json.loads(text)
-            except json.JSONDecodeError:
-                return {k.strip(): _num(v) for k, _, v in (kv.partition("=") for kv in text.replace(";", ",").split(","))
-                        if k.strip()}
+            except json.JSONDecodeError:  # k=v;k=v, read by the kit's one spec parser
+                from studykit.compressors.registry import parse_params
+
+                return parse_params(text.replace(";", ","), f"paper table params {text!r}")
     return {k: _num(row[k]) for k in ("ratio", "rank", "levels", "bits") if k in row and pd.notna(row[k])}
 
 
