@@ -20,10 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("studykit.perfmodel.cli", "predict iteration times as JSON"),
     "advise": ("studykit.perfmodel.cli", "rank syncSGD, fp16 and every compressor by predicted time"),
     "train": ("studykit.train.cli", "train to accuracy with a compressor (static/dynamic)"),
-    "bench": ("studykit.bench", "compressor speed vs memory floor, and DDP hooks vs PyTorch's"),
+    "bench": ("studykit.measure.bench", "compressor speed vs memory floor, and DDP hooks vs PyTorch's"),
     "throttle": ("studykit.measure.throttle", "run measurements on a throttled network (netns + tc)"),
     "verify": ("studykit.perfmodel.verify", "score the performance model against measurements"),
-    "notebooks": ("studykit.notebooks", "run every notebook with papermill -> reports/"),
+    "notebooks": ("studykit.nbtools.runner", "run every notebook with papermill -> reports/"),
 }
 
 

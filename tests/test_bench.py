@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from studykit import bench
+from studykit.measure import bench
 from studykit import compressors as C
 from studykit.comm import LocalComm
 from studykit.compressors import _fast

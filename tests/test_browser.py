@@ -65,7 +65,7 @@ def voila_server(tmp_path):
     # JUPYTER_CONFIG_PATH applies the kit's workaround in the server, the command stays plain voila
     conf = tmp_path / "jupyter-config"
     conf.mkdir()
-    (conf / "voila.py").write_text("from studykit import _jupyter_fix\n_jupyter_fix.apply()\n")
+    (conf / "voila.py").write_text("from studykit.nbtools import jupyter_fix\njupyter_fix.apply()\n")
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(conf), env.get("JUPYTER_CONFIG_PATH")]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(paths.ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.Popen([_voila(), str(EXPLORER.relative_to(paths.ROOT)), "--no-browser", f"--port={port}",
@@ -105,7 +105,7 @@ def _defaults() -> dict:
 
 def _expected_speedup(**moved) -> float:
     """What the explorer should report: the same pure function on the sliders' values (``explore.controls``)."""
-    from studykit import explore
+    from studykit.lessons import explore
     from studykit.perfmodel import Calibration
 
     d = _defaults()

@@ -83,6 +83,7 @@ def runs():
     return _run(2, C.available(), steps=60)
 
 
+@pytest.mark.slow
 def test_every_compressor_runs_as_hook_and_reducer_with_identical_models_on_all_ranks(runs):
     for key in runs[0]:
         assert key in runs[1]
@@ -92,11 +93,13 @@ def test_every_compressor_runs_as_hook_and_reducer_with_identical_models_on_all_
             assert runs[0][key][1] > 0, f"{key}: no bytes counted"
 
 
+@pytest.mark.slow
 def test_hook_ran_over_several_buckets(runs):
     losses, nbytes, calls, _ = runs[0][("hook", "none")]
     assert calls > 60 + 50, "expected several buckets per step"
 
 
+@pytest.mark.slow
 def test_dense_hook_equals_plain_ddp(runs):
     plain = runs[0][("hook", None)][3]
     hooked = runs[0][("hook", "none")][3]
@@ -104,6 +107,7 @@ def test_dense_hook_equals_plain_ddp(runs):
         assert torch.allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fp16", "powersgd", "ef_signsgd", "topk", "quantize"])
 def test_training_with_a_hook_converges_like_uncompressed(runs, name):
     if name not in C.available():

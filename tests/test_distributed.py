@@ -12,6 +12,8 @@ from studykit import compressors as C
 from studykit.comm import TorchComm
 from tests.conftest import worker_grads
 
+pytestmark = pytest.mark.slow  # multi-process: the full suite (make test) only
+
 STEPS = 2
 
 

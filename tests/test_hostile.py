@@ -279,7 +279,7 @@ def test_commands_refuse_to_write_into_committed_trees(argv, capsys):
 
 
 def test_defaults_go_to_reports():
-    from studykit import bench
+    from studykit.measure import bench
     from studykit.perfmodel import verify
 
     assert str(paths.REPORTS) in bench.build_parser().get_default("out_dir")
@@ -357,7 +357,7 @@ def test_bench_summary_of_nothing_fails(tmp_path, capsys):
 
 
 def test_bench_retry_errors_measures_error_records_again(tmp_path):
-    from studykit import bench
+    from studykit.measure import bench
 
     out = tmp_path / "b"
     argv = ["bench", "--model", "mlp_small", "--compressors", "fp16", "--out-dir", str(out), "--iters", "2",
@@ -412,7 +412,7 @@ def test_notebook_parameters_are_checked_against_the_parameters_cell(tmp_path, c
 
 
 def test_run_one_checks_parameters_before_a_kernel(tmp_path, monkeypatch):
-    from studykit import notebooks
+    from studykit.nbtools import runner as notebooks
 
     nb = _nb(tmp_path / "tiny.ipynb", "n: int = 1\n")
     import papermill
@@ -424,7 +424,7 @@ def test_run_one_checks_parameters_before_a_kernel(tmp_path, monkeypatch):
 
 
 def test_committed_profiles_pass_the_check():
-    from studykit import notebooks
+    from studykit.nbtools import runner as notebooks
 
     nbs = notebooks.discover()
     for name in ("smoke", "full"):

@@ -361,6 +361,7 @@ def _gloo_worker(rank, world_size, init_file, out_dir):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_gloo_compressed_path_matches_simulate():
     world_size = 2
     with tempfile.TemporaryDirectory() as tmp:
@@ -375,6 +376,7 @@ def test_gloo_compressed_path_matches_simulate():
                     assert torch.allclose(a, b, atol=1e-4), (name, rank, step)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("name", ["powersgd", "atomo"])
 def test_cuda_full_rank_is_exact_and_low_rank_is_a_projection(name):

@@ -9,6 +9,8 @@ import pytest
 from studykit import paths
 from studykit.measure.records import load_records
 
+pytestmark = pytest.mark.slow  # multi-process: the full suite (make test) only
+
 TIMEOUT_S = 120  # a hang fails the test instead of blocking the suite
 
 

@@ -8,6 +8,7 @@ import pytest
 from studykit.measure import report as R
 from studykit.measure.records import RecordWriter, config_id, make_record
 from studykit.measure.timing import Timing
+from studykit.plots import measure as mplots
 
 matplotlib.use("Agg")
 
@@ -77,9 +78,9 @@ def test_the_committed_paper_csvs_match_when_present(frame):
 def test_ddp_table_and_plots(frame):
     t = R.ddp_table(frame, "resnet50")
     assert t.loc["signsgd", "post_faster"] and t.loc["syncsgd", "ddp"] == 50.0
-    fig, ax = R.plot_encode_decode(frame, "resnet50", paper=PAPER)
+    fig, ax = mplots.plot_encode_decode(frame, "resnet50", paper=PAPER)
     assert ax.get_xscale() == "log" and len(ax.get_lines()) >= 2  # floor and backward lines
-    fig, axes = R.plot_overheads(frame)
+    fig, axes = mplots.plot_overheads(frame)
     assert len(axes) == 2
     assert R.provenance_summary(frame)["records"].sum() == len(frame)
 

@@ -8,7 +8,8 @@ import sys
 import nbformat
 import pytest
 
-from studykit import notebooks, paths
+from studykit import paths
+from studykit.nbtools import runner as notebooks
 
 NOTEBOOKS = notebooks.discover()
 
@@ -53,6 +54,7 @@ def tiny(tmp_path):
     return src, profile, tmp_path / "out"
 
 
+@pytest.mark.slow
 def test_index_links_every_notebook_with_parameters_times_and_thumbnails(tiny, capsys):
     src, profile, out = tiny
     rc = notebooks.main(["notebooks", "--notebooks-dir", str(src), "--params", str(profile), "--out", str(out),
@@ -83,6 +85,7 @@ def test_index_links_every_notebook_with_parameters_times_and_thumbnails(tiny, c
     assert "| [`good`](notebooks/good.ipynb) | A good notebook |" in table and f"| {s['seconds']:.1f} |" in table
 
 
+@pytest.mark.slow
 def test_failure_names_notebook_and_cell(tiny, capsys):
     src, profile, out = tiny
     with pytest.raises(notebooks.NotebookFailed) as err:
@@ -118,6 +121,7 @@ def _parameter_names(nb) -> list[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_help_notebook_describes_every_parameter(nb):
     import papermill as pm
@@ -153,7 +157,7 @@ def test_readme_table_lists_every_notebook():
 
 
 def test_jupyter_fix_polls_in_steps_and_keeps_timeouts():
-    """studykit._jupyter_fix: a reply that arrives while get_msg waits is returned within a step, and a
+    """studykit.nbtools.jupyter_fix: a reply that arrives while get_msg waits is returned within a step, and a
     wait with a timeout still ends in Empty after that timeout."""
     import asyncio
     import time
@@ -161,9 +165,9 @@ def test_jupyter_fix_polls_in_steps_and_keeps_timeouts():
 
     from jupyter_client.channels import AsyncZMQSocketChannel
 
-    from studykit import _jupyter_fix
+    from studykit.nbtools import jupyter_fix
 
-    assert _jupyter_fix.apply() and _jupyter_fix.apply()  # idempotent
+    assert jupyter_fix.apply() and jupyter_fix.apply()  # idempotent
 
     class Socket:  # a socket whose message is there from ``ready_at`` on, but whose wake-up is lost
         def __init__(self, ready_at):
@@ -184,9 +188,9 @@ def test_jupyter_fix_polls_in_steps_and_keeps_timeouts():
     chan.socket = Socket(time.monotonic() + 0.3)
     t0 = time.monotonic()
     assert asyncio.run(chan.get_msg(timeout=None))["msg_type"] == "execute_reply"
-    assert time.monotonic() - t0 < 0.3 + 2 * _jupyter_fix.STEP_S
+    assert time.monotonic() - t0 < 0.3 + 2 * jupyter_fix.STEP_S
     chan.socket = Socket(time.monotonic() + 60)
     t0 = time.monotonic()
     with pytest.raises(Empty):
         asyncio.run(chan.get_msg(timeout=0.5))
-    assert 0.45 < time.monotonic() - t0 < 0.5 + 2 * _jupyter_fix.STEP_S
+    assert 0.45 < time.monotonic() - t0 < 0.5 + 2 * jupyter_fix.STEP_S

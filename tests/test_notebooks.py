@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from studykit import notebooks, paths
+from studykit import paths
+from studykit.nbtools import runner as notebooks
 
 NOTEBOOKS = notebooks.discover()
 SMOKE = notebooks.load_profile(paths.PARAMS / "smoke.yaml")
@@ -22,30 +23,39 @@ def test_notebook_has_a_parameters_cell(nb):
     assert any("parameters" in c.get("metadata", {}).get("tags", []) for c in cells), nb.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_on_smoke_parameters(nb, tmp_path):
     assert nb.stem in SMOKE, f"params/smoke.yaml has no section for {nb.stem}"
     notebooks.run_one(nb, SMOKE[nb.stem], tmp_path, html_copy=False)
 
 
-def _nbbuild():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("nbbuild", paths.ROOT / "scripts" / "nbbuild.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _cells(nb) -> list[tuple]:
+    """What a pair must agree on: each cell's type, source and tags (outputs and ids aside)."""
+    return [(c.cell_type, c.source, tuple(c.metadata.get("tags", []))) for c in nb.cells]
 
 
-SOURCES = sorted((paths.NOTEBOOKS / "src").glob("*.py"))
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_and_its_jupytext_pair_agree(nb):
+    """Every notebook is a jupytext pair (percent format beside it), and the two hold the same cells."""
+    import jupytext
+
+    text = nb.with_suffix(".py")
+    assert text.is_file(), f"{nb.name} has no pair: run jupytext --set-formats ipynb,py:percent {nb}"
+    ipynb = jupytext.read(nb)
+    assert ipynb.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", f"{nb.name} is not paired"
+    assert _cells(jupytext.read(text)) == _cells(ipynb), f"out of sync: run jupytext --sync {text}"
 
 
-@pytest.mark.parametrize("src", SOURCES, ids=[p.stem for p in SOURCES])
-def test_notebook_source_and_notebook_agree(src):
-    """A notebook written as notebooks/src/NAME.py is exactly what scripts/nbbuild.py builds from it."""
-    built = _nbbuild().build(src.read_text())
-    nb = json.loads((paths.NOTEBOOKS / f"{src.stem}.ipynb").read_text())
-    strip = lambda cells: [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
-                           for c in cells]
-    assert strip(built.cells) == strip(nb["cells"]), \
-        f"run: python scripts/nbbuild.py notebooks/src/{src.stem}.py notebooks/{src.stem}.ipynb"
+def test_every_notebook_source_has_its_notebook():
+    """No stray percent-format file: each notebooks/*.py is one half of a pair."""
+    assert sorted(p.stem for p in paths.NOTEBOOKS.glob("*.py")) == sorted(p.stem for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_code_cells_are_short(nb):
+    """Notebooks orchestrate and plot (STYLE.md item 1): a longer cell is a function for the package."""
+    cells = json.loads(nb.read_text())["cells"]
+    long = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+            and "parameters" not in c.get("metadata", {}).get("tags", []) and len("".join(c["source"]).splitlines()) > 16]
+    assert not long, f"{nb.name}: code cells {long} are longer than ~15 lines"

@@ -7,7 +7,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from studykit import compressors, explore, plots  # noqa: E402
+from studykit import compressors  # noqa: E402
+from studykit.lessons import explore  # noqa: E402
+from studykit.plots import measure as mplots  # noqa: E402
+from studykit.plots import perfmodel as plots  # noqa: E402
 from studykit.perfmodel import whatif  # noqa: E402
 
 pytestmark = pytest.mark.skipif("powersgd" not in compressors.available(), reason="powersgd not registered yet")
@@ -82,7 +85,7 @@ def test_plot_helpers_return_fig_ax(cal):
         plots.tradeoff_plot(whatif.tradeoff_grid(calibration=cal)),
         plots.claims_plot(pd.DataFrame({"claim_id": ["a"], "setting": ["s"], "kit_value": [2.0], "paper_value": [1.0],
                                         "verdict": ["disagrees"], "tolerance": [0.15]})),
-        plots.calibration_compare_plot(cal.to_frame(), cal.to_frame()),
+        mplots.calibration_compare_plot(cal.to_frame(), cal.to_frame()),
     ]
     for fig, ax in checks:
         assert fig is not None and ax is not None

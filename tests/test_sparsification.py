@@ -329,6 +329,7 @@ def test_bad_params_name_the_valid_range():
 
 
 # ------------------------------------------------------------------------------ CUDA
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", SPARSE)
 def test_cuda_matches_cpu(name):

@@ -1,4 +1,4 @@
-"""studykit.tour (the tour notebook's computations) against the performance model, and the tour's rules:
+"""studykit.lessons.tour (the tour notebook's computations) against the performance model, and the tour's rules:
 exercise answers hidden, every number computed (none typed into the prose)."""
 import json
 import math
@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from studykit import compressors, models, paths, tour
+from studykit import compressors, models, paths
+from studykit.lessons import tour
 from studykit.perfmodel import Workload, collectives as col, whatif
 from studykit.perfmodel.model import Hardware, allreduce_s, buckets, syncsgd_s
 
@@ -147,14 +148,3 @@ def test_tour_prose_types_no_numbers():
             text = re.sub(pat, "", text, flags=re.M)
         m = re.search(r"\d", text)
         assert not m, f"tour cell {i} types a number: {text[max(0, m.start() - 40):m.end() + 40]!r}"
-
-
-def test_tour_is_built_from_its_source():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("nbbuild", paths.ROOT / "scripts" / "nbbuild.py")
-    nbbuild = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(nbbuild)
-    built = nbbuild.build((paths.NOTEBOOKS / "src" / "tour.py").read_text())
-    strip = lambda cells: [(c["cell_type"], "".join(c["source"]), c.get("metadata", {})) for c in cells]  # noqa: E731
-    assert strip(built.cells) == strip(_cells()), "run: python scripts/nbbuild.py notebooks/src/tour.py notebooks/tour.ipynb"

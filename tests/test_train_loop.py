@@ -6,7 +6,8 @@ import math
 import pytest
 
 from studykit import compressors as C
-from studykit.train import TrainConfig, analysis, nets, plots, train
+from studykit.plots import train as plots
+from studykit.train import TrainConfig, analysis, nets, train
 from studykit.train.cli import main as cli_main
 from studykit.train.data import load
 
@@ -28,6 +29,7 @@ def _by(recs, method):
     return [r for r in recs if r["method"] == method]
 
 
+@pytest.mark.slow
 def test_two_gloo_workers_train_and_improve(two_workers):
     recs, _ = two_workers
     for method in ("none", "dynamic", "topk"):
@@ -39,6 +41,7 @@ def test_two_gloo_workers_train_and_improve(two_workers):
     assert _by(recs, "none")[-1]["test_acc"] > 0.5
 
 
+@pytest.mark.slow
 def test_two_worker_runs_reproduce(two_workers):
     recs, _ = two_workers
     first, again = _by(recs, "dynamic"), _by(recs, "dynamic:quantize")
@@ -56,6 +59,7 @@ def test_identical_runs_in_process_give_identical_accuracies():
     assert a[-1]["seeds"]["model"] == 3 and a[-1]["params"]["seed"] == 3
 
 
+@pytest.mark.slow
 def test_bytes_on_the_wire_equal_plan_times_steps(two_workers):
     recs, _ = two_workers
     ds = load("digits")
@@ -70,10 +74,11 @@ def test_bytes_on_the_wire_equal_plan_times_steps(two_workers):
     assert totals == [sum(r["bytes_sent"] for r in _by(recs, "dynamic")[:i + 1]) for i in range(EPOCHS)]
 
 
+@pytest.mark.slow
 def test_records_carry_provenance_timing_split_and_levels(two_workers):
     recs, out = two_workers
     r = recs[0]
-    for key in ("host", "torch", "python", "cpu", "commit", "timestamp", "world_size", "backend"):
+    for key in ("host", "torch", "python", "cpu", "git_commit", "timestamp", "world_size", "backend"):
         assert key in r["provenance"], key
     assert set(r["seeds"]) >= {"model", "data_order", "compressor"}
     assert r["params"]["epochs"] == EPOCHS
@@ -99,6 +104,7 @@ def test_cli_in_process_writes_jsonl_and_overwrites(tmp_path, capsys):
     assert cli_main(["train", "--list-methods"]) == 0
 
 
+@pytest.mark.slow
 def test_analysis_and_plots(two_workers):
     recs, out = two_workers
     df = analysis.to_frame(analysis.load_runs(out))

@@ -105,6 +105,7 @@ def test_gamma_is_never_fitted_on_the_scored_record(tmp_path):
     assert out.loc[2.0, "measured_ms"] - out.loc[2.0, "predicted_ms"] == pytest.approx(1.2, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_gpu_rows_are_calibrated_on_other_models_only():
     plat = verify.load_platform(GPU)
     out = verify.verify_platform(plat, include_hook=False)
@@ -283,6 +284,7 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> the arguments 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub", sorted(BANDWIDTH_RUNS))
 def test_committed_bandwidth_verification_reproduces(tmp_path, sub):
     """``data/verification/bandwidth/`` is what the README's command writes from the committed records."""

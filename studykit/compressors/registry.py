@@ -1,6 +1,7 @@
 """Name -> compressor class, and ``get`` with parameter checking."""
 from __future__ import annotations
 
+import ast
 import inspect
 from dataclasses import dataclass
 
@@ -69,14 +70,22 @@ def get(name: str | Compressor, **params) -> Compressor:
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise CompressorError(f"compressor {name!r}: unknown parameter(s) {unknown}; valid: {sorted(valid)}")
-    sig = inspect.signature(cls.__init__).parameters
-    for key, value in list(params.items()):
-        default = cls.default_error_feedback if key == "error_feedback" else getattr(sig.get(key), "default", None)
-        if isinstance(default, bool):
-            params[key] = as_bool(value, f"compressor {name!r}: parameter {key!r}")
+    params = coerce_params(name, params)
     ef = params.pop("error_feedback", cls.default_error_feedback)
     comp = cls(**params)
     return ErrorFeedback(comp) if ef else comp
+
+
+def coerce_params(name: str, params: dict) -> dict:
+    """``params`` with every boolean parameter of compressor ``name`` parsed strictly (:func:`as_bool`)."""
+    cls = _lookup(name)
+    sig = inspect.signature(cls.__init__).parameters
+    out = dict(params)
+    for key, value in params.items():
+        default = cls.default_error_feedback if key == "error_feedback" else getattr(sig.get(key), "default", None)
+        if isinstance(default, bool):
+            out[key] = as_bool(value, f"compressor {name!r}: parameter {key!r}")
+    return out
 
 
 TRUE_WORDS = ("yes", "true", "1", "on")
@@ -100,21 +109,36 @@ def _lookup(name: str) -> type[Compressor]:
     return _REGISTRY[name]
 
 
+def parse_params(text: str, what: str = "spec") -> dict:
+    """``"ratio=0.01,scope=layer"`` -> ``{"ratio": 0.01, "scope": "layer"}``, each value by :func:`literal`."""
+    params: dict = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise CompressorError(f"{what}: expected key=value (e.g. powersgd:rank=4, topk:ratio=0.01), got {item!r}")
+        params[key.strip()] = literal(value)
+    return params
+
+
+def split_spec(spec: str) -> tuple[str, dict]:
+    """``"name:k=v,..."`` -> ``(name, params)`` without checking them against the registry."""
+    name, _, rest = str(spec).partition(":")
+    return name.strip(), parse_params(rest, f"compressor spec {spec!r}")
+
+
 def parse_spec(spec: str) -> tuple[str, dict]:
     """``"topk:ratio=0.01,scope=layer"`` -> ``("topk", {"ratio": 0.01, "scope": "layer"})``.
 
-    Values are read as int, float, bool (true/false) or left as strings. The name and
-    parameters are checked by building the compressor once.
+    The one parser of ``name:k=v`` specs (profile, bench, ddp, predict, train, the notebooks). Values are
+    read by :func:`literal`; the name and parameters are checked by building the compressor once
+    (booleans strictly: :func:`as_bool`).
     """
-    name, _, rest = spec.partition(":")
-    params: dict = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise CompressorError(f"compressor spec {spec!r}: expected key=value, got {item!r}")
-        params[key.strip()] = literal(value.strip())
-    get(name.strip(), **params)  # validates name and parameters
-    return name.strip(), params
+    name, params = split_spec(spec)
+    try:
+        get(name, **params)  # validates name and parameters
+    except TypeError as exc:  # a parameter of the wrong type
+        raise CompressorError(f"compressor spec {spec!r}: {exc}") from None
+    return name, params
 
 
 def spec_string(name: str, params: dict) -> str:
@@ -122,14 +146,46 @@ def spec_string(name: str, params: dict) -> str:
     return name + (":" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
 
 
+NONE_WORDS = ("none", "null")
+
+
 def literal(value: str):
-    """A command-line value as int, float, bool (true/false) or the string itself."""
-    low = value.lower()
+    """A command-line value: bool (true/false, any case), None (none/null), int, float, a Python literal
+    (a tuple, a quoted string), or else the string itself (``scope=layer``). Other boolean words
+    (yes/no, on/off) stay strings here and become bools where the parameter is one (:func:`get`)."""
+    text = str(value).strip()
+    low = text.lower()
     if low in ("true", "false"):
         return low == "true"
+    if low in NONE_WORDS:
+        return None
     for cast in (int, float):
         try:
-            return cast(value)
+            return cast(text)
         except ValueError:
             pass
-    return value
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+# ---------------------------------------------------------------- argparse types, shared by every command
+def spec_arg(text: str) -> tuple[str, dict]:
+    """argparse ``type=``: a checked ``name[:k=v,...]`` spec (an error message names what is wrong)."""
+    import argparse
+
+    try:
+        return parse_spec(text)
+    except CompressorError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def param_arg(text: str) -> tuple[str, object]:
+    """argparse ``type=``: one ``KEY=VALUE`` compressor parameter, the value by :func:`literal`."""
+    import argparse
+
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), literal(value)

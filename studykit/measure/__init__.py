@@ -1,7 +1,8 @@
 """Measurements with provenance: encode/decode profiles, collective sweeps, T_comp, DDP iterations.
 
 Commands (``python -m studykit COMMAND --help``): ``profile``, ``sweep`` (torchrun),
-``tcomp``, ``ddp`` (torchrun); see :mod:`studykit.measure.cli`. Every command
+``tcomp``, ``ddp`` (torchrun); see :mod:`studykit.measure.cli`; and ``bench`` (compressor speed
+against the memory floor, DDP hooks against PyTorch's; :mod:`studykit.measure.bench`). Every command
 appends JSON Lines records, one per measurement, flushed as measured, and skips
 configurations already in the output file (resume).
 

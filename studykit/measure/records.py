@@ -27,7 +27,7 @@ import torch
 
 from studykit import paths
 
-__all__ = ["SCHEMA_VERSION", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "make_record",
+__all__ = ["SCHEMA_VERSION", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "loadavg_1m", "make_record",
            "RecordWriter", "load_records", "done_ids", "LoadReport", "Records", "RecordError"]
 
 SCHEMA_VERSION = 1
@@ -203,14 +203,27 @@ def _static_provenance(device_str: str) -> dict:
     return prov
 
 
-def provenance(device="cpu") -> dict:
-    """Where and with what a record was measured (STYLE.md item 5); timestamp is now."""
+def provenance(device="cpu", /, **extra) -> dict:
+    """Where and with what a record was made (STYLE.md item 5): the one provenance builder of the kit,
+    for measurement records, training records and the notebook runner's summary. Hardware (``gpu``,
+    ``driver``, ``cpu``), versions (``torch``, ``cuda``, ``nccl``, ``python``), ``host``, ``git_commit``,
+    ``git_dirty``, ``num_threads``, ``timestamp`` (now, UTC, ISO 8601), ``argv``, ``network``, plus
+    ``extra`` (a caller's own keys: backend, world size, ...)."""
     prov = dict(_static_provenance(str(torch.device(device))))
     prov["num_threads"] = torch.get_num_threads()
     prov["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     prov["argv"] = " ".join(sys.argv)
     prov["network"] = _network()
+    prov.update(extra)
     return prov
+
+
+def loadavg_1m() -> Optional[float]:
+    """The machine's one-minute load average (a busy shared machine explains noisy timings), or None."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _network() -> Optional[dict]:

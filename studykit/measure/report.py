@@ -20,7 +20,7 @@ from studykit import compressors, paths
 from studykit.measure.records import load_records
 
 __all__ = ["load_frame", "provenance_summary", "label", "encode_decode_table", "table2", "table3",
-           "backward_ms", "paper_table", "plot_encode_decode", "plot_overheads", "ddp_table"]
+           "backward_ms", "paper_table", "ddp_table"]
 
 #: the paper's families (Table 2's "Type" column); the kit's other compressors go under "Dense / other"
 _FAMILY_LABEL = {"sparsification": "Sparsification", "quantization": "Quantization", "low-rank": "Low rank",
@@ -128,9 +128,10 @@ def _paper_params(row: pd.Series) -> dict:
             text = row[col].strip()
             try:
                 return json.loads(text)
-            except json.JSONDecodeError:
-                return {k.strip(): _num(v) for k, _, v in (kv.partition("=") for kv in text.replace(";", ",").split(","))
-                        if k.strip()}
+            except json.JSONDecodeError:  # k=v;k=v, read by the kit's one spec parser
+                from studykit.compressors.registry import parse_params
+
+                return parse_params(text.replace(";", ","), f"paper table params {text!r}")
     return {k: _num(row[k]) for k in ("ratio", "rank", "levels", "bits") if k in row and pd.notna(row[k])}
 
 
@@ -229,82 +230,6 @@ def table3(df: pd.DataFrame, model: str = "resnet50", paper: Optional[pd.DataFra
 
 
 # ----------------------------------------------------------------------------- plots
-def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Optional[int] = None,
-                       paper: Optional[pd.DataFrame] = None):
-    """Encode-decode time per method (mean, min-max bars, log scale) against the memory floor
-    and the backward pass (dashed lines); the paper's V100 ms as open markers. Returns ``fig, ax``."""
-    import matplotlib.pyplot as plt
-
-    from studykit.plots import theme
-
-    theme()
-    t = _with_paper(encode_decode_table(df, model), paper)
-    fig, ax = plt.subplots(figsize=(7, 0.28 * max(len(t), 4) + 1.2))
-    if t.empty:
-        ax.text(0.5, 0.5, f"no profile records for {model}", ha="center", transform=ax.transAxes)
-        return fig, ax
-    y = range(len(t))
-    err = [t["ms_mean"] - t["ms_min"], t["ms_max"] - t["ms_mean"]]
-    ax.errorbar(t["ms_mean"], list(y), xerr=err, fmt="o", capsize=3, label=f"{t['gpu'].iloc[0]} (mean, min-max)")
-    if "paper_v100_ms" in t and t["paper_v100_ms"].notna().any():
-        ax.plot(t["paper_v100_ms"], list(y), "s", mfc="none", label="paper, V100")
-    floor = float(t["floor_ms"].iloc[0])
-    ax.axvline(floor, ls="--", c="k", lw=1, label=f"memory floor {floor:.3g} ms (8 B/element)")
-    bwd = backward_ms(df, model, batch_size)
-    if bwd is not None:
-        ax.axvline(bwd, ls="--", c="C3", lw=1, label=f"backward pass {bwd:.3g} ms")
-    ax.set_yticks(list(y), t["method"])
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("encode + decode time (ms, log scale)")
-    ax.set_title(f"Encode-decode of every compressor on {model}'s gradients")
-    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
-    fig.tight_layout()
-    return fig, ax
-
-
-def plot_overheads(df: pd.DataFrame, batch_size: Optional[int] = None):
-    """For every profiled model: encode-decode time as a multiple of the memory floor (left) and of
-    the backward pass (right; models with tcomp records). Returns ``fig, axes``."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from studykit.plots import theme
-
-    theme()
-    frames = []
-    for model in sorted(df.loc[df["kind"] == "profile", "model"].dropna().unique()) if not df.empty else []:
-        t = encode_decode_table(df, model)
-        if t.empty:
-            continue
-        t["model"] = model
-        bwd = backward_ms(df, model, batch_size)
-        t["x_backward"] = t["ms_mean"] / bwd if bwd else float("nan")
-        frames.append(t)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharey=True)
-    if not frames:
-        axes[0].text(0.5, 0.5, "no profile records", ha="center", transform=axes[0].transAxes)
-        return fig, axes
-    t = pd.concat(frames, ignore_index=True)
-    order = list(dict.fromkeys(t["method"]))
-    hues = sorted(t["model"].unique())
-    sns.stripplot(data=t, x="x_floor", y="method", hue="model", order=order, hue_order=hues, ax=axes[0], size=7,
-                  jitter=False)
-    axes[0].axvline(1, ls="--", c="k", lw=1)
-    axes[0].set(xscale="log", xlabel="encode-decode / memory floor (x)", ylabel="")
-    if t["x_backward"].notna().any():
-        sns.stripplot(data=t.dropna(subset=["x_backward"]), x="x_backward", y="method", hue="model", order=order,
-                      hue_order=hues, ax=axes[1], size=7, jitter=False)
-        axes[1].axvline(1, ls="--", c="C3", lw=1)
-    else:
-        axes[1].text(0.5, 0.5, "no tcomp (backward) records\nfor the profiled models", ha="center",
-                     transform=axes[1].transAxes)
-    axes[1].set(xscale="log", xlabel="encode-decode / backward pass (x)", ylabel="")
-    fig.suptitle("How far above the memory floor, and how large next to the backward pass")
-    fig.tight_layout()
-    return fig, axes
-
-
 def ddp_table(df: pd.DataFrame, model: str = "resnet50") -> pd.DataFrame:
     """Sec. 3.1 for this hardware: DDP iteration ms of syncSGD, PyTorch's hooks, and each compressor
     overlapped (hook) vs after the backward (post)."""

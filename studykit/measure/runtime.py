@@ -1,7 +1,6 @@
 """Plumbing shared by the measurement commands: devices, process groups, progress, argument parsing."""
 from __future__ import annotations
 
-import ast
 import gc
 import os
 import re
@@ -187,18 +186,6 @@ class CompressorSpec:
         return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.params)
 
 
-def _literal(v: str):
-    low = v.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    try:
-        return ast.literal_eval(v.strip())
-    except (ValueError, SyntaxError):
-        return v.strip()
-
-
 def parse_compressor_specs(texts: Optional[list[str]]) -> list[CompressorSpec]:
     """Parse and validate ``name[:k=v,...]`` specs against the registry (all compressors if empty).
 
@@ -210,20 +197,10 @@ def parse_compressor_specs(texts: Optional[list[str]]) -> list[CompressorSpec]:
         return [CompressorSpec(n) for n in C.available()]
     specs = []
     for text in texts:
-        name, _, rest = text.partition(":")
-        params = []
-        for item in filter(None, (s.strip() for s in rest.split(","))):
-            key, eq, val = item.partition("=")
-            if not eq or not key.strip():
-                raise ValueError(f"compressor spec {text!r}: parameter {item!r} is not key=value "
-                                 f"(e.g. powersgd:rank=4 or topk:ratio=0.01)")
-            params.append((key.strip(), _literal(val)))
-        spec = CompressorSpec(name.strip(), tuple(params))
         try:
-            C.get(spec.name, **spec.kwargs)
+            name, params = C.parse_spec(text)
         except C.CompressorError as exc:
             raise ValueError(str(exc)) from None
-        except TypeError as exc:  # a parameter of the wrong type
-            raise ValueError(f"compressor spec {text!r}: {exc}") from None
+        spec = CompressorSpec(name, tuple(params.items()))
         specs.append(spec)
     return specs

@@ -18,7 +18,6 @@ advise: syncSGD, the fp16 baseline and every compressor ranked by predicted iter
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from pathlib import Path
@@ -26,22 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from studykit import argtypes, compressors, models, paths
+from studykit.compressors.registry import coerce_params, param_arg
 from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import MIB, Hardware, ModelOptions, Workload, predict
 
 DEFAULT_CALIBRATION = paths.CALIBRATIONS / "paper_v100.json"
 DEFAULT_GPUS = [8, 16, 32, 64]
-
-
-def _param(text: str) -> tuple[str, object]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    k, v = text.split("=", 1)
-    try:
-        val = ast.literal_eval(v)
-    except (ValueError, SyntaxError):
-        val = v  # a bare string, e.g. scope=global
-    return k.strip(), val
 
 
 _positive_int = argtypes.positive_int
@@ -62,7 +51,7 @@ def predict_parser() -> argparse.ArgumentParser:
                          "(as published), extended (every fitted term: sync, per-bucket, per-tensor, DDP buckets)")
     ap.add_argument("--compressor", choices=compressors.available(), default=None,
                     help="compressor to compare with syncSGD (default: syncSGD only)")
-    ap.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--param", type=param_arg, action="append", default=[], metavar="KEY=VALUE",
                     help="compressor parameter (repeatable), e.g. rank=4")
     ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
                     help=f"calibration JSON (default: {DEFAULT_CALIBRATION.relative_to(paths.ROOT)})")
@@ -213,6 +202,10 @@ def run_predict(argv: list[str]) -> int:
         unknown = sorted(set(params) - set(valid) - {"error_feedback", "seed"})
         if unknown:
             ap.error(f"compressor {a.compressor!r} has no parameter(s) {unknown}; valid: {sorted(valid)}")
+        try:
+            params = coerce_params(a.compressor, params)
+        except compressors.CompressorError as exc:
+            ap.error(f"--param: {exc}")
     try:
         cal = Calibration.load(a.calibration)
     except (FileNotFoundError, ValueError) as exc:

@@ -5,7 +5,7 @@
 * :mod:`studykit.train.dynamic`: compression ladders, triggers, the pure controller (seed 001)
 * :mod:`studykit.train.methods`: method specs (``none``, ``fp16``, ``quantize8``, ``dynamic``, ...)
 * :mod:`studykit.train.loop` / :mod:`studykit.train.launch`: the training loop and its process groups
-* :mod:`studykit.train.analysis` / :mod:`studykit.train.plots`: Table I, time to accuracy, figures
+* :mod:`studykit.train.analysis`: Table I, time to accuracy (figures: :mod:`studykit.plots.train`)
 
 Shell: ``python -m studykit train --help`` (also under ``torchrun``).
 """

@@ -30,7 +30,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
-from studykit.compressors.registry import literal
+from studykit.compressors.base import CompressorError
+from studykit.compressors.registry import split_spec
 
 __all__ = ["Level", "UNCOMPRESSED", "LADDERS", "ladder", "EpochMetrics", "Trigger", "AccuracyLossStep",
            "GradNormChange", "TRIGGERS", "make_trigger", "DynamicController", "schedule"]
@@ -55,14 +56,11 @@ class Level:
         if isinstance(spec, tuple):
             name, params = spec
             return cls.make(name, **dict(params))
-        name, _, rest = str(spec).partition(":")
-        params = {}
-        for item in filter(None, rest.split(",")):
-            k, eq, v = item.partition("=")
-            if not eq:
-                raise ValueError(f"level spec {spec!r}: expected key=value, got {item!r}")
-            params[k.strip()] = literal(v.strip())
-        return cls.make(name.strip(), **params)
+        try:
+            name, params = split_spec(spec)
+        except CompressorError as exc:
+            raise ValueError(f"level spec {spec!r}: {exc}") from None
+        return cls.make(name, **params)
 
     @property
     def kwargs(self) -> dict:

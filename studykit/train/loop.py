@@ -35,7 +35,7 @@ from studykit.train import data as data_mod
 from studykit.train import nets
 from studykit.train.dynamic import EpochMetrics, Level
 from studykit.train.methods import Method
-from studykit.train.provenance import provenance
+from studykit.measure.records import loadavg_1m, provenance
 
 __all__ = ["TrainConfig", "run_methods", "RECORD_KIND"]
 
@@ -333,8 +333,8 @@ def _train_one(cfg: TrainConfig, method: Method, data: _Data, device, path, resu
         raise ValueError(f"{n_train} training examples are fewer than one global batch "
                          f"({world} workers x batch_size {cfg.batch_size})")
     run_id = f"{method.label}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    prov = provenance(backend=dist.get_backend(), world_size=world, device=str(device),
-                      device_type=device.type) if rank == 0 else {}
+    prov = provenance(device, backend=dist.get_backend(), world_size=world, device=str(device),
+                      device_type=device.type, loadavg_1m=loadavg_1m()) if rank == 0 else {}
     common = {"schema": SCHEMA_VERSION, "kind": RECORD_KIND, "run_id": run_id, "method": method.label,
               "method_spec": method.describe(),
               "controller": controller.describe() if controller is not None else None,

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # Compressor gallery
 #
@@ -8,7 +23,7 @@
 # compression ratio against an fp32 all-reduce, how far the aggregate is from the exact average, and a
 # picture of what survives.
 
-# %% parameters
+# %% tags=["parameters"]
 compressors: list = ["none", "fp16", "bf16", "quantize", "qsgd", "terngrad", "natural", "signsgd", "ef_signsgd", "thc", "topk", "topk_chunked", "mstopk", "dgc", "randomk", "powersgd", "atomo"]  # names from studykit.compressors.available(); full specs (studykit.compressors.parse_spec syntax) also work
 ratio: float = 0.05  # fraction of entries the sparsifiers keep (topk, topk_chunked, mstopk, dgc, randomk), for bare names
 rank: int = 2  # rank of the low-rank methods (powersgd, atomo), for bare names
@@ -20,8 +35,10 @@ seed: int = 0  # data order and initialisation
 
 # %%
 import matplotlib.pyplot as plt
-from studykit import compressors as C, gallery
+from studykit import compressors as C
+from studykit.lessons import gallery
 from studykit.plots import theme
+from studykit.plots.lessons import plot_survivors
 
 theme()
 # papermill's --help-notebook cannot read a default containing "=", so shared values fill in bare names here
@@ -60,4 +77,4 @@ ax.set_title("Bytes saved against accuracy of the aggregate (one step)");
 # low-rank methods keep the dominant row/column structure.
 
 # %%
-fig, axes = gallery.plot_survivors(available, grads, tensor_index=0)
+fig, axes = plot_survivors(available, grads, tensor_index=0)

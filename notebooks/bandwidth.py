@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # At which network bandwidth does compression start to pay? (measured on GPUs)
 #
@@ -23,7 +38,7 @@
 # moves its crossovers up, while faster GPUs (H200 against V100) shrink the compute that hides it,
 # which moves them up as well.
 
-# %% parameters
+# %% tags=["parameters"]
 records_dir: str = "data/measurements/bandwidth/h200_p2"  # one campaign folder (one card kind, one world size), relative to the repository root
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
 predictions: str = ""  # optional: a `verify` predictions.csv on the same records, to draw the model's lines (empty: none)
@@ -37,7 +52,8 @@ import pandas as pd
 from studykit import paths
 from studykit.measure import crossover as X
 from studykit.measure.records import load_records
-from studykit.plots import measured_bandwidth_plot, theme
+from studykit.plots import theme
+from studykit.plots.measure import measured_bandwidth_plot
 
 theme()
 folder = paths.ROOT / records_dir

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # A tour: does gradient compression make data-parallel training faster?
 #
@@ -8,12 +23,12 @@
 # bandwidth. Then it goes past that paper with seed 002 (time to accuracy, the FP16 baseline) and seed
 # 001 (dynamic compression).
 #
-# Every number below is computed by the `studykit` package (`studykit.perfmodel`, `studykit.tour`,
-# `studykit.gallery`) from the paper's V100 inputs (`data/calibrations/paper_v100.json`) or from
+# Every number below is computed by the `studykit` package (`studykit.perfmodel`, `studykit.lessons.tour`,
+# `studykit.lessons.gallery`) from the paper's V100 inputs (`data/calibrations/paper_v100.json`) or from
 # committed measurements; none is typed in. Change the parameters in the next cell and rerun to see
 # your own setting. Exercises end most sections; their answers are folded away: click to reveal.
 
-# %% parameters
+# %% tags=["parameters"]
 model: str = "resnet50"  # model whose gradient the tour follows: resnet50, resnet101 or bert_base (the calibration has their backward times)
 batch_size: int = 64  # per-GPU batch size (the paper's default)
 world_size: int = 64  # number of GPUs p (the paper's standard scale)
@@ -32,11 +47,14 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from studykit import gallery, models, paths, plots, tour
+from studykit import models, paths, plots
+from studykit.lessons import gallery, tour
 from studykit.perfmodel import DEFAULT_BUCKET_BYTES, Calibration, Workload, predict, required_ratio, whatif
 from studykit.train import analysis
-from studykit.train import plots as tplots
+from studykit.plots import lessons as lplots
+from studykit.plots import train as tplots
 
+# %%
 plots.theme()
 cal = Calibration.load(paths.ROOT / calibration_path)
 hw = whatif.hardware(cal, bandwidth_gbps=bandwidth_gbps)
@@ -79,7 +97,7 @@ traffic.assign(gradient_mb=traffic.gradient_bytes / MB, bucket_mb=traffic.bucket
 # parameter. `tour.gradient_traffic("bert_base", max_world_size)` has it.
 # </details>
 
-# %% hidden
+# %% jupyter={"source_hidden": true}
 tour.Answer(tour.gradient_traffic("bert_base", max_world_size)["ring_sent_bytes"] / MB, "MB",
             note="barely twice the gradient size, however many GPUs there are")
 
@@ -103,7 +121,7 @@ tour.Answer(tour.gradient_traffic("bert_base", max_world_size)["ring_sent_bytes"
 # %%
 sizes = 2 ** np.arange(1, int(np.log2(max_world_size)) + 1)
 costs = tour.collective_costs(work.gradient_bytes, sizes, hw.alpha_s, bandwidth_gbps)
-fig, ax = tour.plot_collectives(costs, title=f"{model} gradient ({work.gradient_bytes / MB:.0f} MB), "
+fig, ax = lplots.plot_collectives(costs, title=f"{model} gradient ({work.gradient_bytes / MB:.0f} MB), "
                                                    f"{bandwidth_gbps:g} Gbit/s")
 first, last = costs.iloc[0], costs.iloc[-1]
 p0, p1 = int(first.world_size), int(last.world_size)
@@ -121,7 +139,7 @@ print(f"ring all-reduce: {first.ring_s * 1e3:.0f} ms on {p0} GPUs, {last.ring_s 
 # since the server's link carries `(p-1) n` each way while a ring worker sends about `2 n`.
 # </details>
 
-# %% hidden
+# %% jupyter={"source_hidden": true}
 _c = tour.collective_costs(work.gradient_bytes, [world_size], hw.alpha_s, bandwidth_gbps).iloc[0]
 tour.Answer(_c.parameter_server_s / _c.ring_s, "times", note=f"{_c.parameter_server_s:.1f} s against "
             f"{_c.ring_s * 1e3:.0f} ms at {world_size} GPUs")
@@ -149,7 +167,7 @@ timelines = {
     f"overlap, {bandwidth_gbps:g} Gbit/s": tour.overlap_timeline(t_comp_s, work.gradient_bytes, world_size, hw),
     f"overlap, {slow_bandwidth_gbps:g} Gbit/s": tour.overlap_timeline(t_comp_s, work.gradient_bytes, world_size, slow),
 }
-fig, ax = tour.plot_timelines(timelines, title=f"{model}, batch {batch_size}, {world_size} GPUs: one iteration")
+fig, ax = lplots.plot_timelines(timelines, title=f"{model}, batch {batch_size}, {world_size} GPUs: one iteration")
 ends = {name: float(tl.end_s.max()) for name, tl in timelines.items()}
 names = list(ends)
 print(f"overlap saves {1 - ends[names[1]] / ends[names[0]]:.0%} of the iteration at {bandwidth_gbps:g} Gbit/s; "
@@ -181,7 +199,7 @@ ax.legend(fontsize="small");
 # Solve `(k-1) * T_comm(b) = gamma * T_comp` for `BW` with Eq. 1: `tour.hiding_bandwidth_gbps`.
 # </details>
 
-# %% hidden
+# %% jupyter={"source_hidden": true}
 tour.Answer(tour.hiding_bandwidth_gbps(t_comp_s, work.gradient_bytes, world_size, hw), "Gbit/s",
             note=f"for {model}, batch {batch_size}, {world_size} GPUs; above it syncSGD runs at compute speed "
                  "plus the last bucket")
@@ -198,7 +216,7 @@ tour.Answer(tour.hiding_bandwidth_gbps(t_comp_s, work.gradient_bytes, world_size
 # * **low-rank**: a rank-`r` factorization of each weight matrix's gradient (PowerSGD, ATOMO).
 #
 # Here `gallery_workers` workers each take the gradient of a small MLP on scikit-learn's digits on their
-# own mini-batch (`studykit.gallery`), and every compressor aggregates them with its real protocol
+# own mini-batch (`studykit.lessons.gallery`), and every compressor aggregates them with its real protocol
 # (`studykit.compressors.simulate`). `ratio` is bytes saved against the fp32 all-reduce, `rel_error` how far
 # the aggregate is from the exact average.
 
@@ -207,7 +225,7 @@ specs = ["fp16", "quantize:bits=4", "signsgd", "thc", "topk:ratio=0.05", "random
 grads, names = gallery.digits_gradients(gallery_workers, 32, 64, 0)
 real = gallery.compare(specs, grads).assign(family=[tour.family(s.split(":")[0]) for s in specs])
 display(real[["compressor", "family", "allreduce_compatible", "ratio", "rel_error", "cosine"]].round(3))
-fig, axes = gallery.plot_survivors(specs, grads, tensor_index=0)
+fig, axes = lplots.plot_survivors(specs, grads, tensor_index=0)
 
 # %% [markdown]
 # SignSGD's estimate is a vector of signs (its scale is left to the learning rate), so judge it by
@@ -251,7 +269,7 @@ fam.assign(bytes_per_worker_mb=fam.bytes_per_worker / MB, ring_sent_mb=fam.ring_
 pays = tour.speedup_table(("resnet50", "resnet101", "bert_base"),
                          {"PowerSGD rank 4": ("powersgd", {"rank": 4}), "SignSGD": ("signsgd", {}),
                           "MSTop-K 1%": ("mstopk", {"ratio": 0.01})}, hw, world_size, batch_size, cal)
-fig, ax = tour.plot_speedups(pays, f"Paper's V100 inputs, batch {batch_size}, {world_size} GPUs, {bandwidth_gbps:g} Gbit/s")
+fig, ax = lplots.plot_speedups(pays, f"Paper's V100 inputs, batch {batch_size}, {world_size} GPUs, {bandwidth_gbps:g} Gbit/s")
 pays.round(2)
 
 # %% [markdown]
@@ -294,7 +312,7 @@ for h in (hw, slow):
 # `predict(work, replace(hw, compute_speedup=4.0), world_size, "powersgd", {"rank": 4}, calibration=cal).speedup`
 # </details>
 
-# %% hidden
+# %% jupyter={"source_hidden": true}
 tour.Answer(float(predict(work, replace(hw, compute_speedup=4.0), world_size, "powersgd", {"rank": 4},
                           calibration=cal).speedup), "x",
             note="faster compute shrinks what overlap can hide, so communication savings start to count")
@@ -339,7 +357,7 @@ fig, ax = tplots.bits_over_epochs(runs[runs.method.isin(["fp16", "quantize8", "d
 # headroom the sum of `p` levels needs.
 # </details>
 
-# %% hidden
+# %% jupyter={"source_hidden": true}
 _f = tour.family_table(["fp16", "quantize:bits=8"], model, world_size).set_index("compressor").bytes_per_worker
 tour.Answer(_f["quantize:bits=8"] / _f["fp16"], "times FP16's bytes",
             note=f"at {world_size} workers the sum of 8-bit levels travels as about "

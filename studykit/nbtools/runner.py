@@ -15,8 +15,6 @@ import html
 import io
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -179,11 +177,11 @@ def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, t
     :class:`ParameterError` (before a kernel starts) for a parameter ``nb`` lacks or of the wrong type."""
     import papermill as pm
 
-    from studykit import _jupyter_fix
+    from studykit.nbtools import jupyter_fix
 
     nb = Path(nb)
     check_profile({nb.stem: parameters or {}}, [nb], f"parameters of {nb.name}")  # before a kernel starts
-    _jupyter_fix.apply()  # nbclient#312: an interact cell can otherwise wait for ever for its reply
+    jupyter_fix.apply()  # nbclient#312: an interact cell can otherwise wait for ever for its reply
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / nb.name
     t0 = time.perf_counter()
@@ -257,29 +255,15 @@ def thumbnail(png: bytes, size: tuple[int, int] = THUMB_PX) -> bytes:
 
 
 def provenance() -> dict:
-    """Where and with what the notebooks ran (host, versions, git commit, time)."""
-    info = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform(),
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu_count": os.cpu_count()}
-    try:
-        import torch
+    """Where and with what the notebooks ran: :func:`studykit.measure.records.provenance` (the kit's one
+    builder: host, versions, git commit, UTC time) plus the CPU count (the README table's footer) and
+    the load average."""
+    import torch
 
-        info["torch"] = torch.__version__
-        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - provenance must never fail a run
-        pass
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT, capture_output=True,
-                                            text=True, timeout=10).stdout.strip() or None
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=paths.ROOT, capture_output=True, text=True,
-                               timeout=10).stdout
-        info["git_dirty"] = bool(dirty.strip())
-    except (OSError, subprocess.SubprocessError):
-        info["git_commit"] = None
-    try:
-        info["loadavg_1m"] = os.getloadavg()[0]
-    except OSError:
-        pass
-    return info
+    from studykit.measure.records import loadavg_1m, provenance as record_provenance
+
+    return record_provenance("cuda" if torch.cuda.is_available() else "cpu", cpu_count=os.cpu_count(),
+                             loadavg_1m=loadavg_1m())
 
 
 def write_summary(summaries: list[dict], out_dir: Path, profile: str, prov: dict | None = None) -> Path:

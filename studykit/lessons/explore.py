@@ -95,7 +95,7 @@ def explore(calibration: Calibration, model: str = "resnet101", batch_size: int 
             bucket_mb: float = 25.0, alpha_us: float | None = None, gamma: float | None = None,
             compressor: str = "powersgd", param_value: float | None = None):
     """Draw :func:`explore_data`: breakdown bars (left), speed-up vs GPUs (right). Returns ``(fig, axes)``."""
-    from studykit import plots
+    from studykit.plots import perfmodel as plots
 
     d = explore_data(calibration, model, batch_size, bandwidth_gbps, world_size, compute_speedup, t_comp_ms,
                      bucket_mb, alpha_us, gamma, compressor, param_value)
@@ -128,7 +128,7 @@ def bind(calibration: Calibration):
         fig, axes = explore(calibration, **settings)
         # one display message carrying the figure and the speed-up as text (breakdown_plot's title), for
         # screen readers and browser tests; one message, since every output into the interact's Output
-        # widget is another chance for nbclient's lost wake-up in headless runs (studykit._jupyter_fix)
+        # widget is another chance for nbclient's lost wake-up in headless runs (studykit.nbtools.jupyter_fix)
         display(_FigureWithCaption(fig, axes[0].get_title() or "syncSGD only"))
         plt.close(fig)
 

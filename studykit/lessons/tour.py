@@ -19,8 +19,8 @@ from studykit import compressors, models
 from studykit.perfmodel import collectives as col
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, allreduce_s, buckets, syncsgd_s
 
-__all__ = ["gradient_traffic", "collective_costs", "plot_collectives", "overlap_timeline", "plot_timelines",
-           "hiding_bandwidth_gbps", "bucket_sweep", "family", "family_table", "speedup_table", "plot_speedups", "Answer", "FAMILIES"]
+__all__ = ["gradient_traffic", "collective_costs", "overlap_timeline", "hiding_bandwidth_gbps", "bucket_sweep", "family",
+           "family_table", "speedup_table", "Answer", "FAMILIES"]
 
 #: a compressor class's ``family`` -> its label here (the family itself is on the class)
 FAMILIES = {"precision": "precision (baseline)", "quantization": "quantization",
@@ -60,27 +60,6 @@ def collective_costs(nbytes: float, world_sizes, alpha_s: float, bandwidth_gbps:
     })
 
 
-def plot_collectives(df: pd.DataFrame, title: str = "", ax=None):
-    """Aggregation time vs GPUs (log-log) for ring, tree and parameter server; dashed: the ring's
-    bandwidth term as p grows without bound (``2 n / BW``)."""
-    from studykit import plots
-
-    fig, ax = (ax.figure, ax) if ax is not None else plots.new()
-    x = df["world_size"]
-    ax.plot(x, df["ring_s"] * 1e3, marker=".", label="ring all-reduce (Eq. 1)")
-    ax.plot(x, df["ring_bandwidth_s"] * 1e3, linestyle=":", color="C0", label="  ring: bandwidth term only")
-    ax.plot(x, df["tree_s"] * 1e3, marker=".", label="tree all-reduce (Table 1)")
-    ax.plot(x, df["parameter_server_s"] * 1e3, marker=".", label="parameter server (Table 1)")
-    plots.ref_line(ax, float(df["ring_bandwidth_limit_s"].iloc[0]) * 1e3, "ring bandwidth term as p grows: 2n/BW")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("GPUs (world size p)")
-    ax.set_ylabel("time to aggregate one gradient (ms)")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return fig, ax
-
-
 # ------------------------------------------------------------------ 3. overlap and bucketing
 def overlap_timeline(t_comp_s: float, total_bytes: float, world_size: int, hw: Hardware,
                      bucket_bytes: float = DEFAULT_BUCKET_BYTES, overlap: bool = True) -> pd.DataFrame:
@@ -111,32 +90,6 @@ def overlap_timeline(t_comp_s: float, total_bytes: float, world_size: int, hw: H
     start = max(compute_end, end)
     rows.append(("all-reduce (network)", start, start + t_last, f"bucket {k} (last)"))
     return pd.DataFrame(rows, columns=["lane", "start_s", "end_s", "what"])
-
-
-def plot_timelines(timelines: dict[str, pd.DataFrame], title: str = "", ax=None):
-    """Gantt chart of :func:`overlap_timeline` results, one pair of lanes per scenario (ms)."""
-    from studykit import plots
-
-    fig, ax = (ax.figure, ax) if ax is not None else plots.new(width=8, height=1.0 + 1.1 * len(timelines))
-    yticks, ylabels = [], []
-    y = 0.0
-    for name, tl in reversed(list(timelines.items())):
-        for lane, color in (("all-reduce (network)", "C1"), ("backward (GPU)", "C0")):
-            seg = tl[tl["lane"] == lane]
-            spans = [(s * 1e3, (e - s) * 1e3) for s, e in zip(seg["start_s"], seg["end_s"])]
-            ax.broken_barh(spans, (y, 0.8), facecolors=color, edgecolors="white", linewidth=0.8)
-            yticks.append(y + 0.4)
-            ylabels.append(f"{name}: {lane.split(' ')[0]}")
-            y += 1.0
-        end = float(tl["end_s"].max()) * 1e3
-        ax.plot([end, end], [y - 2.0, y], color="0.25", linestyle="--", linewidth=1.2)
-        ax.annotate(f"{end:.0f} ms", (end, y - 0.2), xytext=(3, 0), textcoords="offset points", fontsize="small",
-                    va="top")
-        y += 0.5
-    ax.set_yticks(yticks, ylabels, fontsize="small")
-    ax.set_xlabel("time within one iteration (ms)")
-    ax.set_title(title)
-    return fig, ax
 
 
 def hiding_bandwidth_gbps(t_comp_s: float, total_bytes: float, world_size: int, hw: Hardware,
@@ -206,27 +159,6 @@ def speedup_table(model_names, specs: dict, hw: Hardware, world_size: int, batch
                          "compressed_ms": float(pr.compressed["total_s"]) * 1e3,
                          "encode_decode_ms": float(pr.compressed["encode_decode_s"]) * 1e3})
     return pd.DataFrame(rows)
-
-
-def plot_speedups(df: pd.DataFrame, title: str = "", ax=None):
-    """Grouped bars of :func:`speedup_table`; dashed: syncSGD (1x)."""
-    from studykit import plots
-
-    fig, ax = (ax.figure, ax) if ax is not None else plots.new(width=7)
-    model_names = list(dict.fromkeys(df["model"]))
-    labels = list(dict.fromkeys(df["compressor"]))
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        g = df[df["compressor"] == label].set_index("model").reindex(model_names)
-        ax.bar(np.arange(len(model_names)) + (i - (len(labels) - 1) / 2) * width, g["speedup"], width=width,
-               label=label)
-    ax.set_xticks(range(len(model_names)), model_names)
-    plots.ref_line(ax, 1.0, "syncSGD")
-    ax.set_ylim(0, 1.35 * float(df["speedup"].max()))
-    ax.set_ylabel("speed-up over syncSGD (x)")
-    ax.set_title(title)
-    ax.legend(fontsize="small", ncol=2, loc="upper left")
-    return fig, ax
 
 
 # ------------------------------------------------------------------ exercises

@@ -42,7 +42,7 @@ def apply(step_s: float = STEP_S) -> bool:
                 if deadline is not None and monotonic() >= deadline:
                     raise
 
-    get_msg.__doc__ = (original.__doc__ or "") + " (polled in short steps: studykit._jupyter_fix)"
+    get_msg.__doc__ = (original.__doc__ or "") + " (polled in short steps: studykit.nbtools.jupyter_fix)"
     AsyncZMQSocketChannel.get_msg = get_msg
     _APPLIED = True
     return True

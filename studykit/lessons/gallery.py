@@ -71,25 +71,3 @@ def survivors(spec: str, grads: list[list[torch.Tensor]], tensor_index: int = 0)
     return as2d(exact), as2d(est)
 
 
-def plot_survivors(specs: list[str], grads, tensor_index: int = 0, max_cols: int = 4):
-    """A grid of heatmaps: the exact average gradient, then each compressor's estimate."""
-    import matplotlib.pyplot as plt
-
-    from studykit.plots import theme
-
-    theme()
-    panels = [("exact average", survivors(specs[0], grads, tensor_index)[0])]
-    panels += [(s, survivors(s, grads, tensor_index)[1]) for s in specs]
-    cols = min(max_cols, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
-    vmax = float(np.abs(panels[0][1]).max())
-    for ax, (title, arr) in zip(axes.flat, panels):
-        ax.imshow(arr, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("input unit")
-        ax.set_ylabel("output unit")
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.tight_layout()
-    return fig, axes

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # Time to accuracy: static, dynamic and no compression
 #
@@ -15,7 +30,7 @@
 # communication hook (`studykit.train`), and shows both views. The controller is generic: `dynamic_topk`,
 # `dynamic_powersgd` and `accordion` (Agarwal et al. 2021's gradient-norm trigger) use the same machinery.
 
-# %% parameters
+# %% tags=["parameters"]
 source: str = "data"  # "data": read committed runs from data/training/<runs_dir>; "run": train here (CPU, gloo)
 runs_dir: str = "cpu"  # folder under data/training/ holding *.jsonl training records (source: data)
 methods: list = ["none", "fp16", "quantize8", "dynamic"]  # methods to train (source: run); see `python -m studykit train --list-methods`
@@ -34,9 +49,12 @@ baseline: str = "fp16"  # seed 002's baseline method for the TTA speed-up
 
 # %%
 import pandas as pd
-from studykit import paths
-from studykit.train import TrainConfig, analysis, plots, train
 
+from studykit import paths
+from studykit.plots import train as plots
+from studykit.train import TrainConfig, analysis, train
+
+# %%
 if source == "run":
     cfg = TrainConfig(dataset=dataset, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
                       acc_thresholds=tuple(acc_thresholds), loss_thresholds=tuple(loss_thresholds),
@@ -46,6 +64,8 @@ elif source == "data":
     records = analysis.load_runs(paths.DATA / "training" / runs_dir)
 else:
     raise ValueError(f"source must be 'run' or 'data', got {source!r}")
+
+# %%
 df = analysis.latest_runs(analysis.to_frame(records))
 dfig = df[df["method"].isin(fig_methods)] if df["method"].isin(fig_methods).any() else df
 r0 = records[0]
@@ -65,7 +85,7 @@ table.round(2)
 
 # %% [markdown]
 # ## Figs. 1-3, analogues: accuracy and loss per epoch
-Seed 001's scenarios (and the FP16 baseline); `fig_methods` picks others.
+# Seed 001's scenarios (and the FP16 baseline); `fig_methods` picks others.
 
 # %%
 fig, ax = plots.accuracy_curves(dfig, "train")

@@ -1,8 +1,9 @@
 """Figures for training runs; each returns ``(fig, ax)`` with units on the axes.
 
-Seed 001's Figs. 1-3 (train accuracy, test accuracy, training loss over epochs) and the
-level schedule ("bits over epochs"); seed 002's time to accuracy against the FP16 baseline,
-bytes sent and the per-iteration time split.
+Tirupati et al.'s Figs. 1-3 ("Distributed Model Training With Dynamic Gradient Compression": train
+accuracy, test accuracy, training loss over epochs) and the level schedule ("bits over epochs"); Han et
+al.'s time to accuracy against the FP16 baseline (2024, https://arxiv.org/abs/2407.01378), bytes sent
+and the per-iteration time split.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Optional
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from studykit.plots import theme
+from studykit.plots.style import theme
 from studykit.train.analysis import method_order
 
 __all__ = ["colors", "curves", "accuracy_curves", "loss_curves", "bits_over_epochs", "tta_bars", "bytes_bars",

@@ -1,0 +1,183 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # What if? The paper's performance model, redrawn
+#
+# Seed 000 (Agarwal et al., MLSys 2022) uses its performance model (Sec. 4.1, App. B) to ask how
+# bandwidth, compute speed and the compressor's design change the answer to "does gradient
+# compression pay off?". This notebook redraws Figures 3, 12, 18, 19, 20 and 21 with the kit's
+# model (`studykit.perfmodel`) from the paper's own V100 inputs (`data/calibrations/paper_v100.json`).
+#
+# * syncSGD: `T = max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last)` (Sec. 4.1, Eq. 1);
+# * compressed: `T = T_comp + T_encode_decode + sum of the compressor's collectives` (App. B), where the
+#   collectives come from the compressor's real protocol (`compressor.plan()`), not from a table.
+#
+# Every paper number below is read from `data/paper/claims.csv` and drawn dashed. Where the kit disagrees
+# the notebook says so; `data/paper/README.md` explains each disagreement and how the unstated inputs
+# (ResNet-101 and BERT backward times) were derived.
+
+# %% tags=["parameters"]
+calibration_path: str = "data/calibrations/paper_v100.json"  # calibration JSON, relative to the repo root
+world_size: int = 64  # GPUs for the what-if figures (the paper simulates 64)
+n_points: int = 60  # points per bandwidth sweep
+max_bandwidth_gbps: float = 100.0  # right end of the bandwidth axes (Gbit/s)
+
+# %%
+import numpy as np
+import pandas as pd
+from IPython.display import display
+
+from studykit import paths, plots
+from studykit.plots import perfmodel as figures
+from studykit.perfmodel import Calibration, claims, paper, whatif
+
+cal = Calibration.load(paths.ROOT / calibration_path)
+bw = np.geomspace(1, max_bandwidth_gbps, n_points)
+plots.theme()
+pd.set_option("display.max_colwidth", 90)
+
+# %% [markdown]
+# ## The inputs
+#
+# What the paper states (`data/paper/inputs.csv`) and what the kit derives for the inputs it does not
+# state (`data/paper/derived_inputs.csv`, made by `python -m studykit.perfmodel.paper`).
+
+# %%
+display(cal.to_frame()[["constant", "model", "batch_size", "compressor", "params", "value", "low", "high", "unit"]])
+display(paper.table("derived_inputs")[["quantity", "model", "compressor", "params", "value_ms", "uses"]])
+
+# %% [markdown]
+# ## Fig. 3: ResNet-101, syncSGD vs PowerSGD rank 4 as bandwidth varies
+#
+# The paper: PowerSGD rank 4 is faster than syncSGD only below its crossover bandwidth. The kit finds
+# the same shape but its crossover lies **above** the paper's: the kit's ResNet-101 inputs come from the
+# paper's own 96-GPU measurement (Sec. 3.3: PowerSGD rank 4 only slightly slower than syncSGD at
+# 10 Gbit/s), and with syncSGD communication-bound (time ~ 1/bandwidth) that small gap puts the crossover
+# just below 10 Gbit/s. The paper's Fig. 3 and its Sec. 3.3 measurement cannot both hold under Eq. 1.
+
+# %%
+c = paper.claim("fig3_crossover_r101")
+df = whatif.bandwidth_sweep(c.model, int(c.batch_size), world_size, bw, calibration=cal)
+kit = whatif.crossover(c.model, int(c.batch_size), world_size, calibration=cal)
+print(f"crossover: paper {c.value:g} Gbit/s, kit {kit:.2f} Gbit/s ({kit / c.value - 1:+.0%})")
+figures.bandwidth_sweep_plot(df, c.value, kit, title=f"Fig. 3: {c.model}, batch {int(c.batch_size)}, {world_size} GPUs");
+
+# %% [markdown]
+# ## Figs. 12 and 18: how much compression does near-linear scaling need?
+#
+# The kit's hypothetical compressor is free to encode, all-reduce compatible and applied per DDP bucket;
+# "near linear" (undefined in the paper) is the point where the overlapped communication fits under the
+# backward pass (`studykit.perfmodel.required_ratio`). The paper: about 4x suffices at 10 Gbit/s even for
+# small batches. The kit agrees for ResNet-50 and BERT; for ResNet-101 at batch 16 it needs more.
+
+# %%
+c = paper.claim("fig12_required_ratio_r101")
+rr = whatif.required_ratio_sweep(("resnet101",), (16, 32, 64), world_size, bw, calibration=cal)
+at = whatif.required_ratio_sweep(("resnet101",), (16, 32, 64), world_size, [c.bandwidth_gbps], calibration=cal)
+display(at[["model", "batch_size", "bandwidth_gbps", "required_ratio"]].assign(paper=c.value))
+figures.required_ratio_plot(rr, c.value, c.bandwidth_gbps, title="Fig. 12: ResNet-101");
+
+# %%
+c = paper.claim("fig18_required_ratio_all")
+rr = whatif.required_ratio_sweep(("resnet50", "resnet101", "bert_base"), (16, 64), world_size, bw, calibration=cal)
+at = whatif.required_ratio_sweep(("resnet50", "resnet101", "bert_base"), (16, 64), world_size, [c.bandwidth_gbps],
+                                 calibration=cal)
+display(at[["model", "batch_size", "required_ratio"]].assign(paper_at_most=c.high))
+figures.required_ratio_plot(rr, c.high, c.bandwidth_gbps, title="Fig. 18: all models (batch -1: unstated)");
+
+# %% [markdown]
+# ## Fig. 19: bandwidth sweeps for ResNet-50 and BERT
+#
+# The paper: PowerSGD helps ResNet-50 below about 7-9 Gbit/s and BERT below about 15 Gbit/s. The kit
+# reproduces ResNet-50; for BERT its crossover is lower. The kit's BERT inputs are derived from the
+# paper's 96-GPU statements (Fig. 10's 200 ms gap, Sec. 3.2's speed-ups), which fix the crossover lower.
+
+# %%
+fig, axes = plots.new(ncols=2, width=5.5)
+for ax, cid in zip(axes, ("fig19_crossover_r50", "fig19_crossover_bert")):
+    c = paper.claim(cid)
+    df = whatif.bandwidth_sweep(c.model, 64, world_size, bw, calibration=cal)
+    kit = whatif.crossover(c.model, 64, world_size, calibration=cal)
+    print(f"{c.model}: crossover paper {c.value:g} Gbit/s (range {c.low}-{c.high}), kit {kit:.2f} Gbit/s")
+    figures.bandwidth_sweep_plot(df, c.value, kit, title=f"Fig. 19: {c.model}", ax=ax)
+fig.tight_layout()
+
+# %% [markdown]
+# ## Fig. 20: faster compute at 10 Gbit/s
+#
+# App. D's text says encode/decode speeds up with compute; read that way the kit predicts a much larger
+# PowerSGD advantage than the paper's. Keeping encode/decode fixed (dotted) lands close to the paper's
+# number: the figure was probably drawn that way. Either way, the direction holds: faster GPUs make
+# syncSGD communication-bound and compression pays off.
+
+# %%
+c = paper.claim("fig20_speedup_r50_compute3p5")
+f = np.linspace(1, 4, 31)
+df = pd.concat([whatif.compute_speedup_sweep(c.model, 64, world_size, c.bandwidth_gbps, f, calibration=cal,
+                                             scale_encode_decode=s) for s in (True, False)], ignore_index=True)
+at = df[np.isclose(df.compute_speedup, c.compute_speedup)][["scale_encode_decode", "speedup"]]
+display(at.assign(paper=c.value))
+figures.compute_speedup_plot(df, (c.compute_speedup, c.value), title=f"Fig. 20: {c.model}, {c.bandwidth_gbps:g} Gbit/s");
+
+# %% [markdown]
+# ## Fig. 21: trade encode/decode time for bytes
+#
+# A hypothetical PowerSGD whose encode/decode is `k` times faster but sends `l k` times the bytes.
+# The paper: any such reduction helps. The kit agrees that every `k > 1` beats the baseline; it also
+# shows the time rising again from `k = 3` to `k = 4` for `l = 2` and `3`, where the extra bytes cost more
+# than the saved encode time.
+
+# %%
+tg = whatif.tradeoff_grid("resnet50", 64, world_size, 10.0, calibration=cal)
+print("every k > 1 beats the baseline:", whatif.tradeoff_all_help(tg))
+figures.tradeoff_plot(tg, title="Fig. 21: resnet50, batch 64, 10 Gbit/s");
+
+# %% [markdown]
+# ## Every claim, kit vs paper
+#
+# One row per comparison (`studykit.perfmodel.claims.reproduce`). Tolerance: 15 %, just above the
+# paper's own largest model error (13.7 %, Fig. 11). `input` rows were used to derive unstated inputs, so
+# they agree by construction. The "measured" rows compare the model with the paper's hardware results.
+
+# %%
+table = claims.reproduce(cal)
+display(table[["claim_id", "kind", "setting", "paper_value", "kit_value", "rel_diff", "verdict"]])
+print(table["verdict"].value_counts().to_string())
+figures.claims_plot(table);
+
+# %% [markdown]
+# ## Table 3's compression ratios vs the kit's `plan()`
+#
+# The kit counts every byte a compressor puts on the wire (its `plan()`); the paper counts MSTop-K's
+# values only (its int32 indices double the bytes), and its PowerSGD ratio is slightly higher than what
+# the kit's PowerSGD (Vogels et al.'s layer-wise scheme, vectors sent uncompressed) sends.
+
+# %%
+display(claims.compression_ratios())
+
+# %% [markdown]
+# ## Where the kit disagrees, and why
+#
+# * **Fig. 3 / Sec. 3.3** — the paper's measured 96-GPU numbers and its simulated crossover are not
+#   consistent under Eq. 1; the kit follows the measurements.
+# * **Fig. 20** — reproduced only if encode/decode does *not* speed up with compute.
+# * **Fig. 12 at batch 16** — with ResNet-101's derived backward time the last buckets cannot hide at 4x.
+# * **Measured SignSGD (Sec. 1)** — the model misses all-gather congestion (incast), as App. C admits;
+#   `Hardware(incast_coeff=...)` adds it (beyond the paper).
+# * **Sec. 3.3 small batches** — the kit scales `T_comp` linearly with batch size; real GPUs are less
+#   efficient at small batches, so the kit overestimates PowerSGD's advantage there.
+#
+# Details and numbers: `data/paper/README.md`.

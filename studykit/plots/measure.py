@@ -1,0 +1,218 @@
+"""Figures of measurements and of the calibration fitted to them: all-reduce times against Eq. 1,
+fitted constants against a reference, measured iteration times against emulated bandwidth."""
+from __future__ import annotations
+
+import numpy as np
+from typing import Optional
+
+import pandas as pd
+
+from studykit.measure.report import _with_paper, backward_ms, encode_decode_table
+from studykit.plots.style import PAPER_STYLE, new, ref_line, theme
+
+__all__ = ["allreduce_fit_plot", "calibration_compare_plot", "measured_bandwidth_plot", "plot_encode_decode", "plot_overheads"]
+
+
+def allreduce_fit_plot(data: pd.DataFrame, alpha_s: float, bandwidth_gbps: float,
+                       reference: dict | None = None, ax=None):
+    """Calibration: measured all-reduce times vs message size per world size, the Eq. 1 fit
+    (solid) and a reference calibration (dashed: the paper's or the hardware spec)."""
+    from studykit.perfmodel import collectives as col
+
+    fig, ax = (ax.figure, ax) if ax is not None else new(width=7)
+    sizes = np.geomspace(max(data["size_bytes"].min(), 1), data["size_bytes"].max(), 100)
+    for i, (p, g) in enumerate(data.groupby("world_size")):
+        ax.scatter(g["size_bytes"], g["t_s"] * 1e3, s=14, color=f"C{i}", label=f"measured, {p} workers")
+        fit = col.ring_allreduce_s(sizes, p, alpha_s, col.gbps_to_bytes_s(bandwidth_gbps))
+        ax.plot(sizes, fit * 1e3, color=f"C{i}", linewidth=1)
+        if reference:
+            ref = col.ring_allreduce_s(sizes, p, reference["alpha_s"], col.gbps_to_bytes_s(reference["bandwidth_gbps"]))
+            ax.plot(sizes, ref * 1e3, **{**PAPER_STYLE, "color": f"C{i}"})
+    ax.plot([], [], color="0.3", linewidth=1, label=f"Eq. 1 fit: alpha={alpha_s * 1e6:.3g} us, BW={bandwidth_gbps:.3g} Gbit/s")
+    if reference:
+        ax.plot([], [], **PAPER_STYLE, label=f"{reference.get('label', 'reference')}: alpha="
+                f"{reference['alpha_s'] * 1e6:.3g} us, BW={reference['bandwidth_gbps']:.3g} Gbit/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size per worker (bytes)")
+    ax.set_ylabel("all-reduce time (ms)")
+    ax.legend(fontsize="x-small")
+    return fig, ax
+
+
+def _key(r) -> tuple:
+    def norm(v):
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+    return (r["constant"], norm(r.get("model")), norm(r.get("batch_size")), norm(r.get("compressor")),
+            norm(r.get("params")))
+
+
+def calibration_compare_plot(fitted: pd.DataFrame, reference: pd.DataFrame | None = None,
+                             labels: tuple[str, str] = ("fitted", "reference"), max_rows: int = 30):
+    """Calibration: fitted times (T_comp, T_encode_decode; ms, bootstrap interval as error bars) and gamma,
+    with the reference calibration's value for the same quantity as a dashed tick. At most
+    ``max_rows`` times are drawn, those with a reference value first."""
+    ref = {} if reference is None else {_key(r): r for _, r in reference.iterrows()}
+    times = fitted[fitted["constant"].isin(["t_comp_s", "t_encode_decode_s"])]
+    matched = times.apply(lambda r: _key(r) in ref, axis=1) if len(times) else pd.Series(dtype=bool)
+    times = pd.concat([times[matched], times[~matched]]).head(max_rows).reset_index(drop=True) if len(times) else times
+    fig, (ax, axg) = new(ncols=2, width=5.5, height=max(4.0, 0.25 * len(times) + 1),
+                         gridspec_kw={"width_ratios": [3, 1]})
+    for i, r in times.iterrows():
+        v = r["value"] * 1e3
+        lo = r["low"] * 1e3 if pd.notna(r.get("low")) else v
+        hi = r["high"] * 1e3 if pd.notna(r.get("high")) else v
+        ax.errorbar([v], [i], xerr=[[v - lo], [hi - v]], fmt="o", color="C0",
+                    label=labels[0] if i == 0 else None)
+        rr = ref.get(_key(r))
+        if rr is not None:
+            ax.plot([rr["value"] * 1e3] * 2, [i - 0.35, i + 0.35], **PAPER_STYLE,
+                    label=labels[1] if labels[1] not in ax.get_legend_handles_labels()[1] else None)
+    names = [f"{'T_comp' if r['constant'] == 't_comp_s' else 'T_enc+dec'} {r.get('model', '')}"
+             + (f" b{int(r['batch_size'])}" if pd.notna(r.get("batch_size")) else "")
+             + (f" {r['compressor']} {r['params']}" if isinstance(r.get("compressor"), str) else "")
+             for _, r in times.iterrows()]
+    ax.set_yticks(range(len(times)), names, fontsize="x-small")
+    ax.invert_yaxis()
+    if len(times):
+        ax.set_xscale("log")
+    n_all = int(fitted["constant"].isin(["t_comp_s", "t_encode_decode_s"]).sum())
+    ax.set_xlabel("time (ms)" + (f"; {n_all - len(times)} more not shown" if n_all > len(times) else ""))
+    ax.legend(fontsize="x-small")
+    g = fitted[fitted["constant"] == "gamma"]
+    if len(g):
+        r = g.iloc[0]
+        lo = r["low"] if pd.notna(r.get("low")) else r["value"]
+        hi = r["high"] if pd.notna(r.get("high")) else r["value"]
+        axg.errorbar([0], [r["value"]], yerr=[[r["value"] - lo], [hi - r["value"]]], fmt="o", color="C0")
+    if reference is not None and (reference["constant"] == "gamma").any():
+        rg = reference[reference["constant"] == "gamma"].iloc[0]
+        for v in (rg.get("low"), rg.get("high")):
+            if pd.notna(v):
+                ref_line(axg, float(v), None)
+        axg.plot([], [], **PAPER_STYLE, label=f"{labels[1]} range")
+        axg.legend(fontsize="x-small")
+    axg.set_xticks([0], ["gamma"])
+    axg.set_ylabel("gamma (backward slowdown under overlap)")
+    fig.tight_layout()
+    return fig, (ax, axg)
+
+
+def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms", predicted: pd.DataFrame | None = None,
+                            baseline: str | None = None, title: str | None = None, legend: bool = True, ax=None):
+    """Figs. 3 / 19 measured: iteration time (``y="ms"``) or speed-up (``y="speedup"``, from
+    :func:`studykit.measure.crossover.speedup_table`) against the emulated bandwidth, one model.
+
+    Measured points are markers (joined by a thin line to guide the eye); ``predicted`` (columns
+    method, rate_gbps, predicted_ms, and base_ms for speed-ups) draws the model as solid lines in the
+    same colour. At most 6 methods per panel (STYLE.md item 14).
+    """
+    if len(methods) > 6:
+        raise ValueError(f"at most 6 methods per panel, got {len(methods)}: facet instead")
+    if y not in ("ms", "speedup"):
+        raise ValueError(f"y must be 'ms' or 'speedup', got {y!r}")
+    fig, ax = (ax.figure, ax) if ax is not None else new()
+    for i, method in enumerate(methods):
+        d = df[df["method"] == method].sort_values("rate_gbps")
+        if d.empty:
+            continue
+        colour = f"C{i}"
+        ax.plot(d["rate_gbps"], d[y], marker="o", linestyle="-", linewidth=0.6, alpha=0.9, color=colour,
+                label=f"{method} (measured)" if predicted is not None else method)
+        if predicted is not None:
+            pm = predicted[predicted["method"] == method].sort_values("rate_gbps")
+            if not pm.empty:
+                vals = pm["predicted_ms"] if y == "ms" else pm["base_ms"] / pm["predicted_ms"]
+                ax.plot(pm["rate_gbps"], vals, linestyle="-", linewidth=2.0, alpha=0.45, color=colour)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ticks = sorted(df["rate_gbps"].unique())
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("emulated network bandwidth per GPU (Gbit/s, tc tbf)")
+    if y == "ms":
+        ax.set_ylabel("iteration time (ms)")
+    else:
+        ref_line(ax, 1.0, f"{baseline or 'baseline'} (speed-up 1)", color="0.4")
+        ax.set_ylabel(f"speed-up over {baseline or 'the baseline'} (x)")
+    if predicted is not None:
+        ax.plot([], [], color="0.5", linewidth=2.0, alpha=0.45, label="model (thick lines)")
+    ax.set_title(title or "")
+    if legend:
+        ax.legend(fontsize="x-small", loc="best")
+    return fig, ax
+
+
+def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Optional[int] = None,
+                       paper: Optional[pd.DataFrame] = None):
+    """Encode-decode time per method (mean, min-max bars, log scale) against the memory floor
+    and the backward pass (dashed lines); the paper's V100 ms as open markers. Returns ``fig, ax``."""
+    import matplotlib.pyplot as plt
+
+
+    theme()
+    t = _with_paper(encode_decode_table(df, model), paper)
+    fig, ax = plt.subplots(figsize=(7, 0.28 * max(len(t), 4) + 1.2))
+    if t.empty:
+        ax.text(0.5, 0.5, f"no profile records for {model}", ha="center", transform=ax.transAxes)
+        return fig, ax
+    y = range(len(t))
+    err = [t["ms_mean"] - t["ms_min"], t["ms_max"] - t["ms_mean"]]
+    ax.errorbar(t["ms_mean"], list(y), xerr=err, fmt="o", capsize=3, label=f"{t['gpu'].iloc[0]} (mean, min-max)")
+    if "paper_v100_ms" in t and t["paper_v100_ms"].notna().any():
+        ax.plot(t["paper_v100_ms"], list(y), "s", mfc="none", label="paper, V100")
+    floor = float(t["floor_ms"].iloc[0])
+    ax.axvline(floor, ls="--", c="k", lw=1, label=f"memory floor {floor:.3g} ms (8 B/element)")
+    bwd = backward_ms(df, model, batch_size)
+    if bwd is not None:
+        ax.axvline(bwd, ls="--", c="C3", lw=1, label=f"backward pass {bwd:.3g} ms")
+    ax.set_yticks(list(y), t["method"])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("encode + decode time (ms, log scale)")
+    ax.set_title(f"Encode-decode of every compressor on {model}'s gradients")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
+    fig.tight_layout()
+    return fig, ax
+
+
+def plot_overheads(df: pd.DataFrame, batch_size: Optional[int] = None):
+    """For every profiled model: encode-decode time as a multiple of the memory floor (left) and of
+    the backward pass (right; models with tcomp records). Returns ``fig, axes``."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+
+    theme()
+    frames = []
+    for model in sorted(df.loc[df["kind"] == "profile", "model"].dropna().unique()) if not df.empty else []:
+        t = encode_decode_table(df, model)
+        if t.empty:
+            continue
+        t["model"] = model
+        bwd = backward_ms(df, model, batch_size)
+        t["x_backward"] = t["ms_mean"] / bwd if bwd else float("nan")
+        frames.append(t)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharey=True)
+    if not frames:
+        axes[0].text(0.5, 0.5, "no profile records", ha="center", transform=axes[0].transAxes)
+        return fig, axes
+    t = pd.concat(frames, ignore_index=True)
+    order = list(dict.fromkeys(t["method"]))
+    hues = sorted(t["model"].unique())
+    sns.stripplot(data=t, x="x_floor", y="method", hue="model", order=order, hue_order=hues, ax=axes[0], size=7,
+                  jitter=False)
+    axes[0].axvline(1, ls="--", c="k", lw=1)
+    axes[0].set(xscale="log", xlabel="encode-decode / memory floor (x)", ylabel="")
+    if t["x_backward"].notna().any():
+        sns.stripplot(data=t.dropna(subset=["x_backward"]), x="x_backward", y="method", hue="model", order=order,
+                      hue_order=hues, ax=axes[1], size=7, jitter=False)
+        axes[1].axvline(1, ls="--", c="C3", lw=1)
+    else:
+        axes[1].text(0.5, 0.5, "no tcomp (backward) records\nfor the profiled models", ha="center",
+                     transform=axes[1].transAxes)
+    axes[1].set(xscale="log", xlabel="encode-decode / backward pass (x)", ylabel="")
+    fig.suptitle("How far above the memory floor, and how large next to the backward pass")
+    fig.tight_layout()
+    return fig, axes
