@@ -41,7 +41,7 @@
 # %% tags=["parameters"]
 records_dir: str = "data/measurements/bandwidth/h200_p2"  # one campaign folder (one card kind, one world size), relative to the repository root
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
-predictions: str = ""  # optional: a `verify` predictions.csv on the same records, to draw the model's lines (empty: none)
+predictions: str = "data/verification/bandwidth/predictions.csv"  # a `verify` predictions.csv on the same records: the model's lines (empty: none)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval
 methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (blocking hook)", "topk 1% (post)", "PyTorch fp16 hook", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
 

@@ -102,7 +102,7 @@ COMPRESSOR_SOURCES: dict[str, str] = {
     "powersgd": "vogels2019", "atomo": "wang2018", "qsgd": "alistarh2017", "terngrad": "wen2017",
     "signsgd": "bernstein2018", "ef_signsgd": "karimireddy2019", "dgc": "lin2018", "topk": "aji2017",
     "randomk": "stich2018", "mstopk": "shi2021", "natural": "horvath2019", "thc": "li2024",
-    "topk_chunked": "han2024",
+    "topk_chunked": "han2024", "topk_chunked_allreduce": "han2024",
 }
 
 
