@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Calibrate the performance model from measurements
 #
-# Fits the constants of seed 000's model (App. C) from timing records (`data/measurements/`,
+# Fits the constants of Agarwal et al.'s model (App. C) from timing records (`data/measurements/`,
 # JSON Lines written by `python -m studykit sweep/tcomp/profile/ddp`):
 #
 # * **alpha, BW** (Eq. 1) from all-reduce times across message sizes and world sizes,

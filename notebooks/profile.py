@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # How expensive is each compressor here? (seed 000, Tables 2 and 3)
+# # How expensive is each compressor here? (Agarwal et al. 2022, Tables 2 and 3)
 #
 # Agarwal et al. time the encode and decode of nine gradient compressors on ResNet-50's gradients
 # (Table 2, 64 V100s) and find most take around 100 ms, a large share of a backward pass of about

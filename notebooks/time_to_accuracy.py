@@ -18,12 +18,12 @@
 #
 # Two of the seed papers judge compression by what it does to *training*, not to one step:
 #
-# * **Tirupati et al.** (seed 001) compare three scenarios on two GPUs: no compression, static 8-bit
+# * **Tirupati et al.** (Tirupati et al.) compare three scenarios on two GPUs: no compression, static 8-bit
 #   quantization, and *dynamic* compression, which starts at 4-bit quantization and relaxes to 8, 16 bits
 #   and none as a step function of validation accuracy and of the change in training loss crosses
 #   thresholds, removing compression for a while when training stalls at one step (Table I: accuracy,
 #   training time, data transferred; Figs. 1-3: accuracy and loss per epoch).
-# * **Han et al.** (seed 002) ask for **time to accuracy** (TTA) against an **FP16** baseline, since FP16
+# * **Han et al.** (Han et al. 2024) ask for **time to accuracy** (TTA) against an **FP16** baseline, since FP16
 #   all-reduce already halves the bytes at no accuracy cost.
 #
 # This notebook trains (or reads committed runs of) every method with each compressor as a DDP
@@ -40,12 +40,12 @@ epochs: int = 30  # epochs per method, the same for all (source: run)
 batch_size: int = 32  # per worker (source: run)
 lr: float = 0.05  # SGD learning rate, momentum 0.9 (source: run)
 seed: int = 0  # model init, data order, compressor randomness (source: run)
-acc_thresholds: list = [0.7, 0.85, 0.92]  # dynamic: validation-accuracy steps (fractions) of seed 001's step function
+acc_thresholds: list = [0.7, 0.85, 0.92]  # dynamic: validation-accuracy steps (fractions) of Tirupati et al.'s step function
 loss_thresholds: list = [0.05, 0.02, 0.01]  # dynamic: mean |change of training loss| per epoch below which compression relaxes
 stall_epochs: int = 4  # dynamic: epochs at one step before compression is removed for an epoch
 fig_methods: list = ["none", "fp16", "quantize8", "dynamic"]  # methods drawn in the per-epoch figures (tables show all)
 target_acc: float = 0.9  # time-to-accuracy target, test accuracy as a fraction
-baseline: str = "fp16"  # seed 002's baseline method for the TTA speed-up
+baseline: str = "fp16"  # Han et al.'s baseline method for the TTA speed-up
 
 # %%
 import pandas as pd
@@ -85,7 +85,7 @@ table.round(2)
 
 # %% [markdown]
 # ## Figs. 1-3, analogues: accuracy and loss per epoch
-# Seed 001's scenarios (and the FP16 baseline); `fig_methods` picks others.
+# Tirupati et al.'s scenarios (and the FP16 baseline); `fig_methods` picks others.
 
 # %%
 fig, ax = plots.accuracy_curves(dfig, "train")
@@ -113,7 +113,7 @@ dyn = [m for m in df["method"].unique() if df[df["method"] == m]["level"].nuniqu
 sched[sched["method"].isin(dyn)].pivot(index="epoch", columns="method", values="level")
 
 # %% [markdown]
-# ## Time to accuracy against the FP16 baseline (seed 002)
+# ## Time to accuracy against the FP16 baseline (Han et al. 2024)
 # Training time until the test accuracy first reaches the target; `speedup_vs_baseline` > 1 means faster
 # than FP16. "Not reached" methods never got there within the epochs run.
 
@@ -133,7 +133,7 @@ fig, ax = plots.accuracy_vs_time(df, target=target_acc)
 # Per-iteration time split into compute (forward, backward, optimizer), compression (encode, decode,
 # error feedback) and communication (inside the collectives, waiting for peers included). On CPU with
 # gloo and a model of a few thousand parameters, every collective is latency-bound: fewer bytes barely
-# shorten communication, while encoding adds work, the regime in which seed 000 finds compression rarely pays.
+# shorten communication, while encoding adds work, the regime in which Agarwal et al. 2022 finds compression rarely pays.
 
 # %%
 fig, ax = plots.bytes_bars(table)

@@ -18,9 +18,9 @@
 #
 # You know SGD: compute the gradient of the loss on a mini-batch, step against it. This tour shows what
 # changes when `p` GPUs train one model together, why that costs network time, how systems hide most of
-# that time, and why, as seed 000 (Agarwal et al., *On the Utility of Gradient Compression in Distributed
+# that time, and why, as Agarwal et al. 2022 (*On the Utility of Gradient Compression in Distributed
 # Training Systems*, MLSys 2022) finds, squeezing the gradient rarely makes training faster at data-center
-# bandwidth. Then it goes past that paper with seed 002 (time to accuracy, the FP16 baseline) and seed
+# bandwidth. Then it goes past that paper with Han et al. 2024 (time to accuracy, the FP16 baseline) and seed
 # 001 (dynamic compression).
 #
 # Every number below is computed by the `studykit` package (`studykit.perfmodel`, `studykit.lessons.tour`,
@@ -37,7 +37,7 @@ slow_bandwidth_gbps: float = 1.0  # a slow network, where communication no longe
 max_world_size: int = 1024  # right end of the GPU axis in the collective-cost figure
 calibration_path: str = "data/calibrations/paper_v100.json"  # calibration JSON (repo-relative): alpha, gamma, T_comp, T_encode_decode
 gallery_workers: int = 4  # simulated workers whose real gradients each compressor aggregates
-runs_dir: str = "cpu"  # folder under data/training/ with committed training runs (seed 001 / 002 section)
+runs_dir: str = "cpu"  # folder under data/training/ with committed training runs (Tirupati et al. / 002 section)
 target_acc: float = 0.9  # time-to-accuracy target for those runs (test accuracy, fraction)
 
 # %%
@@ -318,12 +318,12 @@ tour.Answer(float(predict(work, replace(hw, compute_speedup=4.0), world_size, "p
             note="faster compute shrinks what overlap can hide, so communication savings start to count")
 
 # %% [markdown]
-# ## 6. Beyond the paper: time to accuracy (seed 002) and dynamic compression (seed 001)
+# ## 6. Beyond the paper: time to accuracy (Han et al. 2024) and dynamic compression (Tirupati et al.)
 #
-# Seed 000 measures time *per iteration*, which is generous to compression: lossy gradients can need
-# more iterations. **Seed 002** (Han et al., *Beyond Throughput and Compression Ratios*) asks for
+# Agarwal et al. 2022 measures time *per iteration*, which is generous to compression: lossy gradients can need
+# more iterations. **Han et al. 2024** (Han et al., *Beyond Throughput and Compression Ratios*) asks for
 # **time to accuracy** (TTA), and for **FP16** as the baseline to beat, since casting to FP16 already halves
-# the bytes at no accuracy cost and rides all-reduce. **Seed 001** (Tirupati et al., *Distributed Model
+# the bytes at no accuracy cost and rides all-reduce. **Tirupati et al.** (Tirupati et al., *Distributed Model
 # Training With Dynamic Gradient Compression*) changes the compression *level* during training: coarse
 # quantization early, relaxing as validation accuracy and the loss change cross thresholds, and none
 # when learning stalls.
@@ -343,12 +343,12 @@ fig, ax = tplots.bits_over_epochs(runs[runs.method.isin(["fp16", "quantize8", "d
 
 # %% [markdown]
 # The bits per gradient entry over epochs: static `quantize8` stays put, the dynamic controller
-# starts coarse and relaxes (seed 001's step function). These runs come from small models on a shared CPU,
+# starts coarse and relaxes (Tirupati et al.'s step function). These runs come from small models on a shared CPU,
 # where every collective is latency-bound: timings are noisy and bytes saved barely shorten an
-# iteration, seed 000's regime again. The `time_to_accuracy` notebook has the whole analysis
+# iteration, Agarwal et al.'s regime again. The `time_to_accuracy` notebook has the whole analysis
 # (Table I, accuracy curves, time split).
 #
-# **Exercise 5.** Seed 002 says FP16 is the baseline to beat. On the tour's model at `world_size` GPUs,
+# **Exercise 5.** Han et al. 2024 says FP16 is the baseline to beat. On the tour's model at `world_size` GPUs,
 # how many times *more* bytes than FP16 does `quantize:bits=8` put into its all-reduce?
 #
 # <details><summary>Hint</summary>

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # Verifying the performance model (seed 000, Sec. 4.1, App. B-D)
+# # Verifying the performance model (Agarwal et al. 2022, Sec. 4.1, App. B-D)
 #
 # The paper checks its model by predicting iteration times and comparing with runs: for syncSGD
 # the median difference is 1.8 % and the maximum 13.7 % (Fig. 11); for compression, up to 9.1 %

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # What if? The paper's performance model, redrawn
 #
-# Seed 000 (Agarwal et al., MLSys 2022) uses its performance model (Sec. 4.1, App. B) to ask how
+# Agarwal et al. 2022 (MLSys 2022, https://arxiv.org/abs/2103.00543) uses its performance model (Sec. 4.1, App. B) to ask how
 # bandwidth, compute speed and the compressor's design change the answer to "does gradient
 # compression pay off?". This notebook redraws Figures 3, 12, 18, 19, 20 and 21 with the kit's
 # model (`studykit.perfmodel`) from the paper's own V100 inputs (`data/calibrations/paper_v100.json`).

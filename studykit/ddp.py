@@ -1,4 +1,4 @@
-"""Any studykit compressor inside PyTorch DDP, two ways (seed 000, Sec. 3 "Implementation Details"):
+"""Any studykit compressor inside PyTorch DDP, two ways (Agarwal et al. 2022, Sec. 3 "Implementation Details"):
 
 * overlapped with the backward pass, as a DDP communication hook::
 

@@ -1,7 +1,7 @@
 """Parameter shapes of the paper's models, written down without torchvision or weights.
 
-Seed 000 studies ResNet-50 (97 MB), ResNet-101 (170 MB) and BERT-base (418 MB)
-(Sec. 3, "Methodology"; the paper's MB are MiB of fp32 parameters); seed 002
+Agarwal et al. 2022 studies ResNet-50 (97 MB), ResNet-101 (170 MB) and BERT-base (418 MB)
+(Sec. 3, "Methodology"; the paper's MB are MiB of fp32 parameters); Han et al. 2024
 adds VGG19. The shapes follow torchvision's / transformers' ``named_parameters()``
 order (forward order; DDP buckets them in reverse). Totals are checked in the
 tests against the published parameter counts. ``build`` makes the real module
@@ -120,7 +120,7 @@ def size_bytes(name: str, bytes_per_param: int = 4) -> int:
 #: per-worker batch sizes used by default when timing (MACHINE-NOTES: ResNets 64, VGG19 32, BERT 16)
 DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "gpt2_small": 8, "mlp_small": 32,
                  "mlp_large": 32, "cnn_small": 32}
-#: BERT sequence length when timing (seed 000 fine-tunes on Sogou News; 128 tokens is the usual setting)
+#: BERT sequence length when timing (Agarwal et al. 2022 fine-tunes on Sogou News; 128 tokens is the usual setting)
 BERT_SEQ_LEN = 128
 #: GPT-2 small's context (Radford et al. 2019): its timing batch is 8 sequences of 1024 tokens
 GPT2_SEQ_LEN = 1024

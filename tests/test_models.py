@@ -9,7 +9,7 @@ def test_parameter_counts_match_published(name, count):
 
 
 def test_paper_model_sizes_in_mib():
-    # Seed 000, Sec. 3: ResNet-50 97 MB, ResNet-101 170 MB, BERT-base 418 MB (MiB of fp32)
+    # Agarwal et al. 2022, Sec. 3: ResNet-50 97 MB, ResNet-101 170 MB, BERT-base 418 MB (MiB of fp32)
     for name, mib in [("resnet50", 97), ("resnet101", 170), ("bert_base", 418)]:
         assert round(models.size_bytes(name) / 2**20) == mib
 

@@ -54,7 +54,7 @@ def test_every_notebook_source_has_its_notebook():
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_code_cells_are_short(nb):
-    """Notebooks orchestrate and plot (STYLE.md item 1): a longer cell is a function for the package."""
+    """Notebooks orchestrate and plot (docs/STYLE.md item 1): a longer cell is a function for the package."""
     cells = json.loads(nb.read_text())["cells"]
     long = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
             and "parameters" not in c.get("metadata", {}).get("tags", []) and len("".join(c["source"]).splitlines()) > 16]

@@ -1,4 +1,4 @@
-"""The paper's model-based claims (seed 000), reproduced from its own inputs, with stated tolerances.
+"""The paper's model-based claims (Agarwal et al. 2022), reproduced from its own inputs, with stated tolerances.
 
 Every paper number is read from ``data/paper/claims.csv``; the kit's from
 ``studykit.perfmodel.claims.reproduce`` on ``data/calibrations/paper_v100.json``.

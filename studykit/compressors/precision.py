@@ -1,6 +1,6 @@
 """Dense baselines: fp32 all-reduce (``none``) and half-precision casts (``fp16``, ``bf16``).
 
-Seed 002 (Han et al.) argues FP16 is the baseline a compressor has to beat: half
+Han et al. 2024 (Han et al.) argues FP16 is the baseline a compressor has to beat: half
 the bytes of fp32, all-reduce compatible, negligible accuracy loss.
 """
 from __future__ import annotations

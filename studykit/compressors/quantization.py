@@ -1,8 +1,8 @@
 """Quantizers: signSGD, EF-SignSGD, QSGD, TernGrad, natural compression, b-bit ``quantize``.
 
-Table 2 of seed 000 (Agarwal et al., MLSys'22) lists SignSGD, QSGD and TernGrad as the
+Table 2 of Agarwal et al. 2022 (MLSys 2022) lists SignSGD, QSGD and TernGrad as the
 quantization methods; all of them are all-gather methods (their aggregation is not a sum
-of payloads). ``quantize`` is seed 001's fixed b-bit building block, written to be
+of payloads). ``quantize`` is Tirupati et al.'s fixed b-bit building block, written to be
 all-reduce compatible: a shared scale makes integer levels of different workers addable.
 
 Everything works on the flat float32 gradient and is meta-safe: payload shapes depend
@@ -502,7 +502,7 @@ class Natural(_PrivateRandomness):
 @register
 class Quantize(Compressor):
     """Fixed b-bit uniform stochastic quantization, all-reduce compatible (the building block of
-    seed 001, Tirupati et al., "Distributed model training with dynamic gradient compression":
+    Tirupati et al., Tirupati et al., "Distributed model training with dynamic gradient compression":
     static 8-bit and dynamic 4-16-bit quantization of the all-reduced gradients).
 
     Protocol (two rounds): (1) every worker all-gathers its ``max|g|`` (4 bytes) and all take

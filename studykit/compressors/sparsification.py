@@ -6,7 +6,7 @@
 * ``mstopk``: approximate top-k by a threshold binary search (Shi et al. 2021).
 * ``dgc``: approximate top-k from a threshold estimated on a random sample (Lin et al. 2018).
 * ``topk_chunked``: top-k inside fixed-size contiguous chunks, chunk-local indices
-  (Han et al. 2024, seed 002).
+  (Han et al. 2024, Han et al. 2024).
 
 Everything but ``randomk`` all-gathers a fixed-size payload of k fp32 values and k
 indices (Agarwal et al. 2022, Table 2: only RandomK is all-reduce compatible). Payload
@@ -380,7 +380,7 @@ class DGC(_GatherSparse):
 # -------------------------------------------------------------------- TopK-chunked
 @register
 class TopKChunked(_Sparse):
-    """TopK-chunked (Han et al. 2024, "Beyond throughput and compression ratios", seed 002).
+    """TopK-chunked (Han et al. 2024, "Beyond throughput and compression ratios", Han et al. 2024).
 
     The flat gradient is cut into contiguous chunks of ``chunk`` elements (the last one
     zero-padded; one chunk of n when n < chunk) and the top k_c = max(1, ceil(ratio *

@@ -1,4 +1,4 @@
-"""THC: Tensor Homomorphic Compression, with seed 002's saturation and partial rotation.
+"""THC: Tensor Homomorphic Compression, with Han et al.'s saturation and partial rotation.
 
 THC (Li et al., NSDI 2024) makes quantized gradients *addable*: after a randomized
 Hadamard transform (RHT) every worker quantizes against the same range onto the same
@@ -93,7 +93,7 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
 class THC(Compressor):
     """THC, Tensor Homomorphic Compression (Li et al., NSDI 2024, "THC: Accelerating distributed
     deep learning using tensor homomorphic compression"), uniform variant, with the
-    saturation and partial-rotation optimizations of seed 002 (Han et al. 2024, Sec. on THC).
+    saturation and partial-rotation optimizations of Han et al. 2024 (Han et al. 2024, Sec. on THC).
 
     Protocol per call, on the flat gradient zero-padded to the rotation size:
 

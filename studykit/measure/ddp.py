@@ -1,6 +1,6 @@
 """``ddp``: DDP iteration time (forward + backward + optimizer step) under torchrun.
 
-Seed 000, Sec. 3.1 / App. A compare compression overlapped with the backward pass
+Agarwal et al. 2022, Sec. 3.1 / App. A compare compression overlapped with the backward pass
 (a DDP communication hook) against compression after it (the paper's faster
 choice), and both against optimized syncSGD (PyTorch DDP). Per model and batch
 size this times, on every rank (the record holds the max over ranks per iteration):

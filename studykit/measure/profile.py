@@ -1,6 +1,6 @@
 """``profile``: encode/decode time of compressors on a model's real gradient shapes.
 
-Seed 000, Tables 2-3 and App. C: T_encode-decode is the time to compress and
+Agarwal et al. 2022, Tables 2-3 and App. C: T_encode-decode is the time to compress and
 decompress one step's gradients (the paper: 60 iterations, first 10 discarded).
 Gradients are random fp32 tensors with the model's parameter shapes on the
 device; the timed call is ``compressor.reduce(grads, comm)`` with a world-size-1
@@ -35,7 +35,7 @@ from studykit.measure.timing import Timing, time_fn
 __all__ = ["PAPER_SPECS", "paper_specs", "effective_params", "single_round", "measure_copy_bandwidth",
            "run_profile"]
 
-#: Tables 2-3 of seed 000 as (compressor, params): MS-TopK/DGC/TopK/RandomK 1%, MS-TopK 0.1%,
+#: Tables 2-3 of Agarwal et al. 2022 as (compressor, params): MS-TopK/DGC/TopK/RandomK 1%, MS-TopK 0.1%,
 #: SignSGD, QSGD 2-bit (read as levels=1: sign + one magnitude level, values {-1, 0, 1} x norm),
 #: TernGrad, PowerSGD rank 4/8/16, ATOMO rank 4. Parameter names follow the kit's
 #: compressors; a spec the registry rejects is skipped by :func:`paper_specs`.

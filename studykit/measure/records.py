@@ -204,7 +204,7 @@ def _static_provenance(device_str: str) -> dict:
 
 
 def provenance(device="cpu", /, **extra) -> dict:
-    """Where and with what a record was made (STYLE.md item 5): the one provenance builder of the kit,
+    """Where and with what a record was made (docs/STYLE.md item 5): the one provenance builder of the kit,
     for measurement records, training records and the notebook runner's summary. Hardware (``gpu``,
     ``driver``, ``cpu``), versions (``torch``, ``cuda``, ``nccl``, ``python``), ``host``, ``git_commit``,
     ``git_dirty``, ``num_threads``, ``timestamp`` (now, UTC, ISO 8601), ``argv``, ``network``, plus

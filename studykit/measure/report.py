@@ -1,6 +1,6 @@
 """Records -> the paper's Tables 2 and 3 for this hardware, and the overhead plots.
 
-Seed 000, Table 2: encode-decode time of nine compressors on ResNet-50 (V100) and
+Agarwal et al. 2022, Table 2: encode-decode time of nine compressors on ResNet-50 (V100) and
 whether they aggregate by all-reduce; Table 3: PowerSGD rank 4/8/16, MS-TopK
 1%/0.1% and SignSGD with their compression ratios, against a backward pass of
 about 122 ms. Here the same tables come from ``profile`` records (statistic: the
@@ -27,7 +27,7 @@ _FAMILY_LABEL = {"sparsification": "Sparsification", "quantization": "Quantizati
                  "precision": "Dense"}
 FAMILY = {n: _FAMILY_LABEL[compressors.metadata(n).family] for n in compressors.available()}
 FAMILY_ORDER = ["Sparsification", "Quantization", "Low rank", "Dense", "Dense / other"]
-#: Table 3 of seed 000: (compressor, the parameter it varies, values)
+#: Table 3 of Agarwal et al. 2022: (compressor, the parameter it varies, values)
 TABLE3 = [("powersgd", "rank", [4, 8, 16]), ("mstopk", "ratio", [0.01, 0.001]), ("signsgd", None, [None])]
 _KEY_PARAM = {n: compressors.metadata(n).key_param for n in compressors.available()}  # from the classes
 
@@ -180,7 +180,7 @@ def _with_paper(ours: pd.DataFrame, paper: Optional[pd.DataFrame], prefix: str =
 
 def table2(df: pd.DataFrame, model: str = "resnet50", paper: Optional[pd.DataFrame] = None,
            sim_world_size: int = 1) -> pd.DataFrame:
-    """Seed 000 Table 2 for this hardware: every profiled method, with the paper's V100 ms where known."""
+    """Agarwal et al. 2022 Table 2 for this hardware: every profiled method, with the paper's V100 ms where known."""
     t = encode_decode_table(df, model, sim_world_size)
     if t.empty and sim_world_size != 1 and not encode_decode_table(df, model, 1).empty:
         print(f"note: no {model} profiles decoding {sim_world_size} workers' payloads; showing world size 1")
@@ -205,7 +205,7 @@ def backward_ms(df: pd.DataFrame, model: str, batch_size: Optional[int] = None) 
 
 def table3(df: pd.DataFrame, model: str = "resnet50", paper: Optional[pd.DataFrame] = None,
            batch_size: Optional[int] = None) -> pd.DataFrame:
-    """Seed 000 Table 3 for this hardware: the paper's settings, their ratio and encode-decode ms,
+    """Agarwal et al. 2022 Table 3 for this hardware: the paper's settings, their ratio and encode-decode ms,
     and the backward time of the same model (``tcomp``) for scale."""
     t = encode_decode_table(df, model)
     rows = []

@@ -1,6 +1,6 @@
 """``sweep``: collectives over message sizes, under torchrun (NCCL on GPUs, gloo on CPUs).
 
-Seed 000, Fig. 4 compares all-reduce, all-gather and a parameter server; App. C
+Agarwal et al. 2022, Fig. 4 compares all-reduce, all-gather and a parameter server; App. C
 derives alpha from small all-reduces and BW from large ones. Bandwidths follow
 the nccl-tests conventions (PERFORMANCE.md there):
 

@@ -1,6 +1,6 @@
 """``tcomp``: single-device forward+backward and backward-only time (T_comp).
 
-Seed 000, App. C: "we calculate just the time taken for backward pass on a
+Agarwal et al. 2022, App. C: "we calculate just the time taken for backward pass on a
 single machine this forms T_comp in the performance model". ``bwd`` times
 ``loss.backward()`` alone (the forward runs untimed before each iteration);
 ``fwd_bwd`` times forward + loss + backward. Gradients are reset (set to None)

@@ -1,6 +1,6 @@
-"""The kit's one timing helper (STYLE.md item 6).
+"""The kit's one timing helper (docs/STYLE.md item 6).
 
-Seed 000, Sec. 3 "Methodology" and App. C: "we run 60 iterations for each setup
+Agarwal et al. 2022, Sec. 3 "Methodology" and App. C: "we run 60 iterations for each setup
 and discard the first 10 ... the mean of the remaining 50", error bars = min/max.
 :func:`time_fn` does exactly that by default (``n_warmup=10``, ``n_iter=50``) and
 reports median, mean, min and max in milliseconds plus the raw list.
@@ -33,7 +33,7 @@ import torch
 
 __all__ = ["Timing", "time_fn", "PAPER_ITERATIONS", "PAPER_DISCARDED"]
 
-#: seed 000, Sec. 3: 60 iterations per setup, the first 10 discarded
+#: Agarwal et al. 2022, Sec. 3: 60 iterations per setup, the first 10 discarded
 PAPER_ITERATIONS = 60
 PAPER_DISCARDED = 10
 

@@ -1,4 +1,4 @@
-"""The performance model of seed 000 (Agarwal et al., MLSys 2022), vectorized and calibratable.
+"""The performance model of Agarwal et al. 2022 (MLSys 2022, https://arxiv.org/abs/2103.00543), vectorized and calibratable.
 
 * :mod:`~studykit.perfmodel.collectives`: Table 1, Eq. 1 and App. B collective costs;
 * :mod:`~studykit.perfmodel.model`: syncSGD with overlap (Sec. 4.1), compressed training

@@ -45,7 +45,7 @@ __all__ = ["MAIN_PARAMETER", "Candidate", "candidates", "Advice", "advise", "acc
 #: each compressor's main parameter and the three values swept (a compressor class may state its own
 #: as ``main_parameter = ("rank", (1, 4, 16))``, which wins); compressors not named have no main parameter
 MAIN_PARAMETER: dict[str, tuple[str, tuple]] = {
-    "powersgd": ("rank", (1, 4, 16)),  # Vogels et al. 2019; seed 000 Table 3 uses ranks 4, 8, 16
+    "powersgd": ("rank", (1, 4, 16)),  # Vogels et al. 2019; Agarwal et al. 2022 Table 3 uses ranks 4, 8, 16
     "atomo": ("rank", (1, 4, 16)),
     "topk": ("ratio", (0.001, 0.01, 0.1)),  # 0.1 %, 1 %, 10 % of the entries
     "randomk": ("ratio", (0.001, 0.01, 0.1)),
@@ -229,7 +229,7 @@ def _ted_ends(cal: Calibration, name: str, params: dict, model: str):
 
     The calibration's look-up first (exact, interpolated, scaled from another model); a parameter value
     it cannot price takes the look-up of the nearest parameter value it can (log distance), flagged
-    ``assumed`` (T_encode_decode of most compressors changes little with their main parameter; seed 000
+    ``assumed`` (T_encode_decode of most compressors changes little with their main parameter; Agarwal et al. 2022
     Table 3: MSTopK 103 / 104 ms at 1 % / 0.1 %)."""
     q = normalize_params(params, name)
     try:

@@ -1,6 +1,6 @@
 """A calibration: the performance model's measured constants, each with uncertainty and source.
 
-Seed 000, App. C ("Using the Performance Model") lists what the model needs:
+Agarwal et al. 2022, App. C ("Using the Performance Model") lists what the model needs:
 the latency ``alpha``, the bandwidth ``BW``, the overlap slowdown ``gamma``, the
 single-GPU backward time ``T_comp`` per model and batch size, and
 ``T_encode_decode`` per compressor and model. The kit adds what a prediction of the
@@ -103,7 +103,7 @@ class TEncodeDecode(Constant):
     """``T_encode_decode`` (s) of ``compressor(**params)`` on ``model``'s gradients.
 
     ``T(p) = value + per_worker_s * p`` (``per_worker_s`` = 0 unless fitted from
-    profiles at several world sizes; seed 000 Fig. 8 notes SignSGD's decode grows with p).
+    profiles at several world sizes; Agarwal et al. 2022 Fig. 8 notes SignSGD's decode grows with p).
     """
 
     compressor: str = ""

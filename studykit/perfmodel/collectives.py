@@ -1,4 +1,4 @@
-"""Collective communication costs: seed 000, Table 1 (Sec. 2.2), Eq. 1 (Sec. 4.1), App. B.
+"""Collective communication costs: Agarwal et al. 2022, Table 1 (Sec. 2.2), Eq. 1 (Sec. 4.1), App. B.
 
 Every function is one equation, in seconds, and broadcasts over numpy arrays
 (message size, world size, latency, bandwidth may each be arrays), so a whole

@@ -1,6 +1,6 @@
 """Fit a calibration (alpha, BW, gamma, T_comp, T_encode_decode) from measurement records.
 
-Seed 000, App. C describes how the paper obtains each constant; the kit fits them
+Agarwal et al. 2022, App. C describes how the paper obtains each constant; the kit fits them
 from timing records (JSON Lines, :mod:`studykit.measure.records`) instead:
 
 * **alpha, BW** (Eq. 1): weighted least squares of all-reduce times on
@@ -281,7 +281,7 @@ def fit_incast(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, 
     lo, hi = _interval(boot)
     x = (p - 1.0) * b / col.gbps_to_bytes_s(bandwidth_gbps)
     return Constant(max(s - 1.0, 0.0), "ratio", f"all-gather records ({len(t)}, {stat}) vs ring all-gather "
-                    "with the fitted alpha/BW (beyond seed 000)" + ("; bootstrap refits alpha/BW" if joint else ""),
+                    "with the fitted alpha/BW (beyond Agarwal et al. 2022)" + ("; bootstrap refits alpha/BW" if joint else ""),
                     low=lo, high=hi, r2=_r2(t, (p - 1.0) * alpha_s + s * x), n=len(t))
 
 
@@ -350,7 +350,7 @@ def fit_encode_decode(records: pd.DataFrame, *, stat: str = "ms_median", n_boot:
     """``T_encode_decode`` per (compressor, params, model) from profile records (App. C).
 
     With profiles at >= 2 (simulated) world sizes the fit is ``value + per_worker_s * p``
-    (seed 000 Fig. 8: SignSGD's decode grows with p), R^2 of that line; else the median.
+    (Agarwal et al. 2022 Fig. 8: SignSGD's decode grows with p), R^2 of that line; else the median.
     """
     what = "T_encode_decode"
     df = _of_kind(normalize(records), "encode_decode", what)

@@ -1,4 +1,4 @@
-"""The iteration-time model of seed 000: syncSGD with overlap (Sec. 4.1) and compression (App. B).
+"""The iteration-time model of Agarwal et al. 2022: syncSGD with overlap (Sec. 4.1) and compression (App. B).
 
 Both models time the backward pass plus gradient synchronization of one
 iteration (the paper's ``T_obs``; the forward pass is left out, as in Figs. 6-11).
@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 MIB = 2**20
-#: PyTorch DDP's default ``bucket_cap_mb=25`` (seed 000, Sec. 2.2 "Bucketing Gradients": "25 MB by default")
+#: PyTorch DDP's default ``bucket_cap_mb=25`` (Agarwal et al. 2022, Sec. 2.2 "Bucketing Gradients": "25 MB by default")
 DEFAULT_BUCKET_BYTES = 25 * MIB
 #: PyTorch DDP's first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``) when ``bucket_cap_mb`` is left at its default
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
@@ -112,7 +112,7 @@ class ModelOptions:
 
     @classmethod
     def paper(cls) -> "ModelOptions":
-        """The model as published (seed 000 Sec. 4.1 Eq. 1, App. B): Eq. 1 collectives, ``k = ceil(G/b)``, no other term."""
+        """The model as published (Agarwal et al. 2022 Sec. 4.1 Eq. 1, App. B): Eq. 1 collectives, ``k = ceil(G/b)``, no other term."""
         return cls(collectives="eq1", bucketing="paper", incast=False)
 
     @classmethod
@@ -138,7 +138,7 @@ class Hardware:
     them with uncertainties (see ``data/paper/README.md`` for the alpha discussion).
     """
 
-    bandwidth_gbps: Any = 10.0  # seed 000 Sec. 3: p3.8xlarge "around 10Gbps"
+    bandwidth_gbps: Any = 10.0  # Agarwal et al. 2022 Sec. 3: p3.8xlarge "around 10Gbps"
     alpha_s: Any = 4e-6  # Eq. 1 latency per ring step; Sec. 2.2 + App. C, see data/paper/README.md
     gamma: Any = 1.07  # Sec. 4.1: "We observe gamma to between 1.04 to 1.1" (midpoint)
     compute_speedup: Any = 1.0  # App. D "Effect of faster compute": divides T_comp and T_encode_decode
@@ -189,7 +189,7 @@ class Workload:
 
     :class:`ModelOptions` ``bucketing`` says how the gradient is split into DDP buckets (:meth:`buckets`):
 
-    * ``"paper"`` (default; seed 000 Sec. 4.1): ``k = ceil(G / b)`` buckets of ``b`` bytes and
+    * ``"paper"`` (default; Agarwal et al. 2022 Sec. 4.1): ``k = ceil(G / b)`` buckets of ``b`` bytes and
       a smaller last one, as if DDP could cut tensors;
     * ``"ddp"``: PyTorch DDP's assignment (:func:`ddp_buckets`): whole parameter tensors in
       reverse order, a bucket closes once it holds ``>= bucket_bytes``; the first bucket closes
@@ -201,7 +201,7 @@ class Workload:
 
     model: str | None = "resnet50"
     batch_size: int = 64
-    t_comp_s: Any = None  # single-GPU backward pass (s); seed 000 App. C (an array: a grid, e.g. an interval's ends)
+    t_comp_s: Any = None  # single-GPU backward pass (s); Agarwal et al. 2022 App. C (an array: a grid, e.g. an interval's ends)
     bucket_bytes: Any = DEFAULT_BUCKET_BYTES
     param_shapes: tuple | None = None  # overrides ``model``'s shapes when given
     first_bucket_bytes: float | None = None  # "ddp" only; None: DDP's rule (see the class docstring)

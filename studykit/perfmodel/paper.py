@@ -1,4 +1,4 @@
-"""Seed 000's published numbers (``data/paper/``) and the paper's V100 calibration.
+"""Agarwal et al.'s published numbers (``data/paper/``) and the paper's V100 calibration.
 
 The CSVs under ``data/paper/`` are transcriptions, each row with table / figure,
 section and (estimated) page. Two inputs the model needs are never stated in
@@ -261,10 +261,10 @@ def build_calibration(derived: pd.DataFrame | None = None) -> Calibration:
     a, a_lo, a_hi = alpha_s_reading()
     g = stated("gamma")
     bw = stated("bandwidth_p3_8xlarge")
-    src = "seed 000 (Agarwal et al., MLSys 2022)"
+    src = "Agarwal et al. 2022 (MLSys 2022, https://arxiv.org/abs/2103.00543)"
     cal = Calibration(
         name=CAL_NAME,
-        description="The paper's V100 / AWS p3.8xlarge inputs (seed 000), stated and derived; "
+        description="The paper's V100 / AWS p3.8xlarge inputs (Agarwal et al. 2022), stated and derived; "
                     "see data/paper/README.md and data/calibrations/README.md.",
         alpha_s=Constant(a, "s", f"{src} Sec. 2.2 ('0.5 to 1ms') read through App. C (divide by p-1, p=64)",
                          low=a_lo, high=a_hi, note="not measured: a reading of the paper; see data/paper/README.md"),
@@ -300,7 +300,7 @@ def build_calibration(derived: pd.DataFrame | None = None) -> Calibration:
         cal.t_encode_decode.append(TEncodeDecode(
             value=float(r["value_ms"]) * 1e-3, unit="s", source=f"derived from {src}: {r['uses']}",
             compressor=r["compressor"], params=json.loads(r["params"]), model=r["model"], note=r["derivation"]))
-    cal.provenance = {"seed": "000_f408ffecd62c0d57.txt", "generated_by": "python -m studykit.perfmodel.paper",
+    cal.provenance = {"paper": "https://arxiv.org/abs/2103.00543", "generated_by": "python -m studykit.perfmodel.paper",
                       "inputs": "data/paper/inputs.csv, table2_encode_decode.csv, table3_compression.csv, claims.csv",
                       "derived": "data/paper/derived_inputs.csv"}
     return cal

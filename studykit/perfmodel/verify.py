@@ -1,6 +1,6 @@
 """``python -m studykit verify``: score the performance model against measured iterations.
 
-Seed 000 checks its model by predicting iteration times and comparing them with
+Agarwal et al. 2022 checks its model by predicting iteration times and comparing them with
 runs (Sec. 4.1 "Verifying Performance Model", Fig. 11: median 1.8 %, max 13.7 % for
 syncSGD; App. C, Fig. 17: up to 9.1 % for all-reduce schemes and 19.1 % for
 SignSGD's all-gather; App. D, Fig. 19: tc-throttled bandwidths). This module does the
@@ -753,7 +753,7 @@ def _fmt_summary(s: pd.DataFrame) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """``python -m studykit verify``'s options."""
     ap = argparse.ArgumentParser(prog="python -m studykit verify",
-                                 description="Predicted vs measured iteration time (seed 000 Sec. 4.1, App. B-D) "
+                                 description="Predicted vs measured iteration time (Agarwal et al. 2022 Sec. 4.1, App. B-D) "
                                              "from measurement records, leave-one-out.")
     ap.add_argument("--records", nargs="+", default=None,
                     help="record folders, one platform each (default: data/measurements/gpu and .../throttle)")

@@ -1,6 +1,6 @@
 """The paper's what-if analyses (Sec. 4.2, App. D) as functions returning tidy DataFrames.
 
-Each function is one figure of seed 000, computed by :func:`studykit.perfmodel.model.predict`
+Each function is one figure of Agarwal et al. 2022, computed by :func:`studykit.perfmodel.model.predict`
 (one vectorized call per sweep) from a :class:`~studykit.perfmodel.calibration.Calibration`
 (default: the paper's V100 inputs, ``data/calibrations/paper_v100.json``):
 

@@ -105,7 +105,7 @@ def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms",
 
     Measured points are markers (joined by a thin line to guide the eye); ``predicted`` (columns
     method, rate_gbps, predicted_ms, and base_ms for speed-ups) draws the model as solid lines in the
-    same colour. At most 6 methods per panel (STYLE.md item 14).
+    same colour. At most 6 methods per panel (docs/STYLE.md item 14).
     """
     if len(methods) > 6:
         raise ValueError(f"at most 6 methods per panel, got {len(methods)}: facet instead")

@@ -1,4 +1,4 @@
-"""One look for the kit's figures (STYLE.md item 9): seaborn theme, units on axes, theoretical
+"""One look for the kit's figures (docs/STYLE.md item 9): seaborn theme, units on axes, theoretical
 ceilings and paper values as dashed reference lines. Every figure module of :mod:`studykit.plots`
 starts from :func:`new` and marks references with :func:`ref_line`."""
 from __future__ import annotations

@@ -51,14 +51,14 @@ def curves(df: pd.DataFrame, metric: str, ax=None, x: str = "epoch"):
 
 
 def accuracy_curves(df: pd.DataFrame, which: str = "test", ax=None):
-    """Seed 001 Fig. 1 (``which="train"``) / Fig. 2 (``"test"``): accuracy (%) per epoch."""
+    """Tirupati et al. Fig. 1 (``which="train"``) / Fig. 2 (``"test"``): accuracy (%) per epoch."""
     fig, ax = curves(df, f"{which}_acc", ax)
     ax.set_title(f"{which.capitalize()} accuracy vs epochs")
     return fig, ax
 
 
 def loss_curves(df: pd.DataFrame, ax=None):
-    """Seed 001 Fig. 3: training cross-entropy loss per epoch."""
+    """Tirupati et al. Fig. 3: training cross-entropy loss per epoch."""
     fig, ax = curves(df, "train_loss", ax)
     ax.set_title("Cross-entropy loss vs epochs")
     return fig, ax

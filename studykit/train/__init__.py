@@ -2,7 +2,7 @@
 
 * :mod:`studykit.train.data`: MNIST-1D (generated), digits, CIFAR-10 (local copy), synthetic
 * :mod:`studykit.train.nets`: small models for them
-* :mod:`studykit.train.dynamic`: compression ladders, triggers, the pure controller (seed 001)
+* :mod:`studykit.train.dynamic`: compression ladders, triggers, the pure controller (Tirupati et al.)
 * :mod:`studykit.train.methods`: method specs (``none``, ``fp16``, ``quantize8``, ``dynamic``, ...)
 * :mod:`studykit.train.loop` / :mod:`studykit.train.launch`: the training loop and its process groups
 * :mod:`studykit.train.analysis`: Table I, time to accuracy (figures: :mod:`studykit.plots.train`)

@@ -1,4 +1,4 @@
-"""From training records to seed 001's Table I and seed 002's time-to-accuracy view.
+"""From training records to Tirupati et al.'s Table I and Han et al.'s time-to-accuracy view.
 
 Records are the JSON lines :mod:`studykit.train.loop` writes (``kind == "train_epoch"``).
 Times are training wall time (evaluation excluded), bytes are what one worker put into
@@ -66,7 +66,7 @@ def method_order(methods, preferred=("none", "fp16", "quantize8", "dynamic")) ->
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Seed 001's Table I per method: epochs, final train/test accuracy (%), best test accuracy,
+    """Tirupati et al.'s Table I per method: epochs, final train/test accuracy (%), best test accuracy,
     training time (s), data transferred per worker and by all workers (MB = 1e6 bytes)."""
     rows = []
     for method in method_order(df["method"]):
@@ -86,7 +86,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def time_to_accuracy(df: pd.DataFrame, target: float, baseline: Optional[str] = "fp16") -> pd.DataFrame:
-    """Seed 002's metric: training time (and epochs, bytes) until the test accuracy first reaches
+    """Han et al.'s metric: training time (and epochs, bytes) until the test accuracy first reaches
     ``target`` (fraction). ``speedup_vs_baseline`` = baseline TTA / method TTA (> 1: faster);
     NaN where a method (or the baseline) never reached the target."""
     rows = []

@@ -2,7 +2,7 @@
 
 Examples::
 
-    # seed 001's three scenarios plus the FP16 baseline, 2 gloo CPU workers spawned here
+    # Tirupati et al.'s three scenarios plus the FP16 baseline, 2 gloo CPU workers spawned here
     python -m studykit train --methods none fp16 quantize8 dynamic --epochs 30 --world-size 2 \\
         --overwrite-committed --out data/training/cpu/
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop each method once test accuracy reaches this fraction")
     g = ap.add_argument_group("dynamic compression (override the method's defaults)")
     g.add_argument("--acc-thresholds", type=argtypes.fraction, nargs="+", default=None,
-                   help="validation-accuracy steps (fractions), seed 001's step function")
+                   help="validation-accuracy steps (fractions), Tirupati et al.'s step function")
     g.add_argument("--loss-thresholds", type=argtypes.positive_float, nargs="+", default=None,
                    help="|change of training loss| steps: below each one relaxes a level")
     g.add_argument("--loss-window", type=argtypes.positive_int, default=None,

@@ -16,7 +16,7 @@ Here that controller is generic:
   for ``powersgd`` (:data:`LADDERS`), or any list you write. No ladder ends in "no
   compression" unless asked: ``FAMILY+none`` (e.g. ``quantize+none``) appends it;
 * pluggable **triggers**, each proposing a ladder index from the epoch metrics seen so far:
-  :class:`AccuracyLossStep` (seed 001's step function) and :class:`GradNormChange`
+  :class:`AccuracyLossStep` (Tirupati et al.'s step function) and :class:`GradNormChange`
   (Accordion, Agarwal et al. 2021: low compression in "critical regimes", detected by a
   large relative change of the accumulated gradient's norm); several triggers combine by
   taking the least compression any of them asks for;
@@ -125,7 +125,7 @@ class Trigger(Protocol):
     """Proposes a ladder index (0 = most compressed) from the metrics of all epochs so far."""
 
     name: str
-    #: whether its proposals may only relax compression (seed 001) or also tighten it (Accordion)
+    #: whether its proposals may only relax compression (Tirupati et al.) or also tighten it (Accordion)
     monotone: bool
 
     def initial(self, n_levels: int) -> int: ...
@@ -142,7 +142,7 @@ def _step(value: float, thresholds: Sequence[float], *, below: bool = False) -> 
 
 @dataclass(frozen=True)
 class AccuracyLossStep:
-    """Seed 001's step function: the ladder index is the larger of
+    """Tirupati et al.'s step function: the ladder index is the larger of
 
     * the number of ``acc_thresholds`` the validation accuracy has reached, and
     * the number of ``loss_thresholds`` the change of training loss is below (a flattening
