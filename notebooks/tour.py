@@ -20,8 +20,8 @@
 # changes when `p` GPUs train one model together, why that costs network time, how systems hide most of
 # that time, and why, as Agarwal et al. 2022 (*On the Utility of Gradient Compression in Distributed
 # Training Systems*, MLSys 2022) finds, squeezing the gradient rarely makes training faster at data-center
-# bandwidth. Then it goes past that paper with Han et al. 2024 (time to accuracy, the FP16 baseline) and seed
-# 001 (dynamic compression).
+# bandwidth. Then it goes past that paper with Han et al. 2024 (time to accuracy, the FP16 baseline) and
+# Tirupati et al. (dynamic compression).
 #
 # Every number below is computed by the `studykit` package (`studykit.perfmodel`, `studykit.lessons.tour`,
 # `studykit.lessons.gallery`) from the paper's V100 inputs (`data/calibrations/paper_v100.json`) or from
@@ -370,4 +370,4 @@ tour.Answer(_f["quantize:bits=8"] / _f["fp16"], "times FP16's bytes",
 # * `what_if`: the paper's what-if figures and every claim, kit against paper.
 # * `explorer`: sliders on the same model (`voila notebooks/explorer.ipynb`).
 # * `profile`, `calibrate`: measure your own GPUs and network and fit the model's constants.
-# * `time_to_accuracy`: seeds 001 and 002 in full.
+# * `time_to_accuracy`: Tirupati et al. and Han et al. 2024 in full.

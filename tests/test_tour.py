@@ -134,7 +134,7 @@ def test_tour_exercises_have_hidden_answers():
 
 # references and names that contain digits but are not results
 _ALLOWED = [r"`[^`]*`", r"\b(Eq|Sec|Table|Tables|Fig|Figs|App|Takeaway)\.?\s+[\dA-Z][\d.]*",
-            r"\b[Ss]eeds?\*{0,2}\s+\d{3}(\s*(and|,|/)\s*\d{3})*", r"\b(FP|fp|BF|bf)(16|32)\b", r"ResNet-\d+", r"MLSys \d{4}", r"\b[VAH]100s?\b",
+            r"\bet al\.\s+\d{4}", r"arxiv\.org/abs/[\d.]+", r"\barXiv\s+[\d.]+", r"\b(FP|fp|BF|bf)(16|32)\b", r"ResNet-\d+", r"MLSys \d{4}", r"\b[VAH]100s?\b",
             r"^#+\s*\d+\.", r"^\s*\d+\.\s", r"\*\*Exercise \d+\.\*\*"]
 
 
