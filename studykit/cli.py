@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tcomp": ("studykit.measure.cli", "time forward/backward of a model on one device (T_comp)"),
     "ddp": ("studykit.measure.cli", "time DDP iterations: syncSGD and compressor hooks"),
     "fit": ("studykit.perfmodel.cli", "fit a calibration (alpha, BW, gamma, T_comp) from records"),
-    "predict": ("studykit.perfmodel.cli", "predict iteration times as JSON"),
+    "predict": ("studykit.perfmodel.cli", "predict iteration times (a table; --json for scripts)"),
     "advise": ("studykit.perfmodel.cli", "rank syncSGD, fp16 and every compressor by predicted time"),
     "train": ("studykit.train.cli", "train to accuracy with a compressor (static/dynamic)"),
     "bench": ("studykit.measure.bench", "compressor speed vs memory floor, and DDP hooks vs PyTorch's"),

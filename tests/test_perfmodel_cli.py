@@ -21,7 +21,8 @@ def test_predict_json(capsys):
     if "powersgd" not in compressors.available():
         pytest.skip("powersgd not registered yet")
     rc, out, _ = _run(capsys, ["predict", "--model", "resnet101", "--batch-size", "64", "--gpus", "8", "16", "64",
-                               "--bandwidth-gbps", "1", "10", "25", "--compressor", "powersgd", "--param", "rank=4"])
+                               "--bandwidth-gbps", "1", "10", "25", "--compressor", "powersgd", "--param", "rank=4",
+                               "--json"])
     assert rc == 0
     d = json.loads(out)
     assert len(d["points"]) == 9 and d["params"] == {"rank": 4}
@@ -35,8 +36,20 @@ def test_predict_json(capsys):
     assert {c["op"] for c in d["plans"]["64"]} == {"all_reduce"}
 
 
+def test_predict_prints_a_table_by_default(capsys):
+    """Without --json the answer is a table: one row per world size and bandwidth, the numbers of the JSON."""
+    argv = ["predict", "--model", "resnet101", "--gpus", "64", "--bandwidth-gbps", "10", "--compressor", "powersgd",
+            "--param", "rank=4"]
+    rc, table, _ = _run(capsys, argv)
+    assert rc == 0 and "speed-up" in table
+    _, out, _ = _run(capsys, [*argv, "--json"])
+    pt = json.loads(out)["points"][0]
+    row = next(line for line in table.splitlines() if line.split()[:2] == ["64", "10"])
+    assert f"{pt['syncsgd']['iteration_ms']:.1f}" in row and f"{pt['speedup_over_syncsgd']:.2f}x" in row
+
+
 def test_predict_syncsgd_only_with_overrides(capsys):
-    rc, out, _ = _run(capsys, ["predict", "--model", "vgg19", "--t-comp-ms", "300", "--gpus", "4"])
+    rc, out, _ = _run(capsys, ["predict", "--model", "vgg19", "--t-comp-ms", "300", "--gpus", "4", "--json"])
     assert rc == 0
     d = json.loads(out)
     assert "compressed" not in d["points"][0] and d["inputs"]["t_comp"] == "given"

@@ -63,6 +63,7 @@ def predict_parser() -> argparse.ArgumentParser:
                     help="override T_encode_decode (ms, >= 0)")
     ap.add_argument("--bucket-mb", type=_positive_float, default=25.0, help="DDP bucket size, MiB (default 25)")
     ap.add_argument("--allreduce", choices=["ring", "tree"], default="ring", help="all-reduce algorithm")
+    ap.add_argument("--json", action="store_true", help="the whole prediction as JSON (inputs, plans, every term)")
     return ap
 
 
@@ -268,8 +269,29 @@ def run_predict(argv: list[str]) -> int:
                                "compressed": "App. B of Agarwal et al. 2022, collectives from compressor.plan()",
                                "terms": a.terms},
            "points": points}
-    print(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2, allow_nan=False) if a.json else format_prediction(out))
     return 0
+
+
+def format_prediction(out: dict) -> str:
+    """``predict``'s answer as a table: per world size and bandwidth, syncSGD's and the compressor's
+    iteration time (what a user measures) and T_obs, and the speed-up (``--json`` gives everything)."""
+    comp = out["compressor"]
+    label = comp if not out["params"] else f"{comp} " + " ".join(f"{k}={v}" for k, v in out["params"].items())
+    lines = [f"{out['model']}, batch {out['batch_size']} per GPU, calibration {out['calibration']['name']!r}",
+             f"iteration = O (forward, optimizer step) + T_obs (backward + synchronization); O: {out['inputs'].get('overhead', '')}",
+             "",
+             f"{'GPUs':>6} {'Gbit/s':>7}  {'syncSGD ms':>11} {'(T_obs)':>9}" +
+             (f"  {label[:24]:>24} {'(T_obs)':>9} {'speed-up':>9}" if comp and comp != "none" else "")]
+    for pt in out["points"]:
+        row = (f"{pt['world_size']:>6} {pt['bandwidth_gbps']:>7g}  {pt['syncsgd']['iteration_ms']:>11.1f} "
+               f"{pt['syncsgd']['total_ms']:>9.1f}")
+        if "compressed" in pt:
+            c = pt["compressed"]
+            row += f"  {c['iteration_ms']:>24.1f} {c['total_ms']:>9.1f} {pt['speedup_over_syncsgd']:>8.2f}x"
+        lines.append(row)
+    lines += ["", "speed-up above 1: the compressor is faster. --json: inputs, plans and every term."]
+    return "\n".join(lines)
 
 
 def run_fit(argv: list[str]) -> int:
