@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=argtypes.int_range(0, 2**32 - 1), default=d.seed)
     g.add_argument("--val-fraction", type=argtypes.float_range(0, 1, hi_open=True), default=d.val_fraction,
                    help="held out of the training set; its accuracy drives the controller")
+    g.add_argument("--quiet", action="store_true", help="no per-epoch progress lines (stderr)")
     g.add_argument("--target-acc", type=argtypes.fraction, default=None,
                    help="stop each method once test accuracy reaches this fraction")
     g = ap.add_argument_group("dynamic compression (override the method's defaults)")
@@ -94,7 +95,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
         synthetic_shape=tuple(a.synthetic_shape), model=a.model, width=a.width, epochs=a.epochs,
         batch_size=a.batch_size, lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay,
         lr_schedule=a.lr_schedule, seed=a.seed, val_fraction=a.val_fraction, bucket_cap_mb=a.bucket_cap_mb,
-        split_timing=not a.no_split_timing, target_acc=a.target_acc, device=a.device, threads=a.threads,
+        split_timing=not a.no_split_timing, progress=not a.quiet, target_acc=a.target_acc, device=a.device, threads=a.threads,
         warmup_steps=a.warmup_steps,
         acc_thresholds=tuple(a.acc_thresholds) if a.acc_thresholds else None,
         loss_thresholds=tuple(a.loss_thresholds) if a.loss_thresholds else None, loss_window=a.loss_window,

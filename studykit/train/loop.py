@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class TrainConfig:
     val_fraction: float = 0.1            # held out of the training set for the controller
     bucket_cap_mb: float = 25.0          # DDP bucket size
     split_timing: bool = True            # synchronise around hook/collectives on GPU (see module doc)
+    progress: bool = True                # one line per epoch on rank 0's stderr
     target_acc: Optional[float] = None   # stop a method once test accuracy reaches this (fraction)
     device: str = "auto"                 # "auto": cuda:LOCAL_RANK if available, else cpu
     threads: Optional[int] = 1           # torch CPU threads per process (None: leave as is)
@@ -407,6 +409,10 @@ def _train_one(cfg: TrainConfig, method: Method, data: _Data, device, path, resu
             _append(path, rec)
             _append(results_path, rec)
             recs.append(rec)
+            if cfg.progress:  # one line per epoch on rank 0 (stderr: stdout stays for tables)
+                print(f"train {method.label} epoch {epoch + 1}/{cfg.epochs}: test acc {test_acc:.3f}, "
+                      f"val acc {val_acc:.3f}, loss {train_loss:.3f}, {train_s:.2f} s training, "
+                      f"{epoch_bytes / 1e6:.3g} MB sent, level {level.as_dict().get('label')}", file=sys.stderr, flush=True)
         if cfg.target_acc is not None and test_acc >= cfg.target_acc:
             break
         if controller is not None:
