@@ -412,7 +412,8 @@ def _train_one(cfg: TrainConfig, method: Method, data: _Data, device, path, resu
             if cfg.progress:  # one line per epoch on rank 0 (stderr: stdout stays for tables)
                 print(f"train {method.label} epoch {epoch + 1}/{cfg.epochs}: test acc {test_acc:.3f}, "
                       f"val acc {val_acc:.3f}, loss {train_loss:.3f}, {train_s:.2f} s training, "
-                      f"{epoch_bytes / 1e6:.3g} MB sent, level {level.as_dict().get('label')}", file=sys.stderr, flush=True)
+                      f"{epoch_bytes / 1e6:.3g} MB sent, level {level.as_dict().get('label')}",
+                      file=sys.stderr, flush=True)
         if cfg.target_acc is not None and test_acc >= cfg.target_acc:
             break
         if controller is not None:
