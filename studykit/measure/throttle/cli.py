@@ -35,18 +35,17 @@ def merge_network(record: dict, network: dict) -> dict:
     return record
 
 
+def _records(path: Path) -> list[dict]:
+    """The records of ``path`` through the kit's one reader (damaged lines skipped; none if absent)."""
+    from studykit.measure.records import load_records
+
+    return list(load_records(path, missing_ok=True, dedupe=False, quiet=True))
+
+
 def _last_record(path: Path) -> dict | None:
-    """The last complete JSON object in ``path`` (the probe's own output file), or None."""
-    if not path.is_file():
-        return None
-    for line in reversed(path.read_text().splitlines()):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            return rec
-    return None
+    """The last complete record in ``path`` (the probe's own output file), or None."""
+    recs = _records(path)
+    return recs[-1] if recs else None
 
 
 def _count_lines(path: Path) -> int:
@@ -76,14 +75,9 @@ def _run_probe(cluster: ThrottledCluster, probe_path: Path, size_mb: float, back
     Reuses a record already in ``probe_path`` for the same network (a resumed campaign)."""
     nbytes = int(size_mb * 2**20) // 4 * 4
     key = (cluster.rate_gbps, cluster.n_workers, cluster.topology, cluster.mtu, cluster.latency_ms, backend, nbytes)
-    if probe_path.is_file():
-        for line in probe_path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and _probe_key(rec) == key and rec.get("transport_ok"):
-                return rec
+    for rec in _records(probe_path):
+        if _probe_key(rec) == key and rec.get("transport_ok"):
+            return rec
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}-probe-") as tmp:
         tmp_out = Path(tmp) / "probe.jsonl"
         res = cluster.run(lambda r: [sys.executable, "-m", "studykit.measure.throttle", "_probe", "--size-mb", str(size_mb),
