@@ -79,6 +79,18 @@ class HookState:
             self._comm = TorchComm(self.process_group)
         return self._comm
 
+    def close(self) -> None:
+        """Stop the communication thread (it finishes the buckets already handed to it)."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def __del__(self):  # a discarded state must not leave its idle thread behind
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     def __getstate__(self):  # DDP may pickle hook state; communicators, threads and streams are rebuilt
         d = dict(self.__dict__)
         d["_comm"] = None
@@ -112,6 +124,7 @@ class _CommThread:
             if job is None:
                 return
             job()
+            job = None  # drop the closure (and the hook state it holds) while waiting for the next
 
     def stop(self) -> None:
         self._jobs.put(None)

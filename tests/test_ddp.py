@@ -207,3 +207,21 @@ def test_readme_hook_snippet_uses_the_real_api():
         name = call.args[1].value
         assert name in C.available()
         C.get(name, **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+
+
+def test_a_discarded_hook_state_stops_its_thread():
+    import gc
+    import threading
+
+    from studykit.comm import LocalComm
+
+    before = {t for t in threading.enumerate() if t.name == "studykit-ddp-comm"}
+    state = sk_ddp.HookState(C.get("fp16"), comm=LocalComm())
+    sk_ddp.compressor_hook(state, _Bucket([torch.nn.Parameter(torch.randn(8))])).wait()
+    thread = state._worker._thread
+    assert thread.is_alive()
+    del state
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert {t for t in threading.enumerate() if t.name == "studykit-ddp-comm"} <= before
