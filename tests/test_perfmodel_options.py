@@ -176,14 +176,14 @@ def _cal(tmp_path, **kw):
 
 def test_predict_uses_the_calibrations_bandwidth_and_world_size(tmp_path, capsys):
     path = _cal(tmp_path)
-    assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path]) == 0
+    assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     (pt,) = d["points"]
     assert (pt["world_size"], pt["bandwidth_gbps"]) == (4, 50.0)
     assert pt["syncsgd"]["iteration_ms"] == pytest.approx(pt["syncsgd"]["total_ms"])  # O unknown: 0, said so
     assert d["inputs"]["overhead"].startswith("unknown")
     assert top.main(["predict", "--model", "resnet50", "--t-comp-ms", "100", "--calibration", path,
-                     "--gpus", "8", "--bandwidth-gbps", "10"]) == 0
+                     "--gpus", "8", "--bandwidth-gbps", "10", "--json"]) == 0
     (pt,) = json.loads(capsys.readouterr().out)["points"]
     assert (pt["world_size"], pt["bandwidth_gbps"]) == (8, 10.0)
 
