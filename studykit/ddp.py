@@ -81,15 +81,11 @@ class HookState:
 
     def close(self) -> None:
         """Stop the communication thread (it finishes the buckets already handed to it)."""
-        if self._worker is not None:
+        if getattr(self, "_worker", None) is not None:
             self._worker.stop()
             self._worker = None
 
-    def __del__(self):  # a discarded state must not leave its idle thread behind
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+    __del__ = close  # a discarded state must not leave its idle thread behind
 
     def __getstate__(self):  # DDP may pickle hook state; communicators, threads and streams are rebuilt
         d = dict(self.__dict__)
@@ -111,9 +107,7 @@ class _CommThread:
         self._thread = threading.Thread(target=self._loop, name="studykit-ddp-comm", daemon=True)
         self._thread.start()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
+    alive = property(lambda self: self._thread.is_alive())
 
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
