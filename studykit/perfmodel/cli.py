@@ -37,15 +37,20 @@ _positive_int = argtypes.positive_int
 _positive_float = argtypes.positive_float  # finite and > 0
 
 
-def predict_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m studykit predict",
-                                 description="Predict syncSGD and compressed iteration times (JSON).")
+def _setting_args(ap: argparse.ArgumentParser, bandwidth_default: str) -> None:
+    """The setting both predict and advise ask about: model, batch, world sizes, bandwidths."""
     ap.add_argument("--model", required=True, choices=models.available(), help="model whose gradients are sent")
     ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
     ap.add_argument("--gpus", type=_positive_int, nargs="+", default=None,
                     help=f"world sizes (default: the calibration's world size, else {DEFAULT_GPUS})")
     ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=None,
-                    help="bandwidths, Gbit/s (default: the calibration's fitted bandwidth)")
+                    help=f"bandwidths, Gbit/s (default: {bandwidth_default})")
+
+
+def predict_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m studykit predict",
+                                 description="Predict syncSGD and compressed iteration times (a table; --json for everything).")
+    _setting_args(ap, "the calibration's fitted bandwidth")
     ap.add_argument("--terms", choices=["default", "paper", "extended"], default="default",
                     help="model terms: default (the paper's model plus the calibration's incast term), paper "
                          "(as published), extended (every fitted term: sync, per-bucket, per-tensor, DDP buckets)")
@@ -95,12 +100,7 @@ def advise_parser() -> argparse.ArgumentParser:
                                  description="Rank syncSGD, the fp16 baseline and every compressor (main parameter "
                                              "swept) by predicted iteration time, with intervals from the "
                                              "calibration, the model's error and the kit's accuracy evidence.")
-    ap.add_argument("--model", required=True, choices=models.available(), help="model whose gradients are sent")
-    ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
-    ap.add_argument("--gpus", type=_positive_int, nargs="+", default=None,
-                    help=f"world sizes (default: the calibration's world size, else {DEFAULT_GPUS})")
-    ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=None,
-                    help="bandwidths, Gbit/s (default: the calibration's, with its interval)")
+    _setting_args(ap, "the calibration's, with its interval")
     ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
                     help=f"calibration JSON (default: the paper's V100 inputs, "
                          f"{DEFAULT_CALIBRATION.relative_to(paths.ROOT)})")
@@ -167,7 +167,7 @@ def format_advice(adv, top: int | None = None) -> str:
     lines = [f"{i['model']}, batch {i['batch_size']} per GPU, calibration {i['calibration']!r}, compressors "
              f"{'after the backward pass' if i['mode'] == 'post' else 'as DDP hooks'}",
              f"time: predicted iteration time (ms) = overhead O + T_obs; O: {i.get('overhead')}",
-             f"interval: the model at both ends of every calibrated interval"
+             "interval: the model at both ends of every calibrated interval"
              + (f" (taken as exact: {', '.join(adv.exact_constants)})" if adv.exact_constants else ""),
              f"'~' : within the model's error of the fastest ({i['model_error']}: "
              + ", ".join(f"{'syncSGD/fp16' if s else 'compressors'} {100 * e:.1f} %" for s, e in errs) + ")",
