@@ -92,6 +92,16 @@ def test_iteration_table_keeps_the_latest_duplicate_and_skips_real_networks():
         X.iteration_table(recs, stat="seconds")
 
 
+def test_iteration_table_keeps_overlapped_and_blocking_hooks_apart():
+    # `ddp --modes hook hook_blocking` writes two records of mode "hook" at one rate; neither replaces the other
+    base = {"kind": "ddp", "status": "ok", "gpu": "G", "world_size": 4, "model": "m", "batch_size": 8,
+            "mode": "hook", "compressor": "topk", "params": {"ratio": 0.01}, "bucket_mb": None,
+            "times_ms": [1.0], "n_iter": 1, "network": {"rate_gbps": 20}}
+    t = X.iteration_table([{**base, "hook_overlap": True, "ms_median": 4.0, "timestamp": "a"},
+                           {**base, "hook_overlap": False, "ms_median": 6.0, "timestamp": "b"}])
+    assert dict(zip(t["method"], t["ms"])) == {"topk 1% (hook)": 4.0, "topk 1% (blocking hook)": 6.0}
+
+
 def test_method_labels():
     assert X.method_label("syncsgd", None, {}, None) == "syncSGD"
     assert X.method_label("syncsgd", None, {}, 100.0) == "syncSGD 100 MB"

@@ -104,7 +104,8 @@ def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.Data
     if not rows:
         return pd.DataFrame(columns=cols)
     df = pd.DataFrame(rows).sort_values("timestamp")
-    key = ["gpu", "world_size", "model", "batch_size", "mode", "compressor", "params", "bucket_mb", "rate_gbps"]
+    # the method's label tells the overlapped hook from the blocking one (same mode, compressor, params)
+    key = ["gpu", "world_size", "model", "batch_size", "method", "params", "bucket_mb", "rate_gbps"]
     df = df.drop_duplicates(subset=key, keep="last")
     return df[cols].sort_values(["model", "method", "rate_gbps"]).reset_index(drop=True)
 
