@@ -25,44 +25,41 @@
 # This notebook reads the kit's own version of that experiment: real DDP iterations on lent GPUs,
 # each rank in its own network namespace with NCCL over sockets on a link shaped with `tc tbf` to
 # 1-25 Gbit/s (`python -m studykit throttle --gpus`, `scripts/gpu_bandwidth.sh`, records in
-# `data/measurements/bandwidth/`, their README says how they were made). Every compressor runs both
-# as a DDP communication hook and after the backward pass (`post`, the paper's implementation),
-# beside PyTorch's own fp16 and PowerSGD hooks. The committed records of `h200_p2` were taken
-# with the kit's first hook, which ran each bucket's protocol inside the hook and so made the
-# backward pass wait for every collective ("blocking hook" below); the kit's hook now overlaps
-# (`studykit/ddp.py`), and its records say so (`hook_overlap`).
+# `data/measurements/bandwidth/<campaign>`, their README says how they were made): p = 2 on a veth
+# pair, p = 4 on a bridge. Every compressor runs both as a DDP communication hook and after the
+# backward pass (`post`, the paper's implementation), beside PyTorch's own fp16 and PowerSGD hooks.
+# The records of `h200_p2` were taken with the kit's first hook, which ran each bucket's protocol
+# inside the hook and so made the backward pass wait for every collective ("blocking hook" below);
+# the kit's hook now overlaps (`studykit/ddp.py`, "hook" below: `h200_p4`).
 #
-# **Careful with the comparison.** The paper's crossovers are for 64 GPUs; these are for p = 2.
-# A ring all-reduce sends 2(p-1)/p of the gradient per GPU: 1.0x at p = 2, 1.97x at p = 64. At the
-# same bandwidth, syncSGD's communication at 64 GPUs costs about twice what it costs here, which
-# moves its crossovers up, while faster GPUs (H200 against V100) shrink the compute that hides it,
-# which moves them up as well.
-
+# **Careful with the comparison.** The paper's crossovers are for 64 GPUs; these are for p = 2 and 4.
+# A ring all-reduce sends 2(p-1)/p of the gradient per GPU: 1.0x at p = 2, 1.5x at p = 4, 1.97x at
+# p = 64. At the same bandwidth, syncSGD's communication at 64 GPUs costs about twice what it costs at
+# p = 2, which moves its crossovers up, while faster GPUs (H200 against V100) shrink the compute that
+# hides it, which moves them up as well.
 # %% tags=["parameters"]
-records_dir: str = "data/measurements/bandwidth/h200_p2"  # one campaign folder (one card kind, one world size), relative to the repository root
+campaigns: list = ["h200_p2", "h200_p4"]  # folders under data/measurements/bandwidth (one card kind and world size each)
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
-predictions: str = "data/verification/bandwidth/predictions.csv"  # a `verify` predictions.csv on the same records: the model's lines (empty: none)
+model_lines: bool = True  # draw the model's predictions (data/verification/bandwidth/<campaign>/predictions.csv)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval
-methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (blocking hook)", "topk 1% (post)", "PyTorch fp16 hook", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
-
+methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)", "powersgd r4 (blocking hook)", "topk 1% (post)", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
-
 from studykit import paths
 from studykit.measure import crossover as X
 from studykit.measure.records import load_records
 from studykit.plots import theme
-from studykit.plots.measure import measured_bandwidth_plot
-
+from studykit.plots.bandwidth import campaign_figure
 theme()
-folder = paths.ROOT / records_dir
-table = X.iteration_table(load_records(folder / "ddp.jsonl"), stat=stat)
-probes = pd.DataFrame([{"rate_gbps": r["network"]["rate_gbps"], "measured_gbps": r["busbw_gbps"],
-                        "transport": " ".join(r.get("nccl_transport") or [])} for r in load_records(folder / "probe.jsonl")])
-print(f"{len(table)} iteration records, {table['model'].nunique()} models, rates {sorted(table['rate_gbps'].unique())} Gbit/s,"
-      f" on {', '.join(table['gpu'].unique())} x {', '.join(map(str, table['world_size'].unique()))}")
-
+folders = {c: paths.MEASUREMENTS / "bandwidth" / c for c in campaigns}
+tables = {c: X.iteration_table(load_records(f / "ddp.jsonl"), stat=stat) for c, f in folders.items()}
+table = pd.concat(tables.values(), ignore_index=True)
+probes = pd.DataFrame([{"campaign": c, "rate_gbps": r["network"]["rate_gbps"], "measured_gbps": r["busbw_gbps"],
+                        "transport": " ".join(r.get("nccl_transport") or [])}
+                       for c, f in folders.items() for r in load_records(f / "probe.jsonl")])
+for c, t in tables.items():
+    print(f"{c}: {len(t)} iteration records, models {sorted(t['model'].unique())}, rates {sorted(t['rate_gbps'].unique())}"
+          f" Gbit/s, on {', '.join(t['gpu'].unique())} x {', '.join(map(str, t['world_size'].unique()))}")
 # %% [markdown]
 # ## Does the shaped link give the rate it is set to?
 #
@@ -71,28 +68,21 @@ print(f"{len(table)} iteration records, {table['model'].nunique()} models, rates
 # bypass the shaped link).
 
 # %%
-probes.groupby("rate_gbps").agg(measured_gbps=("measured_gbps", "mean"), runs=("measured_gbps", "size"),
-                                transport=("transport", "first")).assign(
-    fraction=lambda d: d["measured_gbps"] / d.index).round(3)
+probes.groupby(["campaign", "rate_gbps"]).agg(measured_gbps=("measured_gbps", "mean"), runs=("measured_gbps", "size"),
+                                              transport=("transport", "first")).assign(
+    fraction=lambda d: d["measured_gbps"] / d.index.get_level_values("rate_gbps")).round(3)
 
 # %% [markdown]
 # ## Iteration time and speed-up against bandwidth (Figs. 3 and 19, measured)
 
 # %%
-predicted = X.predicted_table(pd.read_csv(paths.ROOT / predictions)) if predictions else None
-speedups = X.speedup_table(table, "syncSGD")
-models = list(table["model"].unique())
-fig, axes = plt.subplots(2, len(models), figsize=(5.2 * len(models), 8.5), squeeze=False)
-for j, model in enumerate(models):
-    pm = None if predicted is None else predicted[predicted["model"] == model]
-    measured_bandwidth_plot(table[table["model"] == model], methods, y="ms", predicted=pm, ax=axes[0, j],
-                            legend=j == 0, title=f"{model}: iteration time (forward + backward + step)")
-    measured_bandwidth_plot(speedups[speedups["model"] == model], methods, y="speedup", baseline="syncSGD",
-                            predicted=pm, ax=axes[1, j], legend=j == 0, title=f"{model}: speed-up over syncSGD")
-fig.suptitle("Below which bandwidth does each method beat syncSGD? (measured, p = "
-             f"{', '.join(map(str, table['world_size'].unique()))})", y=1.0)
-fig.tight_layout()
+def predictions_of(campaign):
+    f = paths.DATA / "verification" / "bandwidth" / campaign / "predictions.csv"
+    return X.predicted_table(pd.read_csv(f)) if model_lines and f.exists() else None
 
+
+for c, t in tables.items():
+    campaign_figure(t, methods, predicted=predictions_of(c))
 # %% [markdown]
 # ## Measured crossovers
 #
@@ -105,20 +95,16 @@ fig.tight_layout()
 
 # %%
 out = X.crossovers(table, n_boot=n_boot)
-X.crossover_summary(out).fillna("(baseline)")
+X.crossover_summary(out)
 
 # %% [markdown]
 # ## Beside the paper's values
 #
 # The paper's crossovers (from `data/paper/claims.csv`) are for PowerSGD rank 4 against syncSGD on
-# V100s, at 64 GPUs for ResNet-101; the measured ones are for this machine at its world size.
+# V100s, at 64 GPUs for ResNet-101 ("paper p"); the measured ones are for the lent machines at their
+# world size ("kit p").
 
 # %%
-paper = X.paper_crossovers(pd.read_csv(paths.ROOT / "data" / "paper" / "claims.csv"))
-rows = []
-for _, p in paper.iterrows():
-    for method in ("PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (blocking hook)"):
-        m = out[(out["model"] == p["model"]) & (out["method"] == method) & (out["baseline"] == "syncSGD")]
-        rows.append({"model": p["model"], "paper (V100, Gbit/s)": p["paper_gbps"], "paper source": p["source"],
-                     "kit method": method, "kit (measured, Gbit/s)": X.format_crossover(m.iloc[0]) if len(m) else "not measured"})
-pd.DataFrame(rows)
+paper = X.paper_crossovers(pd.read_csv(paths.DATA / "paper" / "claims.csv"))
+X.beside_paper(out, paper, ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)",
+                            "powersgd r4 (blocking hook)"])

@@ -134,3 +134,62 @@ def test_paper_crossovers_come_from_the_claims_file():
     assert set(p["model"]) >= {"resnet101", "resnet50", "bert_base"}
     r101 = p[p["model"] == "resnet101"].iloc[0]
     assert r101["paper_gbps"] == 8.2 and json.loads(r101["params"]) == {"rank": 4}
+
+
+def _two_campaigns():
+    """syncSGD, PyTorch's fp16 hook and one compressor at p = 2 and 4; the compressor only at p = 4 as a hook."""
+    recs = []
+    for p in (2, 4):
+        for rate, sync, fp16, comp in ((1, 100.0, 60.0, 40.0), (10, 20.0, 25.0, 30.0)):
+            base = {"kind": "ddp", "status": "ok", "gpu": "G", "world_size": p, "model": "m", "batch_size": 8,
+                    "bucket_mb": None, "times_ms": [], "n_iter": 3, "network": {"rate_gbps": rate},
+                    "timestamp": "t"}
+            recs += [{**base, "mode": "syncsgd", "compressor": None, "params": {}, "ms_median": sync},
+                     {**base, "mode": "builtin", "compressor": "torch_fp16", "params": {}, "ms_median": fp16}]
+            if p == 4:
+                recs.append({**base, "mode": "hook", "hook_overlap": True, "compressor": "topk",
+                             "params": {"ratio": 0.01}, "ms_median": comp})
+    return X.iteration_table(recs)
+
+
+def test_crossover_summary_names_world_sizes_baselines_and_gaps():
+    s = X.crossover_summary(X.crossovers(_two_campaigns(), n_boot=0))
+    assert set(s.columns) == {"m p=2 vs syncSGD", "m p=4 vs syncSGD", "m p=2 vs fp16", "m p=4 vs fp16"}
+    assert s.loc["syncSGD", "m p=2 vs syncSGD"] == "(baseline)"
+    assert s.loc["PyTorch fp16 hook", "m p=4 vs fp16"] == "(baseline)"
+    assert s.loc["topk 1% (hook)", "m p=2 vs syncSGD"] == "not measured"
+    # topk: 40 vs 100 at 1 Gbit/s, 30 vs 20 at 10: log-linear zero between them
+    assert 1 < float(s.loc["topk 1% (hook)", "m p=4 vs syncSGD"]) < 10
+
+
+def test_beside_paper_rows_per_world_size_and_method():
+    out = X.crossovers(_two_campaigns(), n_boot=0)
+    paper = pd.DataFrame({"model": ["m"], "world_size": [64], "paper_gbps": [8.2], "source": ["Fig. 3"]})
+    b = X.beside_paper(out, paper, ["topk 1% (hook)"])
+    assert list(b["kit p"]) == [2, 4]
+    assert list(b["kit (measured, Gbit/s)"])[0] == "not measured"
+    assert list(b["kit (measured, Gbit/s)"])[1] != "not measured"
+
+
+def test_predicted_table_keeps_world_sizes_apart():
+    pred = pd.DataFrame([{"variant": "extended", "model": "m", "world_size": p, "mode": mode, "compressor": comp,
+                          "params": "{}", "bucket_mb": None, "rate_gbps": 1.0, "predicted_ms": ms}
+                         for p, mode, comp, ms in ((2, "syncsgd", None, 10.0), (4, "syncsgd", None, 20.0),
+                                                   (4, "hook", "fp16", 5.0), (4, "hook_blocking", "fp16", 8.0))])
+    t = X.predicted_table(pred)
+    row = t[(t["world_size"] == 4) & (t["method"] == "fp16 (hook)")].iloc[0]
+    assert row["base_ms"] == 20.0
+    assert set(t["method"]) == {"syncSGD", "fp16 (hook)", "fp16 (blocking hook)"}
+
+
+def test_campaign_figure_draws_one_world_size(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from studykit.plots.bandwidth import campaign_figure
+
+    table = _two_campaigns()
+    with pytest.raises(ValueError, match="one world size"):
+        campaign_figure(table, ["syncSGD"])
+    fig, axes = campaign_figure(table[table["world_size"] == 4], ["syncSGD", "topk 1% (hook)"])
+    assert axes.shape == (2, 1) and "4 x G" in fig._suptitle.get_text()
+    assert axes[0, 0].get_xlabel().endswith("(Gbit/s, tc tbf)")

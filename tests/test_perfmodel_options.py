@@ -95,6 +95,12 @@ def test_hook_plans_per_ddp_bucket_by_hand():
     assert float(pr.compressed["total_s"]) == pytest.approx(want)
     post = predict(w, hw, 2, "none", options=ModelOptions(hook_buckets=True), mode="post")
     assert float(post.compressed["total_s"]) == pytest.approx(0.01 + float(col.ring_allreduce_s(2640, 2, 1e-4, 1e9)))
+    # the blocking hook is App. B per bucket whatever the overlap option: the timeline does not apply
+    for opts in (ModelOptions(overlap="timeline"), ModelOptions.paper()):
+        blk = predict(w, hw, 2, "none", options=opts, mode="hook_blocking")
+        assert float(blk.compressed["total_s"]) == pytest.approx(want)
+    with pytest.raises(ValueError, match="hook_blocking"):
+        predict(w, hw, 2, "none", mode="hooked")
     plans = [[{"op": "all_gather", "nbytes": 1000}], [{"op": "all_reduce", "nbytes": 1000}]]
     t = compressed_plan_s(0.0, 0.0, plans, 2, hw, ModelOptions.paper())
     assert float(t["allgather_s"]) == pytest.approx(1e-4 + 1e-6) and float(t["allreduce_s"]) == pytest.approx(2e-4 + 1e-6)

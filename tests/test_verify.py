@@ -90,6 +90,52 @@ def test_syncsgd_prediction_by_hand_and_gamma_from_the_other_network(tmp_path):
         assert r.rel_error == pytest.approx(0.0, abs=1e-6)
 
 
+def _hook_records(tmp_path, wire_scale=1.0):
+    """The synthetic platform plus fp16 hook records: one overlapped, one blocking (no hook_overlap field,
+    as the kit's first hook wrote them), one blocking that sent ``wire_scale`` x what plan() sends today."""
+    _synthetic(tmp_path)
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    recs.append({"kind": "profile", "status": "ok", "model": "mlp_small", "batch_size": 64, "phase": "reduce",
+                 "compressor": "fp16", "params": {}, "sim_world_size": 1, "world_size": 1, "ms_median": 0.5})
+    g_bytes = 4 * sum(math.prod(s) for s in models.param_shapes("mlp_small"))
+    hook = {"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "compressor": "fp16",
+            "params": {}, "bucket_mb": None, "world_size": 2, "ms_median": 6.0}
+    for rate in (1.0, 2.0):
+        net = {"rate_gbps": rate, "workers": 2}
+        recs += [{**hook, "mode": "hook", "hook_overlap": True, "network": net},
+                 {**hook, "mode": "hook", "network": net, "ms_median": 7.0,
+                  "wire_bytes_per_iter": wire_scale * g_bytes / 2}]
+    _write(tmp_path / "records.jsonl", recs)
+
+
+def test_blocking_hooks_are_their_own_mode_and_group(tmp_path):
+    _hook_records(tmp_path)
+    plat = verify.load_platform(tmp_path)
+    assert sorted(plat.ddp["mode"].unique()) == ["hook", "hook_blocking", "syncsgd"]
+    out = verify.verify_platform(plat, variants=["paper"])
+    groups = dict(zip(out["mode"], out["group"]))
+    assert groups["hook"] == "compressors (hook)" and groups["hook_blocking"] == "compressors (blocking hook)"
+    # two configurations per rate, never pooled into one
+    assert (out[out["mode"] == "hook_blocking"]["measured_ms"] == 7.0).all()
+    assert (out[out["mode"] == "hook"]["measured_ms"] == 6.0).all()
+
+
+def test_records_that_sent_other_wire_bytes_are_priced_as_sent(tmp_path):
+    _hook_records(tmp_path, wire_scale=1.0)
+    same = verify.verify_platform(verify.load_platform(tmp_path), variants=["paper"])
+    _hook_records(tmp_path, wire_scale=3.0)
+    tripled = verify.verify_platform(verify.load_platform(tmp_path), variants=["paper"])
+    a = same[same["mode"] == "hook_blocking"].set_index("rate_gbps")
+    b = tripled[tripled["mode"] == "hook_blocking"].set_index("rate_gbps")
+    assert not a["inputs"].str.contains("wire bytes").any()
+    assert b["inputs"].str.contains("wire bytes x3.000").all()
+    # one bucket, one all-reduce: alpha + 3 x the bytes term where the record sent 3 x plan()'s bytes
+    alpha = 20e-6
+    for rate in (1.0, 2.0):
+        bytes_term = a.loc[rate, "t_comm_ms"] - 2 * alpha * 1e3  # Eq. 1 ring at p = 2: 2 (p-1) alpha + n / BW
+        assert b.loc[rate, "t_comm_ms"] == pytest.approx(a.loc[rate, "t_comm_ms"] + 2 * bytes_term, rel=1e-3)
+
+
 def test_gamma_is_never_fitted_on_the_scored_record(tmp_path):
     # the two networks disagree on gamma: each prediction must use the *other* one's
     expect = _synthetic(tmp_path, gamma=1.1)
@@ -278,19 +324,29 @@ def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
 
 
 # ------------------------------------------------------------------ committed bandwidth outputs
-BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> the arguments in its README
-    ".": ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"],
-    "holdout_model": ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"],
+BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records under data/measurements/bandwidth, args)
+    "h200_p2": ("h200_p2", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"]),
+    "h200_p2/holdout_model": ("h200_p2", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"]),
+    "h200_p2/network_from_sweep": ("h200_p2", ["--holdout", "network"]),
+    "h200_p4": ("h200_p4", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"]),
+    "h200_p4/holdout_model": ("h200_p4", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"]),
+}
+#: the rows of data/verification/bandwidth/README.md's generated table
+BANDWIDTH_TABLE = {
+    "p = 2, leave one rate out": "h200_p2", "p = 2, leave one model out": "h200_p2/holdout_model",
+    "p = 2, network from each rate's sweep (3 rates)": "h200_p2/network_from_sweep",
+    "p = 4, leave one rate out": "h200_p4", "p = 4, leave one model out": "h200_p4/holdout_model",
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sub", sorted(BANDWIDTH_RUNS))
 def test_committed_bandwidth_verification_reproduces(tmp_path, sub):
-    """``data/verification/bandwidth/`` is what the README's command writes from the committed records."""
+    """``data/verification/bandwidth/<sub>`` is what the README's command writes from the committed records."""
     committed = paths.DATA / "verification" / "bandwidth" / sub
-    records = paths.MEASUREMENTS / "bandwidth" / "h200_p2"
-    rc = verify.main(["verify", "--records", str(records), *BANDWIDTH_RUNS[sub], "--out", str(tmp_path), "--quiet"])
+    folder, args = BANDWIDTH_RUNS[sub]
+    records = paths.MEASUREMENTS / "bandwidth" / folder
+    rc = verify.main(["verify", "--records", str(records), *args, "--out", str(tmp_path), "--quiet"])
     assert rc == 0
     for name in ("summary.csv", "predictions.csv"):
         new, old = pd.read_csv(tmp_path / name), pd.read_csv(committed / name)
@@ -300,6 +356,70 @@ def test_committed_bandwidth_verification_reproduces(tmp_path, sub):
         txt = [c for c in ("config", "group", "variant", "calibrated_on") if c in new.columns]
         pd.testing.assert_frame_equal(new[txt].fillna(""), old[txt].fillna(""))
     verify.check_disjoint(pd.read_csv(committed / "predictions.csv"))
+
+
+#: data/verification/README.md's generated blocks: marker -> rows (folders under data/verification)
+VERIFICATION_TABLES = {
+    "summary": {"leave one model out (default), median": ".", "leave one model out, best case (ms_min)": "min",
+                "throttled, leave one rate out, median": "holdout_network",
+                "throttled, leave one rate out, best case": "holdout_network/min"},
+    "scaling": {"calibrated at p <= 2, median": "scaling", "calibrated at p <= 2, best case": "scaling/min"},
+}
+VERIFICATION_RUNS = {  # folder under data/verification -> the arguments in its README
+    ".": ["--records", "data/measurements/gpu", "data/measurements/throttle"],
+    "min": ["--stat", "ms_min"],
+    "holdout_network": ["--records", "data/measurements/throttle", "--holdout", "network"],
+    "holdout_network/min": ["--records", "data/measurements/throttle", "--holdout", "network", "--stat", "ms_min"],
+    "scaling": ["--records", "data/measurements/gpu4", "--holdout", "world_size"],
+    "scaling/min": ["--records", "data/measurements/gpu4", "--holdout", "world_size", "--stat", "ms_min"],
+}
+
+
+def _marked(text: str, marker: str) -> str:
+    a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
+    assert a in text and b in text, f"markers of {marker!r} missing"
+    return text[text.index(a) + len(a):text.index(b)]
+
+
+def test_verification_readme_tables_are_the_generated_ones():
+    folder = paths.DATA / "verification"
+    text = (folder / "README.md").read_text()
+    for marker, rows in VERIFICATION_TABLES.items():
+        want = verify.summary_markdown({k: folder / v for k, v in rows.items()}, targets=None)
+        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_verify.py)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sub", sorted(VERIFICATION_RUNS))
+def test_committed_verification_reproduces(tmp_path, sub):
+    """Every folder of ``data/verification/`` is what its README command writes from the committed records."""
+    committed = paths.DATA / "verification" / sub
+    args = [a if not a.startswith("data/") else str(paths.ROOT / a) for a in VERIFICATION_RUNS[sub]]
+    assert verify.main(["verify", *args, "--out", str(tmp_path), "--quiet"]) == 0
+    new, old = pd.read_csv(tmp_path / "summary.csv"), pd.read_csv(committed / "summary.csv")
+    pd.testing.assert_frame_equal(new.drop(columns="worst_config"), old.drop(columns="worst_config"),
+                                  rtol=1e-4, check_dtype=False)
+
+
+def test_bandwidth_readme_table_is_the_generated_one():
+    folder = paths.DATA / "verification" / "bandwidth"
+    text = (folder / "README.md").read_text()
+    a, b = "<!-- summary:begin -->\n", "<!-- summary:end -->"
+    assert a in text and b in text
+    want = verify.summary_markdown({k: folder / v for k, v in BANDWIDTH_TABLE.items()})
+    assert text[text.index(a) + len(a):text.index(b)] == want, \
+        "regenerate with verify.summary_markdown(BANDWIDTH_TABLE) (tests/test_verify.py)"
+
+
+def test_summary_markdown_by_hand(tmp_path):
+    pd.DataFrame([
+        {"platform": "x", "group": "syncSGD", "variant": "paper", "n": 4, "median_abs_rel_error": 0.05,
+         "max_abs_rel_error": 0.2, "mean_rel_error": 0.0, "worst_config": "a"},
+        {"platform": "x", "group": "syncSGD", "variant": "extended", "n": 4, "median_abs_rel_error": 0.02,
+         "max_abs_rel_error": 0.12, "mean_rel_error": 0.0, "worst_config": "a"},
+    ]).to_csv(tmp_path / "summary.csv", index=False)
+    md = verify.summary_markdown({"run": tmp_path})
+    assert md.splitlines()[2] == "| run | syncSGD | 4 | 5.0 % / 20.0 % | 2.0 % / 12.0 % | 3.0 % / 10.0 % | median only |"
 
 
 def test_cut_lines_are_reported_not_dropped_silently(tmp_path):

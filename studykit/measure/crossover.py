@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossovers", "speedup_table",
-           "format_crossover", "crossover_summary", "predicted_table",
+           "format_crossover", "crossover_summary", "predicted_table", "beside_paper",
            "paper_crossovers"]
 
 #: the baselines a compressor must beat: DDP's syncSGD at its default 25 MB bucket, and the FP16
@@ -58,7 +58,7 @@ def method_label(mode: str, compressor: Optional[str], params: dict | None, buck
     """A short human name of a DDP configuration: 'syncSGD', 'syncSGD 100 MB', 'PyTorch fp16 hook',
     'powersgd r4 (post)', 'topk 1% (hook)', 'topk 1% (blocking hook)' (``hook_overlap`` false or unknown)."""
     params = params or {}
-    if mode == "hook" and not hook_overlap:
+    if mode == "hook_blocking" or (mode == "hook" and not hook_overlap):
         mode = "blocking hook"
     if mode == "syncsgd":
         return "syncSGD" if bucket_mb is None else f"syncSGD {bucket_mb:g} MB"
@@ -235,6 +235,22 @@ def paper_crossovers(claims: pd.DataFrame) -> pd.DataFrame:
     }).reset_index(drop=True)
 
 
+def beside_paper(out: pd.DataFrame, paper: pd.DataFrame, methods: Sequence[str], baseline: str = "syncSGD") -> pd.DataFrame:
+    """The paper's crossovers (:func:`paper_crossovers`) beside the measured ones (:func:`crossovers`) of
+    ``methods`` against ``baseline``: one row per paper value, measured world size and method; "not
+    measured" where the campaigns hold no such method for that model."""
+    rows = []
+    for _, p in paper.iterrows():
+        mine = out[(out["model"] == p["model"]) & (out["baseline"] == baseline)]
+        for q in sorted(mine["world_size"].unique()) or [None]:
+            for method in methods:
+                m = mine[(mine["world_size"] == q) & (mine["method"] == method)]
+                rows.append({"model": p["model"], "paper p": p["world_size"], "paper (V100, Gbit/s)": p["paper_gbps"],
+                             "paper source": p["source"], "kit p": q, "kit method": method,
+                             "kit (measured, Gbit/s)": format_crossover(m.iloc[0]) if len(m) else "not measured"})
+    return pd.DataFrame(rows)
+
+
 def format_crossover(row) -> str:
     """'17.9 [17.4, 18.3]', '> 25' (faster at every measured rate), '< 1' (slower at every one);
     a trailing '*' marks a method that is also slower at some rate below its crossover."""
@@ -254,12 +270,20 @@ def crossover_summary(out: pd.DataFrame, methods: Optional[Sequence[str]] = None
     if out.empty:
         return pd.DataFrame()
     d = out if methods is None else out[out["method"].isin(methods)]
+    several_p = d["world_size"].nunique() > 1  # campaigns at several world sizes: say which
     d = d.assign(text=[format_crossover(r) for _, r in d.iterrows()],
-                 column=[f"{m} vs {b}" for m, b in zip(d["model"], d["baseline"])])
+                 column=[f"{m}{f' p={int(q)}' if several_p else ''} vs {b}"
+                         for m, q, b in zip(d["model"], d["world_size"], d["baseline"])])
     table = d.pivot_table(index="method", columns="column", values="text", aggfunc="first")
     if methods is not None:
         table = table.reindex([m for m in methods if m in table.index])
-    return table
+    # each column's baseline is marked as such; a method that campaign did not measure stays visible as such
+    for base_name, (mode, comp) in BASELINES.items():
+        label = method_label(mode, comp, {}, None)
+        for col in table.columns:
+            if col.endswith(f" vs {base_name}") and label in table.index:
+                table.loc[label, col] = "(baseline)"
+    return table.fillna("not measured")
 
 
 def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
@@ -273,10 +297,11 @@ def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.
     p = predictions[predictions["variant"] == variant].copy()
     if p.empty:
         raise ValueError(f"no predictions of variant {variant!r}; found {sorted(predictions['variant'].unique())}")
-    overlap = p["hook_overlap"] if "hook_overlap" in p.columns else [None] * len(p)
+    # verify scores the blocking hook as its own mode (hook_blocking): its "hook" rows are the overlapped hook
+    overlap = p["hook_overlap"] if "hook_overlap" in p.columns else [True] * len(p)
     p["method"] = [method_label(m, c if isinstance(c, str) else None, json.loads(par) if isinstance(par, str) else {},
                                 None if pd.isna(b) else float(b), None if pd.isna(o) else bool(o))
                    for m, c, par, b, o in zip(p["mode"], p["compressor"], p["params"], p["bucket_mb"], overlap)]
-    base = p[p["method"] == "syncSGD"][["model", "rate_gbps", "predicted_ms"]].rename(columns={"predicted_ms": "base_ms"})
-    return p.merge(base, on=["model", "rate_gbps"], how="left")[
-        ["model", "method", "rate_gbps", "predicted_ms", "base_ms"]]
+    key = ["world_size", "model", "rate_gbps"] if "world_size" in p.columns else ["model", "rate_gbps"]
+    base = p[p["method"] == "syncSGD"][key + ["predicted_ms"]].rename(columns={"predicted_ms": "base_ms"})
+    return p.merge(base, on=key, how="left")[key + ["method", "predicted_ms", "base_ms"]]

@@ -825,6 +825,10 @@ class Prediction:
         return pd.DataFrame(self.to_records())
 
 
+#: how a compressor runs in DDP (:func:`predict`'s ``mode``)
+MODES = ("post", "hook", "hook_blocking")
+
+
 def predict(workload: Workload, hardware: Hardware, world_size, compressor=None, params: dict | None = None, *,
             calibration: Calibration | None = None, t_encode_decode_s=None, bytes_scale=1.0,
             encode_decode_scale=1.0, options: ModelOptions | None = None, mode: str = "post",
@@ -844,13 +848,16 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
 
     ``options`` (default :class:`ModelOptions`: the paper's model plus ``hardware.incast_coeff``)
     chooses the terms; ``mode`` is how the compressor runs (``"post"``: after the backward pass,
-    App. B; ``"hook"``: as a DDP communication hook, per bucket with ``options.hook_buckets``).
+    App. B; ``"hook"``: as a DDP communication hook, per bucket with ``options.hook_buckets``, overlapped
+    with the backward pass with ``options.overlap == "timeline"``; ``"hook_blocking"``: a hook that runs
+    each bucket's protocol inside DDP's callback, so the backward pass waits for it: App. B per DDP
+    bucket, ``T_comp + T_encode_decode + sum over buckets of their collectives``, whatever the overlap).
     Every dict of the result holds ``total_s`` (``T_obs``) and ``iteration_s`` (:func:`iteration_s`,
     with the workload's or calibration's non-backward overhead ``O``).
     """
     opts = options or ModelOptions()
-    if mode not in ("post", "hook"):
-        raise ValueError(f"mode must be 'post' or 'hook', got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     p = np.asarray(world_size)
     if p.size == 0 or np.any(p != np.round(p)) or np.any(p < 1):
         raise ValueError(f"world_size must be positive integers, got {world_size!r}")
@@ -902,7 +909,7 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     if opts.cpu_contention:
         t_ed = t_ed * hardware.cpu_slowdown
     notes["t_encode_decode_s"] = float(np.max(t_ed))
-    per_bucket = mode == "hook" and (opts.hook_buckets or opts.overlap == "timeline")
+    per_bucket = mode == "hook_blocking" or (mode == "hook" and (opts.hook_buckets or opts.overlap == "timeline"))
     measured = opts.collectives == "measured" and hardware.collective_table is not None
     if mode == "hook" and opts.overlap == "timeline":
         if p.size != 1:

@@ -104,9 +104,9 @@ import pandas as pd
 
 from studykit import paths
 from studykit.perfmodel.fit import RecordInputs, SyncTerms, fit_path_overhead, fit_sync_terms, pool_stat
-from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, predict
+from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, plan_summary, predict
 
-__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "rel_error", "summarize", "by_batch_size", "load_platform", "ddp_buckets",
+__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size", "load_platform", "ddp_buckets",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
 
@@ -128,6 +128,44 @@ def rel_error(predicted, measured):
         raise ValueError("measured times must be > 0")
     out = (p - m) / m
     return float(out) if out.ndim == 0 else out
+
+
+#: the bandwidth campaign's targets (median, max |relative error|) per group, from the campaign's issue
+TARGETS = {"syncSGD": (0.03, 0.10), "compressors (post)": (0.03, 0.10), "compressors (hook)": (0.05, 0.15),
+           "compressors (blocking hook)": (0.05, 0.15)}
+
+
+def summary_markdown(folders: dict[str, Path | str], targets: dict | None = TARGETS) -> str:
+    """Committed ``summary.csv`` files as one Markdown table: one row per (folder, group), the paper and
+    extended variants' median / max |error| side by side and, with ``targets`` (default :data:`TARGETS`),
+    the target and whether the extended variant meets it. ``folders``: row label -> a ``verify --out``
+    folder. The READMEs under ``data/verification/`` hold exactly this (tests/test_verify.py checks it)."""
+    def pct(x):
+        return f"{100 * x:.1f} %"
+
+    head = "| records, holdout | group | n | paper: median / max | extended: median / max |"
+    rule = "|---|---|---:|---:|---:|"
+    if targets is not None:
+        head, rule = head + " target | met |", rule + "---:|---|"
+    lines = [head, rule]
+    for label, folder in folders.items():
+        s = pd.read_csv(Path(folder) / "summary.csv")
+        for group, g in s.groupby(["platform", "group"], sort=False):
+            v = g.set_index("variant")
+            cells = {k: f"{pct(v.loc[k, 'median_abs_rel_error'])} / {pct(v.loc[k, 'max_abs_rel_error'])}"
+                     if k in v.index else "" for k in ("paper", "extended")}
+            name = label if s["platform"].nunique() == 1 else f"{label}: {group[0]}"
+            row = f"| {name} | {group[1]} | {int(v['n'].max())} | {cells['paper']} | {cells['extended']} |"
+            if targets is not None:
+                t = targets.get(group[1])
+                met = ""
+                if t is not None and "extended" in v.index:
+                    ok = (v.loc["extended", "median_abs_rel_error"] <= t[0],
+                          v.loc["extended", "max_abs_rel_error"] <= t[1])
+                    met = "yes" if all(ok) else ("median only" if ok[0] else "no")
+                row += f" {'' if t is None else f'{pct(t[0])} / {pct(t[1])}'} | {met} |"
+            lines.append(row)
+    return "\n".join(lines) + "\n"
 
 
 def summarize(df: pd.DataFrame, by: Sequence[str] = ("platform", "group", "variant")) -> pd.DataFrame:
@@ -255,6 +293,10 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     df["probe_gbps"] = df["network"].map(lambda n: n.get("measured_busbw_gbps") if isinstance(n, dict) else None)
     df["probe_bytes"] = df["network"].map(lambda n: n.get("measured_probe_bytes") if isinstance(n, dict) else None)
     df["params_key"] = df["params"].map(_pkey)
+    # a hook that ran its protocol inside DDP's callback (``hook_overlap`` false, or absent: the kit's first
+    # hook) blocks the backward pass: its own mode, model and scores (``hook_blocking``)
+    ov = df["hook_overlap"] if "hook_overlap" in df.columns else pd.Series([None] * len(df), index=df.index)
+    df.loc[(df["mode"] == "hook") & (ov != True), "mode"] = "hook_blocking"  # noqa: E712 (None/NaN are not True)
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
@@ -344,15 +386,40 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                           f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''})"}
     ed, how_ed = inp.encode_decode(m, r["compressor"], r["params_key"], p)
     how_ed += _kk(kappa)
+    scale, how_wire = _wire_scale(r, w)
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
-                 mode=r["mode"])
+                 mode=r["mode"], bytes_scale=scale)
     c = {k: float(np.asarray(v)) for k, v in pr.compressed.items()}
     return {"t_comp_ms": tc * 1e3, "overhead_ms": (o * kappa + pr.notes["path_overhead_s"]) * 1e3,
             "t_obs_ms": c["total_s"] * 1e3, "t_comm_ms": c["comm_s"] * 1e3,
             "t_encode_decode_ms": c["encode_decode_s"] * 1e3, "gamma": float("nan"),
             "k_buckets": int(c.get("k", 1)), "bound": "", "predicted_ms": c["iteration_s"] * 1e3,
             "inputs": f"{how_o}; {how_tc}; {how_ed}; {where} incast={net.incast_coeff:.2f} ({net.fitted_on}"
-                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''})"}
+                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''}){how_wire}"}
+
+
+#: a record's measured wire bytes that differ from today's plan() by more than this are priced as measured
+WIRE_TOLERANCE = 0.01
+
+
+def _wire_scale(r, w: Workload) -> tuple[float, str]:
+    """``(bytes_scale, note)``: what the record's run really sent against what the compressor's
+    ``plan()`` sends today (per DDP bucket for hooks, the whole gradient after the backward pass).
+    Records taken before a wire format changed (e.g. quantizers before bit packing) carry the old
+    traffic in ``wire_bytes_per_iter``; the model prices that, and the row says so."""
+    sent = r.get("wire_bytes_per_iter")
+    if _isnull(sent) or not sent:
+        return 1.0, ""
+    p, params = int(r["world_size"]), _clean_params(r["params"])
+    groups = w.ddp_bucket_shapes() if r["mode"] in ("hook", "hook_blocking") else [list(w.shapes())]
+    planned = 0
+    for g in groups:
+        s = plan_summary(r["compressor"], params, g, p)
+        planned += s.allreduce_bytes + s.allgather_bytes
+    if planned <= 0 or abs(float(sent) / planned - 1.0) <= WIRE_TOLERANCE:
+        return 1.0, ""
+    scale = float(sent) / planned
+    return scale, f"; wire bytes x{scale:.3f}: the record sent {float(sent) / MIB:.2f} MiB, plan() today {planned / MIB:.2f}"
 
 
 def _public(row: dict) -> dict:
@@ -424,7 +491,8 @@ def _holdout_fn(kind: str, records: pd.DataFrame) -> tuple[Callable, str]:
     return fns[kind], kind
 
 
-GROUPS = {"syncsgd": "syncSGD", "post": "compressors (post)", "hook": "compressors (hook)"}
+GROUPS = {"syncsgd": "syncSGD", "post": "compressors (post)", "hook": "compressors (hook)",
+          "hook_blocking": "compressors (blocking hook)"}
 
 
 #: ``--holdout world_size`` calibrates every constant on world sizes up to this one by default
@@ -469,7 +537,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
         raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
     inp = _inputs(plat, max_p=max_p, network_from=network_from)
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
-    modes = ["syncsgd", "post"] + (["hook"] if include_hook else [])
+    modes = ["syncsgd", "post"] + (["hook", "hook_blocking"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
     d["config"] = [_label(r) for r in d.to_dict("records")]
     ok = []
@@ -527,7 +595,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                     x["calibrated_on"] = "; ".join(c for c in (x["calibrated_on"], sweep_cal) if c)
             rows += part
         # compressors
-        for mode in ("post", "hook"):
+        for mode in ("post", "hook", "hook_blocking"):
             comp = [r for r in recs if r["mode"] == mode]
             if not comp:
                 continue
