@@ -93,7 +93,7 @@ if [ "$LOCAL" = 1 ]; then
   ( export CUDA_VISIBLE_DEVICES=0
     phase tcomp 120 $PY -m studykit tcomp --models $MODELS --budget-s 2 --min-iter 5 --out "$OUT/tcomp.jsonl" --quiet
     phase profile 150 $PY -m studykit profile --models $MODELS --compressors $COMPRESSORS \
-      --budget-s 0.5 --min-iter 20 --out "$OUT/profile.jsonl" --quiet )
+      --budget-s 0.5 --min-iter 20 --ddp-buckets --out "$OUT/profile.jsonl" --quiet )
 fi
 
 # the throttled DDP iterations: one throttle call per rate, each bounded by the time left

@@ -121,3 +121,52 @@ def test_big_models_build_when_their_libraries_exist():
             continue
         m = M.build(name)
         assert sum(p.numel() for p in m.parameters()) == M.PARAM_COUNTS[name]
+
+
+def test_ddp_bucket_grads_follow_ddps_assignment():
+    from studykit.measure.profile import ddp_bucket_grads
+    from studykit.perfmodel.model import ddp_buckets
+
+    grads = [torch.randn(s) for s in M.param_shapes("mlp_large")]
+    buckets = ddp_bucket_grads(grads)
+    assert [[tuple(v.shape) for v in views] for _, views in buckets] == ddp_buckets([g.shape for g in grads])
+    # the views alias the flat buffer, and hold the gradients (reverse order: the last layer first)
+    buf, views = buckets[0]
+    assert views[0].data_ptr() == buf.data_ptr() and torch.equal(views[0], grads[-1])
+    assert sum(b.numel() for b, _ in buckets) == sum(g.numel() for g in grads)
+
+
+@pytest.mark.parametrize("spec", ["fp16", "powersgd:rank=2"])
+def test_reduce_buckets_phase_is_the_hooks_protocol(spec, tmp_path):
+    """One record of phase reduce_buckets per compressor; the timed call leaves each bucket reduced
+    as the hook leaves it (checked here on a world-size-1 communicator: the identity for fp16)."""
+    from studykit.measure.profile import _timed_call
+
+    out = tmp_path / "p.jsonl"
+    assert cli.main(["profile", "--models", "mlp_small", "--compressors", spec, "--ddp-buckets", "--no-split",
+                     "--iters", "2", "--warmup", "0", "--copy-bytes", "64K", "--quiet", "--out", str(out)]) == 0
+    assert [r["phase"] for r in load_records(out, kind="profile")] == ["reduce", "reduce_buckets"]
+    grads = [torch.randn(s) for s in M.param_shapes("mlp_small")]
+    name, _, kv = spec.partition(":")
+    comp = C.get(name, **({k: int(v) for k, v in [kv.split("=")]} if kv else {}))
+    _timed_call(comp, "reduce_buckets", grads, 1)()  # runs without error on the bucket layout
+
+
+def test_encode_decode_input_never_pools_split_phases():
+    """RecordInputs.encode_decode reads one phase: the split encode / decode records (single-round codecs)
+    are not the protocol's time and must not be pooled with it."""
+    import pandas as pd
+
+    from studykit.perfmodel.fit import RecordInputs
+
+    prof = pd.DataFrame([{"kind": "profile", "model": "m", "compressor": "fp16", "params_key": "{}", "phase": ph,
+                          "sim_world_size": 1, "ms_median": ms}
+                         for ph, ms in (("reduce", 2.5), ("encode", 0.1), ("decode", 0.1), ("reduce_buckets", 1.0))])
+    cols = ["kind", "model", "batch_size", "phase", "network", "world_size", "mode", "bucket_mb", "rate_gbps",
+            "ms_median"]
+    empty = pd.DataFrame(columns=cols)
+    inp = RecordInputs(empty, empty, empty, prof, "ms_median")
+    assert inp.encode_decode("m", "fp16", "{}", 2)[0] == pytest.approx(2.5e-3)
+    assert inp.encode_decode("m", "fp16", "{}", 2, phase="reduce_buckets")[0] == pytest.approx(1.0e-3)
+    with pytest.raises(KeyError, match="reduce_buckets"):
+        inp.encode_decode("m", "topk", "{}", 2, phase="reduce_buckets")

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also the paper's Table 2-3 settings (PowerSGD rank 4/8/16, MS-TopK 1%%/0.1%%, ...) "
                         "of the compressors named in --compressors (all when none are named)")
     p.add_argument("--no-split", action="store_true", help="skip the separate encode/decode timings")
+    p.add_argument("--ddp-buckets", action="store_true",
+                   help="also time the protocol bucket by bucket at DDP's default bucket caps, as the kit's DDP "
+                        "hook runs it (phase reduce_buckets; the performance model's hook input)")
     p.add_argument("--sim-world-size", type=_positive_int, default=1,
                    help="decode as if this many workers sent payloads (all-gather codecs; no communication)")
     p.add_argument("--copy-bytes", type=_size, default=None,
@@ -187,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         device = _single_device(parser, args)
         writer = RecordWriter(out, retry_errors=args.retry_errors)
         n = run_profile(args.models, specs, writer, device=device, split=not args.no_split,
-                        sim_world_size=args.sim_world_size, copy_bytes=args.copy_bytes, verbose=verbose,
+                        sim_world_size=args.sim_world_size, copy_bytes=args.copy_bytes,
+                        ddp_buckets=args.ddp_buckets, verbose=verbose,
                         **_timing(args))
     elif args.cmd == "tcomp":
         from studykit.measure.tcomp import run_tcomp

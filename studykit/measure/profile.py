@@ -33,7 +33,7 @@ from studykit.measure.runtime import CompressorSpec, note, progress
 from studykit.measure.timing import Timing, time_fn
 
 __all__ = ["PAPER_SPECS", "paper_specs", "effective_params", "single_round", "measure_copy_bandwidth",
-           "run_profile"]
+           "ddp_bucket_grads", "run_profile"]
 
 #: Tables 2-3 of Agarwal et al. 2022 as (compressor, params): MS-TopK/DGC/TopK/RandomK 1%, MS-TopK 0.1%,
 #: SignSGD, QSGD 2-bit (read as levels=1: sign + one magnitude level, values {-1, 0, 1} x norm),
@@ -99,11 +99,40 @@ def _plan(comp: Compressor, shapes) -> tuple[Optional[int], Optional[float]]:
         return None, None
 
 
+def ddp_bucket_grads(grads: list[torch.Tensor]) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    """``grads`` (forward order) laid out as DDP's buckets at its default caps, in communication order:
+    per bucket its flat buffer and the per-parameter views into it (what a DDP comm hook gets)."""
+    from studykit.ddp import _views
+    from studykit.perfmodel.model import ddp_buckets
+
+    out, rest = [], list(reversed(grads))
+    for group in ddp_buckets([tuple(g.shape) for g in grads]):
+        mine, rest = rest[:len(group)], rest[len(group):]
+        buf = torch.cat([g.reshape(-1) for g in mine])
+        out.append((buf, _views(buf, [g.shape for g in mine])))
+    return out
+
+
 def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_world_size: int):
-    """The function one timed iteration calls for ``phase``."""
+    """The function one timed iteration calls for ``phase``: ``reduce`` (the whole gradient, as after the
+    backward pass), ``reduce_buckets`` (bucket by bucket, as the kit's DDP hook calls the protocol: the
+    flat bucket for partition-invariant codecs, the per-parameter views and a copy back otherwise),
+    ``encode`` or ``decode`` (single-round codecs, on the flattened gradient)."""
+    comm = LocalComm() if sim_world_size == 1 else RecordingComm(LocalComm(), world_size=sim_world_size)
     if phase == "reduce":
-        comm = LocalComm() if sim_world_size == 1 else RecordingComm(LocalComm(), world_size=sim_world_size)
         return lambda: comp.reduce(grads, comm, key=0)
+    if phase == "reduce_buckets":
+        from studykit.ddp import _copy_back
+
+        buckets = ddp_bucket_grads(grads)
+
+        def per_bucket():
+            for i, (buf, views) in enumerate(buckets):
+                if comp.partition_invariant:
+                    comp.reduce(buf, comm, key=i)
+                else:
+                    _copy_back(views, comp.reduce(views, comm, key=i))
+        return per_bucket
     flat = flatten(grads)
     if phase == "encode":
         return lambda: comp.compress(flat, sim_world_size)
@@ -117,8 +146,9 @@ def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_wor
 def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], writer: RecordWriter, *,
                 device: torch.device, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
                 min_iter: int = 3, split: bool = True, sim_world_size: int = 1,
-                copy_bytes: Optional[int] = None, verbose: bool = True) -> int:
-    """Profile every (model, compressor spec[, phase]) not yet in ``writer``'s file; returns records written."""
+                copy_bytes: Optional[int] = None, ddp_buckets: bool = False, verbose: bool = True) -> int:
+    """Profile every (model, compressor spec[, phase]) not yet in ``writer``'s file; returns records written.
+    ``ddp_buckets`` adds phase ``reduce_buckets`` (the protocol bucket by bucket, as a DDP hook runs it)."""
     device = torch.device(device)
     done = writer.done()
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
@@ -143,7 +173,8 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
         for spec in specs:
             comp = C.get(spec.name, allow_nonfinite=True, **spec.kwargs)
             params = effective_params(comp)
-            phases = ["reduce"] + (["encode", "decode"] if split and single_round(comp) else [])
+            phases = (["reduce"] + (["reduce_buckets"] if ddp_buckets else [])
+                      + (["encode", "decode"] if split and single_round(comp) else []))
             for phase in phases:
                 cid = config_id(kind="profile", model=model, compressor=spec.name, params=params, world_size=1,
                                 sim_world_size=sim_world_size, phase=phase, device_type=device.type)

@@ -879,7 +879,7 @@ class RecordInputs:
         self.kappa_w = {w: float(np.median(r)) for w, r in ratios.items()}
         one = ddp[(ddp["world_size"] == 1) & (ddp["mode"] == "syncsgd") & ddp["bucket_mb"].isna()]
         self.t_ws1 = {(m, int(b)): pool_stat(g[st], st) / 1e3 for (m, b), g in one.groupby(["model", "batch_size"])}
-        self.profile = profile[profile["phase"].isin(["reduce"]) | profile["phase"].isna()]
+        self.profile = profile[profile["phase"].isin(["reduce", "reduce_buckets"]) | profile["phase"].isna()]
         self._nets: dict = {}
 
     def kappa(self, p: int) -> float:
@@ -904,19 +904,25 @@ class RecordInputs:
             return self.t_fb[key] - self.t_comp[key], "O = tcomp fwd_bwd - bwd (no optimizer step)"
         return 0.0, "O = 0 (no world-size-1 or fwd_bwd record)"
 
-    def encode_decode(self, model: str, compressor: str, pkey: str, p: int) -> tuple[float, str]:
-        """``(T_encode_decode_s, how)`` alone, from ``profile`` records at the nearest simulated world size."""
-        g = self.profile[(self.profile["model"] == model) & (self.profile["compressor"] == compressor)
-                         & (self.profile["params_key"] == pkey)]
+    def encode_decode(self, model: str, compressor: str, pkey: str, p: int,
+                      phase: str = "reduce") -> tuple[float, str]:
+        """``(T_encode_decode_s, how)`` alone, from ``profile`` records of ``phase`` at the nearest simulated
+        world size: ``reduce`` (the whole gradient, every round, as after the backward pass) or
+        ``reduce_buckets`` (bucket by bucket as a DDP hook calls it; ``profile --ddp-buckets``). Records of
+        the split phases (``encode``, ``decode``) are never pooled in."""
+        prof = self.profile
+        ph = prof["phase"].fillna("reduce") if "phase" in prof.columns else pd.Series("reduce", index=prof.index)
+        g = prof[(prof["model"] == model) & (prof["compressor"] == compressor) & (prof["params_key"] == pkey)
+                 & (ph == phase)]
         if g.empty:
-            raise KeyError(f"no profile record for {compressor} {pkey} on {model}")
+            raise KeyError(f"no profile record ({phase}) for {compressor} {pkey} on {model}")
         sws = g["sim_world_size"].fillna(1).astype(int)
         exact = g[sws == p]
         st = self.stat
         if not exact.empty:
-            return pool_stat(exact[st], st) / 1e3, f"profile sim_world_size={p}"
+            return pool_stat(exact[st], st) / 1e3, f"profile {phase} sim_world_size={p}"
         near = int(sws.iloc[(sws - p).abs().argsort().iloc[0]])
-        return pool_stat(g[sws == near][st], st) / 1e3, f"profile sim_world_size={near} (run has p={p})"
+        return pool_stat(g[sws == near][st], st) / 1e3, f"profile {phase} sim_world_size={near} (run has p={p})"
 
     def network(self, p: int, rate, probe_gbps: float | None = None, probe_bytes: float | None = None) -> Network:
         """The :class:`Network` of world size ``p`` at link ``rate`` (None: a real network); ``probe_gbps``

@@ -384,7 +384,7 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                 "_last": sy["last_comm_s"], "_k": sy["k"], "_t_comp": tc, "_n_tensors": w.n_tensors,
                 "inputs": f"{how_o}; {how_tc}; {where} ({net.fitted_on}"
                           f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''})"}
-    ed, how_ed = inp.encode_decode(m, r["compressor"], r["params_key"], p)
+    ed, how_ed = _encode_decode(inp, r, p)
     how_ed += _kk(kappa)
     scale, how_wire = _wire_scale(r, w)
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
@@ -396,6 +396,17 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
             "k_buckets": int(c.get("k", 1)), "bound": "", "predicted_ms": c["iteration_s"] * 1e3,
             "inputs": f"{how_o}; {how_tc}; {how_ed}; {where} incast={net.incast_coeff:.2f} ({net.fitted_on}"
                       f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''}){how_wire}"}
+
+
+def _encode_decode(inp: RecordInputs, r, p: int) -> tuple[float, str]:
+    """A hook's encode/decode profiled bucket by bucket as the hook calls it (``profile --ddp-buckets``)
+    where the platform has it, else the whole gradient's (phase ``reduce``, as after the backward pass)."""
+    if r["mode"] in ("hook", "hook_blocking"):
+        try:
+            return inp.encode_decode(r["model"], r["compressor"], r["params_key"], p, phase="reduce_buckets")
+        except KeyError:
+            pass
+    return inp.encode_decode(r["model"], r["compressor"], r["params_key"], p)
 
 
 #: a record's measured wire bytes that differ from today's plan() by more than this are priced as measured
