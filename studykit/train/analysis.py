@@ -186,6 +186,8 @@ def time_to_target(df: pd.DataFrame, metric: str = "val_loss", target: float = 2
     min, max over the runs that reached it), the iterations and bytes received per worker to it, and the final
     ``metric`` (median, min, max). ``speedup_vs_baseline`` = baseline's median TTA / the method's (> 1: faster),
     with the interval from the extreme pairs (baseline min / method max .. baseline max / method min)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown target metric {metric!r}; valid: {', '.join(METRICS)}")
     rows = []
     for method in method_order(df["method"]):
         dm = df[df["method"] == method]
