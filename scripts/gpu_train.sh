@@ -12,8 +12,12 @@
 #      SGD 0.05, seed 0), 30 epochs, six methods: none fp16 quantize8 dynamic topk powersgd;
 #   2. synthetic 3x32x32 images (8192 train / 1024 test), ResNet-ish width 64 (1.23M parameters),
 #      batch 128 per worker, 3 epochs, the same six methods: larger gradients for the time split.
+# Every method trains once per seed in SEEDS (default 0 1 2). Timing keeps DDP's overlap (whole
+# iterations timed with CUDA events; the compute/encode/communicate/decode split comes from separate
+# profiled iterations, studykit.train.loop), so syncSGD and fp16 are timed as users run them.
 # Each run is capped with `timeout`; a failed run is reported and the others still run.
-# Expected: ~1 minute per GPU count on H100/H200 (the small models are launch-bound).
+# Expected: ~1 minute per GPU count and seed on H100/H200 (the small models are launch-bound); raise
+# MNIST_LIMIT_S / SYNTH_LIMIT_S with the number of seeds.
 # Output: $OUT/training/gpu{1,2}/{mnist1d,synthetic}/METHOD.jsonl (one JSON line per epoch, with
 # provenance), $OUT/training/env.txt, $OUT/training/*.log. Commit them as data/training/gpu1/ and
 # data/training/gpu2/ (notebook parameter runs_dir="gpu1/mnist1d", ...).
@@ -38,13 +42,14 @@ fi
 cat "$DEST/env.txt"
 
 METHODS="none fp16 quantize8 dynamic topk powersgd"
+SEEDS=${SEEDS:-"0 1 2"}
 status=0
 run() {  # run NAME TIMEOUT_S NGPU ARGS...
   local name=$1 limit=$2 n=$3
   shift 3
   echo "== $name on $n GPU(s) =="
   if ! timeout "$limit" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" \
-      -m studykit train --methods $METHODS --overwrite --out "$DEST/gpu$n/$name" "$@" \
+      -m studykit train --methods $METHODS --seeds $SEEDS --overwrite --out "$DEST/gpu$n/$name" "$@" \
       > "$DEST/gpu${n}_$name.log" 2>&1; then
     echo "!! $name on $n GPU(s) failed or timed out; tail of $DEST/gpu${n}_$name.log:"
     tail -n 20 "$DEST/gpu${n}_$name.log"

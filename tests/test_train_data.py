@@ -125,3 +125,47 @@ def test_models_for_each_data_set():
         assert type(m).__name__ == arch
         assert m(torch.zeros(2, *shape)).shape == (2, 10)
     assert 5_000 < nets.num_params(nets.build("auto", (1, 40), 10)) < 12_000
+
+
+# --------------------------------------------------------------------------- the text workload
+def test_stdlib_corpus_is_split_by_file_deterministically():
+    from studykit.train import text
+
+    files = text.stdlib_files()
+    root = text.stdlib_root()
+    rels = [p.relative_to(root).as_posix() for p in files]
+    assert rels == sorted(rels) and not any("site-packages" in r for r in rels) and len(rels) > 100
+    val = [r for r in rels if text.is_validation_file(r)]
+    assert 0.02 < len(val) / len(rels) < 0.09  # ~5 % of the files, whole files only
+    c = text.load_corpus(limit_train=50_000, limit_val=10_000)
+    assert (len(c.train), len(c.val)) == (50_000, 10_000) and c.train.dtype == torch.uint8
+    first_val = next(p for p in files if text.is_validation_file(p.relative_to(root).as_posix()))
+    assert bytes(c.val[:200].tolist()) == first_val.read_bytes()[:200]
+    assert c.summary()["sha256_train"] == text.load_corpus(limit_train=50_000, limit_val=10_000).summary()["sha256_train"]
+    x, y = c.windows("val", 64)
+    assert tuple(x.shape) == ((len(c.val) - 1) // 64, 64)
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(x[1, 0], c.val[64].long())
+    s1 = text.batch_starts(len(c.train), 64, 8, seed=3, step=5)
+    assert torch.equal(s1, text.batch_starts(len(c.train), 64, 8, seed=3, step=5))
+    assert not torch.equal(s1, text.batch_starts(len(c.train), 64, 8, seed=3, step=6))
+    with pytest.raises(ValueError, match="limit_train"):
+        text.load_corpus(limit_train=1)
+
+
+def test_gpt2_small_config_has_gpt2_smalls_parameters():
+    """nets.GPT at GPT-2 small's geometry and vocabulary lists the parameters of studykit.models' gpt2_small
+    (transformers' order; its Conv1D weights are stored transposed), 124,439,808 in all."""
+    import math
+
+    from studykit import models
+    from studykit.train import nets
+
+    with torch.device("meta"):
+        m = nets.build("gpt2_small", (1024,), 50257)
+    shapes = models.param_shapes("gpt2_small")
+    assert [p.numel() for p in m.parameters()] == [math.prod(s) for s in shapes]
+    assert nets.num_params(m) == models.PARAM_COUNTS["gpt2_small"]
+    tiny = nets.build("gpt_tiny", (16,), 256)
+    assert tiny(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 256)
+    with pytest.raises(ValueError, match="seq_len"):
+        nets.build("gpt_tiny", (3, 8), 256)

@@ -2,14 +2,17 @@
 ``Compressor.plan`` x steps, records carry provenance, CLI and analysis helpers work."""
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
 from studykit import compressors as C
 from studykit.plots import train as plots
-from studykit.train import TrainConfig, analysis, nets, train
+from studykit.comm import Collective
+from studykit.train import TrainConfig, analysis, loop, nets, train
 from studykit.train.cli import main as cli_main
 from studykit.train.data import load
+from studykit.train.dynamic import Level
 
 FAST = dict(dataset="digits", batch_size=32, lr=0.05, seed=1)
 EPOCHS = 4
@@ -70,6 +73,8 @@ def test_bytes_on_the_wire_equal_plan_times_steps(two_workers):
         assert r["buckets"] == 1
         assert r["bytes_planned_per_step"] == per_step
         assert r["bytes_sent"] == per_step * r["iterations"], (r["method"], r["epoch"])
+        received = sum(loop.received_bytes(c, 2) for c in comp.plan(shapes, world_size=2))
+        assert r["bytes_received"] == received * r["iterations"] == r["bytes_received_per_step"] * r["iterations"]
     totals = [r["bytes_sent_total"] for r in _by(recs, "dynamic")]
     assert totals == [sum(r["bytes_sent"] for r in _by(recs, "dynamic")[:i + 1]) for i in range(EPOCHS)]
 
@@ -83,8 +88,14 @@ def test_records_carry_provenance_timing_split_and_levels(two_workers):
     assert set(r["seeds"]) >= {"model", "data_order", "compressor"}
     assert r["params"]["epochs"] == EPOCHS
     for r in recs:
-        assert r["compute_s"] > 0 and r["comm_s"] >= 0 and r["compress_s"] >= 0
-        assert math.isclose(r["compute_s"] + r["compress_s"] + r["comm_s"], r["train_s"], rel_tol=1e-9)
+        split = r["split_ms"]  # from the separate profiled iterations, not from the timed ones
+        assert split["iterations"] == 2 and split["compute"] > 0 and split["comm"] > 0
+        assert min(split[k] for k in ("encode", "comm", "decode")) >= 0
+        assert math.isclose(split["compute"] + split["encode"] + split["comm"] + split["decode"], split["iteration"],
+                            rel_tol=1e-9)
+        assert r["timing"] == {"method": "perf_counter", "overlap": True, "profile_steps": 2}
+        assert r["iter_ms"]["n_iter"] == r["iterations"] and r["iter_ms"]["ms_min"] <= r["iter_ms"]["ms_median"]
+        assert math.isclose(r["time_s"], sum(x["train_s"] for x in _by(recs, r["method"]) if x["epoch"] <= r["epoch"]))
         assert math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0
     assert _by(recs, "dynamic")[0]["level"]["label"] == "quantize:bits=4"
     assert _by(recs, "dynamic")[0]["controller"]["ladder"][-1] == "quantize:bits=16"
@@ -115,10 +126,71 @@ def test_analysis_and_plots(two_workers):
     assert tta.loc["none", "speedup_vs_baseline"] == 1.0
     assert not analysis.time_to_accuracy(df, target=1.01)["reached"].any()
     split = analysis.time_split(df)
-    assert (split["iteration_ms"] > 0).all()
+    assert (split["iteration_ms"] > 0).all() and (split["encode_ms"] >= 0).all()
     for fig, ax in (plots.accuracy_curves(df, "train"), plots.loss_curves(df), plots.bits_over_epochs(df),
                     plots.tta_bars(tta, baseline="none"), plots.time_split_bars(split), plots.bytes_bars(table),
                     plots.accuracy_vs_time(df, target=0.3)):
         assert ax.get_ylabel() and ax.get_xlabel() is not None
         import matplotlib.pyplot as plt
         plt.close(fig)
+
+
+def test_received_bytes_count_every_shard_an_all_gather_brings():
+    """A worker receives p - 1 shards of an all-gather and 2 (p - 1) / p of an all-reduced buffer (the ring)."""
+    import torch
+
+    for p in (2, 4, 8):
+        assert loop.received_bytes(Collective("all_gather", 1000, torch.float16), p) == (p - 1) * 2000
+        assert loop.received_bytes(Collective("all_reduce", 1000, torch.float32), p) == round(2 * (p - 1) / p * 4000)
+    topk = C.get("topk", ratio=0.01)
+    shapes = [(100, 100)]
+    sent, received = loop.plan_traffic(Level.parse("topk:ratio=0.01"), {0: shapes}, 8, seed=0)
+    assert sent == topk.wire_bytes(shapes, 8) and received == 7 * sent  # the (p-1)-fold the old count missed
+
+
+def test_text_runs_profile_without_changing_training_and_resume(tmp_path):
+    """The tiny language model on the stdlib: profiled iterations change nothing (the same numbers with
+    and without them), a run with ``resume`` skips complete (method, seed) runs, seeds are recorded."""
+    cfg = TrainConfig(dataset="text", model="gpt_tiny", steps=4, eval_every=2, seq_len=32, batch_size=4,
+                      limit_train=20_000, limit_test=4_000, optimizer="adamw", lr=3e-3, progress=False)
+    keys = ("train_loss", "val_loss", "val_acc", "bytes_sent", "grad_norm")
+    a = train(cfg, ["topk", "dynamic"], seeds=[0, 1], out=tmp_path)
+    b = train(replace(cfg, profile_steps=0), ["topk", "dynamic"], seeds=[0, 1])
+    assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
+    assert [r["seed"] for r in a] == [0, 0, 0, 0, 1, 1, 1, 1] and [r["step"] for r in a[:2]] == [2, 4]
+    assert [r["final"] for r in a[:2]] == [False, True] and b[0]["split_ms"] is None
+    assert a[0]["task"] == "lm" and a[0]["dataset"]["vocab_size"] == 256 and a[0]["val_loss"] < 5.6
+    assert train(cfg, ["topk", "dynamic"], seeds=[0, 1], out=tmp_path, resume=True) == []
+    again = train(cfg, ["topk"], seeds=[0, 2], out=tmp_path, resume=True)
+    assert {r["seed"] for r in again} == {2}
+    df = analysis.latest_runs(analysis.to_frame(analysis.load_runs(tmp_path)))
+    assert sorted(df.groupby("method")["seed"].nunique().items()) == [("dynamic", 2), ("topk", 3)]
+
+
+def _rec(method, seed, step, val_loss, time_s, level="none", bits=32.0):
+    return {"kind": "train_epoch", "run_id": f"{method}-{seed}", "method": method, "seed": seed,
+            "epoch": step // 10 - 1, "step": step, "iterations": 10, "val_loss": val_loss, "time_s": time_s,
+            "bytes_received_total": step * 1e6, "bytes_planned_per_step": 1e6, "bits_per_element": bits,
+            "level": {"label": level}, "boost": False, "final": step == 30, "train_s": 1.0}
+
+
+def test_time_to_target_medians_intervals_and_level_changes_at_their_iteration():
+    recs = []
+    for seed, t in ((0, 1.0), (1, 2.0), (2, 4.0)):  # fp16 reaches 2.0 at step 20, after 2 t
+        recs += [_rec("fp16", seed, s, v, s / 10 * t) for s, v in ((10, 3.0), (20, 2.0), (30, 1.5))]
+    for seed in (0, 1, 2):  # dynamic: reaches it at step 30 for two seeds, never for the third
+        levels = [("quantize:bits=4", 8.0), ("quantize:bits=4", 8.0), ("quantize:bits=8", 16.0)]
+        vals = (3.0, 2.5, 1.9 if seed < 2 else 2.1)
+        recs += [_rec("dynamic", seed, s, v, s / 10, lv, b) for s, v, (lv, b) in zip((10, 20, 30), vals, levels)]
+    df = analysis.to_frame(recs)
+    t = analysis.time_to_target(df, "val_loss", 2.0, baseline="fp16")
+    assert t.loc["fp16", ["runs", "reached", "tta_s", "tta_min_s", "tta_max_s"]].tolist() == [3, 3, 4.0, 2.0, 8.0]
+    assert t.loc["dynamic", ["reached", "tta_s", "steps_to_target"]].tolist() == [2, 3.0, 30]
+    assert t.loc["dynamic", "speedup_vs_baseline"] == 4.0 / 3.0
+    assert (t.loc["dynamic", "speedup_min"], t.loc["dynamic", "speedup_max"]) == (2.0 / 3.0, 8.0 / 3.0)
+    assert t.loc["fp16", "received_to_target_mb"] == 20.0
+    assert t.loc["dynamic", ["final_val_loss_min", "final_val_loss_max"]].tolist() == [1.9, 2.1]
+    ch = analysis.level_changes(df)
+    assert ch["step"].tolist() == [20, 20, 20] and set(ch["to"]) == {"quantize:bits=8"}  # from iteration 20 on
+    with pytest.raises(ValueError, match="target metric"):
+        analysis.time_to_target(df, "val_perplexity", 2.0)

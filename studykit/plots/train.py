@@ -16,7 +16,7 @@ from studykit.plots.style import theme
 from studykit.train.analysis import method_order
 
 __all__ = ["colors", "curves", "accuracy_curves", "loss_curves", "bits_over_epochs", "tta_bars", "bytes_bars",
-           "time_split_bars", "accuracy_vs_time"]
+           "time_split_bars", "accuracy_vs_time", "metric_vs_time"]
 
 def colors(methods) -> dict:
     """One colour per method (seaborn's colorblind palette in :func:`method_order`), so a method
@@ -31,7 +31,8 @@ def colors(methods) -> dict:
 
 
 _LABELS = {"train_acc": "training accuracy (%)", "test_acc": "test accuracy (%)", "val_acc": "validation accuracy (%)",
-           "train_loss": "training cross-entropy loss", "test_loss": "test cross-entropy loss"}
+           "train_loss": "training cross-entropy loss", "test_loss": "test cross-entropy loss",
+           "val_loss": "validation cross-entropy (nats per token)"}
 
 
 def curves(df: pd.DataFrame, metric: str, ax=None, x: str = "epoch"):
@@ -75,49 +76,86 @@ def accuracy_vs_time(df: pd.DataFrame, target: Optional[float] = None, ax=None):
 
 
 def bits_over_epochs(df: pd.DataFrame, ax=None):
-    """Wire bits per gradient element in each epoch: methods whose level changes as steps
-    (▲: an epoch with compression temporarily removed), static methods as dotted lines."""
+    """Wire bits per gradient element against the training iteration: a level holds from the iteration
+    its round starts to the one it ends, so each change is drawn at the iteration it really happened
+    (after the round that triggered it), one line per run; ▲ marks rounds with compression temporarily
+    removed; static methods are dotted lines."""
     theme()
     fig, ax = plt.subplots(figsize=(6.5, 3.8)) if ax is None else (ax.figure, ax)
     col = colors(df["method"])
-    last = int(df["epoch"].max()) + 1
     for m in method_order(df["method"]):
-        d = df[df["method"] == m].sort_values("epoch")
-        if d["bits_per_element"].nunique() > 1:
-            ax.step(d["epoch"] + 1, d["bits_per_element"], where="mid", label=m, color=col[m], lw=2)
-            b = d[d["boost"].astype(bool)]
-            if len(b):
-                ax.scatter(b["epoch"] + 1, b["bits_per_element"], marker="^", s=50, color=col[m], zorder=3)
+        dm = df[df["method"] == m]
+        if dm["bits_per_element"].nunique() > 1:
+            for i, (_, d) in enumerate(dm.groupby("run_id")):
+                d = d.sort_values("step")
+                start = (d["step"] - d["iterations"]).tolist()
+                xs = start + [d["step"].iloc[-1]]
+                ys = d["bits_per_element"].tolist() + [d["bits_per_element"].iloc[-1]]
+                ax.step(xs, ys, where="post", color=col[m], lw=2 if i == 0 else 1, alpha=1 if i == 0 else 0.6,
+                        label=m if i == 0 else None)
+                b = d[d["boost"].astype(bool)]
+                if len(b):
+                    ax.scatter(b["step"] - b["iterations"] / 2, b["bits_per_element"], marker="^", s=40,
+                               color=col[m], zorder=3)
         else:
-            y = float(d["bits_per_element"].iloc[0])
+            y = float(dm["bits_per_element"].iloc[0])
             ax.axhline(y, ls=":", lw=1.2, color=col[m], label=f"{m} (static)")
-    ax.set_xlim(0.5, last + 0.5)
+    ax.set_xlim(0, float(df["step"].max()))
     ax.set_yscale("log", base=2)
     from matplotlib.ticker import FuncFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("epoch")
+    ax.set_xlabel("training iteration")
     ax.set_ylabel("bits on the wire per element")
-    ax.set_title("Compression level over epochs (▲: compression removed)")
+    ax.set_title("When does the dynamic method change its compression level? (▲: removed)")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig, ax
 
 
-def tta_bars(tta: pd.DataFrame, baseline: str = "fp16", ax=None):
-    """Time to target accuracy (s) per method (``analysis.time_to_accuracy``); the baseline's
-    TTA dashed; methods that never reached the target are marked."""
+def metric_vs_time(df: pd.DataFrame, metric: str = "val_loss", target: Optional[float] = None, ax=None):
+    """``metric`` against cumulative training time (s), one line per run (seed) of each method, so the
+    spread over seeds is visible; the target dashed."""
+    theme()
+    fig, ax = plt.subplots(figsize=(6.5, 4)) if ax is None else (ax.figure, ax)
+    scale = 100 if metric.endswith("_acc") else 1
+    col = colors(df["method"])
+    for m in method_order(df["method"]):
+        for i, (_, d) in enumerate(df[df["method"] == m].groupby("run_id")):
+            d = d.sort_values("step")
+            ax.plot(d["time_s"], scale * d[metric], marker="o", ms=2.5, lw=1.2, color=col[m], alpha=0.85,
+                    label=m if i == 0 else None)
+    if target is not None:
+        ax.axhline(scale * target, ls="--", c="gray", lw=1, label=f"target {scale * target:g}")
+    ax.set_xlabel("training time (s), evaluation excluded")
+    ax.set_ylabel(_LABELS.get(metric, metric))
+    ax.set_title(f"Which method reaches the target {_LABELS.get(metric, metric).split(' (')[0]} first?")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig, ax
+
+
+def tta_bars(tta: pd.DataFrame, baseline: str = "fp16", ax=None, what: str = "target accuracy"):
+    """Time to the target (s) per method (``analysis.time_to_accuracy`` or, with seeds,
+    ``analysis.time_to_target``: median bar, min-max error bar, runs that reached it / runs); the
+    baseline's time dashed; methods that never reached the target are marked."""
     theme()
     fig, ax = plt.subplots(figsize=(6, 3.5)) if ax is None else (ax.figure, ax)
     t = tta["tta_s"].fillna(0)
     col = colors(tta.index)
     bars = ax.bar(tta.index, t, color=[col[m] for m in tta.index])
-    for b, reached in zip(bars, tta["reached"]):
-        if not reached:
+    if "tta_min_s" in tta:
+        lo, hi = (t - tta["tta_min_s"]).clip(lower=0).fillna(0), (tta["tta_max_s"] - t).clip(lower=0).fillna(0)
+        ax.errorbar(range(len(t)), t, yerr=[lo, hi], fmt="none", ecolor="black", capsize=3, lw=1)
+        for b, (n, k) in zip(bars, zip(tta["runs"], tta["reached"])):
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{k}/{n}", ha="center", va="bottom", fontsize=7)
+    reached = tta["reached"] > 0 if tta["reached"].dtype != bool else tta["reached"]
+    for b, ok in zip(bars, reached):
+        if not ok:
             ax.text(b.get_x() + b.get_width() / 2, 0, "not\nreached", ha="center", va="bottom", fontsize=8)
-    if baseline in tta.index and tta.loc[baseline, "reached"]:
+    if baseline in tta.index and reached[baseline]:
         ax.axhline(tta.loc[baseline, "tta_s"], ls="--", c="gray", lw=1, label=f"{baseline} baseline")
         ax.legend(fontsize=8)
-    ax.set_ylabel("time to target accuracy (s)")
+    ax.set_ylabel(f"time to {what} (s)")
+    ax.set_title(f"Which method reaches the {what} sooner than {baseline}?")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
     return fig, ax
 
@@ -135,14 +173,24 @@ def bytes_bars(summary: pd.DataFrame, column: str = "sent_per_worker_mb", ax=Non
 
 
 def time_split_bars(split: pd.DataFrame, ax=None):
-    """Per-iteration time (ms) stacked: compute, compression, communication (``analysis.time_split``)."""
+    """Per-iteration time (ms) stacked (``analysis.time_split``): compute, encode, communicate, decode from the
+    profiled (blocking) iterations, and the median timed (overlapped) iteration as a black marker; the gap
+    between bar top and marker is what overlap hides (optimizer step aside). Older records stack compute,
+    compression and communication of one synchronised timing."""
     theme()
     fig, ax = plt.subplots(figsize=(6, 3.5)) if ax is None else (ax.figure, ax)
+    new = "encode_ms" in split
+    parts = (("compute_ms", "compute"), ("encode_ms", "encode"), ("comm_ms", "communicate"), ("decode_ms", "decode")) \
+        if new else (("compute_ms", "compute"), ("compress_ms", "compression"), ("comm_ms", "communication"))
     bottom = None
-    for col, name in (("compute_ms", "compute"), ("compress_ms", "compression"), ("comm_ms", "communication")):
-        ax.bar(split.index, split[col], bottom=bottom, label=name)
-        bottom = split[col] if bottom is None else bottom + split[col]
+    for c, name in parts:
+        ax.bar(split.index, split[c], bottom=bottom, label=name + (" (profiled)" if new else ""))
+        bottom = split[c] if bottom is None else bottom + split[c]
+    if new:
+        ax.scatter(split.index, split["iteration_ms"], marker="_", s=300, color="black", zorder=3,
+                   label="timed iteration (overlapped)")
     ax.set_ylabel("time per iteration (ms)")
+    ax.set_title("Where does an iteration's time go?")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig, ax

@@ -49,12 +49,12 @@ def shutdown() -> None:
 
 
 def _spawn_worker(rank: int, world_size: int, init_file: str, cfg: TrainConfig, methods: list[Method],
-                  out, overwrite: bool, results: str) -> None:
+                  out, overwrite: bool, results: str, seeds=None, resume: bool = False) -> None:
     torch.set_num_threads(cfg.threads or 1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
                             timeout=_TIMEOUT)
     try:
-        run_methods(cfg, methods, out, overwrite=overwrite, results=results)
+        run_methods(cfg, methods, out, overwrite=overwrite, results=results, seeds=seeds, resume=resume)
     finally:
         shutdown()
 
@@ -67,8 +67,10 @@ def read_records(path: str | Path) -> list[dict]:
 
 
 def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size: int = 1,
-          out: Optional[str | Path] = None, overwrite: bool = False) -> list[dict]:
-    """Train ``methods`` with ``cfg`` on ``world_size`` workers; returns rank 0's records.
+          out: Optional[str | Path] = None, overwrite: bool = False, seeds: Optional[Sequence[int]] = None,
+          resume: bool = False) -> list[dict]:
+    """Train ``methods`` with ``cfg`` on ``world_size`` workers, once per seed in ``seeds`` (default:
+    ``cfg.seed``); returns rank 0's records (``resume``: skip runs already complete in ``out``).
 
     * inside an initialised group (torchrun): runs on it (``world_size`` is ignored);
     * ``world_size == 1``: an in-process gloo (CPU) or NCCL (``cfg.device`` cuda) group;
@@ -78,8 +80,9 @@ def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size:
     (appended to; ``overwrite`` truncates first).
     """
     methods = parse_methods(methods)
+    seeds = list(seeds) if seeds else None
     if dist.is_initialized():
-        return run_methods(cfg, methods, out, overwrite=overwrite)
+        return run_methods(cfg, methods, out, overwrite=overwrite, seeds=seeds, resume=resume)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if world_size == 1:
@@ -87,7 +90,7 @@ def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size:
         backend = "nccl" if use_cuda else "gloo"
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
         try:
-            return run_methods(cfg, methods, out, overwrite=overwrite)
+            return run_methods(cfg, methods, out, overwrite=overwrite, seeds=seeds, resume=resume)
         finally:
             shutdown()
     if cfg.device not in ("auto", "cpu"):
@@ -101,7 +104,7 @@ def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size:
         results = os.path.join(tmp, "records.jsonl")
         try:
             mp.spawn(_spawn_worker, args=(world_size, os.path.join(tmp, "init"), cfg, methods,
-                                          None if out is None else str(out), overwrite, results),
+                                          None if out is None else str(out), overwrite, results, seeds, resume),
                      nprocs=world_size, join=True)
         except mp.ProcessRaisedException as exc:
             last = [ln for ln in str(exc).strip().splitlines() if ln.strip()][-1]

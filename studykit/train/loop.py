@@ -1,69 +1,92 @@
-"""Train one model per method inside an initialised process group, one record per epoch.
+"""Train one model per method (and seed) inside an initialised process group, one record per round.
 
-Every rank runs :func:`run_methods`; rank 0 appends one JSON line per epoch. The compressor
-runs as a DDP communication hook (:func:`studykit.ddp.compressor_hook`) wrapped with timers,
-so each epoch splits its wall time into
+Every rank runs :func:`run_methods`; rank 0 appends one JSON line per *round* (an epoch by default;
+``eval_every`` iterations when set, e.g. for the text workload). The compressor runs as the kit's
+overlapped DDP communication hook (:func:`studykit.ddp.compressor_hook`, ``overlap=True``): encode,
+collectives and decode of a bucket run on a communication thread while the backward pass goes on, as
+they would in a user's training (Agarwal et al. 2022, https://arxiv.org/abs/2103.00543, Sec. 3
+"Implementation Details": syncSGD and fp16 rely on this overlap, Sec. 4.1 Eq. 1).
 
-* ``comm_s``: inside the collectives the compressor issues (incl. waiting for peers),
-* ``compress_s``: the rest of the hook (encode, decode, error feedback, copies),
-* ``compute_s``: the rest of the training step (forward, backward, optimizer, batching).
+Timing keeps that overlap:
 
-With ``split_timing`` (default) on a GPU the hook synchronises the device around itself
-and around each collective so these are attributable; that removes DDP's overlap of
-communication with the backward pass (negligible for these small models). On CPU (gloo)
-collectives block anyway. Evaluation time is recorded apart and never counted as training.
+* **timed iterations** are whole training iterations (forward, backward with the hook, optimizer step),
+  bracketed by CUDA events on a GPU (read once at the end of the round: no synchronisation between
+  iterations) or ``time.perf_counter`` on CPU. ``train_s`` is the round's training wall time, ``iter_ms``
+  the statistics of its iterations (:class:`studykit.measure.timing.Timing`).
+* **profiled iterations** (``profile_steps`` after each round, never counted as training) give the
+  per-phase split: the hook then runs the protocol blocking on a *copy* of the compressor, with the device
+  synchronised around the hook and around every collective, so ``split_ms`` holds compute (forward and
+  backward outside the hook), encode (before the first collective and between collectives), communicate
+  (inside the collectives, waiting for peers included) and decode (after the last collective), per
+  iteration. Their gradients are discarded and BatchNorm statistics restored, so they change nothing.
+
+Bytes: ``bytes_sent`` is what this worker put into collectives (measured, ``HookState.bytes_sent``);
+``bytes_received`` what every worker receives, from the compressor's ``plan()`` (the one definition of
+the wire) with nccl-tests' accounting (:func:`received_bytes`): ``2 (p-1)/p`` of an all-reduced buffer,
+``p-1`` shards of an all-gather (Agarwal et al. 2022, App. B). Evaluation time is recorded apart and
+never counted as training.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from studykit.comm import TorchComm
-from studykit.measure.records import SCHEMA_VERSION
+from studykit.comm import Collective, TorchComm
 from studykit.ddp import HookState, compressor_hook
+from studykit.measure.records import SCHEMA_VERSION, loadavg_1m, provenance
+from studykit.measure.timing import Timing
 from studykit.train import data as data_mod
 from studykit.train import nets
+from studykit.train import text as text_mod
 from studykit.train.dynamic import EpochMetrics, Level
 from studykit.train.methods import Method
-from studykit.measure.records import loadavg_1m, provenance
 
-__all__ = ["TrainConfig", "run_methods", "RECORD_KIND"]
+__all__ = ["TrainConfig", "run_methods", "RECORD_KIND", "received_bytes", "plan_traffic", "out_path_for",
+           "completed_runs"]
 
 RECORD_KIND = "train_epoch"
+#: keys of ``TrainConfig`` that do not change what is trained (a resumed run may differ in them)
+_VOLATILE = ("seed", "progress", "threads", "warmup_steps", "device", "resume", "deadline_s")
 
 
 @dataclass
 class TrainConfig:
     """Everything a training run depends on (recorded in every record under ``params``)."""
 
-    dataset: str = "mnist1d"             # one of studykit.train.data.DATASETS
-    data_root: Optional[str] = None      # CIFAR-10 archive or folder
-    limit_train: Optional[int] = None    # keep the first N training examples (None: all)
-    limit_test: Optional[int] = None     # keep the first N test examples
+    dataset: str = "mnist1d"             # one of studykit.train.data.DATASETS, or "text" (studykit.train.text)
+    data_root: Optional[str] = None      # CIFAR-10 archive or folder; text: a folder of *.py (default: stdlib)
+    limit_train: Optional[int] = None    # keep the first N training examples (text: bytes) (None: all)
+    limit_test: Optional[int] = None     # keep the first N test examples (text: validation bytes)
     synthetic_shape: tuple = (64,)       # input shape of the synthetic data set
     model: str = "auto"                  # one of studykit.train.nets.ARCHS
     width: Optional[int] = None          # model width (None: the model's default)
-    epochs: int = 20
+    epochs: int = 20                     # passes over the training set (ignored when ``steps`` is set)
+    steps: Optional[int] = None          # total iterations (default: epochs x steps per epoch)
+    eval_every: Optional[int] = None     # iterations per round (record, evaluation, controller) (None: an epoch)
+    seq_len: int = 128                   # text: tokens (bytes) per training window
+    optimizer: str = "sgd"               # "sgd" (with momentum) or "adamw" (betas 0.9, 0.95)
     batch_size: int = 32                 # per worker; the global batch is batch_size * world_size
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 0.0
-    lr_schedule: str = "constant"        # "constant" or "cosine" (over ``epochs``)
+    lr_schedule: str = "constant"        # "constant" or "cosine" (per iteration, down to lr / 10 at the end)
+    lr_warmup_steps: int = 0             # linear learning-rate warm-up over the first N iterations
     seed: int = 0                        # model init, data order, compressor randomness
     val_fraction: float = 0.1            # held out of the training set for the controller
     bucket_cap_mb: float = 25.0          # DDP bucket size
-    split_timing: bool = True            # synchronise around hook/collectives on GPU (see module doc)
+    profile_steps: int = 2               # profiled (untimed, discarded) iterations after each round: the split
     progress: bool = True                # one line per epoch on rank 0's stderr
     target_acc: Optional[float] = None   # stop a method once test accuracy reaches this (fraction)
     device: str = "auto"                 # "auto": cuda:LOCAL_RANK if available, else cpu
@@ -89,7 +112,8 @@ class TrainConfig:
             v = getattr(self, name)
             if not integer(v) or v < 1:
                 raise bad(name, "an integer >= 1", v)
-        for name in ("limit_train", "limit_test", "width", "loss_window", "stall_epochs", "boost_epochs", "interval"):
+        for name in ("limit_train", "limit_test", "width", "loss_window", "stall_epochs", "boost_epochs", "interval",
+                     "steps", "eval_every"):
             v = getattr(self, name)
             if v is not None and (not integer(v) or v < 1):
                 raise bad(name, "None or an integer >= 1", v)
@@ -97,6 +121,16 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not lo_ok):
                 raise bad(name, "a finite number " + (">= 0" if lo_ok else "> 0"), v)
+        for name in ("lr_warmup_steps", "profile_steps"):
+            v = getattr(self, name)
+            if not integer(v) or v < 0:
+                raise bad(name, "an integer >= 0", v)
+        if not integer(self.seq_len) or self.seq_len < 2:
+            raise bad("seq_len", "an integer >= 2", self.seq_len)
+        if self.optimizer not in ("sgd", "adamw"):
+            raise bad("optimizer", "'sgd' or 'adamw'", self.optimizer)
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise bad("lr_schedule", "'constant' or 'cosine'", self.lr_schedule)
         if not isinstance(self.momentum, (int, float)) or not 0 <= self.momentum < 1:
             raise bad("momentum", "a number in [0, 1)", self.momentum)
         if not isinstance(self.val_fraction, (int, float)) or not 0 <= self.val_fraction < 1:
@@ -115,61 +149,136 @@ class TrainConfig:
     def as_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
 
+    def fingerprint(self) -> dict:
+        """What decides the numbers of a run, seed aside (resume matches on it)."""
+        return {k: v for k, v in self.as_dict().items() if k not in _VOLATILE}
+
     def controller_overrides(self) -> dict:
         keys = ("acc_thresholds", "loss_thresholds", "loss_window", "stall_epochs", "boost_epochs", "eta", "interval")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
 
-# ------------------------------------------------------------------ timed hook
-class _Clock:
-    def __init__(self, device: torch.device, sync: bool):
-        self.cuda = device.type == "cuda"
-        self.sync = sync and self.cuda
-        self.device = device
-
-    def now(self) -> float:
-        if self.sync:
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
+#: every data set ``TrainConfig.dataset`` takes: the classification sets and the text corpus
+DATASETS = (*data_mod.DATASETS, "text")
 
 
-class TimedComm:
-    """A :class:`TorchComm` that adds the seconds spent in each collective to ``seconds``."""
+# ------------------------------------------------------------------ wire accounting
+def received_bytes(c: Collective, world_size: int) -> int:
+    """Bytes one worker receives in collective ``c`` on a ring of ``world_size``: nccl-tests' bus factor times
+    its message size (:mod:`studykit.measure.sweep`): ``2 (p-1)/p`` x the buffer for an all-reduce (Eq. 1's
+    ring), ``p-1`` shards for an all-gather (Agarwal et al. 2022, App. B). On a ring a worker sends as much."""
+    from studykit.measure.sweep import bus_factor, nccl_tests_bytes
 
-    def __init__(self, inner: TorchComm, clock: _Clock):
-        self.inner, self.clock = inner, clock
+    return int(round(bus_factor(c.op, world_size) * nccl_tests_bytes(c.op, c.nbytes, world_size)))
+
+
+def plan_traffic(level: Level, bucket_shapes: dict, world_size: int, seed: int) -> tuple[int, int]:
+    """``(sent, received)`` bytes per worker and step that ``Compressor.plan`` gives for these buckets."""
+    comp = level.build(seed=seed)
+    sent = received = 0
+    for shapes in bucket_shapes.values():
+        for c in comp.plan(shapes, world_size):
+            sent += c.nbytes
+            received += received_bytes(c, world_size)
+    return sent, received
+
+
+# ------------------------------------------------------------------ hook: overlapped, or profiled
+class _PhaseComm:
+    """A communicator that notes (start, end) of every collective, the device synchronised around it."""
+
+    def __init__(self, inner: TorchComm, now: Callable[[], float]):
+        self.inner, self.now = inner, now
         self.rank, self.world_size = inner.rank, inner.world_size
-        self.seconds = 0.0
+        self.marks: list[tuple[float, float]] = []
+
+    def _timed(self, fn, tensor):
+        t0 = self.now()
+        out = fn(tensor)
+        self.marks.append((t0, self.now()))
+        return out
 
     def all_reduce(self, tensor):
-        t0 = self.clock.now()
-        out = self.inner.all_reduce(tensor)
-        self.seconds += self.clock.now() - t0
-        return out
+        return self._timed(self.inner.all_reduce, tensor)
 
     def all_gather(self, tensor):
-        t0 = self.clock.now()
-        out = self.inner.all_gather(tensor)
-        self.seconds += self.clock.now() - t0
-        return out
+        return self._timed(self.inner.all_gather, tensor)
 
 
-class TimedHookState(HookState):
-    """:class:`studykit.ddp.HookState` plus hook time and the shapes of each bucket."""
+class _Profiler:
+    """Runs buckets blocking on a copy of the compressor and adds each phase's seconds (module doc)."""
 
-    def __init__(self, compressor, comm: TimedComm, clock: _Clock):
-        # the protocol runs inside the hook (blocking), so the hook's wall time is its cost
-        super().__init__(compressor, comm=comm, overlap=False)
-        self.clock = clock
-        self.hook_s = 0.0
+    def __init__(self, state: HookState, device: torch.device):
+        cuda = device.type == "cuda"
+        self.now = (lambda: (torch.cuda.synchronize(device), time.perf_counter())[1]) if cuda else time.perf_counter
+        self.comm = _PhaseComm(TorchComm(), self.now)
+        self.shadow = HookState(copy.deepcopy(state.compressor), comm=self.comm, overlap=False)
+        self.shadow.bucket_params = dict(state.bucket_params)
+        self.shadow.bucket_shapes = dict(state.bucket_shapes)
+        self.phases = {"hook": 0.0, "encode": 0.0, "comm": 0.0, "decode": 0.0}
+
+    def hook(self, bucket):
+        self.comm.marks = []
+        t0 = self.now()
+        fut = compressor_hook(self.shadow, bucket)
+        t1 = self.now()
+        marks = self.comm.marks
+        self.phases["hook"] += t1 - t0
+        if not marks:
+            self.phases["encode"] += t1 - t0
+            return fut
+        inside = sum(e - s for s, e in marks)
+        self.phases["comm"] += inside
+        self.phases["decode"] += t1 - marks[-1][1]
+        self.phases["encode"] += (marks[-1][1] - t0) - inside  # before the first and between collectives
+        return fut
 
 
-def timed_hook(state: TimedHookState, bucket):
-    """``compressor_hook`` with its wall time added to ``state.hook_s``."""
-    t0 = state.clock.now()
-    fut = compressor_hook(state, bucket)
-    state.hook_s += state.clock.now() - t0
-    return fut
+class TrainHookState(HookState):
+    """:class:`studykit.ddp.HookState` (overlapped) that a :class:`_Profiler` can take over for a while."""
+
+    def __init__(self, compressor, comm: TorchComm):
+        super().__init__(compressor, comm=comm, overlap=True)
+        self.profiler: Optional[_Profiler] = None
+
+    def __getstate__(self):
+        d = super().__getstate__()
+        d["profiler"] = None
+        return d
+
+
+def train_hook(state: TrainHookState, bucket):
+    """The overlapped ``compressor_hook``, or the profiler's blocking one while profiling."""
+    if state.profiler is not None:
+        return state.profiler.hook(bucket)
+    return compressor_hook(state, bucket)
+
+
+class _IterationTimer:
+    """Whole-iteration times without synchronising between iterations: CUDA events on a GPU (read at
+    :meth:`read`), ``perf_counter`` on CPU. ``studykit.measure.timing.time_fn`` synchronises before
+    each call, which a training loop must not do (the CPU runs ahead of the GPU between iterations)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.marks: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def read(self) -> list[float]:
+        """Milliseconds between consecutive marks; resets."""
+        m, self.marks = self.marks, []
+        if self.cuda:
+            m[-1].synchronize()
+            return [float(a.elapsed_time(b)) for a, b in zip(m, m[1:])]
+        return [(b - a) * 1e3 for a, b in zip(m, m[1:])]
 
 
 # ------------------------------------------------------------------ helpers
@@ -179,12 +288,6 @@ def _device(cfg: TrainConfig) -> torch.device:
     if torch.cuda.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def _planned_bytes(level: Level, bucket_shapes: dict, world_size: int, seed: int) -> int:
-    """Bytes per step that ``Compressor.plan`` predicts for these buckets (a fresh compressor)."""
-    comp = level.build(seed=seed)
-    return int(sum(comp.wire_bytes(shapes, world_size) for shapes in bucket_shapes.values()))
 
 
 def _numel(model) -> int:
@@ -200,26 +303,35 @@ def _swap_compressor(state: HookState, new):
     state.compressor = new
 
 
+def _loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every prediction (a class per example, or a token per position)."""
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
 @torch.no_grad()
 def _evaluate(model, x, y, rank, world, device, batch=1024) -> torch.Tensor:
-    """[loss sum, correct, count] over this rank's shard (rank::world) of (x, y)."""
+    """[loss sum, correct, count] over this rank's shard (rank::world) of (x, y); per token for text."""
     acc = torch.zeros(3, dtype=torch.float64, device=device)
     idx = torch.arange(rank, len(y), world)
     for i in range(0, len(idx), batch):
         j = idx[i:i + batch]
         out = model(x[j])
-        acc[0] += F.cross_entropy(out, y[j], reduction="sum").double()
-        acc[1] += (out.argmax(1) == y[j]).sum()
-        acc[2] += len(j)
+        acc[0] += F.cross_entropy(out.reshape(-1, out.shape[-1]), y[j].reshape(-1), reduction="sum").double()
+        acc[1] += (out.argmax(-1) == y[j]).sum()
+        acc[2] += y[j].numel()
     return acc
 
 
-def _lr_factor(cfg: TrainConfig, epoch: int) -> float:
+def _lr_factor(cfg: TrainConfig, step: int, total: int) -> float:
+    """Learning-rate multiplier at iteration ``step`` of ``total``: linear warm-up, then constant or a
+    cosine down to 1/10 (nanoGPT's schedule)."""
+    w = cfg.lr_warmup_steps
+    if step < w:
+        return (step + 1) / w
     if cfg.lr_schedule == "constant":
         return 1.0
-    if cfg.lr_schedule == "cosine":
-        return 0.5 * (1 + math.cos(math.pi * epoch / max(cfg.epochs, 1)))
-    raise ValueError(f"unknown lr_schedule {cfg.lr_schedule!r}; use 'constant' or 'cosine'")
+    progress = min(1.0, (step - w) / max(1, total - w))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def _append(path: Optional[Path], rec: dict) -> None:
@@ -241,32 +353,100 @@ def out_path_for(out: Optional[str | Path], label: str) -> Optional[Path]:
     return out / f"{safe}.jsonl"
 
 
-# ------------------------------------------------------------------ training
+def completed_runs(path: Optional[Path]) -> set:
+    """``(method, seed, fingerprint)`` of every run in ``path`` whose last round was written (``final``)."""
+    if path is None or not path.is_file():
+        return set()
+    from studykit.measure.records import load_records
+
+    done = set()
+    for r in load_records(path, kind=RECORD_KIND, missing_ok=True, dedupe=False, quiet=True):
+        if r.get("final"):
+            fp = {k: v for k, v in r["params"].items() if k not in _VOLATILE}
+            done.add((r["method"], r["params"]["seed"], json.dumps(fp, sort_keys=True)))
+    return done
+
+
+# ------------------------------------------------------------------ data: one task per data set
 @dataclass
-class _Data:
-    ds: data_mod.Dataset
+class _Task:
+    """What the loop needs of a data set: this rank's batch of any iteration, and the evaluation sets."""
+
+    kind: str                      # "classify" or "lm"
+    summary: dict
+    input_shape: tuple
+    num_classes: int               # classes, or the vocabulary
+    steps_per_epoch: int           # iterations per pass over the training set (text: as many tokens)
+    batch: Callable[[int], tuple]  # step -> (x, y) of this rank
     x_val: torch.Tensor
     y_val: torch.Tensor
-    summary: dict = field(default_factory=dict)
+    x_test: Optional[torch.Tensor]  # None: the test set is the validation set (text)
+    y_test: Optional[torch.Tensor]
+    eval_batch: int = 1024
 
 
-def prepare_data(cfg: TrainConfig, device: torch.device) -> _Data:
+def prepare_task(cfg: TrainConfig, device: torch.device, rank: int, world: int) -> _Task:
+    """The data set of ``cfg`` on ``device``, batched for ``rank`` of ``world``."""
+    if cfg.dataset not in DATASETS:
+        raise data_mod.DataError(f"unknown dataset {cfg.dataset!r}; available: {', '.join(DATASETS)}")
+    B = cfg.batch_size
+    if cfg.dataset == "text":
+        corpus = text_mod.load_corpus(cfg.data_root, limit_train=cfg.limit_train, limit_val=cfg.limit_test)
+        stream = corpus.train.to(device)
+        x_val, y_val = corpus.windows("val", cfg.seq_len)
+        steps = max(1, len(corpus.train) // (world * B * cfg.seq_len))
+
+        def lm_batch(step: int):
+            starts = text_mod.batch_starts(len(stream), cfg.seq_len, world * B, cfg.seed, step)
+            return text_mod.gather_windows(stream, starts[rank * B:(rank + 1) * B], cfg.seq_len)
+
+        return _Task("lm", {**corpus.summary(), "seq_len": cfg.seq_len, "num_val_windows": len(y_val)},
+                     (cfg.seq_len,), corpus.vocab_size, steps, lm_batch, x_val.to(device), y_val.to(device),
+                     None, None, eval_batch=max(1, 65536 // cfg.seq_len))
     ds = data_mod.load(cfg.dataset, root=cfg.data_root, limit_train=cfg.limit_train, limit_test=cfg.limit_test,
                        seed=cfg.seed, synthetic_shape=tuple(cfg.synthetic_shape))
     ds, x_val, y_val = ds.split_validation(cfg.val_fraction, seed=cfg.seed)
-    summary = {**ds.summary(), "num_val": len(y_val)}
-    ds.x_train, ds.y_train = ds.x_train.to(device), ds.y_train.to(device)
-    ds.x_test, ds.y_test = ds.x_test.to(device), ds.y_test.to(device)
-    return _Data(ds, x_val.to(device), y_val.to(device), summary)
+    n_train = len(ds.y_train)
+    steps = n_train // (world * B)
+    if steps < 1:
+        raise ValueError(f"{n_train} training examples are fewer than one global batch "
+                         f"({world} workers x batch_size {B})")
+    x_train, y_train = ds.x_train.to(device), ds.y_train.to(device)
+    order: dict = {}
+
+    def cls_batch(step: int):
+        epoch, i = divmod(step, steps)
+        if epoch not in order:  # this rank's share of the epoch's permutation (the same as before rounds)
+            order.clear()
+            perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(cfg.seed * 100_003 + epoch))
+            order[epoch] = perm[rank::world][: steps * B].to(device)
+        idx = order[epoch][i * B:(i + 1) * B]
+        return x_train[idx], y_train[idx]
+
+    return _Task("classify", {**ds.summary(), "num_val": len(y_val)}, ds.input_shape, ds.num_classes, steps,
+                 cls_batch, x_val.to(device), y_val.to(device), ds.x_test.to(device), ds.y_test.to(device))
 
 
+def _build_model(cfg: TrainConfig, task: _Task, device) -> torch.nn.Module:
+    arch = cfg.model
+    if task.kind == "lm" and arch == "auto":
+        arch = "gpt_mini"
+    elif task.kind == "lm" and arch not in nets.GPT_CONFIGS:
+        raise ValueError(f"the text data set needs a language model: one of {', '.join(nets.GPT_CONFIGS)}, "
+                         f"got model {arch!r}")
+    return nets.build(arch, task.input_shape, task.num_classes, cfg.width).to(device)
+
+
+# ------------------------------------------------------------------ training
 def run_methods(cfg: TrainConfig, methods: list[Method], out: Optional[str | Path] = None,
-                overwrite: bool = False, results: Optional[str | Path] = None) -> list[dict]:
-    """Train every method in turn (same seed, same data order) in the current process group.
+                overwrite: bool = False, results: Optional[str | Path] = None,
+                seeds: Optional[list[int]] = None, resume: bool = False) -> list[dict]:
+    """Train every method for every seed (seed-major: all methods at the first seed, then the next) in
+    the current process group, each from the same initialisation and data order as the others.
 
-    Rank 0 appends each epoch's record to :func:`out_path_for` ``(out, label)`` (truncated
-    first with ``overwrite``) and, if given, to ``results``; returns the records (rank 0;
-    other ranks return ``[]``).
+    Rank 0 appends each round's record to :func:`out_path_for` ``(out, label)`` (truncated first with
+    ``overwrite``) and, if given, to ``results``; with ``resume``, a (method, seed) whose complete run
+    (same settings) is already in ``out`` is skipped. Returns the records (rank 0; others ``[]``).
     """
     if not dist.is_initialized():
         raise RuntimeError("run_methods needs an initialised process group; use studykit.train.train()")
@@ -276,153 +456,207 @@ def run_methods(cfg: TrainConfig, methods: list[Method], out: Optional[str | Pat
     if device.type == "cuda":
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
-    data = prepare_data(cfg, device)
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    seeds = list(seeds) if seeds else [cfg.seed]
     records: list[dict] = []
     if overwrite and rank == 0:
         for m in methods:
             p = out_path_for(out, m.label)
             if p is not None and p.exists():
                 p.unlink()
-    _warmup(cfg, data, device)
-    for method in methods:
-        recs = _train_one(cfg, method, data, device, out_path_for(out, method.label) if rank == 0 else None,
-                          Path(results) if (results and rank == 0) else None)
-        records.extend(recs if rank == 0 else [])
-        dist.barrier()
+    warmed = False
+    for seed in seeds:
+        scfg = dataclasses.replace(cfg, seed=seed)
+        task = prepare_task(scfg, device, rank, world)
+        fp = json.dumps(scfg.fingerprint(), sort_keys=True)
+        for method in methods:
+            path = out_path_for(out, method.label) if rank == 0 else None
+            skip = [resume and rank == 0 and (method.label, seed, fp) in completed_runs(path)]
+            dist.broadcast_object_list(skip, src=0)
+            if skip[0]:
+                if rank == 0 and cfg.progress:
+                    print(f"train {method.label} seed {seed}: complete in {path}, skipped", file=sys.stderr)
+                continue
+            if not warmed:
+                _warmup(scfg, task, device)
+                warmed = True
+            recs = _train_one(scfg, method, task, device, path, Path(results) if (results and rank == 0) else None)
+            records.extend(recs if rank == 0 else [])
+            dist.barrier()
     return records
 
 
-def _warmup(cfg: TrainConfig, data: _Data, device) -> None:
+def _warmup(cfg: TrainConfig, task: _Task, device) -> None:
     """A few steps of a throwaway model through the same hook and collectives, so one-time
     costs (DDP and gloo/NCCL set-up, allocator, kernels) do not land on the first method."""
     if cfg.warmup_steps <= 0:
         return
-    model = nets.build(cfg.model, data.ds.input_shape, data.ds.num_classes, cfg.width).to(device)
+    model = _build_model(cfg, task, device)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb)
-    clock = _Clock(device, cfg.split_timing)
-    state = TimedHookState(Level("none").build(), TimedComm(TorchComm(), clock), clock)
-    ddp.register_comm_hook(state, timed_hook)
-    n = min(cfg.batch_size, len(data.ds.y_train))
+    state = TrainHookState(Level("none").build(), TorchComm())
+    ddp.register_comm_hook(state, train_hook)
+    x, y = task.batch(0)
     for _ in range(cfg.warmup_steps):
         ddp.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(data.ds.x_train[:n]), data.ds.y_train[:n]).backward()
-    _evaluate(model, data.x_val[:n], data.y_val[:n], dist.get_rank(), dist.get_world_size(), device)
+        _loss(ddp(x), y).backward()
+    _evaluate(model, task.x_val[:8], task.y_val[:8], dist.get_rank(), dist.get_world_size(), device)
+    state.close()
     del ddp, model, state
     dist.barrier()
 
 
-def _train_one(cfg: TrainConfig, method: Method, data: _Data, device, path, results_path) -> list[dict]:
+def _profile(ddp, model, state: TrainHookState, batch, steps: int, device) -> Optional[dict]:
+    """``steps`` profiled iterations on ``batch`` (module doc): mean ms per iteration of each phase."""
+    if steps <= 0:
+        return None
+    buffers = [b.detach().clone() for b in model.buffers()]
+    prof = _Profiler(state, device)
+    state.profiler = prof
+    x, y = batch
+    total = 0.0
+    try:
+        for _ in range(steps):
+            ddp.zero_grad(set_to_none=True)
+            t0 = prof.now()
+            _loss(ddp(x), y).backward()
+            total += prof.now() - t0
+    finally:
+        state.profiler = None
+        ddp.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for b, saved in zip(model.buffers(), buffers):
+                b.copy_(saved)
+    ph = prof.phases
+    ms = {"compute": total - ph["hook"], "encode": ph["encode"], "comm": ph["comm"], "decode": ph["decode"],
+          "iteration": total}
+    return {k: 1e3 * v / steps for k, v in ms.items()} | {"iterations": steps}
+
+
+def _train_one(cfg: TrainConfig, method: Method, task: _Task, device, path, results_path) -> list[dict]:
     rank, world = dist.get_rank(), dist.get_world_size()
-    ds = data.ds
     torch.manual_seed(cfg.seed)
-    model = nets.build(cfg.model, ds.input_shape, ds.num_classes, cfg.width).to(device)
+    model = _build_model(cfg, task, device)
     numel = _numel(model)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=cfg.bucket_cap_mb)
-    clock = _Clock(device, cfg.split_timing)
     controller = method.controller(**cfg.controller_overrides())
     level = controller.level if controller is not None else method.levels[0]
-    comm = TimedComm(TorchComm(), clock)
-    state = TimedHookState(level.build(seed=cfg.seed), comm, clock)
-    ddp.register_comm_hook(state, timed_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    state = TrainHookState(level.build(seed=cfg.seed), TorchComm())
+    ddp.register_comm_hook(state, train_hook)
+    if cfg.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
-    n_train = len(ds.y_train)
-    steps = n_train // (world * cfg.batch_size)
-    if steps < 1:
-        raise ValueError(f"{n_train} training examples are fewer than one global batch "
-                         f"({world} workers x batch_size {cfg.batch_size})")
-    run_id = f"{method.label}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    spe = task.steps_per_epoch
+    total_steps = cfg.steps or cfg.epochs * spe
+    round_len = cfg.eval_every or spe
+    n_rounds = -(-total_steps // round_len)
+    run_id = f"{method.label}-s{cfg.seed}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     prov = provenance(device, backend=dist.get_backend(), world_size=world, device=str(device),
                       device_type=device.type, loadavg_1m=loadavg_1m()) if rank == 0 else {}
     common = {"schema": SCHEMA_VERSION, "kind": RECORD_KIND, "run_id": run_id, "method": method.label,
               "method_spec": method.describe(),
               "controller": controller.describe() if controller is not None else None,
-              "dataset": data.summary, "model": {"arch": cfg.model, "class": type(model).__name__, "numel": numel},
-              "world_size": world, "global_batch": world * cfg.batch_size, "steps_per_epoch": steps,
+              "dataset": task.summary, "task": task.kind,
+              "model": {"arch": cfg.model, "class": type(model).__name__, "numel": numel},
+              "world_size": world, "global_batch": world * cfg.batch_size, "steps_per_epoch": spe,
+              "total_steps": total_steps, "round_steps": round_len, "seed": cfg.seed,
               "params": cfg.as_dict(), "seeds": {"model": cfg.seed, "data_order": cfg.seed,
                                                   "compressor": cfg.seed, "val_split": cfg.seed},
-              "provenance": prov}
+              "timing": {"method": "cuda_events" if device.type == "cuda" else "perf_counter",
+                         "overlap": True, "profile_steps": cfg.profile_steps},
+              "network": prov.get("network"), "provenance": prov}
+    timer = _IterationTimer(device)
     recs: list[dict] = []
-    total_bytes, total_train_s = 0, 0.0
-    for epoch in range(cfg.epochs):
-        for g in opt.param_groups:
-            g["lr"] = cfg.lr * _lr_factor(cfg, epoch)
-        perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(cfg.seed * 100_003 + epoch))
-        mine = perm[rank::world][: steps * cfg.batch_size].to(device)
+    total_sent = total_received = 0
+    total_train_s = 0.0
+    step = 0
+    for rnd in range(n_rounds):
+        n_it = min(round_len, total_steps - step)
         grad_sum = [torch.zeros_like(p) for p in model.parameters()]
-        bytes0, comm0, hook0 = state.bytes_sent, comm.seconds, state.hook_s
+        bytes0 = state.bytes_sent
         sums = torch.zeros(3, dtype=torch.float64, device=device)
         model.train()
-        t_epoch = clock.now()
-        for i in range(steps):
-            idx = mine[i * cfg.batch_size:(i + 1) * cfg.batch_size]
-            xb, yb = ds.x_train[idx], ds.y_train[idx]
+        timer.mark()
+        for _ in range(n_it):
+            f = _lr_factor(cfg, step, total_steps)
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr * f
+            xb, yb = task.batch(step)
             opt.zero_grad(set_to_none=True)
             out = ddp(xb)
-            loss = F.cross_entropy(out, yb)
+            loss = _loss(out, yb)
             loss.backward()
             opt.step()
             with torch.no_grad():
-                for a, p in zip(grad_sum, model.parameters()):
-                    a += p.grad
-                sums[0] += loss.detach().double() * len(yb)
-                sums[1] += (out.argmax(1) == yb).sum()
-                sums[2] += len(yb)
-        train_s = clock.now() - t_epoch
-        hook_s, comm_s = state.hook_s - hook0, comm.seconds - comm0
+                torch._foreach_add_(grad_sum, [p.grad for p in model.parameters()])
+                sums[0] += loss.detach().double() * yb.numel()
+                sums[1] += (out.argmax(-1) == yb).sum()
+                sums[2] += yb.numel()
+            timer.mark()
+            step += 1
+        iter_ms = timer.read()
+        train_s = sum(iter_ms) / 1e3
         epoch_bytes = state.bytes_sent - bytes0
+        split = _profile(ddp, model, state, (xb, yb), cfg.profile_steps, device)
 
-        t_eval = clock.now()
+        t_eval = time.perf_counter()
         model.eval()
-        val = _evaluate(model, data.x_val, data.y_val, rank, world, device)
-        test = _evaluate(model, ds.x_test, ds.y_test, rank, world, device)
+        val = _evaluate(model, task.x_val, task.y_val, rank, world, device, task.eval_batch)
+        test = (_evaluate(model, task.x_test, task.y_test, rank, world, device, task.eval_batch)
+                if task.x_test is not None else val.clone())
         agg = torch.cat([sums, val, test])
         dist.all_reduce(agg)
         grad_norm = torch.sqrt(sum((a.double() ** 2).sum() for a in grad_sum)).reshape(1)
         dist.broadcast(grad_norm, 0)  # identical on every rank already; make the controller's input so
         agg, grad_norm = agg.tolist(), float(grad_norm.item())
-        eval_s = clock.now() - t_eval
+        eval_s = time.perf_counter() - t_eval
 
-        total_bytes += epoch_bytes
+        sent, received = plan_traffic(level, state.bucket_shapes, world, cfg.seed)
+        total_sent += epoch_bytes
+        total_received += received * n_it
         total_train_s += train_s
         train_loss, train_acc = agg[0] / agg[2], agg[1] / agg[2]
         val_loss = agg[3] / agg[5] if agg[5] else math.nan
         val_acc = agg[4] / agg[5] if agg[5] else math.nan
         test_loss, test_acc = agg[6] / agg[8], agg[7] / agg[8]
-        planned = _planned_bytes(level, state.bucket_shapes, world, cfg.seed)
-        rec = {**common, "epoch": epoch, "level": level.as_dict(),
+        timing = Timing.from_times(iter_ms, n_warmup=0).as_dict(raw=False)
+        final = rnd == n_rounds - 1 or (cfg.target_acc is not None and test_acc >= cfg.target_acc)
+        rec = {**common, "epoch": rnd, "step": step, "epoch_frac": step / spe, "level": level.as_dict(),
                "level_index": controller.index if controller is not None else 0,
                "boost": bool(controller.boosting) if controller is not None else False,
-               "bits_per_element": 8 * planned / numel,
+               "bits_per_element": 8 * sent / numel,
                "train_loss": train_loss, "train_acc": train_acc, "val_loss": val_loss, "val_acc": val_acc,
                "test_loss": test_loss, "test_acc": test_acc, "grad_norm": grad_norm, "lr": opt.param_groups[0]["lr"],
-               "iterations": steps, "train_s": train_s, "compute_s": train_s - hook_s,
-               "compress_s": hook_s - comm_s, "comm_s": comm_s, "eval_s": eval_s,
-               "time_s": total_train_s,  # cumulative training wall time (evaluation excluded)
-               "bytes_sent": epoch_bytes, "bytes_sent_total": total_bytes,
-               "bytes_planned_per_step": planned, "buckets": len(state.bucket_shapes),
+               "iterations": n_it, "train_s": train_s, "iter_ms": timing, "split_ms": split, "eval_s": eval_s,
+               "time_s": total_train_s,  # cumulative training wall time (evaluation and profiling excluded)
+               "bytes_sent": epoch_bytes, "bytes_sent_total": total_sent,
+               "bytes_planned_per_step": sent, "bytes_received": received * n_it,
+               "bytes_received_total": total_received, "bytes_received_per_step": received,
+               "buckets": len(state.bucket_shapes), "final": final,
                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         if rank == 0:
             _append(path, rec)
             _append(results_path, rec)
             recs.append(rec)
-            if cfg.progress:  # one line per epoch on rank 0 (stderr: stdout stays for tables)
-                print(f"train {method.label} epoch {epoch + 1}/{cfg.epochs}: test acc {test_acc:.3f}, "
-                      f"val acc {val_acc:.3f}, loss {train_loss:.3f}, {train_s:.2f} s training, "
-                      f"{epoch_bytes / 1e6:.3g} MB sent, level {level.as_dict().get('label')}",
-                      file=sys.stderr, flush=True)
-        if cfg.target_acc is not None and test_acc >= cfg.target_acc:
+            if cfg.progress:  # one line per round on rank 0 (stderr: stdout stays for tables)
+                what = (f"val loss {val_loss:.3f}" if task.kind == "lm" else f"test acc {test_acc:.3f}, "
+                        f"val acc {val_acc:.3f}")
+                print(f"train {method.label} seed {cfg.seed} round {rnd + 1}/{n_rounds} (step {step}): {what}, "
+                      f"loss {train_loss:.3f}, {train_s:.2f} s training, {epoch_bytes / 1e6:.3g} MB sent, "
+                      f"level {level.as_dict().get('label')}", file=sys.stderr, flush=True)
+        if final:
             break
         if controller is not None:
-            new = controller.update(EpochMetrics(epoch, train_loss, val_acc, train_acc, grad_norm))
+            new = controller.update(EpochMetrics(rnd, train_loss, val_acc, train_acc, grad_norm))
             if new != level:
                 _swap_compressor(state, new.build(seed=cfg.seed))
                 level = new
 
     # gloo shutdown quirks (MACHINE-NOTES): drop DDP/model/optimizer references; the full
     # gc.collect() + barrier run once in launch.shutdown() (a collection costs ~0.3 s here)
+    state.close()
     del ddp, opt, model, state, grad_sum
     return recs
