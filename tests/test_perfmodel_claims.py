@@ -139,19 +139,16 @@ def test_fig3_crossover_respects_the_papers_nominal_cap(table):
 
 
 def _paper_numbers() -> set[str]:
-    """Every number written anywhere in the paper's transcribed files (claims, inputs)."""
+    """Every number the paper's claims state (claims.csv: values, settings, quoted statements, sections)."""
     import re
 
-    out = set()
-    for name in ("claims", "inputs"):
-        for v in paper.table(name).astype(str).to_numpy().ravel():
-            out |= set(re.findall(r"\d+(?:\.\d+)?", str(v)))
-    return out
+    df = paper.table("claims").drop(columns=["page", "page_note"])
+    return {n for v in df.to_numpy().ravel() for n in re.findall(r"\d+(?:\.\d+)?", str(v))}
 
 
 def test_explanations_type_no_kit_numbers():
     """The kit's numbers in an explanation are format fields filled from the rows; any number typed in the
-    text must be one of the paper's (claims.csv, inputs.csv), so the prose cannot hold a stale kit value."""
+    text must be one the paper's claims state (claims.csv), so the prose cannot hold a stale kit value."""
     import re
 
     allowed = _paper_numbers()
