@@ -123,6 +123,78 @@ def test_fig3_crossover_respects_the_cap_of_the_96_gpu_measurement(table):
     assert s64 < 1 and cross96 <= s64 * fit["bandwidth_gbps"] * (1 + 1e-6)
 
 
+def test_fig3_crossover_respects_the_papers_nominal_cap(table):
+    """Issue 15: "PowerSGD 6.3 % slower at 10 Gbit/s" (Sec. 3.3) caps the crossover at 10 / 1.063 = 9.4 Gbit/s
+    (syncSGD grows at most as 1/bandwidth, PowerSGD only grows). Paper numbers read from claims.csv."""
+    c = paper.claim("sec33_r101_96_bs64")
+    cap = float(c["value"]) * float(c["bandwidth_gbps"])
+    assert cap == pytest.approx(10 / 1.063, rel=1e-3)
+    r = rows(table, "fig3_crossover_r101").iloc[0]
+    assert r.kit_value <= cap
+    got = claims.fig3_cap()
+    assert got["cap"] == pytest.approx(cap) and got["cross64"] == pytest.approx(r.kit_value)
+    # the fitted effective bandwidth widens the cap; the kit's crossover at the measurement's own 96 GPUs is under it
+    assert got["cap_eff"] > got["cap"] and got["cross96"] <= got["cap_eff"]
+    assert f"{got['cap']:.2f}" in r.explanation and f"{got['cross96']:.2f}" in r.explanation
+
+
+def _paper_numbers() -> set[str]:
+    """Every number the paper's claims state (claims.csv: values, settings, quoted statements, sections)."""
+    import re
+
+    df = paper.table("claims").drop(columns=["page", "page_note"])
+    return {n for v in df.to_numpy().ravel() for n in re.findall(r"\d+(?:\.\d+)?", str(v))}
+
+
+def test_explanations_type_no_kit_numbers():
+    """The kit's numbers in an explanation are format fields filled from the rows; any number typed in the
+    text must be one the paper's claims state (claims.csv), so the prose cannot hold a stale kit value."""
+    import re
+
+    allowed = _paper_numbers()
+    for cid, (_, text) in claims.EXPLANATIONS.items():
+        typed = re.findall(r"\d+(?:\.\d+)?", re.sub(r"\{[^}]*\}", "", text))
+        stray = [n for n in typed if n not in allowed]
+        assert not stray, f"{cid}: numbers {stray} typed in the explanation; make them format fields"
+
+
+def test_explanation_fields_come_from_the_rows(table):
+    """Fig. 20's explanation quotes both readings' values, each from its own row."""
+    r = rows(table, "fig20_speedup_r50_compute3p5")
+    scored = r[r.verdict != "not scored"].iloc[0]
+    fixed = r[r.verdict == "not scored"].iloc[0]
+    assert f"{scored.kit_value:.2f}x" in scored.explanation and f"{fixed.kit_value:.2f}x" in scored.explanation
+    bert = rows(table, "fig19_crossover_bert").iloc[0]
+    assert f"{bert.kit_value:.1f} Gbit/s" in bert.explanation
+
+
+def test_papers_readme_numbers_match_the_code():
+    """Numbers data/paper/README.md quotes in its prose (outside the generated table) are the code's."""
+    import re
+
+    text = (paths.PAPER / "README.md").read_text()
+    d = paper.derive_unstated().set_index(["quantity", "model", "compressor", "params"])["value_ms"]
+    fit = paper.fit_r101_96()
+    a, lo, hi = paper.alpha_s_reading()
+    cal = whatif.paper_calibration()
+    x_lo, x_hi = (whatif.crossover("resnet101", 64, 64, calibration=cal, alpha_s=v) for v in (lo, hi))
+    want = {
+        r"\*\*T_comp = ([\d.]+) ms, ([\d.]+) Gbit/s effective\*\*": (fit["t_comp_s"] * 1e3, fit["bandwidth_gbps"]),
+        r"ResNet-101: ([\d.]+)-([\d.]+) Gbit/s": (x_lo, x_hi),
+        r"PowerSGD rank 4: ([\d.]+) ms": (d[("t_encode_decode", "resnet101", "powersgd", '{"rank": 4}')],),
+        r"\*\*T_comp = (\d+) ms\*\*": (d[("t_comp", "bert_base", "", "{}")],),
+        r"\*\*([\d.]+) ms\*\* \(rank 4\)": (d[("t_encode_decode", "bert_base", "powersgd", '{"rank": 4}')],),
+        r"\*\*([\d.]+) ms\*\* \(rank 8\)": (d[("t_encode_decode", "bert_base", "powersgd", '{"rank": 8}')],),
+    }
+    for pattern, values in want.items():
+        m = re.search(pattern, text)
+        assert m, f"data/paper/README.md no longer says {pattern!r}"
+        for typed, v in zip(m.groups(), values):
+            digits = len(typed.split(".")[1]) if "." in typed else 0
+            assert float(typed) == pytest.approx(round(float(v), digits), abs=10 ** -digits / 2 + 1e-9), \
+                f"{pattern}: README says {typed}, the code gives {v:.4g}"
+
+
 def test_every_explanation_matches_its_rows(table):
     """An explanation is written for one verdict: if the numbers move, the test names the prose to fix."""
     for cid, (verdict, text) in claims.EXPLANATIONS.items():

@@ -34,6 +34,7 @@ QUESTIONS = {
     "time_to_accuracy": "Do static and dynamic compression reach the accuracy sooner than FP16?",
     "verify": "How close are the model's predicted iteration times to measured ones?",
     "bandwidth": "At which network bandwidth does compression start to pay on real GPUs (measured)?",
+    "paper_figures": "How do syncSGD and compression scale with GPUs, batch size and overlap (the paper's Figs. 4-10)?",
 }
 #: images per notebook shown in the index
 THUMBNAILS = 2

@@ -28,7 +28,7 @@ from studykit.perfmodel import paper, whatif
 from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Workload, allreduce_s, buckets, predict
 
-__all__ = ["TOLERANCE", "SMALL_BATCH", "EXPLANATIONS", "reproduce", "compression_ratios", "markdown_table"]
+__all__ = ["TOLERANCE", "SMALL_BATCH", "EXPLANATIONS", "reproduce", "fig3_cap", "score", "compression_ratios", "markdown_table"]
 
 #: relative tolerance for every quantitative claim (paper's max model error: 13.7 %, Fig. 11)
 TOLERANCE = 0.15
@@ -38,31 +38,36 @@ SMALL_BATCH = 16
 
 #: why a claim comes out as it does: claim id -> (the verdict the explanation is written for, the text).
 #: reproduce() attaches the text to the claim's rows; a test fails when a row's verdict is not the one
-#: its explanation was written for, so the prose cannot drift from the numbers.
+#: its explanation was written for, so the prose cannot drift from the numbers. The kit's numbers in a
+#: text are never typed: they are ``str.format`` fields (``{kit}``: the row's own value; others named
+#: per claim in :func:`reproduce`), and a test fails if a text types a number the paper's files lack.
 EXPLANATIONS: dict[str, tuple[str, str]] = {
     "fig3_crossover_r101": (
         "reproduced",
         "with ResNet-101's T_comp fitted to the paper's own 96-GPU measurements (Sec. 1, 3.3), the crossover "
-        "at 64 GPUs lands within tolerance of 8.2 Gbit/s and below the cap those measurements imply (PowerSGD "
-        "6.3 % slower at the cluster's bandwidth, syncSGD growing at most as 1/bandwidth)"),
+        "at 64 GPUs lands within tolerance of 8.2 Gbit/s and below {cap:.2f} Gbit/s, the cap Sec. 3.3's "
+        "measurement implies (PowerSGD 6.3 % slower at the nominal 10 Gbit/s; syncSGD grows at most as "
+        "1/bandwidth, PowerSGD only grows). At 96 GPUs, that measurement's own setting, the kit's crossover is "
+        "{cross96:.2f} Gbit/s; at the {bw_eff:.1f} Gbit/s the fit reads for the cluster the cap is "
+        "{cap_eff:.1f} Gbit/s"),
     "fig12_required_ratio_r101": (
         "disagrees",
-        "T_comp scaled linearly from batch 64 to 16: batch 16 needs more than 4x to hide the overlapped "
-        "buckets; the paper names neither the batch sizes of Fig. 12 nor its definition of near-linear"),
+        "T_comp scaled linearly from batch 64 to 16: batch 16 needs {kit:.1f}x, more than 4x, to hide the "
+        "overlapped buckets; the paper names neither the batch sizes of Fig. 12 nor its definition of near-linear"),
     "fig18_required_ratio_all": (
         "disagrees",
-        "ResNet-101 at batch 16 needs more than 4x (as Fig. 12); ResNet-50 and BERT stay below 4x"),
+        "ResNet-101 at batch 16 needs {kit:.1f}x, more than 4x (as Fig. 12); ResNet-50 and BERT stay below 4x"),
     "fig19_crossover_r50": ("reproduced", "inside the paper's range (faster at 1-7, slower above ~9 Gbit/s)"),
     "fig19_crossover_bert": (
         "disagrees",
         "BERT's inputs come from the 96-GPU statements (Fig. 10's 200 ms gap, Sec. 3.2's 18.8 %), which put "
-        "PowerSGD only ~19 % ahead at 10 Gbit/s, so syncSGD catches up near 12 Gbit/s; BERT's batch size and "
-        "backward time are not stated anywhere"),
+        "PowerSGD only {ahead_pct:.0f} % ahead at 10 Gbit/s and 64 GPUs, so syncSGD catches up near "
+        "{kit:.1f} Gbit/s; BERT's batch size and backward time are not stated anywhere"),
     "fig20_speedup_r50_compute3p5": (
         "disagrees",
         "App. D says encode/decode speeds up with compute; then PowerSGD's time shrinks 3.5x while syncSGD "
-        "stays communication-bound, a 3.1x speed-up. Only with encode/decode held fixed (a reading App. D's "
-        "text rules out) does the model give about 1.9x"),
+        "stays communication-bound, a {kit:.2f}x speed-up. Only with encode/decode held fixed (a reading App. "
+        "D's text rules out) does the model give {fixed:.2f}x"),
     "intro_r101_96_signsgd": (
         "disagrees",
         "the model has no all-gather congestion (App. C: incast, the paper's largest deviation) and no decode "
@@ -78,7 +83,9 @@ EXPLANATIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _verdict(kit: float, value: float, low=None, high=None, tol: float = TOLERANCE) -> tuple[float, str]:
+def score(kit: float, value: float, low=None, high=None, tol: float = TOLERANCE) -> tuple[float, str]:
+    """``(relative difference, "reproduced" | "disagrees")`` of a kit value against a paper value or range
+    ``[low, high]`` widened by ``tol`` (the claims' one rule, also used by :mod:`studykit.perfmodel.figures`)."""
     lo = value if low is None or (isinstance(low, float) and math.isnan(low)) else low
     hi = value if high is None or (isinstance(high, float) and math.isnan(high)) else high
     rel = (kit - value) / value
@@ -87,24 +94,46 @@ def _verdict(kit: float, value: float, low=None, high=None, tol: float = TOLERAN
 
 
 def _row(cid: str, kit: float, setting: str, *, verdict: str | None = None, tol: float = TOLERANCE,
-         upper_only: bool = False, note: str = "") -> dict:
+         upper_only: bool = False, note: str = "", values: dict | None = None) -> dict:
     c = paper.claim(cid)
     value = float(c["value"])
     low, high = c["low"], c["high"]
     if upper_only:  # "less than X": only the upper bound counts
         low = 0.0
-    rel, v = _verdict(kit, value, low if not pd.isna(low) else None, high if not pd.isna(high) else None, tol)
+    rel, v = score(kit, value, low if not pd.isna(low) else None, high if not pd.isna(high) else None, tol)
     return {"claim_id": cid, "kind": c["kind"], "figure": c["figure"] if isinstance(c["figure"], str) else "",
             "section": c["section"], "page": c["page"], "quantity": c["quantity"], "unit": c["unit"],
             "setting": setting, "paper_value": value, "paper_low": low, "paper_high": high,
             "kit_value": float(kit), "rel_diff": rel, "tolerance": tol, "verdict": verdict or v, "note": note,
-            "explanation": _explain(cid, verdict or v)}
+            "explanation": _explain(cid, verdict or v, {"kit": float(kit), **(values or {})})}
 
 
-def _explain(cid: str, verdict: str) -> str:
-    """The explanation written for this claim and verdict ('' when the row's verdict is another)."""
+def _explain(cid: str, verdict: str, values: dict | None = None) -> str:
+    """The explanation written for this claim and verdict ('' when the row's verdict is another), its
+    ``{fields}`` filled from ``values`` (``kit``: the row's own value)."""
     want, text = EXPLANATIONS.get(cid, ("", ""))
-    return text if want == verdict else ""
+    return text.format(**(values or {})) if want == verdict else ""
+
+
+def fig3_cap(calibration: Calibration | None = None) -> dict:
+    """The bound Sec. 3.3's batch-64 measurement puts on the crossover (Gbit/s), and the kit's crossovers.
+
+    Under Eq. 1 syncSGD's time grows at most like ``1/BW`` as the bandwidth falls (every term is
+    constant or ``1/BW``) while App. B's PowerSGD time only grows: with speed-up ``s < 1`` measured at
+    ``B``, the crossover is at most ``s B``. Returns ``cap`` (``s`` times the claim's nominal bandwidth,
+    10 Gbit/s: 10 / 1.063 = 9.4), ``cap_eff`` (``s`` times the effective bandwidth :func:`paper.fit_r101_96`
+    reads for the cluster), ``bw_eff``, ``cross64`` (Fig. 3's setting) and ``cross96`` (the measurement's)."""
+    cal = calibration or whatif.paper_calibration()
+    c = paper.claim("sec33_r101_96_bs64")
+    s, bw = float(c["value"]), float(c["bandwidth_gbps"])
+    fit = paper.fit_r101_96()
+    f3 = paper.claim("fig3_crossover_r101")
+    par = _params("fig3_crossover_r101")
+    return {"cap": s * bw, "cap_eff": s * fit["bandwidth_gbps"], "bw_eff": fit["bandwidth_gbps"],
+            "cross64": whatif.crossover(f3["model"], int(f3["batch_size"]), int(f3["world_size"]), f3["compressor"],
+                                        par, calibration=cal),
+            "cross96": whatif.crossover(f3["model"], int(c["batch_size"]), int(c["world_size"]), f3["compressor"],
+                                        par, calibration=cal)}
 
 
 def _params(cid: str) -> dict:
@@ -139,8 +168,8 @@ def reproduce(calibration: Calibration | None = None) -> pd.DataFrame:
 
     # --- model claims (the what-if figures)
     c, m, bs, p, bw, par = cfg("fig3_crossover_r101")
-    rows.append(_row(c.claim_id, whatif.crossover(m, bs, p, c["compressor"], par, calibration=cal),
-                     f"{m}, batch {bs}, {p} GPUs, {c['compressor']} {par}"))
+    cap = fig3_cap(cal)
+    rows.append(_row(c.claim_id, cap["cross64"], f"{m}, batch {bs}, {p} GPUs, {c['compressor']} {par}", values=cap))
     c, m, _, p, bw, _ = cfg("fig12_required_ratio_r101")
     rr = whatif.required_ratio_sweep(("resnet50", "resnet101", "bert_base"), (SMALL_BATCH,), p, [bw],
                                      calibration=cal)
@@ -156,19 +185,22 @@ def reproduce(calibration: Calibration | None = None) -> pd.DataFrame:
                          f"{r['model']}, {b}, {p18} GPUs (unstated), {bw18:g} Gbit/s", upper_only=True))
     for cid in ("fig19_crossover_r50", "fig19_crossover_bert"):
         c, m, bs, p, _, par = cfg(cid)
+        at10 = whatif.bandwidth_sweep(m, bs, p, [10.0], c["compressor"], par, calibration=cal)
         rows.append(_row(cid, whatif.crossover(m, bs, p, c["compressor"], par, calibration=cal),
-                         f"{m}, {_batch_label(cal, m, bs)}, {p} GPUs (GPU count unstated for Fig. 19)"))
+                         f"{m}, {_batch_label(cal, m, bs)}, {p} GPUs (GPU count unstated for Fig. 19)",
+                         values={"ahead_pct": 100 * (float(at10["speedup"].iloc[0]) - 1)}))
     c, m, bs, p, bw, par = cfg("fig20_speedup_r50_compute3p5")
     f20 = float(c["compute_speedup"])
+    both = {scale: float(whatif.compute_speedup_sweep(m, bs, p, bw, factors=[f20], compressor=c["compressor"],
+                                                      params=par, calibration=cal,
+                                                      scale_encode_decode=scale)["speedup"].iloc[0])
+            for scale in (True, False)}
     for scale, how, verdict, note in (
             (True, "T_encode_decode shrinks too (App. D's text)", None, "the reading App. D's text gives"),
             (False, "T_encode_decode NOT shrunk (contrary to App. D's text)", "not scored",
              "App. D says encode/decode shrinks with compute, which rules this reading out; shown for comparison")):
-        cs = whatif.compute_speedup_sweep(m, bs, p, bw, factors=[f20], compressor=c["compressor"], params=par,
-                                          calibration=cal, scale_encode_decode=scale)
-        rows.append(_row(c.claim_id, float(cs["speedup"].iloc[0]),
-                         f"{m}, batch {bs}, {p} GPUs, {bw:g} Gbit/s, compute {f20:g}x; {how}", verdict=verdict,
-                         note=note))
+        rows.append(_row(c.claim_id, both[scale], f"{m}, batch {bs}, {p} GPUs, {bw:g} Gbit/s, compute {f20:g}x; {how}",
+                         verdict=verdict, note=note, values={"fixed": both[False]}))
     c, _, _, p, bw, par = cfg("fig21_tradeoff_monotone")
     tg = whatif.tradeoff_grid("resnet50", 64, p, bw, compressor=c["compressor"], params=par, calibration=cal)
     all_help = whatif.tradeoff_all_help(tg)

@@ -52,7 +52,7 @@ __all__ = [
     "Prediction", "BUCKETING", "DDP_FIRST_BUCKET_BYTES", "buckets", "paper_bucket_sizes", "ddp_buckets",
     "ddp_bucket_sizes", "allreduce_s", "collective_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
     "speedup_over_sync", "required_ratio", "plan_summaries", "crossover_bandwidth_gbps", "OVERLAP", "bucket_ready_fractions",
-    "bucket_timeline_s", "hook_timeline_s",
+    "bucket_timeline_s", "hook_timeline_s", "parameter_server_plan_s",
 ]
 
 MIB = 2**20
@@ -1009,3 +1009,19 @@ def crossover_bandwidth_gbps(workload: Workload, hardware: Hardware, world_size,
     i = idx[0]
     x0, x1 = np.log(bw[i]), np.log(bw[i + 1])
     return float(np.exp(x0 - r[i] * (x1 - x0) / (r[i + 1] - r[i])))
+
+
+def parameter_server_plan_s(plan: Sequence[dict], world_size, hw: Hardware):
+    """A compressor's protocol routed through one parameter server (s): Agarwal et al. 2022 Table 1 row
+    "Parameter Server" (Sec. 2.2), the third scheme of Sec. 3's Fig. 4.
+
+    Every collective of ``plan`` (dicts with ``nbytes`` per worker, as :func:`plan_summary` gives) becomes
+    the server receiving the ``p-1`` other workers' payloads, aggregating them and sending the aggregate
+    back: ``2 alpha + 2 (p-1) b / BW`` per collective (:func:`~studykit.perfmodel.collectives.parameter_server_s`).
+    The aggregate is assumed as large as one payload: exact for sums and SignSGD's majority vote, a lower
+    bound for sparse payloads (TopK's union grows with p). Broadcasts over ``world_size`` and ``hw`` arrays.
+    """
+    out = 0.0
+    for c in plan:
+        out = out + col.parameter_server_s(float(c["nbytes"]), world_size, hw.alpha_s, hw.bandwidth_bytes_s)
+    return np.asarray(out, dtype=float)
