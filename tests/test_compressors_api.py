@@ -185,3 +185,76 @@ def test_metadata_is_on_the_class(name):
     assert meta.bench_group in ("elementwise", "topk", "lowrank", "dense")
     assert meta.key_param is None or meta.key_param in C.parameters(name)
     assert name in C.in_group(meta.bench_group)
+
+
+# ------------------------------------------------------------------ error feedback: a memory the protocol calls
+def _each_worker(world_size: int, fn) -> list:
+    """``fn(rank, comm)`` on ``world_size`` simulated workers (threads in lockstep); results by rank."""
+    import threading
+
+    group, out, errors = SimGroup(world_size), [None] * world_size, []
+
+    def run(rank):
+        try:
+            out[rank] = fn(rank, group.comm(rank))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+            group.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    if errors:
+        raise errors[0]
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("world_size, dtype", [(1, torch.float32), (3, torch.float32), (3, torch.float16)])
+def test_error_feedback_equals_the_dense_loop_written_out(name, world_size, dtype):
+    """Compressor + memory is bit for bit the error-feedback loop (Karimireddy et al. 2019,
+    https://arxiv.org/abs/1901.09847, Alg. 2; Seide et al. 2014) written out around the same
+    compressor without memory: p_t = g_t + e_t, send C(p_t), e_{t+1} = p_t - C(p_t), e_0 = 0."""
+    with_ef = [C.get(name, error_feedback=True) for _ in range(world_size)]
+    plain = [C.get(name, error_feedback=False) for _ in range(world_size)]
+    residual: list = [None] * world_size
+    for step in range(3):
+        grads = worker_grads(world_size, shapes=((6, 5), (7,), (2, 3, 4), (12, 10)), seed=step, dtype=dtype)
+        got = _each_worker(world_size, lambda r, comm, grads=grads: with_ef[r].reduce(grads[r], comm, key="b"))
+
+        def reference(r, comm, grads=grads):
+            p = [g.float() if e is None else g.float() + e for g, e in zip(grads[r], residual[r] or [None] * 4)]
+            avg, sent = plain[r].reduce(p, comm, key="b", return_local=True)
+            return p, avg, sent
+
+        for r, (p, avg, sent) in enumerate(_each_worker(world_size, reference)):
+            residual[r] = [a - b for a, b in zip(p, sent)]
+            for a, b in zip(got[r], avg):
+                assert a.dtype == dtype and torch.equal(a, b.to(dtype)), f"{name}: step {step}, worker {r}"
+    for r in range(world_size):
+        assert all(torch.equal(a, b) for a, b in zip(with_ef[r].memory.residuals["b"], residual[r]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_error_feedback_is_a_memory_beside_the_compressor_not_a_wrapper(name):
+    """GRACE's split (Xu et al. 2021, https://github.com/sands-lab/grace): the compressor is the same
+    class with or without error feedback; the memory is a separate object its protocol calls."""
+    bare, with_ef = C.get(name, error_feedback=False), C.get(name, error_feedback=True)
+    assert type(bare) is type(with_ef) and bare.memory is None and isinstance(with_ef.memory, C.ResidualMemory)
+    assert with_ef.name == name and with_ef.error_feedback and not bare.error_feedback
+    assert with_ef.params() == {**bare.params(), "error_feedback": True}
+    shapes = [(6, 5), (7,), (2, 3, 4)]
+    assert with_ef.plan(shapes, 4) == bare.plan(shapes, 4)  # the memory adds no traffic
+    assert with_ef.memory.residuals == {}  # plan() ran on a copy with a memory of its own
+
+
+def test_residual_memory_compensates_and_updates_per_key():
+    mem = C.ResidualMemory()
+    g = [torch.ones(3), torch.full((2,), 2.0)]
+    assert [t.tolist() for t in mem.compensate(g, key="a")] == [[1.0] * 3, [2.0] * 2]  # e_0 = 0
+    mem.update(g, [torch.zeros(3), torch.ones(2)], key="a")
+    assert [t.tolist() for t in mem.residuals["a"]] == [[1.0] * 3, [1.0] * 2]
+    assert [t.tolist() for t in mem.compensate(g, key="a")] == [[2.0] * 3, [3.0] * 2]
+    assert mem.compensate(g, key="other")[0].tolist() == [1.0] * 3
+    with pytest.raises(CompressorError, match=r"error-feedback memory for key 'a' has shapes \[\(3,\), \(2,\)\]"):
+        mem.compensate([torch.ones(4)], key="a")

@@ -8,7 +8,8 @@ True
 See :mod:`studykit.compressors.base` for the protocol and :mod:`studykit.comm`
 for the communicators it runs on.
 """
-from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
+from studykit.compressors.base import Compressor, CompressorError
+from studykit.compressors.memory import ResidualMemory
 from studykit.compressors.registry import (Metadata, available, get, in_group, metadata, parameters, parse_spec,
                                           register, spec_string)
 from studykit.compressors.simulate import Simulation, simulate
@@ -16,5 +17,5 @@ from studykit.compressors.simulate import Simulation, simulate
 # Families register themselves on import.
 from studykit.compressors import lowrank, precision, quantization, sparsification, thc  # noqa: F401,E402
 
-__all__ = ["Compressor", "CompressorError", "ErrorFeedback", "available", "get", "parameters",
+__all__ = ["Compressor", "CompressorError", "ResidualMemory", "available", "get", "parameters",
            "register", "metadata", "Metadata", "in_group", "simulate", "Simulation", "parse_spec", "spec_string"]
