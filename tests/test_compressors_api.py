@@ -258,3 +258,106 @@ def test_residual_memory_compensates_and_updates_per_key():
     assert mem.compensate(g, key="other")[0].tolist() == [1.0] * 3
     with pytest.raises(CompressorError, match=r"error-feedback memory for key 'a' has shapes \[\(3,\), \(2,\)\]"):
         mem.compensate([torch.ones(4)], key="a")
+
+
+# ------------------------------------------------------------------ fast GPU kernels: overrides of the references
+def test_reference_codecs_never_mention_the_kernels():
+    """Each family module is plain PyTorch; the kernels attach in studykit.compressors.fastpath only."""
+    import inspect
+
+
+    for module in (C.base, C.precision, C.quantization, C.sparsification, C.thc, C.lowrank):
+        assert "_fast" not in inspect.getsource(module), module.__name__
+
+
+def test_an_override_runs_where_its_condition_holds_and_the_reference_elsewhere():
+    from studykit.compressors import fastpath
+
+    class Toy(C.Compressor):
+        def compress(self, flat, world_size):
+            """Reference: the input as it is."""
+            return [flat], None
+
+        def decompress(self, payload, ctx):
+            return payload[0]
+
+    ran = []
+
+    @fastpath.override(Toy, "compress", when=lambda self, flat, world_size: flat.numel() > 3)
+    def fake(self, flat, world_size):
+        ran.append(flat.numel())
+        return [flat * 0], None
+
+    try:
+        assert torch.equal(Toy().reduce(torch.ones(3)), torch.ones(3)) and ran == []  # condition false
+        assert torch.equal(Toy().reduce(torch.ones(5)), torch.zeros(5)) and ran == [5]  # condition true
+        assert fastpath.reference(Toy, "compress").__doc__ == "Reference: the input as it is."
+        assert Toy.compress.__wrapped__ is fastpath.reference(Toy, "compress")  # inspect shows the reference
+        assert fastpath.reference(Toy, "decompress") is Toy.decompress  # no override: the method itself
+        with pytest.raises(TypeError, match="has an override already"):
+            fastpath.override(Toy, "compress", when=lambda *a: True)(fake)
+        with pytest.raises(TypeError, match="defines no method 'combine' of its own"):
+            fastpath.override(Toy, "combine", when=lambda *a: True)(fake)
+    finally:
+        fastpath.OVERRIDES.pop((Toy, "compress"), None)
+
+
+class _KernelCalled(Exception):
+    pass
+
+
+#: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
+FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
+                "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_levels",
+                "thc": "thc_sign", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk"}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_KERNEL))
+def test_the_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch, name):
+    """On CPU, with the fast-path switch forced on and every kernel replaced by a fake that reports
+    its name: the dispatch picks the registered kernel (the kernels themselves: tests/test_bench.py, GPU)."""
+    from studykit.compressors import _fast
+
+    def fake(kernel):
+        def called(*args, **kwargs):
+            raise _KernelCalled(kernel)
+        return called
+
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    for kernel in set(FIRST_KERNEL.values()) | {"signs_decode", "row_scatter", "qsgd_decode", "natural_decode",
+                                                  "terngrad_decode", "quantize_decode", "thc_levels", "thc_decode"}:
+        monkeypatch.setattr(_fast, kernel, fake(kernel))
+    with pytest.raises(_KernelCalled, match=f"^{FIRST_KERNEL[name]}$"):
+        C.get(name, error_feedback=False).reduce(torch.randn(4096, generator=torch.Generator().manual_seed(0)))
+
+
+def test_dgc_candidates_reach_the_radix_select_kernel(monkeypatch):
+    from studykit.compressors import _fast
+
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, "topk_abs", lambda x, k: (_ for _ in ()).throw(_KernelCalled("topk_abs")))
+    with pytest.raises(_KernelCalled, match="topk_abs"):
+        C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))
+
+
+DECODE_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "signs_decode", "ef_signsgd": "signs_decode",
+                 "qsgd": "qsgd_decode", "terngrad": "terngrad_decode", "natural": "natural_decode",
+                 "topk_chunked": "row_scatter"}
+
+
+@pytest.mark.parametrize("name", sorted(DECODE_KERNEL))
+def test_decoding_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch, name):
+    from studykit.compressors import _fast
+
+    comp = C.get(name, error_feedback=False)
+    payload, ctx = comp.compress(torch.randn(4096, generator=torch.Generator().manual_seed(0)), 2)  # reference
+    kernel = DECODE_KERNEL[name]
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, kernel, lambda *a, **k: (_ for _ in ()).throw(_KernelCalled(kernel)))
+    calls = [lambda: comp.decompress(payload, ctx)]
+    gathered = [payload] if name == "topk_chunked" else [payload, payload]  # its kernel decodes one payload
+    calls += [lambda: comp.decompress_mean(payload, ctx, 2)] if comp.allreduce_compatible else \
+        [lambda: comp.combine(gathered, ctx)]
+    for call in calls:
+        with pytest.raises(_KernelCalled, match=f"^{kernel}$"):
+            call()

@@ -14,8 +14,9 @@ from studykit.compressors.registry import (Metadata, available, get, in_group, m
                                           register, spec_string)
 from studykit.compressors.simulate import Simulation, simulate
 
-# Families register themselves on import.
+# Families register themselves on import; then the GPU kernels attach to their reference codecs.
 from studykit.compressors import lowrank, precision, quantization, sparsification, thc  # noqa: F401,E402
+from studykit.compressors import fastpath  # noqa: F401  (after the families it attaches to)
 
 __all__ = ["Compressor", "CompressorError", "ResidualMemory", "available", "get", "parameters",
            "register", "metadata", "Metadata", "in_group", "simulate", "Simulation", "parse_spec", "spec_string"]
