@@ -179,7 +179,7 @@ def test_powersgd_ratio_for_resnet50_is_near_the_paper():
     shapes = resnet50_shapes()
     assert sum(math.prod(s) for s in shapes) == 25_557_032
     for rank, paper in ((4, 72), (8, 37), (16, 19)):
-        ratio = C.get("powersgd", rank=rank).ratio(shapes)
+        ratio = C.get("powersgd", rank=rank).compression_ratio(shapes)
         assert 0.85 * paper < ratio < 1.15 * paper, (rank, ratio)
     lay = C.get("powersgd", rank=4, error_feedback=False).layout(shapes)
     assert len(lay.groups) == 21 and len(lay.ortho) == 1  # 54 matrices in 21 shapes, one Gram-Schmidt

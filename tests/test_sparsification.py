@@ -61,7 +61,7 @@ def test_ratio_parameter_does_not_hide_the_ratio_method():
     comp = C.get("topk", ratio=0.1, error_feedback=False)
     assert comp.params()["ratio"] == 0.1
     assert "ratio=0.1" in repr(comp)
-    assert math.isclose(comp.ratio([(1000,)], 2), 4000 / (100 * 8))
+    assert math.isclose(comp.compression_ratio([(1000,)], 2), 4000 / (100 * 8))
 
 
 # ------------------------------------------------------------------------------ TopK
@@ -370,7 +370,7 @@ def test_topk_chunked_allreduce_is_dense_at_ratio_one_and_plans_two_allreduces()
     plan = comp.plan([(n,)], 64)
     assert [(c.op, c.numel) for c in plan] == [("all_reduce", chunks),
                                                ("all_reduce", math.ceil(0.01 * chunks) * 4096)]
-    assert comp.allreduce_compatible and comp.ratio([(n,)], 64) > 95
+    assert comp.allreduce_compatible and comp.compression_ratio([(n,)], 64) > 95
 
 
 def test_topk_chunked_allreduce_error_feedback_keeps_the_unsent_chunks():

@@ -236,8 +236,9 @@ class Compressor:
         """Bytes this worker puts into collectives per step (each worker's share)."""
         return sum(c.nbytes for c in self.plan(shapes, world_size, dtype))
 
-    def ratio(self, shapes, world_size: int = 2) -> float:
-        """Compression ratio against the fp32 all-reduce of the same gradients."""
+    def compression_ratio(self, shapes, world_size: int = 2) -> float:
+        """Compression ratio: dense bytes / wire bytes, i.e. the bytes of the fp32 all-reduce of the
+        same gradients (4 per element) over this worker's :meth:`wire_bytes`."""
         shapes = _as_shapes(shapes)
         dense = 4 * sum(math.prod(s) for s in shapes)
         return dense / self.wire_bytes(shapes, world_size)

@@ -17,8 +17,8 @@ memory"), Shi et al. and Lin et al. (local gradient accumulation) keep the unsen
 residual, and TopK-chunked is run like the TopK it replaces.
 
 Naming: ``ratio`` here is the *density* k/n, the constructor parameter the papers call
-the compression ratio (1% -> ``ratio=0.01``). It is stored as ``self.density``, because
-``Compressor.ratio()`` is the method giving dense bytes / wire bytes.
+the compression ratio (1% -> ``ratio=0.01``); dense bytes / wire bytes is
+``Compressor.compression_ratio()``.
 """
 from __future__ import annotations
 
@@ -58,13 +58,8 @@ class _Sparse(Compressor):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
         if isinstance(ratio, bool) or not isinstance(ratio, Real) or not 0 < ratio <= 1:
             raise self.error(f"ratio must be in (0, 1], got {ratio!r}")
-        #: fraction k/n of the entries sent (the constructor's ``ratio``)
-        self.density = float(ratio)
-
-    def params(self) -> dict:
-        p = super().params()
-        p["ratio"] = self.density  # getattr(self, "ratio") is the Compressor.ratio() method
-        return p
+        #: fraction k/n of the entries sent (the density)
+        self.ratio = float(ratio)
 
     def _positive_int(self, name: str, value, low: int = 1, high: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
@@ -159,12 +154,12 @@ class TopK(_GatherSparse):
 
     def select(self, flat, sizes):
         if self.scope == "global" or len(sizes) == 1:
-            indices = self.largest(flat, num_selected(flat.numel(), self.density))
+            indices = self.largest(flat, num_selected(flat.numel(), self.ratio))
             return flat[indices], indices
         parts, start = [], 0
         for numel in sizes:  # layer scope: a topk per tensor (different k_i, no batched form)
             piece = flat[start:start + numel]
-            parts.append(torch.topk(piece.abs(), num_selected(numel, self.density), sorted=False).indices + start)
+            parts.append(torch.topk(piece.abs(), num_selected(numel, self.ratio), sorted=False).indices + start)
             start += numel
         indices = torch.cat(parts)
         return flat[indices], indices
@@ -205,7 +200,7 @@ class RandomK(_Sparse):
 
     def indices(self, numel: int, device: torch.device) -> torch.Tensor:
         """This step's k distinct positions (int64), identical on every worker."""
-        k = num_selected(numel, self.density)
+        k = num_selected(numel, self.ratio)
         gen = self.generator(device)
         if k * 16 > numel:  # dense enough that a full permutation is the simple way
             return torch.randperm(numel, generator=gen, device=device)[:k]
@@ -270,7 +265,7 @@ class MSTopK(_GatherSparse):
 
     def select(self, flat, sizes):
         numel = flat.numel()
-        k = num_selected(numel, self.density)
+        k = num_selected(numel, self.ratio)
         mag = flat.abs()
         lo, hi = mag.mean(), mag.max()
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
@@ -345,7 +340,7 @@ class DGC(_GatherSparse):
 
     def select(self, flat, sizes):
         numel = flat.numel()
-        k = num_selected(numel, self.density)
+        k = num_selected(numel, self.ratio)
         mag = flat.abs()
         capacity = min(numel, self.CAPACITY * k)
         if capacity == numel:  # shape-only branch: candidates would be everything
@@ -404,7 +399,7 @@ class TopKChunked(_Sparse):
     def geometry(self, numel: int) -> tuple[int, int, int]:
         """(chunk length, number of chunks, entries kept per chunk) for ``numel`` elements."""
         length = min(self.chunk, numel)
-        return length, -(-numel // length), num_selected(length, self.density)
+        return length, -(-numel // length), num_selected(length, self.ratio)
 
     def compress(self, flat, world_size):
         numel = flat.numel()
@@ -487,7 +482,7 @@ class TopKChunkedAllReduce(_Sparse):
         """(chunk length, number of chunks, chunks sent) for ``numel`` elements."""
         length = min(self.chunk, numel)
         chunks = -(-numel // length)
-        return length, chunks, num_selected(chunks, self.density)
+        return length, chunks, num_selected(chunks, self.ratio)
 
     def _rows(self, flat: torch.Tensor) -> torch.Tensor:
         length, chunks, _ = self.geometry(flat.numel())
