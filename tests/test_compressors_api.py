@@ -362,3 +362,40 @@ def test_decoding_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeyp
     for call in calls:
         with pytest.raises(_KernelCalled, match=f"^{kernel}$"):
             call()
+
+
+def test_every_accelerated_codec_has_its_dispatch_tested_above():
+    from studykit.compressors import fastpath
+
+    assert set(fastpath.accelerated()) == set(FIRST_KERNEL) | {"dgc"}
+
+
+# ------------------------------------------------------------------ a new compressor is one class (plus one test)
+def test_a_new_compressor_is_one_registered_class():
+    """The package docstring's recipe: register a class and every entry point knows it (no list to update)."""
+    from studykit.compressors import cli, registry
+
+    @C.register
+    class Halve(C.Compressor):
+        """Test-only: sends half the gradient as fp32 (all-reduce compatible, linear)."""
+
+        name = "halve_for_test"
+        family, key_param, bench_group = "precision", None, "dense"
+
+        def compress(self, flat, world_size):
+            return [flat / 2], None
+
+        def decompress(self, payload, ctx):
+            return payload[0] * 2
+
+    try:
+        assert "halve_for_test" in C.available() and C.metadata("halve_for_test").family == "precision"
+        assert C.parse_spec("halve_for_test:error_feedback=yes") == ("halve_for_test", {"error_feedback": "yes"})
+        grads = worker_grads(3)
+        out = C.simulate("halve_for_test", grads, error_feedback=True)[0]
+        assert all(torch.allclose(o, sum(g[i] for g in grads) / 3) for i, o in enumerate(out))
+        assert C.get("halve_for_test").compression_ratio([(10,)]) == 1.0
+        row = next(r for r in cli.table("mlp_small", 2) if r["compressor"] == "halve_for_test")
+        assert row["allreduce_compatible"] and row["ratio"] == 1.0
+    finally:
+        registry._REGISTRY.pop("halve_for_test", None)

@@ -41,7 +41,7 @@ from studykit.compressors.quantization import (
 from studykit.compressors.sparsification import DGC, MSTopK, TopK, TopKChunked
 from studykit.compressors.thc import THC, rotate, unrotate
 
-__all__ = ["OVERRIDES", "Override", "override", "reference"]
+__all__ = ["OVERRIDES", "Override", "accelerated", "override", "reference"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,13 @@ def _dispatcher(ref: Callable, fast: Callable, when: Callable[..., bool]) -> Cal
         return fast(self, *args, **kwargs) if when(self, *args, **kwargs) else ref(self, *args, **kwargs)
 
     return dispatch
+
+
+def accelerated() -> tuple[str, ...]:
+    """Names of the registered compressors with a fused kernel (an override on their class or a base), sorted."""
+    from studykit.compressors.registry import _REGISTRY
+
+    return tuple(n for n, cls in sorted(_REGISTRY.items()) if any(c in cls.__mro__ for c, _ in OVERRIDES))
 
 
 def reference(cls: type, method: str) -> Callable:

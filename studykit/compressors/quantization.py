@@ -280,7 +280,7 @@ class EFSignSGD(_Signs):
 
     ``C(p) = (||p||_1 / d) * sign(p)``: each worker sends packed signs (``g >= 0`` -> +1) plus
     one float32 scale, ``ceil(numel/8) + 4`` bytes, all-gathered; the estimate is the average
-    of the workers' ``scale * sign``. Error feedback is on by default (``get`` wraps it).
+    of the workers' ``scale * sign``. Error feedback is on by default (``get`` gives it a memory).
     """
 
     name = "ef_signsgd"
