@@ -399,3 +399,22 @@ def test_a_new_compressor_is_one_registered_class():
         assert row["allreduce_compatible"] and row["ratio"] == 1.0
     finally:
         registry._REGISTRY.pop("halve_for_test", None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(FIRST_KERNEL))
+def test_on_a_gpu_the_overrides_run_the_real_kernels(monkeypatch, name):
+    """The GPU half of the dispatch tests above: real kernels (spied on, not faked) run for CUDA tensors.
+    Each kernel's numbers against its reference: tests/test_bench.py."""
+    from studykit.compressors import _fast
+
+    if not (torch.cuda.is_available() and _fast.HAVE_TRITON):
+        pytest.skip("needs a CUDA GPU with triton")
+    called = []
+    for kernel in set(FIRST_KERNEL.values()) | set(DECODE_KERNEL.values()):
+        real = getattr(_fast, kernel)
+        monkeypatch.setattr(_fast, kernel, lambda *a, _k=kernel, _f=real, **kw: called.append(_k) or _f(*a, **kw))
+    x = torch.randn(70_001, generator=torch.Generator().manual_seed(0)).cuda()
+    avg, local = C.get(name, error_feedback=False).reduce(x, LocalComm(), return_local=True)
+    assert torch.isfinite(avg).all() and torch.isfinite(local).all()
+    assert FIRST_KERNEL[name] in called and (name not in DECODE_KERNEL or DECODE_KERNEL[name] in called), called
