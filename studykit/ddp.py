@@ -29,7 +29,6 @@ async_op=True).get_future().then(...)``); a thread serves protocols of any numbe
 rounds unchanged. ``overlap=False`` runs the protocol inside the hook (the old, blocking
 behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
 """
-import math
 import queue
 import threading
 from typing import Callable, Optional, Sequence, Union
@@ -140,26 +139,11 @@ def _rekey(comp, key, old_ids: list, new_ids: list, old_shapes: Optional[list] =
     (or dropped if the bucket now holds other parameters); any other per-key state
     (e.g. PowerSGD's warm start) is dropped and rebuilt by the compressor. Memory kept as
     one flat tensor for the whole bucket (partition-invariant compressors get the bucket
-    whole) is cut by the old shapes, permuted, and joined again."""
-    mem = getattr(comp, "memory", None)
-    if isinstance(mem, dict) and key in mem:
-        if sorted(old_ids) == sorted(new_ids):
-            pieces = mem[key]
-            if len(pieces) == 1 and len(old_ids) > 1 and old_shapes is not None:
-                by_id = dict(zip(old_ids, pieces[0].reshape(-1).split([math.prod(s) for s in old_shapes])))
-                mem[key] = [torch.cat([by_id[i] for i in new_ids])]
-            else:
-                by_id = dict(zip(old_ids, pieces))
-                mem[key] = [by_id[i] for i in new_ids]
-        else:
-            del mem[key]
-    st = getattr(comp, "state", None)
-    if isinstance(st, dict):
-        for k in [k for k in st if k == key or (isinstance(k, tuple) and key in k)]:
-            del st[k]
-    inner = getattr(comp, "inner", None)
-    if inner is not None:
-        _rekey(inner, key, old_ids, new_ids, old_shapes)
+    whole) is cut by the old shapes, permuted, and joined again (:meth:`ResidualMemory.permute`)."""
+    if comp.memory is not None:
+        comp.memory.permute(key, old_ids, new_ids, old_shapes)
+    for k in [k for k in comp.state if k == key or (isinstance(k, tuple) and key in k)]:
+        del comp.state[k]
 
 
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -109,10 +109,10 @@ def test_error_feedback_memory_follows_a_switch_between_flat_and_per_tensor_layo
     whole = C.get("topk", ratio=0.2)
     per.reduce(g, key=0)
     whole.reduce(flat, key=0)
-    assert torch.equal(torch.cat([m.reshape(-1) for m in per.memory[0]]), whole.memory[0][0])
+    assert torch.equal(torch.cat([m.reshape(-1) for m in per.memory.residuals[0]]), whole.memory.residuals[0][0])
     per.reduce(flat, key=0)  # per-tensor memory, flat gradient: re-cut, not an error
     whole.reduce(g, key=0)
-    assert torch.allclose(torch.cat([m.reshape(-1) for m in whole.memory[0]]), per.memory[0][0])
+    assert torch.allclose(torch.cat([m.reshape(-1) for m in whole.memory.residuals[0]]), per.memory.residuals[0][0])
     with pytest.raises(C.CompressorError, match="error-feedback memory"):
         per.reduce([torch.randn(3)], key=0)
 
@@ -122,9 +122,9 @@ def test_rekey_permutes_flat_error_feedback_memory():
 
     comp = C.get("topk")
     a, b = torch.arange(6.0), torch.arange(6.0, 10.0)
-    comp.memory[3] = [torch.cat([a, b])]
+    comp.memory.residuals[3] = [torch.cat([a, b])]
     _rekey(comp, 3, [1, 2], [2, 1], [(2, 3), (4,)])
-    assert torch.equal(comp.memory[3][0], torch.cat([b, a]))
+    assert torch.equal(comp.memory.residuals[3][0], torch.cat([b, a]))
 
 
 # ------------------------------------------------------------------ fused kernels (GPU)

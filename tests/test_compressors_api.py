@@ -70,11 +70,12 @@ def test_plan_matches_collectives_actually_issued(name, world_size):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_ratio_is_dense_bytes_over_wire_bytes(name):
+def test_compression_ratio_is_dense_bytes_over_wire_bytes(name):
     shapes = [(64, 32), (32,)]
     comp = C.get(name)
     wire = sum(c.nbytes for c in comp.plan(shapes, 2))
-    assert math.isclose(comp.ratio(shapes, 2), 4 * (64 * 32 + 32) / wire)
+    assert math.isclose(comp.compression_ratio(shapes, 2), 4 * (64 * 32 + 32) / wire)
+    assert not hasattr(comp, "ratio") or not callable(comp.ratio)  # the one name: compression_ratio
 
 
 # lossy compressors are checked against references in their family tests
@@ -185,3 +186,235 @@ def test_metadata_is_on_the_class(name):
     assert meta.bench_group in ("elementwise", "topk", "lowrank", "dense")
     assert meta.key_param is None or meta.key_param in C.parameters(name)
     assert name in C.in_group(meta.bench_group)
+
+
+# ------------------------------------------------------------------ error feedback: a memory the protocol calls
+def _each_worker(world_size: int, fn) -> list:
+    """``fn(rank, comm)`` on ``world_size`` simulated workers (threads in lockstep); results by rank."""
+    import threading
+
+    group, out, errors = SimGroup(world_size), [None] * world_size, []
+
+    def run(rank):
+        try:
+            out[rank] = fn(rank, group.comm(rank))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+            group.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    if errors:
+        raise errors[0]
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("world_size, dtype", [(1, torch.float32), (3, torch.float32), (3, torch.float16)])
+def test_error_feedback_equals_the_dense_loop_written_out(name, world_size, dtype):
+    """Compressor + memory is bit for bit the error-feedback loop (Karimireddy et al. 2019,
+    https://arxiv.org/abs/1901.09847, Alg. 2; Seide et al. 2014) written out around the same
+    compressor without memory: p_t = g_t + e_t, send C(p_t), e_{t+1} = p_t - C(p_t), e_0 = 0."""
+    with_ef = [C.get(name, error_feedback=True) for _ in range(world_size)]
+    plain = [C.get(name, error_feedback=False) for _ in range(world_size)]
+    residual: list = [None] * world_size
+    for step in range(3):
+        grads = worker_grads(world_size, shapes=((6, 5), (7,), (2, 3, 4), (12, 10)), seed=step, dtype=dtype)
+        got = _each_worker(world_size, lambda r, comm, grads=grads: with_ef[r].reduce(grads[r], comm, key="b"))
+
+        def reference(r, comm, grads=grads):
+            p = [g.float() if e is None else g.float() + e for g, e in zip(grads[r], residual[r] or [None] * 4)]
+            avg, sent = plain[r].reduce(p, comm, key="b", return_local=True)
+            return p, avg, sent
+
+        for r, (p, avg, sent) in enumerate(_each_worker(world_size, reference)):
+            residual[r] = [a - b for a, b in zip(p, sent)]
+            for a, b in zip(got[r], avg):
+                assert a.dtype == dtype and torch.equal(a, b.to(dtype)), f"{name}: step {step}, worker {r}"
+    for r in range(world_size):
+        assert all(torch.equal(a, b) for a, b in zip(with_ef[r].memory.residuals["b"], residual[r]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_error_feedback_is_a_memory_beside_the_compressor_not_a_wrapper(name):
+    """GRACE's split (Xu et al. 2021, https://github.com/sands-lab/grace): the compressor is the same
+    class with or without error feedback; the memory is a separate object its protocol calls."""
+    bare, with_ef = C.get(name, error_feedback=False), C.get(name, error_feedback=True)
+    assert type(bare) is type(with_ef) and bare.memory is None and isinstance(with_ef.memory, C.ResidualMemory)
+    assert with_ef.name == name and with_ef.error_feedback and not bare.error_feedback
+    assert with_ef.params() == {**bare.params(), "error_feedback": True}
+    shapes = [(6, 5), (7,), (2, 3, 4)]
+    assert with_ef.plan(shapes, 4) == bare.plan(shapes, 4)  # the memory adds no traffic
+    assert with_ef.memory.residuals == {}  # plan() ran on a copy with a memory of its own
+
+
+def test_residual_memory_compensates_and_updates_per_key():
+    mem = C.ResidualMemory()
+    g = [torch.ones(3), torch.full((2,), 2.0)]
+    assert [t.tolist() for t in mem.compensate(g, key="a")] == [[1.0] * 3, [2.0] * 2]  # e_0 = 0
+    mem.update(g, [torch.zeros(3), torch.ones(2)], key="a")
+    assert [t.tolist() for t in mem.residuals["a"]] == [[1.0] * 3, [1.0] * 2]
+    assert [t.tolist() for t in mem.compensate(g, key="a")] == [[2.0] * 3, [3.0] * 2]
+    assert mem.compensate(g, key="other")[0].tolist() == [1.0] * 3
+    with pytest.raises(CompressorError, match=r"error-feedback memory for key 'a' has shapes \[\(3,\), \(2,\)\]"):
+        mem.compensate([torch.ones(4)], key="a")
+
+
+# ------------------------------------------------------------------ fast GPU kernels: overrides of the references
+def test_reference_codecs_never_mention_the_kernels():
+    """Each family module is plain PyTorch; the kernels attach in studykit.compressors.fastpath only."""
+    import inspect
+
+
+    for module in (C.base, C.precision, C.quantization, C.sparsification, C.thc, C.lowrank):
+        assert "_fast" not in inspect.getsource(module), module.__name__
+
+
+def test_an_override_runs_where_its_condition_holds_and_the_reference_elsewhere():
+    from studykit.compressors import fastpath
+
+    class Toy(C.Compressor):
+        def compress(self, flat, world_size):
+            """Reference: the input as it is."""
+            return [flat], None
+
+        def decompress(self, payload, ctx):
+            return payload[0]
+
+    ran = []
+
+    @fastpath.override(Toy, "compress", when=lambda self, flat, world_size: flat.numel() > 3)
+    def fake(self, flat, world_size):
+        ran.append(flat.numel())
+        return [flat * 0], None
+
+    try:
+        assert torch.equal(Toy().reduce(torch.ones(3)), torch.ones(3)) and ran == []  # condition false
+        assert torch.equal(Toy().reduce(torch.ones(5)), torch.zeros(5)) and ran == [5]  # condition true
+        assert fastpath.reference(Toy, "compress").__doc__ == "Reference: the input as it is."
+        assert Toy.compress.__wrapped__ is fastpath.reference(Toy, "compress")  # inspect shows the reference
+        assert fastpath.reference(Toy, "decompress") is Toy.decompress  # no override: the method itself
+        with pytest.raises(TypeError, match="has an override already"):
+            fastpath.override(Toy, "compress", when=lambda *a: True)(fake)
+        with pytest.raises(TypeError, match="defines no method 'combine' of its own"):
+            fastpath.override(Toy, "combine", when=lambda *a: True)(fake)
+    finally:
+        fastpath.OVERRIDES.pop((Toy, "compress"), None)
+
+
+class _KernelCalled(Exception):
+    pass
+
+
+#: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
+FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
+                "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_levels",
+                "thc": "thc_sign", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk"}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_KERNEL))
+def test_the_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch, name):
+    """On CPU, with the fast-path switch forced on and every kernel replaced by a fake that reports
+    its name: the dispatch picks the registered kernel (the kernels themselves: tests/test_bench.py, GPU)."""
+    from studykit.compressors import _fast
+
+    def fake(kernel):
+        def called(*args, **kwargs):
+            raise _KernelCalled(kernel)
+        return called
+
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    for kernel in set(FIRST_KERNEL.values()) | {"signs_decode", "row_scatter", "qsgd_decode", "natural_decode",
+                                                  "terngrad_decode", "quantize_decode", "thc_levels", "thc_decode"}:
+        monkeypatch.setattr(_fast, kernel, fake(kernel))
+    with pytest.raises(_KernelCalled, match=f"^{FIRST_KERNEL[name]}$"):
+        C.get(name, error_feedback=False).reduce(torch.randn(4096, generator=torch.Generator().manual_seed(0)))
+
+
+def test_dgc_candidates_reach_the_radix_select_kernel(monkeypatch):
+    from studykit.compressors import _fast
+
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, "topk_abs", lambda x, k: (_ for _ in ()).throw(_KernelCalled("topk_abs")))
+    with pytest.raises(_KernelCalled, match="topk_abs"):
+        C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))
+
+
+DECODE_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "signs_decode", "ef_signsgd": "signs_decode",
+                 "qsgd": "qsgd_decode", "terngrad": "terngrad_decode", "natural": "natural_decode",
+                 "topk_chunked": "row_scatter"}
+
+
+@pytest.mark.parametrize("name", sorted(DECODE_KERNEL))
+def test_decoding_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch, name):
+    from studykit.compressors import _fast
+
+    comp = C.get(name, error_feedback=False)
+    payload, ctx = comp.compress(torch.randn(4096, generator=torch.Generator().manual_seed(0)), 2)  # reference
+    kernel = DECODE_KERNEL[name]
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, kernel, lambda *a, **k: (_ for _ in ()).throw(_KernelCalled(kernel)))
+    calls = [lambda: comp.decompress(payload, ctx)]
+    gathered = [payload] if name == "topk_chunked" else [payload, payload]  # its kernel decodes one payload
+    calls += [lambda: comp.decompress_mean(payload, ctx, 2)] if comp.allreduce_compatible else \
+        [lambda: comp.combine(gathered, ctx)]
+    for call in calls:
+        with pytest.raises(_KernelCalled, match=f"^{kernel}$"):
+            call()
+
+
+def test_every_accelerated_codec_has_its_dispatch_tested_above():
+    from studykit.compressors import fastpath
+
+    assert set(fastpath.accelerated()) == set(FIRST_KERNEL) | {"dgc"}
+
+
+# ------------------------------------------------------------------ a new compressor is one class (plus one test)
+def test_a_new_compressor_is_one_registered_class():
+    """The package docstring's recipe: register a class and every entry point knows it (no list to update)."""
+    from studykit.compressors import cli, registry
+
+    @C.register
+    class Halve(C.Compressor):
+        """Test-only: sends half the gradient as fp32 (all-reduce compatible, linear)."""
+
+        name = "halve_for_test"
+        family, key_param, bench_group = "precision", None, "dense"
+
+        def compress(self, flat, world_size):
+            return [flat / 2], None
+
+        def decompress(self, payload, ctx):
+            return payload[0] * 2
+
+    try:
+        assert "halve_for_test" in C.available() and C.metadata("halve_for_test").family == "precision"
+        assert C.parse_spec("halve_for_test:error_feedback=yes") == ("halve_for_test", {"error_feedback": "yes"})
+        grads = worker_grads(3)
+        out = C.simulate("halve_for_test", grads, error_feedback=True)[0]
+        assert all(torch.allclose(o, sum(g[i] for g in grads) / 3) for i, o in enumerate(out))
+        assert C.get("halve_for_test").compression_ratio([(10,)]) == 1.0
+        row = next(r for r in cli.table("mlp_small", 2) if r["compressor"] == "halve_for_test")
+        assert row["allreduce_compatible"] and row["ratio"] == 1.0
+    finally:
+        registry._REGISTRY.pop("halve_for_test", None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(FIRST_KERNEL))
+def test_on_a_gpu_the_overrides_run_the_real_kernels(monkeypatch, name):
+    """The GPU half of the dispatch tests above: real kernels (spied on, not faked) run for CUDA tensors.
+    Each kernel's numbers against its reference: tests/test_bench.py."""
+    from studykit.compressors import _fast
+
+    if not (torch.cuda.is_available() and _fast.HAVE_TRITON):
+        pytest.skip("needs a CUDA GPU with triton")
+    called = []
+    for kernel in set(FIRST_KERNEL.values()) | set(DECODE_KERNEL.values()):
+        real = getattr(_fast, kernel)
+        monkeypatch.setattr(_fast, kernel, lambda *a, _k=kernel, _f=real, **kw: called.append(_k) or _f(*a, **kw))
+    x = torch.randn(70_001, generator=torch.Generator().manual_seed(0)).cuda()
+    avg, local = C.get(name, error_feedback=False).reduce(x, LocalComm(), return_local=True)
+    assert torch.isfinite(avg).all() and torch.isfinite(local).all()
+    assert FIRST_KERNEL[name] in called and (name not in DECODE_KERNEL or DECODE_KERNEL[name] in called), called

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from studykit import compressors as C
 from studykit.comm import LocalComm, RecordingComm, SimGroup, TorchComm
-from studykit.compressors.base import CompressorError, ErrorFeedback
+from studykit.compressors.base import CompressorError
 from studykit.compressors.lowrank import (Atomo, PowerSGD, atomo_probabilities, orthonormalize_,
                                           systematic_sample)
 from tests.conftest import worker_grads
@@ -179,7 +179,7 @@ def test_powersgd_ratio_for_resnet50_is_near_the_paper():
     shapes = resnet50_shapes()
     assert sum(math.prod(s) for s in shapes) == 25_557_032
     for rank, paper in ((4, 72), (8, 37), (16, 19)):
-        ratio = C.get("powersgd", rank=rank).ratio(shapes)
+        ratio = C.get("powersgd", rank=rank).compression_ratio(shapes)
         assert 0.85 * paper < ratio < 1.15 * paper, (rank, ratio)
     lay = C.get("powersgd", rank=4, error_feedback=False).layout(shapes)
     assert len(lay.groups) == 21 and len(lay.ortho) == 1  # 54 matrices in 21 shapes, one Gram-Schmidt
@@ -315,20 +315,21 @@ def test_bad_warm_start_raises_and_atomo_has_no_warm_start():
 
 
 # ------------------------------------------------------- error feedback
-def test_error_feedback_wraps_powersgd_by_default_and_keeps_memory_per_key():
+def test_error_feedback_is_on_for_powersgd_by_default_and_keeps_memory_per_key():
     comp = C.get("powersgd", rank=1)
-    assert isinstance(comp, ErrorFeedback) and isinstance(comp.inner, PowerSGD)
+    assert isinstance(comp, PowerSGD) and isinstance(comp.memory, C.ResidualMemory)
     assert isinstance(C.get("powersgd", error_feedback=False), PowerSGD)
+    assert C.get("powersgd", error_feedback=False).memory is None
     assert isinstance(C.get("atomo"), Atomo)  # unbiased: no error feedback by default
     ga = [torch.randn(10, 8), torch.randn(5)]
     gb = [torch.randn(6, 9, 2)]
     out_a = comp.reduce(ga, key="a")
     comp.reduce(gb, key="b")
-    assert set(comp.memory) == {"a", "b"} and set(comp.inner.state) == {"a", "b"}
+    assert set(comp.memory.residuals) == {"a", "b"} and set(comp.state) == {"a", "b"}
     # memory = corrected gradient - the aggregated estimate; zero for the dense bias
-    assert torch.allclose(comp.memory["a"][0], ga[0] - out_a[0], atol=1e-6)
-    assert torch.equal(comp.memory["a"][1], torch.zeros(5))
-    assert comp.memory["a"][0].norm() > 0
+    assert torch.allclose(comp.memory.residuals["a"][0], ga[0] - out_a[0], atol=1e-6)
+    assert torch.equal(comp.memory.residuals["a"][1], torch.zeros(5))
+    assert comp.memory.residuals["a"][0].norm() > 0
     with pytest.raises(CompressorError, match="memory for key 'a'"):
         comp.reduce(gb, key="a")
 

@@ -119,10 +119,10 @@ def test_ef_signsgd_is_average_of_scaled_signs_and_keeps_the_error():
     expected = sum(x.abs().mean() * torch.where(x >= 0, 1.0, -1.0) for x in grads) / 3
     assert torch.allclose(out, expected, atol=1e-6)
     comp = C.get("ef_signsgd")  # error feedback on by default
-    assert isinstance(comp, C.ErrorFeedback)
+    assert isinstance(comp.memory, C.ResidualMemory)
     x = grads[0]
     comp.reduce(x, FakeComm(), key="k")
-    assert torch.allclose(comp.memory["k"][0], x - x.abs().mean() * torch.where(x >= 0, 1.0, -1.0), atol=1e-6)
+    assert torch.allclose(comp.memory.residuals["k"][0], x - x.abs().mean() * torch.where(x >= 0, 1.0, -1.0), atol=1e-6)
 
 
 # ----------------------------------------------------------- unbiasedness

@@ -7,7 +7,7 @@ import torch
 
 from studykit import compressors as C
 from studykit.comm import LocalComm
-from studykit.compressors.base import CompressorError, ErrorFeedback
+from studykit.compressors.base import CompressorError
 from studykit.compressors.sparsification import index_dtype, num_selected
 from tests.conftest import worker_grads
 
@@ -51,7 +51,7 @@ def test_num_selected_rounds_up_and_ignores_float_noise():
 
 def test_defaults_and_error_feedback_conventions():
     for name in SPARSE:
-        assert isinstance(C.get(name), ErrorFeedback), name
+        assert C.get(name).error_feedback, name
         assert C.parameters(name)["ratio"] == 0.01
     assert C.get("randomk", error_feedback=False).allreduce_compatible
     assert not any(C.get(n, error_feedback=False).allreduce_compatible for n in GATHER)
@@ -61,7 +61,7 @@ def test_ratio_parameter_does_not_hide_the_ratio_method():
     comp = C.get("topk", ratio=0.1, error_feedback=False)
     assert comp.params()["ratio"] == 0.1
     assert "ratio=0.1" in repr(comp)
-    assert math.isclose(comp.ratio([(1000,)], 2), 4000 / (100 * 8))
+    assert math.isclose(comp.compression_ratio([(1000,)], 2), 4000 / (100 * 8))
 
 
 # ------------------------------------------------------------------------------ TopK
@@ -119,7 +119,7 @@ def test_dense_average_exact_with_ratio_one_and_error_feedback_leaves_no_residua
     grads = worker_grads(2, shapes=((64,),))
     sim = C.Simulation(name, 2, ratio=1.0)
     sim.step(grads)
-    assert all(torch.count_nonzero(m) == 0 for w in sim.workers for m in w.memory[None])
+    assert all(torch.count_nonzero(m) == 0 for w in sim.workers for m in w.memory.residuals[None])
 
 
 # --------------------------------------------------------------------------- RandomK
@@ -265,7 +265,7 @@ def test_topk_chunked_offsets_are_chunk_local_in_the_smallest_dtype():
     assert payload[1].dtype == torch.uint8 and payload[1].numel() == 2 * payload[0].numel()  # int16's bytes
     offsets = payload[1].view(torch.int16)
     assert int(offsets.min()) >= 0 and int(offsets.max()) < 4096
-    assert C.get("topk_chunked", chunk=32768).inner.offset_dtype(g.numel()) == torch.int16
+    assert C.get("topk_chunked", chunk=32768).offset_dtype(g.numel()) == torch.int16
     big = C.get("topk_chunked", chunk=32769, error_feedback=False)
     assert big.offset_dtype(g.numel()) == torch.int32 and big.compress(g, 1)[0][1].dtype == torch.int32
     assert big.offset_dtype(1000) == torch.int16  # one chunk of 1000
@@ -370,7 +370,7 @@ def test_topk_chunked_allreduce_is_dense_at_ratio_one_and_plans_two_allreduces()
     plan = comp.plan([(n,)], 64)
     assert [(c.op, c.numel) for c in plan] == [("all_reduce", chunks),
                                                ("all_reduce", math.ceil(0.01 * chunks) * 4096)]
-    assert comp.allreduce_compatible and comp.ratio([(n,)], 64) > 95
+    assert comp.allreduce_compatible and comp.compression_ratio([(n,)], 64) > 95
 
 
 def test_topk_chunked_allreduce_error_feedback_keeps_the_unsent_chunks():

@@ -2,6 +2,7 @@
 
 Only a fast path: every function here has a reference in the codec's own module, which stays
 the definition (and runs on CPUs, on the meta device, and wherever :func:`enabled` says no).
+The kernels are attached to those references in one place, :mod:`studykit.compressors.fastpath`.
 A kernel computes the same function on the same inputs, with two documented differences:
 
 * randomness is drawn inside the kernel (Philox, :func:`triton.language.rand`) from an integer

@@ -20,8 +20,9 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from studykit.comm import Collective, Communicator, LocalComm, RecordingComm
+from studykit.compressors.memory import ResidualMemory
 
-__all__ = ["Compressor", "CompressorError", "ErrorFeedback", "FLOAT_DTYPES", "MAX_WORLD_SIZE"]
+__all__ = ["Compressor", "CompressorError", "FLOAT_DTYPES", "MAX_WORLD_SIZE"]
 
 #: the largest world size :meth:`Compressor.plan` simulates (it builds one payload per worker)
 MAX_WORLD_SIZE = 2**18
@@ -44,15 +45,20 @@ class Compressor:
       stochastic rounding also mixes in the worker's rank).
     * ``allow_nonfinite``: by default NaN/Inf gradients raise; ``True`` lets them through
       (the result is then whatever the arithmetic gives).
+    * ``error_feedback``: :func:`studykit.compressors.get` puts a
+      :class:`~studykit.compressors.memory.ResidualMemory` in :attr:`memory` (default: the
+      class's ``default_error_feedback``); :meth:`reduce` then compensates the gradient before
+      the protocol and updates the residual after it. The class stays the same.
     """
 
     name: ClassVar[str] = ""
     allreduce_compatible: ClassVar[bool] = True
-    #: whether ``get(name)`` wraps this compressor in :class:`ErrorFeedback` by default
+    #: whether ``get(name)`` gives this compressor an error-feedback memory by default
     default_error_feedback: ClassVar[bool] = False
     #: whether the estimate is random (unbiasedness is then tested over seeds)
     stochastic: ClassVar[bool] = False
-    #: whether the estimate is unbiased in expectation (tested for stochastic ones)
+    #: whether the codec's estimate is unbiased in expectation (tested for stochastic ones; with an
+    #: error-feedback :attr:`memory` the step's estimate is not, whatever the codec)
     unbiased: ClassVar[bool] = False
     #: whether the result depends only on the concatenated gradient, not on how it is cut into
     #: tensors: then a caller holding one flat buffer (a DDP bucket) may pass it whole and get
@@ -72,16 +78,25 @@ class Compressor:
         self.allow_nonfinite = bool(allow_nonfinite)
         self.step = 0
         self.state: dict[Any, Any] = {}
+        #: the error-feedback memory the protocol calls (``None``: no error feedback)
+        self.memory: ResidualMemory | None = None
+
+    @property
+    def error_feedback(self) -> bool:
+        """Whether this compressor keeps an error-feedback memory."""
+        return self.memory is not None
 
     # ------------------------------------------------------------------ helpers
     def error(self, msg: str) -> CompressorError:
         return CompressorError(f"compressor {self.name!r}: {msg}")
 
     def params(self) -> dict:
-        """The constructor parameters of this instance (for records and plots)."""
+        """The constructor parameters of this instance (for records and plots), and
+        ``error_feedback: True`` when it keeps an error-feedback memory."""
         sig = inspect.signature(type(self).__init__)
-        return {k: getattr(self, k) for k in sig.parameters
-                if k not in ("self", "allow_nonfinite") and hasattr(self, k)}
+        out = {k: getattr(self, k) for k in sig.parameters
+               if k not in ("self", "allow_nonfinite") and hasattr(self, k)}
+        return {**out, "error_feedback": True} if self.memory is not None else out
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
@@ -127,13 +142,29 @@ class Compressor:
         tensors = [tensors] if single else list(tensors)
         self.check(tensors)
         # detach only what needs it (a call per tensor costs host time at 100+ tensors)
-        avg, local = self._reduce([t.detach() if t.requires_grad else t for t in tensors], comm, key, return_local)
+        grads = [t.detach() if t.requires_grad else t for t in tensors]
+        if self.memory is None:
+            avg, local = self._reduce(grads, comm, key, return_local)
+        else:
+            avg, local = self._reduce_with_memory(grads, comm, key, return_local)
         self.step += 1
         avg = _like(avg, tensors)
         if return_local:
             local = _like(local, tensors)
             return (avg[0], local[0]) if single else (avg, local)
         return avg[0] if single else avg
+
+    def _reduce_with_memory(self, tensors, comm, key, return_local):
+        """The protocol between the memory's two calls (error feedback, :mod:`~studykit.compressors.memory`):
+        ``p = g + e``, send ``C(p)``, ``e = p - C(p)``, with ``C(p)`` this worker's own decoded payload."""
+        try:
+            corrected = self.memory.compensate(tensors, key, reuse=not return_local)
+        except CompressorError as exc:  # a residual of other shapes: name this compressor
+            raise self.error(str(exc)) from None
+        avg, sent = self._reduce(corrected, comm, key, True)
+        sent = [s.float() for s in sent]
+        self.memory.update(corrected, sent, key, estimate=avg)
+        return avg, (sent if return_local else None)
 
     def _reduce(self, tensors, comm, key, return_local):
         """Default single-round protocol on the flattened float32 gradient."""
@@ -185,8 +216,10 @@ class Compressor:
         """
         shapes = _as_shapes(shapes)
         world_size = self._check_world_size(world_size)
-        clone = copy.deepcopy(self)
-        clone.state = {}
+        # a copy with empty state (the live state is not copied) and no error-feedback memory: the
+        # memory adds no collective (test_plan_matches_collectives_actually_issued runs it on real
+        # tensors), and its update on meta tensors was most of plan()'s time
+        clone = copy.deepcopy(self, {id(self.state): {}, id(self.memory): None})
         clone.allow_nonfinite = True
         rec = RecordingComm(LocalComm(), world_size=world_size)
         clone.reduce([torch.empty(s, dtype=dtype, device="meta") for s in shapes], rec)
@@ -203,91 +236,12 @@ class Compressor:
         """Bytes this worker puts into collectives per step (each worker's share)."""
         return sum(c.nbytes for c in self.plan(shapes, world_size, dtype))
 
-    def ratio(self, shapes, world_size: int = 2) -> float:
-        """Compression ratio against the fp32 all-reduce of the same gradients."""
+    def compression_ratio(self, shapes, world_size: int = 2) -> float:
+        """Compression ratio: dense bytes / wire bytes, i.e. the bytes of the fp32 all-reduce of the
+        same gradients (4 per element) over this worker's :meth:`wire_bytes`."""
         shapes = _as_shapes(shapes)
         dense = 4 * sum(math.prod(s) for s in shapes)
         return dense / self.wire_bytes(shapes, world_size)
-
-
-class ErrorFeedback(Compressor):
-    """Error feedback (Seide et al. 2014; Karimireddy et al. 2019), kept apart from compressors.
-
-    Before compressing, the residual of the previous step is added to the gradient;
-    afterwards, the residual becomes (corrected gradient - what this worker's payload
-    decodes to). Memory is kept per ``key`` (a bucket index or parameter name).
-    """
-
-    def __init__(self, inner: Compressor):
-        super().__init__(seed=inner.seed, allow_nonfinite=inner.allow_nonfinite)
-        self.inner = inner
-        self.memory: dict[Any, list[torch.Tensor]] = {}
-        #: per key: whether the estimate never shares memory with the corrected gradient, so the
-        #: residual may be updated in place (checked on the first call with that key)
-        self._inplace_ok: dict[Any, bool] = {}
-
-    @property
-    def name(self):  # type: ignore[override]
-        return self.inner.name
-
-    @property
-    def allreduce_compatible(self):  # type: ignore[override]
-        return self.inner.allreduce_compatible
-
-    @property
-    def stochastic(self):  # type: ignore[override]
-        return self.inner.stochastic
-
-    unbiased = False
-
-    def params(self) -> dict:
-        return {**self.inner.params(), "error_feedback": True}
-
-    def __repr__(self) -> str:
-        return f"ErrorFeedback({self.inner!r})"
-
-    @property
-    def partition_invariant(self):  # type: ignore[override]
-        return self.inner.partition_invariant
-
-    def _relayout(self, key, mem, tensors):
-        """The same gradients as one flat tensor on one side and as per-tensor pieces on the
-        other (a DDP hook passes whole buckets to partition-invariant compressors and views to
-        the others; a compressor swap may switch): re-cut the memory in order. Anything else
-        is a real mismatch and raises."""
-        numel = [t.numel() for t in tensors]
-        if (len(mem) == 1 or len(tensors) == 1) and sum(m.numel() for m in mem) == sum(numel):
-            flat = mem[0].reshape(-1) if len(mem) == 1 else torch.cat([m.reshape(-1) for m in mem])
-            return [p.view(t.shape) for p, t in zip(flat.split(numel), tensors)]
-        raise self.error(f"error-feedback memory for key {key!r} has shapes "
-                         f"{[tuple(m.shape) for m in mem]}, got {[tuple(t.shape) for t in tensors]}")
-
-    def _reduce(self, tensors, comm, key, return_local):
-        mem = self.memory.get(key)
-        if mem is not None and (len(mem) != len(tensors) or any(m.shape != t.shape for m, t in zip(mem, tensors))):
-            mem = self.memory[key] = self._relayout(key, mem, tensors)
-        # In place when it is safe: the residual buffers become the corrected gradient and then
-        # the new residual, so no tensor is allocated per step (two multi-tensor kernels; with
-        # 100+ tensors the allocations were most of error feedback's host time).
-        inplace = (mem is not None and not return_local and self._inplace_ok.get(key, True)
-                   and all(t.dtype == torch.float32 for t in tensors) and all(m.dtype == torch.float32 for m in mem))
-        if inplace:
-            torch._foreach_add_(mem, list(tensors))
-            corrected = mem
-        else:
-            corrected = [t.float() for t in tensors]
-            if mem is not None:
-                corrected = torch._foreach_add(corrected, mem)
-        self.inner.step = self.step
-        avg, local = self.inner._reduce(corrected, comm, key, True)
-        local = [l.float() for l in local]
-        if key not in self._inplace_ok:  # once per key: may the residual be updated in place?
-            self._inplace_ok[key] = not _any_shared(avg, corrected)
-        if inplace and self._inplace_ok[key]:
-            torch._foreach_sub_(mem, local)
-        else:
-            self.memory[key] = torch._foreach_sub(corrected, local)
-        return avg, (local if return_local else None)
 
 
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -328,14 +282,6 @@ def _shares_memory(p: torch.Tensor, *others) -> bool:
         return True
     ptr = p.untyped_storage().data_ptr()
     return any(o is not None and o.untyped_storage().data_ptr() == ptr for o in others)
-
-
-def _any_shared(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> bool:
-    """Whether some tensor of ``a`` shares storage with some tensor of ``b`` (True on meta)."""
-    if any(t.device.type == "meta" for t in (*a, *b) if t is not None):
-        return True
-    ptrs = {t.untyped_storage().data_ptr() for t in b if t is not None}
-    return any(t is not None and t.untyped_storage().data_ptr() in ptrs for t in a)
 
 
 def _as_shapes(shapes) -> list[tuple[int, ...]]:

@@ -16,9 +16,9 @@ def table(model: str, world_size: int) -> list[dict]:
         plan = comp.plan(shapes, world_size)
         rows.append({"compressor": name, "params": C.parameters(name),
                      "allreduce_compatible": comp.allreduce_compatible,
-                     "error_feedback": type(comp).__name__ == "ErrorFeedback",
+                     "error_feedback": comp.error_feedback,
                      "collectives": [c.as_dict() for c in plan],
-                     "wire_bytes": sum(c.nbytes for c in plan), "ratio": round(comp.ratio(shapes, world_size), 2)})
+                     "wire_bytes": sum(c.nbytes for c in plan), "ratio": round(comp.compression_ratio(shapes, world_size), 2)})
     return rows
 
 

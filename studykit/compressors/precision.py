@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import torch
 
-from studykit.compressors import _fast
 from studykit.compressors.base import Compressor
 from studykit.compressors.registry import register
 
@@ -32,20 +31,16 @@ class _Cast(Compressor):
     def compress(self, flat, world_size):
         # Divide before the cast so the sum over workers cannot overflow fp16
         # (PyTorch's fp16 hook does the same). One kernel: divided in fp32, rounded on store.
-        if _fast.enabled(flat):  # vectorised: PyTorch's dtype-converting kernels are not
-            return [_fast.cast(flat, self.wire_dtype, divide=world_size)], world_size
         out = torch.empty(flat.shape, dtype=self.wire_dtype, device=flat.device)
         return [torch.div(flat, world_size, out=out)], world_size
 
     def decompress(self, payload, ctx):
-        if _fast.enabled(payload[0]):
-            return _fast.cast(payload[0], torch.float32, multiply=ctx)
         return payload[0].float() * ctx
 
     def decompress_mean(self, summed, ctx, world_size):
         # the payloads were divided by the world size already: the sum is the mean (one cast)
         if ctx == world_size:
-            return _fast.cast(summed[0], torch.float32) if _fast.enabled(summed[0]) else summed[0].float()
+            return summed[0].float()
         return super().decompress_mean(summed, ctx, world_size)
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.registry import register
 
@@ -230,8 +229,16 @@ def _mean0(values: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------- signSGD
+class _Signs(Compressor):
+    """Codecs that send one sign bit per element."""
+
+    def sign_bits(self, flat: torch.Tensor) -> torch.Tensor:
+        """``flat >= 0`` (zero counts as +1) packed 8 per byte, ``ceil(numel / 8)`` uint8."""
+        return pack_bits(flat >= 0)
+
+
 @register
-class SignSGD(Compressor):
+class SignSGD(_Signs):
     """signSGD with majority vote (Bernstein et al., ICLR 2019, "signSGD with majority vote is
     communication efficient and fault tolerant"; Algorithm 1).
 
@@ -254,18 +261,12 @@ class SignSGD(Compressor):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
 
     def compress(self, flat, world_size):
-        if _fast.enabled(flat):  # one fused pass: read fp32, write packed bits
-            return [_fast.pack(flat, 0)], flat.numel()
-        return [pack_bits(flat >= 0)], flat.numel()
+        return [self.sign_bits(flat)], flat.numel()
 
     def decompress(self, payload, ctx):
-        if _fast.enabled(payload[0]):
-            return _fast.signs_decode(payload[0].view(1, -1), None, ctx, vote=True)  # one vote = own sign
         return unpack_bits(payload[0], ctx).float() * 2 - 1
 
     def combine(self, gathered, ctx):
-        if _fast.enabled(gathered[0][0]):
-            return _fast.signs_decode(_stack(gathered, 0), None, ctx, vote=True)
         bits = unpack_bits(_stack(gathered, 0), ctx)
         # sum of the +-1 signs = 2 * positives - world_size; float32 counts are exact below 2^24
         positives = bits[0].float() if len(gathered) == 1 else bits.sum(0, dtype=torch.float32)
@@ -273,13 +274,13 @@ class SignSGD(Compressor):
 
 
 @register
-class EFSignSGD(Compressor):
+class EFSignSGD(_Signs):
     """Scaled sign compression with error feedback (Karimireddy et al., ICML 2019, "Error
     feedback fixes SignSGD and other gradient compression schemes"; Algorithm 1, EF-SIGNSGD).
 
     ``C(p) = (||p||_1 / d) * sign(p)``: each worker sends packed signs (``g >= 0`` -> +1) plus
     one float32 scale, ``ceil(numel/8) + 4`` bytes, all-gathered; the estimate is the average
-    of the workers' ``scale * sign``. Error feedback is on by default (``get`` wraps it).
+    of the workers' ``scale * sign``. Error feedback is on by default (``get`` gives it a memory).
     """
 
     name = "ef_signsgd"
@@ -294,18 +295,12 @@ class EFSignSGD(Compressor):
 
     def compress(self, flat, world_size):
         scale = (flat.abs().sum() / flat.numel()).reshape(1)
-        if _fast.enabled(flat):
-            return [_fast.pack(flat, 0), scale], flat.numel()
-        return [pack_bits(flat >= 0), scale], flat.numel()
+        return [self.sign_bits(flat), scale], flat.numel()
 
     def decompress(self, payload, ctx):
-        if _fast.enabled(payload[0]):
-            return _fast.signs_decode(payload[0].view(1, -1), payload[1], ctx, vote=False)
         return (unpack_bits(payload[0], ctx).float() * 2 - 1) * payload[1]
 
     def combine(self, gathered, ctx):
-        if _fast.enabled(gathered[0][0]):
-            return _fast.signs_decode(_stack(gathered, 0), _stack(gathered, 1), ctx, vote=False)
         signs = unpack_bits(_stack(gathered, 0), ctx).float() * 2 - 1  # (world_size, numel)
         return _weighted_mean(signs, _stack(gathered, 1))
 
@@ -358,15 +353,9 @@ class QSGD(_PrivateRandomness):
         """Packed levels ``(..., nbytes)`` -> signed levels ``(..., numel)`` int8."""
         return (unpack_fields(packed, self.bits, numel) - self.levels).to(torch.int8)
 
-    def _fast_ok(self, t: torch.Tensor, numel: int) -> bool:
-        return _fast.qsgd_ok(self._buckets(numel)[1]) and _fast.enabled(t)
-
     def compress(self, flat, world_size):
         numel = flat.numel()
         n_buckets, size = self._buckets(numel)
-        if self._fast_ok(flat, numel):  # one pass per bucket: norm, noise, level, int8
-            norms, q = _fast.qsgd_encode(flat, self.levels, size, TINY, _fast.seed_of(self, self._rank))
-            return [norms, self._pack(q)], numel
         x = F.pad(flat, (0, n_buckets * size - numel)).view(n_buckets, size)
         norms = torch.linalg.vector_norm(x, dim=1).clamp_min(TINY)
         # |x| / norm * s in [0, s], rounded stochastically to an integer level
@@ -377,8 +366,6 @@ class QSGD(_PrivateRandomness):
     def _decode(self, norms, q, numel):
         """norms ``(..., n_buckets)``, q ``(..., numel)`` -> decoded ``(..., numel)`` float32."""
         n_buckets, size = self._buckets(numel)
-        if q.dim() == 1 and self._fast_ok(q, numel):  # one worker's payload, one pass
-            return _fast.qsgd_decode(norms.view(1, -1), q.view(1, -1), self.levels, size, numel)
         levels = F.pad(q.float(), (0, n_buckets * size - numel)).view(*q.shape[:-1], n_buckets, size)
         out = levels * (norms / self.levels).unsqueeze(-1)
         return out.reshape(*q.shape[:-1], -1)[..., :numel]
@@ -386,12 +373,13 @@ class QSGD(_PrivateRandomness):
     def decompress(self, payload, ctx):
         return self._decode(payload[0], self._unpack(payload[1], ctx), ctx)
 
+    def _decode_mean(self, norms, q, numel):
+        """Every worker's norms ``(world_size, n_buckets)`` and levels ``(world_size, numel)`` -> their
+        mean decoding ``(numel,)``."""
+        return _mean0(self._decode(norms, q, numel))
+
     def combine(self, gathered, ctx):
-        q = self._unpack(_stack(gathered, 1), ctx)
-        if self._fast_ok(q, ctx):
-            n_buckets, size = self._buckets(ctx)
-            return _fast.qsgd_decode(_stack(gathered, 0), q, self.levels, size, ctx)
-        return _mean0(self._decode(_stack(gathered, 0), q, ctx))
+        return self._decode_mean(_stack(gathered, 0), self._unpack(_stack(gathered, 1), ctx), ctx)
 
 
 # ------------------------------------------------------------------ TernGrad
@@ -420,12 +408,13 @@ class TernGrad(_PrivateRandomness):
 
     def compress(self, flat, world_size):
         scale = flat.abs().amax().reshape(1)
-        if _fast.enabled(flat):  # noise drawn in the kernel: one pass, two bitmaps out
-            keep, negative = _fast.terngrad_encode(flat, scale, _fast.seed_of(self, self._rank))
-            return [scale, keep, negative], flat.numel()
+        return [scale, *self.bitmaps(flat, scale)], flat.numel()
+
+    def bitmaps(self, flat: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed bitmaps ``b`` (``b_i ~ Bernoulli(|g_i| / s)``) and ``g < 0``."""
         u = torch.rand(flat.shape, generator=self.private_generator(flat.device), device=flat.device)
         keep = u * scale < flat.abs()  # P = |g| / s; never true when s = 0
-        return [scale, pack_bits(keep), pack_bits(flat < 0)], flat.numel()
+        return pack_bits(keep), pack_bits(flat < 0)
 
     @staticmethod
     def _ternary(keep, negative, numel):
@@ -433,13 +422,9 @@ class TernGrad(_PrivateRandomness):
         return unpack_bits(keep, numel).float() * (1 - 2 * unpack_bits(negative, numel).float())
 
     def decompress(self, payload, ctx):
-        if _fast.enabled(payload[1]):
-            return _fast.terngrad_decode(payload[1].view(1, -1), payload[2].view(1, -1), payload[0], ctx)
         return self._ternary(payload[1], payload[2], ctx) * payload[0]
 
     def combine(self, gathered, ctx):
-        if _fast.enabled(gathered[0][1]):
-            return _fast.terngrad_decode(_stack(gathered, 1), _stack(gathered, 2), _stack(gathered, 0), ctx)
         ternary = self._ternary(_stack(gathered, 1), _stack(gathered, 2), ctx)  # (world_size, numel)
         return _weighted_mean(ternary, _stack(gathered, 0))
 
@@ -471,9 +456,6 @@ class Natural(_PrivateRandomness):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
 
     def compress(self, flat, world_size):
-        if _fast.enabled(flat):
-            exponent, signs = _fast.natural_encode(flat, _fast.seed_of(self, self._rank))
-            return [exponent, signs], flat.numel()
         bits = flat.view(torch.int32)
         exponent = (bits >> 23) & 0xFF
         mantissa = bits & 0x7FFFFF
@@ -488,13 +470,9 @@ class Natural(_PrivateRandomness):
         return torch.where(unpack_bits(packed_signs, numel).bool(), -magnitude, magnitude)
 
     def decompress(self, payload, ctx):
-        if _fast.enabled(payload[0]):
-            return _fast.natural_decode(payload[0].view(1, -1), payload[1].view(1, -1), ctx)
         return self._decode(payload[0], payload[1], ctx)
 
     def combine(self, gathered, ctx):
-        if _fast.enabled(gathered[0][0]):
-            return _fast.natural_decode(_stack(gathered, 0), _stack(gathered, 1), ctx)
         return _mean0(self._decode(_stack(gathered, 0), _stack(gathered, 1), ctx))
 
 
@@ -550,15 +528,11 @@ class Quantize(Compressor):
     def encode(self, flat: torch.Tensor, scale: torch.Tensor, world_size: int, rank: int = 0) -> torch.Tensor:
         """Integer levels in ``[-L, L]`` of ``flat`` against the shared ``scale`` (>= max|flat|), int32."""
         L = self.max_level
-        if _fast.enabled(flat):  # noise, scale, floor, clamp and cast in one pass
-            return _fast.quantize_levels(flat, scale, L, torch.int32, _fast.seed_of(self, rank))
         level = stochastic_floor(flat, self.generator(flat.device, rank), L / scale).clamp_(-L, L)
         return level.to(torch.int32)
 
     def decode(self, levels: torch.Tensor, scale: torch.Tensor, world_size: int = 1) -> torch.Tensor:
         """(Summed) levels -> (summed) float32 values divided by ``world_size``; linear in ``levels``."""
-        if _fast.enabled(levels):
-            return _fast.quantize_decode(levels, scale, self.max_level, world_size)
         out = levels.float() * (scale / self.max_level)
         return out if world_size == 1 else out / world_size
 

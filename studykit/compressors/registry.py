@@ -5,7 +5,8 @@ import ast
 import inspect
 from dataclasses import dataclass
 
-from studykit.compressors.base import Compressor, CompressorError, ErrorFeedback
+from studykit.compressors.base import Compressor, CompressorError
+from studykit.compressors.memory import ResidualMemory
 
 _REGISTRY: dict[str, type[Compressor]] = {}
 GENERIC_PARAMS = ("error_feedback", "seed", "allow_nonfinite")
@@ -57,8 +58,10 @@ def parameters(name: str) -> dict[str, object]:
 def get(name: str | Compressor, **params) -> Compressor:
     """A new compressor ``name`` with ``params``; unknown names or parameters raise.
 
-    ``error_feedback=True/False`` wraps it in :class:`ErrorFeedback` (default: the
-    method's own convention, e.g. on for PowerSGD and EF-SignSGD).
+    ``error_feedback=True/False`` gives it an error-feedback memory
+    (:class:`~studykit.compressors.memory.ResidualMemory`, in ``comp.memory``) or none; the
+    default is the method's own convention (``default_error_feedback``: on for PowerSGD,
+    EF-SignSGD, TopK...). The compressor is the same class either way.
     """
     if isinstance(name, Compressor):
         if params:
@@ -73,7 +76,9 @@ def get(name: str | Compressor, **params) -> Compressor:
     params = coerce_params(name, params)
     ef = params.pop("error_feedback", cls.default_error_feedback)
     comp = cls(**params)
-    return ErrorFeedback(comp) if ef else comp
+    if ef:
+        comp.memory = ResidualMemory()
+    return comp
 
 
 def coerce_params(name: str, params: dict) -> dict:

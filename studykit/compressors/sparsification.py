@@ -17,8 +17,8 @@ memory"), Shi et al. and Lin et al. (local gradient accumulation) keep the unsen
 residual, and TopK-chunked is run like the TopK it replaces.
 
 Naming: ``ratio`` here is the *density* k/n, the constructor parameter the papers call
-the compression ratio (1% -> ``ratio=0.01``). It is stored as ``self.density``, because
-``Compressor.ratio()`` is the method giving dense bytes / wire bytes.
+the compression ratio (1% -> ``ratio=0.01``); dense bytes / wire bytes is
+``Compressor.compression_ratio()``.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.registry import register
 
@@ -59,13 +58,8 @@ class _Sparse(Compressor):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
         if isinstance(ratio, bool) or not isinstance(ratio, Real) or not 0 < ratio <= 1:
             raise self.error(f"ratio must be in (0, 1], got {ratio!r}")
-        #: fraction k/n of the entries sent (the constructor's ``ratio``)
-        self.density = float(ratio)
-
-    def params(self) -> dict:
-        p = super().params()
-        p["ratio"] = self.density  # getattr(self, "ratio") is the Compressor.ratio() method
-        return p
+        #: fraction k/n of the entries sent (the density)
+        self.ratio = float(ratio)
 
     def _positive_int(self, name: str, value, low: int = 1, high: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
@@ -154,18 +148,18 @@ class TopK(_GatherSparse):
     def partition_invariant(self):  # type: ignore[override]
         return self.scope == "global"  # layer scope selects inside every tensor
 
+    def largest(self, flat: torch.Tensor, k: int) -> torch.Tensor:
+        """Positions of the ``k`` largest ``|flat|`` (in no particular order)."""
+        return torch.topk(flat.abs(), k, sorted=False).indices
+
     def select(self, flat, sizes):
         if self.scope == "global" or len(sizes) == 1:
-            k = num_selected(flat.numel(), self.density)
-            if k < flat.numel() and _fast.enabled(flat):  # radix select: no sort, no host sync
-                indices = _fast.topk_abs(flat, k)
-                return flat[indices], indices
-            indices = torch.topk(flat.abs(), k, sorted=False).indices
+            indices = self.largest(flat, num_selected(flat.numel(), self.ratio))
             return flat[indices], indices
         parts, start = [], 0
         for numel in sizes:  # layer scope: a topk per tensor (different k_i, no batched form)
             piece = flat[start:start + numel]
-            parts.append(torch.topk(piece.abs(), num_selected(numel, self.density), sorted=False).indices + start)
+            parts.append(torch.topk(piece.abs(), num_selected(numel, self.ratio), sorted=False).indices + start)
             start += numel
         indices = torch.cat(parts)
         return flat[indices], indices
@@ -206,7 +200,7 @@ class RandomK(_Sparse):
 
     def indices(self, numel: int, device: torch.device) -> torch.Tensor:
         """This step's k distinct positions (int64), identical on every worker."""
-        k = num_selected(numel, self.density)
+        k = num_selected(numel, self.ratio)
         gen = self.generator(device)
         if k * 16 > numel:  # dense enough that a full permutation is the simple way
             return torch.randperm(numel, generator=gen, device=device)[:k]
@@ -271,14 +265,11 @@ class MSTopK(_GatherSparse):
 
     def select(self, flat, sizes):
         numel = flat.numel()
-        k = num_selected(numel, self.density)
+        k = num_selected(numel, self.ratio)
         mag = flat.abs()
         lo, hi = mag.mean(), mag.max()
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
-        if _fast.enabled(flat):  # the same search, two launches a step instead of about a dozen
-            t1, c1, t2 = _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
-        else:
-            t1, c1, t2 = self._search(mag, k, lo, hi, count_dtype)
+        t1, c1, t2 = self._search(mag, k, lo, hi, count_dtype)
         above = mag >= t1
         band = (mag >= t2) & ~above
         # first k positions of each set; the fill value numel marks "none"
@@ -349,7 +340,7 @@ class DGC(_GatherSparse):
 
     def select(self, flat, sizes):
         numel = flat.numel()
-        k = num_selected(numel, self.density)
+        k = num_selected(numel, self.ratio)
         mag = flat.abs()
         capacity = min(numel, self.CAPACITY * k)
         if capacity == numel:  # shape-only branch: candidates would be everything
@@ -365,16 +356,13 @@ class DGC(_GatherSparse):
         cand = torch.nonzero_static(mag >= threshold, size=capacity, fill_value=numel).view(-1)
         valid = cand < numel
         cand = torch.where(valid, cand, 0)
-        if _fast.enabled(flat) and k < capacity:
-            # radix select (or torch.topk, whichever is faster here) on the candidates; padding
-            # slots score 0 instead of -1: they can only tie with zero magnitudes, which decode
-            # to the same zeros
-            top = _fast.topk_abs(torch.where(valid, mag[cand], 0.0), k)
-        else:
-            score = torch.where(valid, mag[cand], -1.0)
-            top = torch.topk(score, k, sorted=False).indices
+        top = self._top_candidates(mag, cand, valid, k)
         indices = torch.where(valid[top], cand[top], numel)
         return _drop_fill(flat, indices)
+
+    def _top_candidates(self, mag, cand, valid, k):
+        """Slots (into ``cand``) of the ``k`` largest magnitudes ``mag[cand]``; invalid slots score -1."""
+        return torch.topk(torch.where(valid, mag[cand], -1.0), k, sorted=False).indices
 
 
 # -------------------------------------------------------------------- TopK-chunked
@@ -411,21 +399,21 @@ class TopKChunked(_Sparse):
     def geometry(self, numel: int) -> tuple[int, int, int]:
         """(chunk length, number of chunks, entries kept per chunk) for ``numel`` elements."""
         length = min(self.chunk, numel)
-        return length, -(-numel // length), num_selected(length, self.density)
+        return length, -(-numel // length), num_selected(length, self.ratio)
 
     def compress(self, flat, world_size):
         numel = flat.numel()
-        length, chunks, per_chunk = self.geometry(numel)
-        if _fast.row_topk_ok(length, per_chunk) and _fast.enabled(flat):  # one program per chunk
-            values, offsets = _fast.row_topk(flat, length, per_chunk)
-            offsets = offsets.to(self.offset_dtype(numel))
-            return [values, offsets.view(torch.uint8) if offsets.dtype == torch.int16 else offsets], numel
-        rows = F.pad(flat, (0, chunks * length - numel)).view(chunks, length)
-        offsets = torch.topk(rows.abs(), per_chunk, dim=1, sorted=False).indices
-        values = rows.gather(1, offsets)
+        values, offsets = self.chunk_topk(flat, *self.geometry(numel))
         # int16 travels as its bytes: neither NCCL nor gloo has a 16-bit integer type
         offsets = offsets.to(self.offset_dtype(numel)).reshape(-1)
         return [values.reshape(-1), offsets.view(torch.uint8) if offsets.dtype == torch.int16 else offsets], numel
+
+    def chunk_topk(self, flat: torch.Tensor, length: int, chunks: int, per_chunk: int):
+        """The ``per_chunk`` largest ``|flat|`` of every ``length``-element chunk (the last zero-padded):
+        values and in-chunk offsets, ``(chunks, per_chunk)`` each (any layout that reshapes to it)."""
+        rows = F.pad(flat, (0, chunks * length - flat.numel())).view(chunks, length)
+        offsets = torch.topk(rows.abs(), per_chunk, dim=1, sorted=False).indices
+        return rows.gather(1, offsets), offsets
 
     def offset_dtype(self, numel: int) -> torch.dtype:
         """int16 when every offset fits (chunk length <= 32768), else int32."""
@@ -441,29 +429,14 @@ class TopKChunked(_Sparse):
         length, chunks, _ = self.geometry(numel)
         return torch.zeros(chunks, length, dtype=torch.float32, device=device)
 
-    def _dense_fast(self, payload, ctx):
-        """One payload -> dense (ctx,) in one kernel (zero and scatter per chunk), or None."""
-        values, offsets = payload
-        length, _, per_chunk = self.geometry(ctx)
-        if not (_fast.row_topk_ok(length, per_chunk) and _fast.enabled(values)):
-            return None
-        if offsets.dtype == torch.uint8:
-            offsets = offsets.view(torch.int16)
-        return _fast.row_scatter(values.float().contiguous(), offsets.contiguous(), ctx, length, per_chunk)
-
     def decompress(self, payload, ctx):
-        out = self._dense_fast(payload, ctx)
-        if out is not None:
-            return out
         out = self._empty(ctx, payload[0].device)
         self._scatter(out, payload)
         return out.view(-1)[:ctx]
 
     def combine(self, gathered, ctx):
         if len(gathered) == 1:
-            out = self._dense_fast(gathered[0], ctx)
-            if out is not None:
-                return out
+            return self.decompress(gathered[0], ctx)
         out = self._empty(ctx, gathered[0][0].device)
         for payload in gathered:  # rank order; offsets distinct within a row: deterministic
             self._scatter(out, payload)
@@ -509,7 +482,7 @@ class TopKChunkedAllReduce(_Sparse):
         """(chunk length, number of chunks, chunks sent) for ``numel`` elements."""
         length = min(self.chunk, numel)
         chunks = -(-numel // length)
-        return length, chunks, num_selected(chunks, self.density)
+        return length, chunks, num_selected(chunks, self.ratio)
 
     def _rows(self, flat: torch.Tensor) -> torch.Tensor:
         length, chunks, _ = self.geometry(flat.numel())

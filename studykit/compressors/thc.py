@@ -15,7 +15,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from studykit.compressors import _fast
 from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.quantization import (TINY, _check_int, _check_protocol, cheaper_protocol, field_width,
                                                lane_bits, pack_fields, pack_lanes, stochastic_floor, unpack_fields,
@@ -209,9 +208,11 @@ class THC(Compressor):
         return amax.reshape(1)
 
     def _reduce(self, tensors, comm, key, return_local):
-        flat = flatten(tensors)
-        if _fast.enabled(flat):
-            return self._reduce_fast(flat, tensors, comm, return_local)
+        avg, local = self.reduce_flat(flatten(tensors), comm, return_local)
+        return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
+
+    def reduce_flat(self, flat: torch.Tensor, comm, return_local: bool):
+        """Steps 1-3 on the flat float32 gradient: (average estimate, this worker's own decoding or None)."""
         numel, world_size = flat.numel(), comm.world_size
         signs = self._signs(self.rotation_size(numel), flat.device)
         y = self.forward(flat, signs)
@@ -226,25 +227,4 @@ class THC(Compressor):
         local = self.inverse(q.float() * delta - bound, signs, numel) if return_local else None
         # round 2: sum the integers
         mean_y = self._sum(q, comm).float() * (delta / world_size) - bound
-        avg = self.inverse(mean_y, signs, numel)
-        return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
-
-    def _reduce_fast(self, flat, tensors, comm, return_local):
-        """The same protocol with fused GPU kernels around the rotation: the random diagonal is
-        drawn inside the kernel that pads (and, inverted, inside the one that un-pads), and
-        quantization / dequantization are one pass each with in-kernel noise. The transform
-        itself is :func:`rotate` / :func:`unrotate` as above."""
-        numel, world_size = flat.numel(), comm.world_size
-        size, padded = self.rotation_size(numel), self.padded_numel(numel)
-        shared = _fast.seed_of(self)  # the diagonal: same on every worker
-        y = rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
-        bound = torch.cat(comm.all_gather(self._range(y))).amax().clamp_min(TINY)
-        top = 2**self.bits - 1
-        q = _fast.thc_levels(y, bound, top, torch.int32, _fast.seed_of(self, comm.rank))
-
-        def inverse(z):
-            return _fast.thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
-
-        local = inverse(_fast.thc_decode(q, bound, top)) if return_local else None
-        avg = inverse(_fast.thc_decode(self._sum(q, comm), bound, top, world_size))
-        return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
+        return self.inverse(mean_y, signs, numel), local

@@ -53,7 +53,7 @@ def compare(specs: list[str], grads: list[list[torch.Tensor]]) -> pd.DataFrame:
         ms = (time.perf_counter() - t0) * 1e3
         rows.append({
             "compressor": spec, "allreduce_compatible": comp.allreduce_compatible,
-            "wire_bytes": comp.wire_bytes(shapes, world_size), "ratio": comp.ratio(shapes, world_size),
+            "wire_bytes": comp.wire_bytes(shapes, world_size), "ratio": comp.compression_ratio(shapes, world_size),
             "rel_error": float((est - exact).norm() / exact.norm()),
             "cosine": float(torch.nn.functional.cosine_similarity(est, exact, dim=0)),
             "encode_decode_ms_cpu": ms,

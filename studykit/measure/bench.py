@@ -53,8 +53,7 @@ from studykit import compressors as C
 from studykit import models as M
 from studykit import argtypes, paths
 from studykit.comm import LocalComm
-from studykit.compressors import _fast
-from studykit.compressors.base import ErrorFeedback
+from studykit.compressors import _fast, fastpath
 from studykit.measure.profile import _plan, _timed_call, effective_params, measure_copy_bandwidth, single_round
 from studykit.measure.records import RecordWriter, config_id, load_records, make_record
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs
@@ -147,7 +146,7 @@ def _codec_plan(specs: Sequence[CompressorSpec], split: bool) -> list[tuple[Comp
         out.append((spec, "encdec", layout))
         if split and layout == "flat" and single_round(plain):
             out += [(spec, "encode", layout), (spec, "decode", layout)]
-        if isinstance(C.get(spec.name, allow_nonfinite=True, **spec.kwargs), ErrorFeedback):
+        if C.get(spec.name, allow_nonfinite=True, **spec.kwargs).error_feedback:
             out.append((spec, "default", layout))
     return out
 
@@ -157,8 +156,8 @@ def _no_ef(spec: CompressorSpec) -> dict:
     return dict(spec.kwargs, error_feedback=False)
 
 
-#: codecs with a fused-kernel path (the others run the same code with --reference)
-FAST_CODECS = ("signsgd", "ef_signsgd", "qsgd", "terngrad", "natural", "quantize", "thc", "topk", "topk_chunked")
+#: codecs with a fused-kernel path (the others run the same code with --reference): read from the overrides
+FAST_CODECS = fastpath.accelerated()
 
 
 def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device: torch.device,

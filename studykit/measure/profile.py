@@ -27,7 +27,7 @@ import torch
 from studykit import compressors as C
 from studykit import models as M
 from studykit.comm import LocalComm, RecordingComm
-from studykit.compressors.base import Compressor, ErrorFeedback, flatten
+from studykit.compressors.base import Compressor, flatten
 from studykit.measure.records import RecordWriter, config_id, make_record
 from studykit.measure.runtime import CompressorSpec, note, progress
 from studykit.measure.timing import Timing, time_fn
@@ -68,7 +68,7 @@ def effective_params(comp: Compressor) -> dict:
 
 def single_round(comp: Compressor) -> bool:
     """Whether encode and decode can be timed apart: the default one-round protocol, no error feedback."""
-    return not isinstance(comp, ErrorFeedback) and type(comp)._reduce is Compressor._reduce
+    return not comp.error_feedback and type(comp)._reduce is Compressor._reduce
 
 
 def measure_copy_bandwidth(device, size_bytes: int, **timing_kw) -> tuple[Timing, float]:

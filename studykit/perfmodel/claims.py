@@ -299,7 +299,7 @@ def compression_ratios() -> pd.DataFrame:
         params = json.loads(r["params"])
         comp = compressors.get(r["compressor"], **params)
         plan = comp.plan(shapes, 64)
-        kit = comp.ratio(shapes, 64)
+        kit = comp.compression_ratio(shapes, 64)
         values_only = 4 * models.numel("resnet50") / sum(c.nbytes for c in plan if str(c.dtype) != "torch.int32")
         rows.append({"method": r["method"], "compressor": r["compressor"], "params": r["params"],
                      "paper_ratio": float(r["compression_ratio"]), "kit_ratio": kit,

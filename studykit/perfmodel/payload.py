@@ -14,9 +14,8 @@ smallest dtype that cannot overflow for ``p`` workers). :class:`PayloadLaw` uses
   planned world sizes whose plans differ: ``2 + (number of steps) x log2(n)`` calls of ``plan()``
   instead of ``n``. A protocol whose payload changed at every ``p`` would be planned at every
   ``p``: slower, never wrong under the assumption;
-* error feedback adds no collective (it only keeps a residual), so the wrapped compressor's
-  ``plan()`` is that of the compressor inside it (``Compressor.plan`` of an ``ErrorFeedback``
-  spends most of its time on the residual update on ``meta`` tensors);
+* error feedback adds no collective (it only keeps a residual), so ``Compressor.plan`` leaves the
+  error-feedback memory out;
 * plans are kept on disk per fingerprint of the code that decides them (the sources of
   ``studykit/compressors/`` and ``studykit/comm.py``, and the torch version) in
   ``reports/cache/payload-<fingerprint>.json`` (git-ignored; ``STUDYKIT_CACHE=off`` disables it,
@@ -110,12 +109,8 @@ def clear(memory: bool = True, disk: bool = False) -> None:
 
 
 def _planner(compressor, params: dict | None):
-    comp = compressor if isinstance(compressor, compressors.Compressor) else \
+    return compressor if isinstance(compressor, compressors.Compressor) else \
         compressors.get(compressor, **(params or {}))
-    ef = getattr(compressors, "ErrorFeedback", ())
-    while isinstance(comp, ef):  # error feedback adds no collective: plan what it wraps
-        comp = comp.inner
-    return comp
 
 
 class PayloadLaw:

@@ -298,8 +298,8 @@ def _swap_compressor(state: HookState, new):
     """Install ``new``, carrying error-feedback memory over when old and new both keep one
     (the residual is still owed to the model); otherwise the residual is dropped."""
     old = state.compressor
-    if hasattr(old, "memory") and hasattr(new, "memory"):
-        new.memory = old.memory
+    if old.memory is not None and new.memory is not None:
+        new.memory.residuals = old.memory.residuals
     state.compressor = new
 
 

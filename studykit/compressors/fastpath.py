@@ -1,0 +1,270 @@
+"""Fused GPU kernels registered as overrides of the reference codecs: the one place fast paths are chosen.
+
+Every codec in the family modules is plain PyTorch, the definition (it runs on CPUs, on the
+``meta`` device, and is what the tests check against dense references). A Triton kernel of
+:mod:`studykit.compressors._fast` that computes the same function is attached here to the
+method it replaces::
+
+    @override(SignSGD, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[0]))
+    def _(self, payload, ctx):
+        return _fast.signs_decode(payload[0].view(1, -1), None, ctx, vote=True)
+
+:func:`override` swaps the class's method for a dispatcher that runs the kernel where ``when``
+holds (CUDA tensors, triton importable, ``STUDYKIT_FAST`` not 0, sizes in range: see
+:func:`studykit.compressors._fast.enabled`) and the reference otherwise. :data:`OVERRIDES`
+lists them by (class, method); :func:`reference` gives back the plain method. The kernels'
+two documented differences (in-kernel Philox noise, ties broken by position) are in
+:mod:`studykit.compressors._fast`; ``tests/test_bench.py`` compares each kernel with its
+reference on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from studykit.compressors import _fast
+from studykit.compressors.precision import _Cast
+from studykit.compressors.quantization import (
+    QSGD,
+    TINY,
+    EFSignSGD,
+    Natural,
+    Quantize,
+    SignSGD,
+    TernGrad,
+    _Signs,
+    _stack,
+)
+from studykit.compressors.sparsification import DGC, MSTopK, TopK, TopKChunked
+from studykit.compressors.thc import THC, rotate, unrotate
+
+__all__ = ["OVERRIDES", "Override", "accelerated", "override", "reference"]
+
+
+@dataclass(frozen=True)
+class Override:
+    """A fast implementation of one method: ``fast`` runs where ``when`` holds, else ``reference``."""
+
+    reference: Callable
+    fast: Callable
+    when: Callable[..., bool]
+
+
+#: (class, method name) -> its override
+OVERRIDES: dict[tuple[type, str], Override] = {}
+
+
+def override(cls: type | tuple[type, ...], method: str, *, when: Callable[..., bool]):
+    """Decorator: ``fast(self, *args)`` replaces ``cls.method`` wherever ``when(self, *args)`` is true.
+
+    ``method`` must be defined on ``cls`` itself (subclasses inherit the dispatcher); one override
+    per (class, method). ``when`` and ``fast`` take the method's own arguments.
+    """
+    classes = cls if isinstance(cls, tuple) else (cls,)
+
+    def install(fast: Callable) -> Callable:
+        for c in classes:
+            ref = c.__dict__.get(method)
+            if not callable(ref) or isinstance(ref, staticmethod):
+                raise TypeError(f"override: {c.__name__} defines no method {method!r} of its own "
+                                f"(override the class that defines it)")
+            if (c, method) in OVERRIDES:
+                raise TypeError(f"override: {c.__name__}.{method} has an override already")
+            setattr(c, method, _dispatcher(ref, fast, when))
+            OVERRIDES[(c, method)] = Override(ref, fast, when)
+        return fast
+
+    return install
+
+
+def _dispatcher(ref: Callable, fast: Callable, when: Callable[..., bool]) -> Callable:
+    @functools.wraps(ref)  # name, docstring and signature of the reference (__wrapped__ = ref)
+    def dispatch(self, *args, **kwargs):
+        return fast(self, *args, **kwargs) if when(self, *args, **kwargs) else ref(self, *args, **kwargs)
+
+    return dispatch
+
+
+def accelerated() -> tuple[str, ...]:
+    """Names of the registered compressors with a fused kernel (an override on their class or a base), sorted."""
+    from studykit.compressors.registry import _REGISTRY
+
+    return tuple(n for n, cls in sorted(_REGISTRY.items()) if any(c in cls.__mro__ for c, _ in OVERRIDES))
+
+
+def reference(cls: type, method: str) -> Callable:
+    """The plain-PyTorch ``cls.method`` (itself when no override is registered)."""
+    hit = OVERRIDES.get((cls, method))
+    return hit.reference if hit is not None else getattr(cls, method)
+
+
+# ------------------------------------------------------------------ precision: one vectorised cast
+@override(_Cast, "compress", when=lambda self, flat, world_size: _fast.enabled(flat))
+def _(self, flat, world_size):  # PyTorch's dtype-converting kernels are not vectorised
+    return [_fast.cast(flat, self.wire_dtype, divide=world_size)], world_size
+
+
+@override(_Cast, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[0]))
+def _(self, payload, ctx):
+    return _fast.cast(payload[0], torch.float32, multiply=ctx)
+
+
+@override(_Cast, "decompress_mean",
+          when=lambda self, summed, ctx, world_size: ctx == world_size and _fast.enabled(summed[0]))
+def _(self, summed, ctx, world_size):
+    return _fast.cast(summed[0], torch.float32)
+
+
+# ------------------------------------------------------------------ sign codecs: read fp32, write bits
+@override(_Signs, "sign_bits", when=lambda self, flat: _fast.enabled(flat))
+def _(self, flat):
+    return _fast.pack(flat, 0)
+
+
+@override(SignSGD, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[0]))
+def _(self, payload, ctx):
+    return _fast.signs_decode(payload[0].view(1, -1), None, ctx, vote=True)  # one vote = own sign
+
+
+@override(SignSGD, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][0]))
+def _(self, gathered, ctx):
+    return _fast.signs_decode(_stack(gathered, 0), None, ctx, vote=True)
+
+
+@override(EFSignSGD, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[0]))
+def _(self, payload, ctx):
+    return _fast.signs_decode(payload[0].view(1, -1), payload[1], ctx, vote=False)
+
+
+@override(EFSignSGD, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][0]))
+def _(self, gathered, ctx):
+    return _fast.signs_decode(_stack(gathered, 0), _stack(gathered, 1), ctx, vote=False)
+
+
+# ------------------------------------------------------------------ QSGD: one pass per bucket
+def _qsgd_ok(self: QSGD, t: torch.Tensor, numel: int) -> bool:
+    return _fast.qsgd_ok(self._buckets(numel)[1]) and _fast.enabled(t)
+
+
+@override(QSGD, "compress", when=lambda self, flat, world_size: _qsgd_ok(self, flat, flat.numel()))
+def _(self, flat, world_size):  # norm, noise, level and int8 in one pass per bucket
+    norms, q = _fast.qsgd_encode(flat, self.levels, self._buckets(flat.numel())[1], TINY,
+                                 _fast.seed_of(self, self._rank))
+    return [norms, self._pack(q)], flat.numel()
+
+
+@override(QSGD, "_decode", when=lambda self, norms, q, numel: q.dim() == 1 and _qsgd_ok(self, q, numel))
+def _(self, norms, q, numel):  # one worker's payload, one pass
+    return _fast.qsgd_decode(norms.view(1, -1), q.view(1, -1), self.levels, self._buckets(numel)[1], numel)
+
+
+@override(QSGD, "_decode_mean", when=lambda self, norms, q, numel: _qsgd_ok(self, q, numel))
+def _(self, norms, q, numel):
+    return _fast.qsgd_decode(norms, q, self.levels, self._buckets(numel)[1], numel)
+
+
+# ------------------------------------------------------------------ TernGrad: noise drawn in the kernel
+@override(TernGrad, "bitmaps", when=lambda self, flat, scale: _fast.enabled(flat))
+def _(self, flat, scale):  # one pass, two bitmaps out
+    return _fast.terngrad_encode(flat, scale, _fast.seed_of(self, self._rank))
+
+
+@override(TernGrad, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[1]))
+def _(self, payload, ctx):
+    return _fast.terngrad_decode(payload[1].view(1, -1), payload[2].view(1, -1), payload[0], ctx)
+
+
+@override(TernGrad, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][1]))
+def _(self, gathered, ctx):
+    return _fast.terngrad_decode(_stack(gathered, 1), _stack(gathered, 2), _stack(gathered, 0), ctx)
+
+
+# ------------------------------------------------------------------ natural compression
+@override(Natural, "compress", when=lambda self, flat, world_size: _fast.enabled(flat))
+def _(self, flat, world_size):
+    exponent, signs = _fast.natural_encode(flat, _fast.seed_of(self, self._rank))
+    return [exponent, signs], flat.numel()
+
+
+@override(Natural, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[0]))
+def _(self, payload, ctx):
+    return _fast.natural_decode(payload[0].view(1, -1), payload[1].view(1, -1), ctx)
+
+
+@override(Natural, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][0]))
+def _(self, gathered, ctx):
+    return _fast.natural_decode(_stack(gathered, 0), _stack(gathered, 1), ctx)
+
+
+# ------------------------------------------------------------------ quantize: noise, scale, floor, clamp, cast
+@override(Quantize, "encode", when=lambda self, flat, scale, world_size, rank=0: _fast.enabled(flat))
+def _(self, flat, scale, world_size, rank=0):
+    return _fast.quantize_levels(flat, scale, self.max_level, torch.int32, _fast.seed_of(self, rank))
+
+
+@override(Quantize, "decode", when=lambda self, levels, scale, world_size=1: _fast.enabled(levels))
+def _(self, levels, scale, world_size=1):
+    return _fast.quantize_decode(levels, scale, self.max_level, world_size)
+
+
+# ------------------------------------------------------------------ THC: the diagonal and the levels in kernels
+@override(THC, "reduce_flat", when=lambda self, flat, comm, return_local: _fast.enabled(flat))
+def _(self, flat, comm, return_local):
+    """The same protocol with fused GPU kernels around the rotation: the random diagonal is
+    drawn inside the kernel that pads (and, inverted, inside the one that un-pads), and
+    quantization / dequantization are one pass each with in-kernel noise. The transform
+    itself is :func:`~studykit.compressors.thc.rotate` / ``unrotate`` as in the reference."""
+    numel, world_size = flat.numel(), comm.world_size
+    size, padded = self.rotation_size(numel), self.padded_numel(numel)
+    shared = _fast.seed_of(self)  # the diagonal: same on every worker
+    y = rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
+    bound = torch.cat(comm.all_gather(self._range(y))).amax().clamp_min(TINY)
+    top = 2**self.bits - 1
+    q = _fast.thc_levels(y, bound, top, torch.int32, _fast.seed_of(self, comm.rank))
+
+    def inverse(z):
+        return _fast.thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
+
+    local = inverse(_fast.thc_decode(q, bound, top)) if return_local else None
+    return inverse(_fast.thc_decode(self._sum(q, comm), bound, top, world_size)), local
+
+
+# ------------------------------------------------------------------ sparsifiers: selection without a sort
+@override(TopK, "largest", when=lambda self, flat, k: k < flat.numel() and _fast.enabled(flat))
+def _(self, flat, k):  # radix select: no sort, no host sync
+    return _fast.topk_abs(flat, k)
+
+
+@override(MSTopK, "_search", when=lambda self, mag, k, lo, hi, count_dtype: _fast.enabled(mag))
+def _(self, mag, k, lo, hi, count_dtype):  # the same search, two launches a step instead of about a dozen
+    return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
+
+
+@override(DGC, "_top_candidates", when=lambda self, mag, cand, valid, k: _fast.enabled(mag) and k < cand.numel())
+def _(self, mag, cand, valid, k):
+    # radix select (or torch.topk, whichever is faster here) on the candidates; padding slots
+    # score 0 instead of -1: they can only tie with zero magnitudes, which decode to the same zeros
+    return _fast.topk_abs(torch.where(valid, mag[cand], 0.0), k)
+
+
+def _row_ok(self: TopKChunked, numel: int) -> bool:
+    length, _, per_chunk = self.geometry(numel)
+    return _fast.row_topk_ok(length, per_chunk)
+
+
+@override(TopKChunked, "chunk_topk", when=lambda self, flat, length, chunks, per_chunk:
+          _fast.row_topk_ok(length, per_chunk) and _fast.enabled(flat))
+def _(self, flat, length, chunks, per_chunk):  # one program per chunk
+    return _fast.row_topk(flat, length, per_chunk)
+
+
+@override(TopKChunked, "decompress", when=lambda self, payload, ctx: _row_ok(self, ctx) and _fast.enabled(payload[0]))
+def _(self, payload, ctx):  # one kernel: zero and scatter per chunk
+    values, offsets = payload
+    length, _, per_chunk = self.geometry(ctx)
+    if offsets.dtype == torch.uint8:
+        offsets = offsets.view(torch.int16)
+    return _fast.row_scatter(values.float().contiguous(), offsets.contiguous(), ctx, length, per_chunk)
