@@ -94,7 +94,9 @@ class TorchComm:
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         # gloo wants a flat output buffer; NCCL accepts either
         out = torch.empty(self.world_size * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
-        self._dist.all_gather_into_tensor(out, tensor.contiguous().reshape(-1), group=self.group)
+        # all_gather_single is the newer name of all_gather_into_tensor (torch >= 2.13 warns on the old one)
+        gather = getattr(self._dist, "all_gather_single", None) or self._dist.all_gather_into_tensor
+        gather(out, tensor.contiguous().reshape(-1), group=self.group)
         return list(out.view(self.world_size, *tensor.shape).unbind(0))
 
 
