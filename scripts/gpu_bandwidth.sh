@@ -25,8 +25,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-: "${OUT:?set OUT to the output folder}"
-PY=${PYTHON:-python3}
 NPROC=${NPROC:-2}
 MODELS=${MODELS:-"resnet50 resnet101"}
 RATES=${RATES:-"25 10 5 20 15 2.5 1"}       # Gbit/s; cheap rates first, so a cut run spans the range
@@ -41,36 +39,19 @@ TOTAL_S=${TOTAL_S:-560}            # whole-run deadline (seconds)
 LOCAL=${LOCAL:-0}
 SWEEP=${SWEEP:-0}
 SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
-IPROUTE2=${IPROUTE2:-.iproute2}
 RESUME_FROM=${RESUME_FROM:-}
 BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
-export NCCL_NVLS_ENABLE=0
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-: "${STUDYKIT_GIT_COMMIT:=$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-export STUDYKIT_GIT_COMMIT
-mkdir -p "$OUT"
-LOG="$OUT/run.log"
-RUN="$OUT/RUN.txt"
-T0=$(date +%s)
-left() { echo $((TOTAL_S - ($(date +%s) - T0))); }
+# shellcheck source=scripts/gpu_common.sh
+. scripts/gpu_common.sh
 
 if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
   for f in ddp probe tcomp profile sweep; do
     [ -f "$RESUME_FROM/$f.jsonl" ] && [ ! -f "$OUT/$f.jsonl" ] && cp "$RESUME_FROM/$f.jsonl" "$OUT/$f.jsonl"
   done
 fi
-IPR=()
-[ -d "$IPROUTE2" ] && IPR=(--iproute2 "$IPROUTE2")
-{
-  echo "studykit gpu_bandwidth.sh  started $(date -u +%FT%TZ)  host $(hostname)  commit $STUDYKIT_GIT_COMMIT"
-  echo "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S"
-  echo "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
-  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -1
-  $PY -c 'import torchvision, transformers; print("torchvision", torchvision.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1
-} > "$RUN"
-cat "$RUN" >> "$LOG"
+machine_summary gpu_bandwidth.sh \
+  "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
+  "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM"
 
 # phase NAME LIMIT_S CMD...: run CMD under min(LIMIT_S, time left), output prefixed into run.log
 phase() {

@@ -33,8 +33,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-: "${OUT:?set OUT to the output folder}"
-PY=${PYTHON:-python3}
 RATES=${RATES:-"10 2.5"}                       # Gbit/s; one per call is the plan (see above)
 METHODS=${METHODS:-"none fp16 quantize8 dynamic powersgd:rank=4 topk"}
 SEEDS=${SEEDS:-"0 1 2"}
@@ -47,18 +45,9 @@ LR=${LR:-0.002}
 VAL_BYTES=${VAL_BYTES:-262144}
 ACC_THRESHOLDS=${ACC_THRESHOLDS:-"0.35 0.45 0.55"}   # dynamic: next-byte validation accuracy steps
 TOTAL_S=${TOTAL_S:-530}                        # whole-run deadline (seconds)
-IPROUTE2=${IPROUTE2:-.iproute2}
 RESUME_FROM=${RESUME_FROM:-}
-export NCCL_NVLS_ENABLE=0
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-: "${STUDYKIT_GIT_COMMIT:=$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-export STUDYKIT_GIT_COMMIT
-mkdir -p "$OUT"
-LOG="$OUT/run.log"
-RUN="$OUT/RUN.txt"
-T0=$(date +%s)
-left() { echo $((TOTAL_S - ($(date +%s) - T0))); }
+# shellcheck source=scripts/gpu_common.sh
+. scripts/gpu_common.sh
 
 if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
   for d in "$RESUME_FROM"/tta_*g; do
@@ -69,16 +58,9 @@ if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
     done
   done
 fi
-IPR=()
-[ -d "$IPROUTE2" ] && IPR=(--iproute2 "$IPROUTE2")
-{
-  echo "studykit gpu_tta.sh  started $(date -u +%FT%TZ)  host $(hostname)  commit $STUDYKIT_GIT_COMMIT"
-  echo "RATES=$RATES METHODS=$METHODS SEEDS=$SEEDS MODEL=$MODEL STEPS=$STEPS EVAL_EVERY=$EVAL_EVERY BATCH=$BATCH"
-  echo "SEQ_LEN=$SEQ_LEN LR=$LR VAL_BYTES=$VAL_BYTES ACC_THRESHOLDS=$ACC_THRESHOLDS TOTAL_S=$TOTAL_S RESUME_FROM=$RESUME_FROM"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>/dev/null
-  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -1
-} > "$RUN"
-cat "$RUN" >> "$LOG"
+machine_summary gpu_tta.sh \
+  "RATES=$RATES METHODS=$METHODS SEEDS=$SEEDS MODEL=$MODEL STEPS=$STEPS EVAL_EVERY=$EVAL_EVERY BATCH=$BATCH" \
+  "SEQ_LEN=$SEQ_LEN LR=$LR VAL_BYTES=$VAL_BYTES ACC_THRESHOLDS=$ACC_THRESHOLDS TOTAL_S=$TOTAL_S RESUME_FROM=$RESUME_FROM"
 
 for rate in $RATES; do
   limit=$(left)
