@@ -366,8 +366,21 @@ class DGC(_GatherSparse):
 
 
 # -------------------------------------------------------------------- TopK-chunked
+class _Chunked(_Sparse):
+    """Shared by the chunk-wise sparsifiers: the gradient cut into contiguous chunks of ``chunk`` entries."""
+
+    def __init__(self, *, ratio: float = 0.01, chunk: int = 4096, seed: int = 0, allow_nonfinite: bool = False):
+        super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
+        self.chunk = self._positive_int("chunk", chunk, 1, _INT32_NUMEL)
+
+    def chunks(self, numel: int) -> tuple[int, int]:
+        """(chunk length, number of chunks) for ``numel`` elements (the last chunk may be short)."""
+        length = min(self.chunk, numel)
+        return length, -(-numel // length)
+
+
 @register
-class TopKChunked(_Sparse):
+class TopKChunked(_Chunked):
     """TopK-chunked (Han et al. 2024, "Beyond throughput and compression ratios", Han et al. 2024).
 
     The flat gradient is cut into contiguous chunks of ``chunk`` elements (the last one
@@ -392,14 +405,10 @@ class TopKChunked(_Sparse):
     allreduce_compatible = False
     default_error_feedback = True
 
-    def __init__(self, *, ratio: float = 0.01, chunk: int = 4096, seed: int = 0, allow_nonfinite: bool = False):
-        super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
-        self.chunk = self._positive_int("chunk", chunk, 1, _INT32_NUMEL)
-
     def geometry(self, numel: int) -> tuple[int, int, int]:
         """(chunk length, number of chunks, entries kept per chunk) for ``numel`` elements."""
-        length = min(self.chunk, numel)
-        return length, -(-numel // length), num_selected(length, self.ratio)
+        length, chunks = self.chunks(numel)
+        return length, chunks, num_selected(length, self.ratio)
 
     def compress(self, flat, world_size):
         numel = flat.numel()
@@ -445,7 +454,7 @@ class TopKChunked(_Sparse):
 
 # ------------------------------------------------------- TopK-chunked, all-reduce compatible
 @register
-class TopKChunkedAllReduce(_Sparse):
+class TopKChunkedAllReduce(_Chunked):
     """TopK-chunked as Han et al. 2024 define it ("Beyond Throughput and Compression Ratios:
     Towards High End-to-end Utility of Gradient Compression", arXiv 2407.01378,
     https://arxiv.org/abs/2407.01378; the TopK case study): all-reduce compatible, because the
@@ -474,14 +483,9 @@ class TopKChunkedAllReduce(_Sparse):
     allreduce_compatible = True
     default_error_feedback = True
 
-    def __init__(self, *, ratio: float = 0.01, chunk: int = 4096, seed: int = 0, allow_nonfinite: bool = False):
-        super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
-        self.chunk = self._positive_int("chunk", chunk, 1, _INT32_NUMEL)
-
     def geometry(self, numel: int) -> tuple[int, int, int]:
         """(chunk length, number of chunks, chunks sent) for ``numel`` elements."""
-        length = min(self.chunk, numel)
-        chunks = -(-numel // length)
+        length, chunks = self.chunks(numel)
         return length, chunks, num_selected(chunks, self.ratio)
 
     def _rows(self, flat: torch.Tensor) -> torch.Tensor:
