@@ -11,7 +11,7 @@ import pytest
 from studykit.perfmodel import advise as A
 from studykit.perfmodel import fit
 from studykit.perfmodel.calibration import Calibration, Constant, Overhead, TComp, TEncodeDecode
-from studykit.perfmodel.model import Hardware, ModelOptions, Workload, predict
+from studykit.perfmodel.model import ModelOptions, Workload, predict
 from studykit.perfmodel.synthetic import Truth, synthetic_records
 
 TRUTH = Truth(ddp_options="extended", sync_delta_s=3e-3, per_bucket_s=1e-3)
@@ -60,7 +60,9 @@ def test_calibration_round_trip_and_predict_uses_the_extended_terms(fitted, tmp_
 
 
 def _truth_calibration(t: Truth) -> Calibration:
-    c = lambda v, u: Constant(v, u, "truth")  # noqa: E731
+    def c(v, u):
+        return Constant(v, u, "truth")
+
     return Calibration(
         name="truth", alpha_s=c(t.alpha_s, "s"), bandwidth_gbps=c(t.bandwidth_gbps, "Gbit/s"), gamma=c(t.gamma, "ratio"),
         incast_coeff=c(t.incast_coeff, "ratio"), gamma_extended=c(t.gamma, "ratio"),

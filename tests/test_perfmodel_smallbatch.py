@@ -46,5 +46,5 @@ def test_committed_small_batch_comparison_reproduces(tmp_path, sub, extra):
                       "--out", str(tmp_path), "--quiet"])
     assert rc == 0
     new, old = pd.read_csv(tmp_path / "by_batch.csv"), pd.read_csv(verify.SMALL_BATCH / sub / "by_batch.csv")
-    pick = lambda d: d[d["group"] == "syncSGD"].reset_index(drop=True)  # noqa: E731
-    pd.testing.assert_frame_equal(pick(new), pick(old), rtol=1e-4, check_dtype=False)
+    new, old = (d[d["group"] == "syncSGD"].reset_index(drop=True) for d in (new, old))
+    pd.testing.assert_frame_equal(new, old, rtol=1e-4, check_dtype=False)

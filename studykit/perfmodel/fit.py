@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from studykit import models, paths
+from studykit import paths
 from studykit.perfmodel import collectives as col
 from studykit.perfmodel.calibration import Calibration, Constant, Overhead, TComp, TEncodeDecode, normalize_params
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, Hardware, ModelOptions, Workload, predict
@@ -755,9 +755,9 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
                 df, cal.alpha_s.value, cal.bandwidth_gbps.value, t_comp=cal.t_comp or None,
                 incast_coeff=cal.incast_coeff.value if cal.incast_coeff is not None else 0.0, stat=stat,
                 n_boot=n_boot, seed=seed)
-            for name, c in found.items():
-                setattr(cal, name, c)
-                fitted.append(name)
+            for field_name, c in found.items():
+                setattr(cal, field_name, c)
+                fitted.append(field_name)
             notes.update(why)
     elif "ddp" in kinds:
         # DDP records at world size 1 only: they give the overhead O, never gamma (no synchronization)

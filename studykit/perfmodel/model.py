@@ -167,7 +167,7 @@ class Hardware:
         return col.gbps_to_bytes_s(self.bandwidth_gbps)
 
     @classmethod
-    def from_calibration(cls, cal: Calibration, options: "ModelOptions | None" = None, **overrides) -> "Hardware":
+    def from_calibration(cls, cal: Calibration, options: ModelOptions | None = None, **overrides) -> "Hardware":
         """The calibration's alpha, bandwidth, gamma (and incast and the extended terms, if fitted);
         ``overrides`` win. With ``options`` that switch the syncSGD terms on (``sync_terms`` or
         ``per_tensor``), gamma is the one fitted jointly with them (``cal.gamma_extended``) where the

@@ -15,9 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from studykit import models, paths
+from studykit import paths
 from studykit.perfmodel import collectives as col
-from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, predict
+from studykit.perfmodel.model import (
+    DEFAULT_BUCKET_BYTES,
+    Hardware,
+    ModelOptions,
+    Workload,
+    predict,
+)
 
 __all__ = ["Truth", "synthetic_records", "write_jsonl", "DEMO_PATH", "main"]
 

@@ -166,7 +166,9 @@ def small_batch_table(without: pd.DataFrame, with_per_tensor: pd.DataFrame, grou
     if not off or set(off) != set(on):
         raise ValueError(f"small_batch_table: the two frames must hold the same (platform, batch) rows of {group!r} "
                          f"extended; got {sorted(off)} and {sorted(on)}")
-    pct = lambda r: f"{r.median_abs_rel_error:.1%} / {r.max_abs_rel_error:.1%}"  # noqa: E731
+    def pct(r) -> str:
+        return f"{r.median_abs_rel_error:.1%} / {r.max_abs_rel_error:.1%}"
+
     lines = ["| platform | batch | n | paper | extended | extended + per-tensor | worst with per-tensor |",
              "|---|---:|---:|---|---|---|---|"]
     for key in sorted(off, key=lambda k: (k[0], k[1])):
