@@ -233,3 +233,13 @@ def test_cli_table_and_json(capsys):
 def test_cli_refusals(argv, match, capsys):
     rc, _, err = run_cli(*argv, capsys=capsys)
     assert rc == 2 and match in err and "Traceback" not in err
+
+
+def test_committed_advise_benchmark_is_cold_and_meets_the_goal():
+    """benchmarks/advise_sweep.py's committed result: no plan cache (payloads derived in the timed call), every
+    compressor at 3 values x 100 x 100 points, under the 1 s goal, with its provenance."""
+    res = json.loads((A.paths.DATA / "benchmarks" / "advise_sweep.json").read_text())
+    assert res["points"] == 100 * 100 and res["candidates"] == len(A.candidates())
+    assert res["plan_calls_no_cache"] > 0 and res["plan_calls_cached"] == 0
+    assert res["cold_ms"] < res["goal_ms"] == 1000.0 and res["meets_goal"]
+    assert res["provenance"]["git_commit"] and res["provenance"]["cores"] >= 1
