@@ -21,8 +21,14 @@
 # exposed communication, encode/decode) of syncSGD (Sec. 4.1) and of the compressor (App. B, its
 # communication from its own `plan()`); right: its speed-up over syncSGD vs the number of GPUs.
 #
-# Every figure comes from one pure function, `studykit.lessons.explore.explore`, so the first cell renders
-# without a live kernel; the sliders need one (`continuous_update=False`: the figure redraws on release).
+# Under the bars, a table ranks syncSGD, the fp16 baseline and every compressor (its main parameter at three
+# values) at the same setting: `python -m studykit advise`'s ranking (`studykit.perfmodel.advise`), with each
+# time's interval from the calibration, whether it is within the model's error of the best, and whether the
+# kit has accuracy evidence for it.
+#
+# Every figure comes from one pure function, `studykit.lessons.explore.explore`, and the table from
+# `studykit.lessons.explore.ranking`, so the first cell renders without a live kernel; the sliders need one
+# (`continuous_update=False`: the figure and the table redraw on release).
 
 # %% tags=["parameters"]
 calibration_path: str = "data/calibrations/paper_v100.json"  # calibration JSON (repo-relative): T_comp, T_encode_decode, alpha, gamma
@@ -41,6 +47,7 @@ from studykit.perfmodel import Calibration
 
 cal = Calibration.load(paths.ROOT / calibration_path)
 explore.explore(cal, model, batch_size, bandwidth_gbps, world_size, compressor=compressor, param_value=param_value);
+explore.ranking(cal, model, batch_size, bandwidth_gbps, world_size)
 
 # %% [markdown]
 # ## Sliders

@@ -26,34 +26,67 @@ def no_disk_cache(monkeypatch):
     payload.clear()
 
 
+def _plan(comp, shapes, p):
+    return tuple((c.op, c.numel, str(c.dtype).replace("torch.", ""), c.nbytes) for c in comp.plan(shapes, p))
+
+
+def _settings(name):
+    main = A._main_parameter(name)
+    return [{}] if main is None else [{main[0]: v} for v in main[1]]
+
+
 @pytest.mark.parametrize("name", compressors.available())
 def test_fast_path_matches_plan_for_every_compressor(name, no_disk_cache):
-    """The derived payload (a few plan() calls, bisection in p) equals plan() of the compressor as
-    ``get`` builds it (error feedback included) at every world size, steps of the wire dtype included."""
-    main = A._main_parameter(name)
-    for params in ([{}] if main is None else [{main[0]: v} for v in main[1]]):
-        law = payload.PayloadLaw(name, params, SHAPES)
+    """The derived payload (one plan() per step of payload.step_key) equals plan() of the compressor as
+    ``get`` builds it (error feedback included) at every world size, steps of the wire format included."""
+    for params in _settings(name):
+        law = payload.law(name, params, SHAPES, ("test", name, repr(params)))
         got = law.plans(WORLD_SIZES)
         comp = compressors.get(name, **params)
         for p in WORLD_SIZES:
-            want = tuple((c.op, c.numel, str(c.dtype).replace("torch.", ""), c.nbytes) for c in comp.plan(SHAPES, p))
-            assert got[p] == want, (name, params, p)
-        assert law.plan_calls <= len(WORLD_SIZES)
+            assert got[p] == _plan(comp, SHAPES, p), (name, params, p)
+        comp0 = payload._planner(name, params)
+        assert law.plan_calls == len({payload.step_key(comp0, p) for p in WORLD_SIZES}), (name, params)
 
 
-def test_fast_path_matches_plan_on_a_real_model(no_disk_cache):
+@pytest.mark.parametrize("name", compressors.available())
+def test_fast_path_matches_plan_on_resnet50(name, no_disk_cache):
+    """The same on a real model (161 tensors): a partition-invariant compressor is planned on one flat
+    tensor of the gradient's size, a layer-wise one on the shapes; both equal plan() of the real shapes."""
     shapes = models.param_shapes("resnet50")
-    for name, params in (("powersgd", {"rank": 4}), ("quantize", {"bits": 8}), ("topk", {"ratio": 0.01})):
-        got = payload.PayloadLaw(name, params, shapes).plans([2, 16, 17, 200])
-        for p, plan in got.items():
-            assert sum(c[3] for c in plan) == compressors.get(name, **params).wire_bytes(shapes, p)
+    ps = [1, 3, 64, 1000]
+    for params in _settings(name):
+        got = payload.law(name, params, shapes, ("test50", name, repr(params))).plans(ps)
+        comp = compressors.get(name, **params)
+        for p in ps:
+            assert got[p] == _plan(comp, shapes, p), (name, params, p)
 
 
 def test_fast_path_plans_each_step_once(no_disk_cache):
-    """A payload without steps in p costs two plan() calls however many world sizes are asked."""
-    law = payload.PayloadLaw("topk", {"ratio": 0.01}, SHAPES)
+    """A payload without steps in p costs one plan() however many world sizes are asked; quantize one per
+    lane width its own ``lane_width(p)`` gives (under the packed all-reduce protocol)."""
+    law = payload.law("topk", {"ratio": 0.01}, SHAPES, ("t", "topk"))
     law.plans(range(2, 202))
-    assert law.plan_calls == 2
+    assert law.plan_calls == 1 and law.shapes == [(sum(int(np.prod(s)) for s in SHAPES),)]  # flat: partition-invariant
+    q = payload.law("quantize", {"bits": 2}, SHAPES, ("t", "quantize"))
+    q.plans(range(2, 202))
+    comp = compressors.get("quantize", bits=2)
+    widths = {comp.lane_width(p) for p in range(2, 202) if comp.protocol_for(p) == "allreduce"}
+    assert q.plan_calls == len(widths) + 1 and 3 <= len(widths)  # + the all-gather protocol at small p
+
+
+def test_compressor_outside_the_registry_is_bisected(no_disk_cache):
+    """A compressor class the registry does not know is not bound by the contract: bisection in p, still
+    equal to its plan() at every world size."""
+    class Widening(compressors.get("quantize", bits=2).__class__):
+        name = "widening_test"
+
+    comp = Widening(bits=2)
+    assert payload.step_key(comp, 2) is None
+    law = payload.PayloadLaw(comp, None, SHAPES)
+    got = law.plans(WORLD_SIZES)
+    assert all(got[p] == _plan(comp, SHAPES, p) for p in WORLD_SIZES)
+    assert 2 < law.plan_calls < len(WORLD_SIZES)
 
 
 def test_disk_cache_round_trip(tmp_path, monkeypatch):
@@ -200,3 +233,13 @@ def test_cli_table_and_json(capsys):
 def test_cli_refusals(argv, match, capsys):
     rc, _, err = run_cli(*argv, capsys=capsys)
     assert rc == 2 and match in err and "Traceback" not in err
+
+
+def test_committed_advise_benchmark_is_cold_and_meets_the_goal():
+    """benchmarks/advise_sweep.py's committed result: no plan cache (payloads derived in the timed call), every
+    compressor at 3 values x 100 x 100 points, under the 1 s goal, with its provenance."""
+    res = json.loads((A.paths.DATA / "benchmarks" / "advise_sweep.json").read_text())
+    assert res["points"] == 100 * 100 and res["candidates"] == len(A.candidates())
+    assert res["plan_calls_no_cache"] > 0 and res["plan_calls_cached"] == 0
+    assert res["cold_ms"] < res["goal_ms"] == 1000.0 and res["meets_goal"]
+    assert res["provenance"]["git_commit"] and res["provenance"]["cores"] >= 1

@@ -93,3 +93,28 @@ def test_plot_helpers_return_fig_ax(cal):
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
     assert dashed, "paper values are dashed reference lines"
     assert "Gbit/s" in ax.get_xlabel() and "ms" in ax.get_ylabel()
+
+
+def test_explorer_ranking_is_advise_at_the_sliders_setting(cal):
+    from studykit.perfmodel import advise
+
+    df = explore.ranking(cal, "resnet101", 64, 10.0, 64, top=None)
+    want = advise.advise(cal, "resnet101", 64, [64], [10.0], t_comp_s=cal.t_comp_s("resnet101", 64)[0]).ranking(64, 10.0)
+    assert list(df["candidate"]) == [r["candidate"] for r in want]
+    np.testing.assert_allclose(df["iteration_ms"], [r["iteration_ms"] for r in want])
+    assert list(df["rank"]) == list(range(1, len(df) + 1)) and df["iteration_ms"].is_monotonic_increasing
+    # the sliders move it: at 1 Gbit/s syncSGD falls behind, at 100 Gbit/s it is within error of the best
+    slow = explore.ranking(cal, "resnet101", 64, 1.0, 64, top=None).set_index("candidate")
+    fast = explore.ranking(cal, "resnet101", 64, 100.0, 64, top=None).set_index("candidate")
+    assert slow.loc["syncSGD", "rank"] > fast.loc["syncSGD", "rank"] and fast.loc["syncSGD", "within_error_of_best"]
+    assert len(explore.ranking(cal, top=3)) == 3
+
+
+def test_explorer_callback_shows_the_table_under_the_caption(cal):
+    import matplotlib.pyplot as plt
+
+    fig, axes = explore.explore(cal)
+    table = explore.ranking(cal)
+    html = explore._FigureWithCaption(fig, axes[0].get_title(), table)._repr_mimebundle_()["text/html"]
+    plt.close(fig)
+    assert html.index("studykit-speedup") < html.index("studykit-ranking") and table["candidate"].iloc[0] in html

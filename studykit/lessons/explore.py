@@ -2,9 +2,11 @@
 
 :func:`explore_data` computes (syncSGD, Sec. 4.1; compressor, App. B) for one
 setting plus the speed-up curve over GPU counts; :func:`explore` draws it.
-The notebook calls :func:`explore` once (so a headless run renders) and then
-wraps it with ``ipywidgets.interact`` using :func:`controls` (every slider has
-``continuous_update=False``). No logic lives in the widget callback.
+Under the bars, :func:`ranking` ranks syncSGD, the fp16 baseline and every compressor at the same
+setting (:func:`studykit.perfmodel.whatif.ranking_at`, i.e. ``advise.advise(...).ranking(...)``, the
+function ``python -m studykit advise`` and the what_if notebook use). The notebook calls :func:`explore`
+and :func:`ranking` once (so a headless run renders) and then wraps them with ``ipywidgets.interact``
+using :func:`controls` (every slider has ``continuous_update=False``). No logic lives in the widget callback.
 """
 from __future__ import annotations
 
@@ -15,8 +17,11 @@ from studykit import compressors, models
 from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import MIB, Hardware, Workload, predict
 
-__all__ = ["main_param", "compressor_choices", "explore_data", "explore", "bind", "controls", "CURVE_GPUS"]
+__all__ = ["main_param", "compressor_choices", "explore_data", "explore", "ranking", "bind", "controls", "CURVE_GPUS",
+           "RANKING_TOP"]
 
+#: rows of the ranking table under the bars
+RANKING_TOP = 8
 #: GPU counts of the speed-up curve (powers of two: one plan() per count, cached)
 CURVE_GPUS = (2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -115,6 +120,36 @@ def explore(calibration: Calibration, model: str = "resnet101", batch_size: int 
     return fig, axes
 
 
+def ranking(calibration: Calibration, model: str = "resnet101", batch_size: int = 64, bandwidth_gbps: float = 10.0,
+            world_size: int = 64, compute_speedup: float = 1.0, t_comp_ms: float | None = None,
+            bucket_mb: float = 25.0, alpha_us: float | None = None, gamma: float | None = None,
+            top: int | None = RANKING_TOP, **_ignored):
+    """The advise ranking at the sliders' setting (:func:`studykit.perfmodel.whatif.ranking_at`): a DataFrame,
+    fastest first. ``compute_speedup`` divides ``T_comp`` (the ranking's encode/decode times stay as
+    calibrated, said in ``df.attrs["note"]``); the compressor sliders do not change it."""
+    from studykit.perfmodel import whatif
+
+    t = t_comp_ms / 1e3 if t_comp_ms is not None else calibration.t_comp_s(model, batch_size)[0]
+    df = whatif.ranking_at(model, batch_size, world_size, bandwidth_gbps, calibration, t_comp_s=t / compute_speedup,
+                           alpha_s=None if alpha_us is None else alpha_us * 1e-6, gamma=gamma,
+                           bucket_bytes=bucket_mb * MIB, top=top)
+    df.attrs["note"] = (f"{model}, batch {batch_size}, {world_size} GPUs, {bandwidth_gbps:.3g} Gbit/s: fastest first; "
+                        "iteration time (ms) with its interval from the calibration; within the model's error of the best: "
+                        "the model cannot tell them apart" + ("; compute speed-up applied to T_comp only"
+                                                             if compute_speedup != 1 else ""))
+    return df
+
+
+def _ranking_html(df) -> str:
+    import html
+
+    shown = df.assign(iteration_ms=df["iteration_ms"].map("{:.1f}".format),
+                      low_ms=df["low_ms"].map("{:.1f}".format), high_ms=df["high_ms"].map("{:.1f}".format),
+                      within_error_of_best=df["within_error_of_best"].map({True: "yes", False: ""}))
+    return (f"<p class='studykit-ranking-note'>{html.escape(df.attrs.get('note', ''))}</p>"
+            + shown.to_html(index=False, classes="studykit-ranking", border=0))
+
+
 def bind(calibration: Calibration):
     """:func:`explore` with the calibration fixed: the callback ``ipywidgets.interact`` wraps.
 
@@ -126,10 +161,12 @@ def bind(calibration: Calibration):
         from IPython.display import display
 
         fig, axes = explore(calibration, **settings)
-        # one display message carrying the figure and the speed-up as text (breakdown_plot's title), for
-        # screen readers and browser tests; one message, since every output into the interact's Output
-        # widget is another chance for nbclient's lost wake-up in headless runs (studykit.nbtools.jupyter_fix)
-        display(_FigureWithCaption(fig, axes[0].get_title() or "syncSGD only"))
+        table = ranking(calibration, **settings)
+        # one display message carrying the figure, the speed-up as text (breakdown_plot's title), for
+        # screen readers and browser tests, and the ranking under them; one message, since every output into
+        # the interact's Output widget is another chance for nbclient's lost wake-up in headless runs
+        # (studykit.nbtools.jupyter_fix)
+        display(_FigureWithCaption(fig, axes[0].get_title() or "syncSGD only", table))
         plt.close(fig)
 
     explore_with.__name__ = explore_with.__qualname__ = "explore"
@@ -140,20 +177,23 @@ def bind(calibration: Calibration):
 class _FigureWithCaption:
     """A figure as PNG (exactly what the inline backend sends) plus a text caption, in one display message."""
 
-    def __init__(self, fig, caption: str):
+    def __init__(self, fig, caption: str, table=None):
         from IPython.core.pylabtools import print_figure
 
         self.png = print_figure(fig, "png")
         self.caption = caption
+        self.table = table
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         import base64
         import html
 
         b64 = base64.b64encode(self.png).decode()
-        return {"image/png": b64, "text/plain": self.caption,
+        table = "" if self.table is None else _ranking_html(self.table)
+        text = self.caption if self.table is None else f"{self.caption}\n{self.table.to_string(index=False)}"
+        return {"image/png": b64, "text/plain": text,
                 "text/html": f"<img src='data:image/png;base64,{b64}' alt='{html.escape(self.caption)}'>"
-                             f"<p class='studykit-speedup'>{html.escape(self.caption)}</p>"}
+                             f"<p class='studykit-speedup'>{html.escape(self.caption)}</p>{table}"}
 
 
 def controls(calibration: Calibration, model: str = "resnet101", batch_size: int = 64, bandwidth_gbps: float = 10.0,

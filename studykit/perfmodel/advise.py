@@ -29,7 +29,7 @@ import csv
 import functools
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -414,10 +414,13 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
         bw_scale = (1.0, 1.0, 1.0)
         notes["bandwidth_gbps"] = "given"
     ends = {}
+    sync_terms = opts.sync_terms or opts.per_tensor
     for name, override in (("alpha_s", alpha_s), ("gamma", gamma)):
         if override is not None:
             ends[name] = (float(override),) * 3
             notes[name] = "given"
+        elif name == "gamma" and sync_terms and calibration.gamma_extended is not None:
+            ends[name] = _ends(calibration.gamma_extended, "gamma_extended", notes, exact)  # fitted with the terms
         elif getattr(calibration, name) is None:
             flag = "--alpha-s" if name == "alpha_s" else "--gamma"
             raise AdviseError(f"no {name}: calibration {calibration.name!r} has none; pass {flag}")
@@ -425,6 +428,16 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
             ends[name] = _ends(getattr(calibration, name), name, notes, exact)
     ends["incast_coeff"] = (_ends(calibration.incast_coeff, "incast_coeff", notes, exact)
                             if calibration.incast_coeff is not None else (0.0, 0.0, 0.0))
+    # the extended model's syncSGD terms (ModelOptions.sync_terms / per_tensor), where the calibration has them
+    for name, on in (("sync_delta_s", opts.sync_terms), ("per_bucket_s", opts.sync_terms),
+                     ("per_tensor_s", opts.per_tensor)):
+        c = getattr(calibration, name)
+        if on and c is not None:
+            ends[name] = _ends(c, name, notes, exact)
+        else:
+            ends[name] = (0.0, 0.0, 0.0)
+            if on:
+                notes[name] = f"not in calibration {calibration.name!r}: 0 (fit records with DDP runs of several models)"
     if t_comp_s is not None:
         tc = (float(t_comp_s),) * 3
         notes["t_comp"] = "given"
@@ -445,7 +458,9 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
     # corners on a leading axis: 0 central, 1 cheap end, 2 dear end
     col = lambda t: np.asarray([t[0], t[1], t[2]], dtype=float)[:, None, None]  # noqa: E731
     hw = Hardware(bandwidth_gbps=bw[None, :, None] * np.asarray(bw_scale)[:, None, None],
-                  alpha_s=col(ends["alpha_s"]), gamma=col(ends["gamma"]), incast_coeff=col(ends["incast_coeff"]))
+                  alpha_s=col(ends["alpha_s"]), gamma=col(ends["gamma"]), incast_coeff=col(ends["incast_coeff"]),
+                  sync_delta_s=col(ends["sync_delta_s"]), per_bucket_s=col(ends["per_bucket_s"]),
+                  per_tensor_s=col(ends["per_tensor_s"]))
     grid_p = p[None, None, :]
     work = Workload(model, batch_size, t_comp_s=col(tc), overhead_s=col(oh), bucket_bytes=bucket_bytes)
     # --- model error per group

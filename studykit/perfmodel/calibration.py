@@ -126,6 +126,7 @@ class Calibration:
     t_encode_decode: list[TEncodeDecode] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
     # beyond the paper (ModelOptions.extended); absent (None / empty) unless fitted
+    gamma_extended: Constant | None = None  # gamma fitted jointly with the extended syncSGD terms below
     sync_delta_s: Constant | None = None
     per_bucket_s: Constant | None = None
     per_tensor_s: Constant | None = None
@@ -134,7 +135,8 @@ class Calibration:
     world_size: int | None = None  # the world size of the DDP / sweep records (None: not stated)
     network: dict | None = None  # the records' network field (None: a real network)
 
-    SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "sync_delta_s", "per_bucket_s", "per_tensor_s")
+    SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "gamma_extended", "sync_delta_s", "per_bucket_s",
+               "per_tensor_s")
     LISTS = {"t_comp": TComp, "t_encode_decode": TEncodeDecode, "overhead": Overhead, "path_overhead": PathOverhead}
     OPTIONAL_LISTS = ("overhead", "path_overhead")
 

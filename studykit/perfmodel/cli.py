@@ -51,9 +51,11 @@ def predict_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m studykit predict",
                                  description="Predict syncSGD and compressed iteration times (a table; --json for everything).")
     _setting_args(ap, "the calibration's fitted bandwidth")
-    ap.add_argument("--terms", choices=["default", "paper", "extended"], default="default",
+    ap.add_argument("--terms", "--options", dest="terms", choices=["default", "paper", "extended"], default="default",
                     help="model terms: default (the paper's model plus the calibration's incast term), paper "
-                         "(as published), extended (every fitted term: sync, per-bucket, per-tensor, DDP buckets)")
+                         "(as published), extended (ModelOptions.extended: DDP's buckets, the fitted sync and per-bucket "
+                         "terms with their own gamma, the path overhead; collectives by Eq. 1 with the calibration's "
+                         "incast term)")
     ap.add_argument("--compressor", choices=compressors.available(), default=None,
                     help="compressor to compare with syncSGD (default: syncSGD only)")
     ap.add_argument("--param", type=param_arg, action="append", default=[], metavar="KEY=VALUE",
@@ -108,7 +110,7 @@ def advise_parser() -> argparse.ArgumentParser:
                     help="compressors to rank (default: every registered one); syncSGD and fp16 always")
     ap.add_argument("--mode", choices=["post", "hook"], default="post",
                     help="compression after the backward pass (App. B, default) or as a DDP hook")
-    ap.add_argument("--terms", choices=["default", "paper", "extended"], default="default",
+    ap.add_argument("--terms", "--options", dest="terms", choices=["default", "paper", "extended"], default="default",
                     help="model terms, as for predict")
     ap.add_argument("--model-error", type=argtypes.float_range(0, 1, hi_open=True), default=None,
                     help="the model's relative error for every candidate (default: median errors of "
@@ -225,9 +227,8 @@ def run_predict(argv: list[str]) -> int:
         gpus_list, how_p = [cal.world_size], f"calibration {cal.name!r} (its records' world size)"
     else:
         gpus_list, how_p = DEFAULT_GPUS, "default (the calibration states no world size)"
-    opts = {"default": ModelOptions(), "paper": ModelOptions.paper(),
-            "extended": ModelOptions(bucketing="ddp", sync_terms=True, per_tensor=True, path_overhead=True)}[a.terms]
-    hw = Hardware.from_calibration(cal, bandwidth_gbps=np.asarray(bws, dtype=float)[:, None], alpha_s=a.alpha_s,
+    opts = {"default": ModelOptions(), "paper": ModelOptions.paper(), "extended": ModelOptions.extended()}[a.terms]
+    hw = Hardware.from_calibration(cal, opts, bandwidth_gbps=np.asarray(bws, dtype=float)[:, None], alpha_s=a.alpha_s,
                                    gamma=a.gamma, compute_speedup=a.compute_speedup, allreduce=a.allreduce)
     w = Workload(a.model, a.batch_size, t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3,
                  bucket_bytes=a.bucket_mb * MIB)

@@ -27,7 +27,7 @@ Records may use the measurement module's schema (``kind`` = sweep / profile / tc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -35,15 +35,15 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from studykit import models, paths
+from studykit import paths
 from studykit.perfmodel import collectives as col
 from studykit.perfmodel.calibration import Calibration, Constant, Overhead, TComp, TEncodeDecode, normalize_params
-from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, buckets
+from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, Hardware, ModelOptions, Workload, predict
 
 __all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
            "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
            "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_overhead",
-           "select_network", "parse_network", "NETWORK_SOURCES", "GAMMA_GRID", "fit_sync_terms_curve", "fit_network_from_probe", "eq1_bandwidth_from_busbw"]
+           "select_network", "parse_network", "fit_sync_calibration", "sync_rows", "NETWORK_SOURCES", "GAMMA_GRID", "fit_sync_terms_curve", "fit_network_from_probe", "eq1_bandwidth_from_busbw"]
 
 KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
 STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
@@ -388,21 +388,48 @@ def fit_encode_decode(records: pd.DataFrame, *, stat: str = "ms_median", n_boot:
 
 
 # ---------------------------------------------------------------- gamma
-def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t_comp: list[TComp] | None = None,
-              stat: str = "ms_median", n_boot: int = 200, seed: int = 0, margin: float = 0.05) -> Constant:
-    """gamma (Sec. 4.1) from DDP (syncSGD) iteration times and single-GPU backward times.
+def sync_rows(ddp: pd.DataFrame, stat: str, alpha_s: float, bandwidth_gbps: float, t_comp: dict, *,
+              options: ModelOptions | None = None, incast_coeff: float = 0.0) -> list[dict]:
+    """One dict per syncSGD DDP record at world size >= 2 with the model's own communication terms:
+    :func:`studykit.perfmodel.model.predict` with ``options`` (default the paper's), gamma 1 and no
+    extra term gives ``overlapped_comm`` (Sec. 4.1's ``(k-1) T_comm(b)``), ``last_comm``
+    (``T_comm(b_last)``), ``k`` and ``n_tensors``; plus ``key``, ``world_size``, ``T`` (s) and the raw
+    ``times``. ``t_comp``: ``{(model, batch): T_comp_s}``."""
+    opts = options or ModelOptions.paper()
+    hw = Hardware(bandwidth_gbps=bandwidth_gbps, alpha_s=alpha_s, gamma=1.0, incast_coeff=incast_coeff)
+    rows = []
+    for _, r in ddp.iterrows():
+        p = int(r["world_size"])
+        if p < 2:
+            continue
+        key = (r["model"], int(r["batch_size"]))
+        if key not in t_comp:
+            raise ValueError(f"cannot fit gamma: no T_comp (tcomp bwd record) for model {key[0]!r} batch {key[1]}")
+        bmb = r["bucket_mb"] if "bucket_mb" in ddp.columns else None
+        cap = None if bmb is None or pd.isna(bmb) else float(bmb) * MIB
+        w = Workload(key[0], key[1], t_comp_s=t_comp[key], bucket_bytes=DEFAULT_BUCKET_BYTES if cap is None else cap,
+                     first_bucket_bytes=cap, overhead_s=0.0)
+        sy = predict(w, hw, p, options=opts).sync
+        rows.append({"key": key, "world_size": p, "T": float(r[stat]) / 1e3, "bucket_bytes": w.bucket_bytes,
+                     "first_bucket_bytes": cap, "times": r["times_ms"] if "times_ms" in ddp.columns else None,
+                     "overlapped_comm": float(sy["overlapped_comm_s"]), "last_comm": float(sy["last_comm_s"]),
+                     "k": float(sy["k"]), "n_tensors": w.n_tensors})
+    return rows
 
-    For each DDP record at world size >= 2 the part of the iteration that is backward
-    plus synchronization is ``S = T_ddp - overhead``, where the overhead (forward,
-    optimizer) is taken from a DDP record at world size 1 of the same model / batch
-    (``T_ddp(1) - T_comp``), else from a ``tcomp`` forward+backward record
-    (``T_fwd_bwd - T_comp``), else 0 (records then time backward + sync only).
-    Where the Sec. 4.1 model is clearly compute-bound
-    (``(1 + margin) (k-1) T_comm(b) <= S - T_comm(b_last)``; the margin keeps noisy
-    communication-bound records out) ``gamma_i = (S - T_comm(b_last)) / T_comp``; gamma
-    is their median. R^2 compares the model's ``S`` with the observed over every record.
-    """
-    what = "gamma"
+
+def _predicted_s(recs: list[dict], t_comp: dict, hw: Hardware, options: ModelOptions) -> np.ndarray:
+    """The model's ``T_obs`` (s) of each :func:`sync_rows` record on ``hw`` (what a fit is scored on)."""
+    out = []
+    for r in recs:
+        w = Workload(r["key"][0], r["key"][1], t_comp_s=t_comp[r["key"]], bucket_bytes=r["bucket_bytes"],
+                     first_bucket_bytes=r["first_bucket_bytes"], overhead_s=0.0)
+        out.append(float(predict(w, hw, r["world_size"], options=options).sync["total_s"]))
+    return np.asarray(out)
+
+
+def _sync_inputs(records: pd.DataFrame, stat: str, t_comp: list[TComp] | None, what: str):
+    """The DDP records and the inputs a fit of the syncSGD terms needs: ``(ddp, tc, groups)``; refusals
+    name what is missing. ``groups``: records giving ``T_comp`` (bwd), ``O`` (fwd_bwd, DDP p=1)."""
     df = normalize(records)
     ddp = _of_kind(df, "ddp", what)
     _need(ddp, ["model", "batch_size", "world_size"], what)
@@ -417,69 +444,136 @@ def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t
                        (ddp[ddp["world_size"].astype(int) == 1], "DDP world size 1")):
         if not sub.empty:  # the overhead O comes from them: a zero time would inflate gamma
             _times_s(sub, stat, f"{what} ({label} records)")
-    bwd_groups = {(m, int(bs)): g for (m, bs), g in _tcomp_records(df).groupby(["model", "batch_size"])}
-    fb_groups = {(m, int(bs)): g for (m, bs), g in _tcomp_records(df, "fwd_bwd").groupby(["model", "batch_size"])}
-    one_groups = {(m, int(bs)): g for (m, bs), g in
-                  ddp[ddp["world_size"].astype(int) == 1].groupby(["model", "batch_size"])}
-    bw = col.gbps_to_bytes_s(bandwidth_gbps)
-    recs = []
-    for idx, r in ddp.iterrows():
-        p = int(r["world_size"])
-        key = (r["model"], int(r["batch_size"]))
-        if p < 2:
-            continue
-        if key not in tc:
-            raise ValueError(f"cannot fit {what}: no T_comp (tcomp bwd record) for model {key[0]!r} batch {key[1]}")
-        bmb = r["bucket_mb"] if "bucket_mb" in ddp.columns else None
-        bucket = DEFAULT_BUCKET_BYTES if bmb is None or pd.isna(bmb) else float(bmb) * MIB
-        k, b, last = buckets(models.size_bytes(r["model"]), bucket)
-        recs.append({"key": key, "world_size": p, "T": float(r[stat]) / 1e3,
-                     "times": r["times_ms"] if "times_ms" in ddp.columns else None,
-                     "overlap_comm": float((k - 1) * col.ring_allreduce_s(b, p, alpha_s, bw)),
-                     "t_last": float(col.ring_allreduce_s(last, p, alpha_s, bw))})
+    groups = {"bwd": {(m, int(bs)): g for (m, bs), g in _tcomp_records(df).groupby(["model", "batch_size"])},
+              "fwd_bwd": {(m, int(bs)): g for (m, bs), g in _tcomp_records(df, "fwd_bwd").groupby(["model", "batch_size"])},
+              "one": {(m, int(bs)): g for (m, bs), g in
+                      ddp[ddp["world_size"].astype(int) == 1].groupby(["model", "batch_size"])}}
+    return ddp, tc, groups
+
+
+def _sync_estimate_rows(recs, tc, groups, stat, rng=None, idx=None) -> list[dict]:
+    """:func:`fit_sync_terms` rows (``s = T - O``) from :func:`sync_rows` records, optionally resampled
+    (records ``idx``, each record's iterations and each group's records, by ``rng``)."""
+    def stat_of(g):
+        return _resample_stat(g, stat, rng) if rng is not None else float(g[stat].median()) / 1e3
+    t_c = {k: stat_of(g) for k, g in groups["bwd"].items()} if rng is not None else tc
+    out = []
+    for r in (recs if idx is None else [recs[i] for i in idx]):
+        key = r["key"]
+        tck = t_c.get(key, tc[key])
+        if key in groups["one"]:
+            overhead = stat_of(groups["one"][key]) - tck
+        elif key in groups["fwd_bwd"]:
+            overhead = stat_of(groups["fwd_bwd"][key]) - tck
+        else:
+            overhead = 0.0
+        T = r["T"] if rng is None else _resample_list(r["times"], stat, rng, r["T"])
+        out.append({**r, "s": T - overhead, "t_comp": tck})
+    return out
+
+
+def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t_comp: list[TComp] | None = None,
+              stat: str = "ms_median", n_boot: int = 200, seed: int = 0, margin: float = 0.05) -> Constant:
+    """gamma (Sec. 4.1) from DDP (syncSGD) iteration times and single-GPU backward times.
+
+    For each DDP record at world size >= 2 the part of the iteration that is backward
+    plus synchronization is ``S = T_ddp - overhead``, where the overhead (forward,
+    optimizer) is taken from a DDP record at world size 1 of the same model / batch
+    (``T_ddp(1) - T_comp``), else from a ``tcomp`` forward+backward record
+    (``T_fwd_bwd - T_comp``), else 0 (records then time backward + sync only).
+    The communication terms are the model's own (:func:`sync_rows`: ``predict`` with the paper's
+    options). Where the backward pass clearly bounds the overlap
+    (``(1 + margin) (k-1) T_comm(b) <= S - T_comm(b_last)``; the margin keeps noisy
+    communication-bound records out) App. C's rule ``gamma_i = (S - T_comm(b_last)) / T_comp`` applies;
+    gamma is their median (:func:`fit_sync_terms`). R^2 compares ``predict``'s ``S`` at the fitted
+    gamma with the observed over every record.
+    """
+    what = "gamma"
+    ddp, tc, groups = _sync_inputs(records, stat, t_comp, what)
+    opts = ModelOptions.paper()
+    recs = sync_rows(ddp, stat, alpha_s, bandwidth_gbps, tc, options=opts)
     if not recs:
         raise ValueError(f"cannot fit {what}: need DDP records at world_size >= 2")
-    how = {r["key"]: "ddp world_size 1" if r["key"] in one_groups else
-           "tcomp fwd_bwd" if r["key"] in fb_groups else "none" for r in recs}
+    how = {r["key"]: "ddp world_size 1" if r["key"] in groups["one"] else
+           "tcomp fwd_bwd" if r["key"] in groups["fwd_bwd"] else "none" for r in recs}
 
-    def estimate(rng=None, idx=None):
-        """gamma from (optionally resampled) records; also the per-record table."""
-        def stat_of(g):
-            return _resample_stat(g, stat, rng) if rng is not None else float(g[stat].median()) / 1e3
-        t_c = {k: stat_of(g) for k, g in bwd_groups.items()} if rng is not None else tc
-        use = recs if idx is None else [recs[i] for i in idx]
-        rows = []
-        for r in use:
-            key, tck = r["key"], t_c.get(r["key"], tc[r["key"]])
-            if key in one_groups:
-                overhead = stat_of(one_groups[key]) - tck
-            elif key in fb_groups:
-                overhead = stat_of(fb_groups[key]) - tck
-            else:
-                overhead = 0.0
-            T = r["T"] if rng is None else _resample_list(r["times"], stat, rng, r["T"])
-            S = T - overhead
-            rows.append({"S": S, "t_comp": tck, "overlap_comm": r["overlap_comm"], "t_last": r["t_last"],
-                         "compute_bound": (1.0 + margin) * r["overlap_comm"] <= S - r["t_last"]})
-        tab = pd.DataFrame(rows)
-        cb = tab[tab["compute_bound"]]
-        g = float(np.median((cb["S"] - cb["t_last"]) / cb["t_comp"])) if len(cb) else float("nan")
-        return g, tab
+    def estimate(rng=None, idx=None) -> SyncTerms:
+        return fit_sync_terms(_sync_estimate_rows(recs, tc, groups, stat, rng, idx), margin=margin)
 
-    gamma, tab = estimate()
-    n_cb = int(tab["compute_bound"].sum())
-    if n_cb == 0:
+    terms = estimate()
+    if "gamma" not in terms.fitted:
         raise ValueError(f"cannot fit {what}: every DDP record is communication-bound under alpha={alpha_s:.3g} s, "
                          f"BW={bandwidth_gbps:.3g} Gbit/s (the backward pass is hidden, gamma unobservable); "
                          "measure at fewer GPUs or a larger batch")
-    pred = np.maximum(gamma * tab["t_comp"], tab["overlap_comm"]) + tab["t_last"]
+    rows = _sync_estimate_rows(recs, tc, groups, stat)
+    pred = _predicted_s(recs, tc, Hardware(bandwidth_gbps=bandwidth_gbps, alpha_s=alpha_s, gamma=terms.gamma), opts)
     rng = np.random.default_rng(seed)
-    boot = [estimate(rng, rng.integers(0, len(recs), len(recs)))[0] for _ in range(n_boot)]
+    boot = []
+    for _ in range(n_boot):
+        t = estimate(rng, rng.integers(0, len(recs), len(recs)))
+        boot.append(t.gamma if "gamma" in t.fitted else float("nan"))
     lo, hi = _interval(boot)
     hows = ",".join(sorted(set(how.values())))
-    return Constant(gamma, "ratio", f"{n_cb} compute-bound DDP records ({stat}) of {len(tab)}; "
+    return Constant(terms.gamma, "ratio", f"{terms.n_used} compute-bound DDP records ({stat}) of {len(recs)}; "
                     f"non-backward overhead from: {hows}; bootstrap resamples records and iterations",
-                    low=lo, high=hi, r2=_r2(tab["S"], pred), n=n_cb)
+                    low=lo, high=hi, r2=_r2([r["s"] for r in rows], pred), n=terms.n_used)
+
+
+#: the extended syncSGD constants a calibration holds (``Calibration`` field -> ``SyncTerms`` attribute)
+SYNC_CONSTANTS = {"gamma_extended": "gamma", "sync_delta_s": "delta_s", "per_bucket_s": "per_bucket_s",
+                  "per_tensor_s": "per_tensor_s"}
+_SYNC_TERM = {"gamma_extended": "gamma", "sync_delta_s": "delta", "per_bucket_s": "per_bucket",
+              "per_tensor_s": "per_tensor"}
+
+
+def fit_sync_calibration(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *,
+                         t_comp: list[TComp] | None = None, incast_coeff: float = 0.0,
+                         options: ModelOptions | None = None, stat: str = "ms_median", n_boot: int = 200,
+                         seed: int = 0) -> tuple[dict[str, Constant], dict[str, str]]:
+    """The extended model's syncSGD constants (beyond the paper; ``options`` default
+    :meth:`ModelOptions.extended` with Eq. 1 collectives, as ``predict --calibration X --terms extended``
+    prices them): gamma fitted jointly with ``delta`` (per iteration), ``c_b`` (per extra DDP bucket)
+    and, with ``options.per_tensor``, ``c_t`` (per parameter tensor) by :func:`fit_sync_terms` on the
+    model's own communication terms (:func:`sync_rows`). Returns ``({field: Constant}, {field: why not
+    fitted})``: each constant with its bootstrap interval (records and iterations resampled) and the
+    records it came from; a term the records cannot determine is named with the reason."""
+    what = "the extended syncSGD terms"
+    opts = options or replace(ModelOptions.extended(), collectives="eq1")
+    ddp, tc, groups = _sync_inputs(records, stat, t_comp, what)
+    recs = sync_rows(ddp, stat, alpha_s, bandwidth_gbps, tc, options=opts, incast_coeff=incast_coeff)
+    if not recs:
+        raise ValueError(f"cannot fit {what}: need DDP records at world_size >= 2")
+
+    def estimate(rng=None, idx=None) -> SyncTerms:
+        return fit_sync_terms(_sync_estimate_rows(recs, tc, groups, stat, rng, idx), extended=True,
+                              per_tensor=opts.per_tensor)
+
+    terms = estimate()
+    rng = np.random.default_rng(seed)
+    boots = [estimate(rng, rng.integers(0, len(recs), len(recs))) for _ in range(n_boot)]
+    rows = _sync_estimate_rows(recs, tc, groups, stat)
+    hw = Hardware(bandwidth_gbps=bandwidth_gbps, alpha_s=alpha_s, gamma=terms.gamma, incast_coeff=incast_coeff,
+                  sync_delta_s=terms.delta_s, per_bucket_s=terms.per_bucket_s, per_tensor_s=terms.per_tensor_s)
+    r2 = _r2([r["s"] for r in rows], _predicted_s(recs, tc, hw, opts))
+    models_used = sorted({f"{m} b{b}" for m, b in (r["key"] for r in recs)})
+    src = (f"fit with gamma to {terms.n_used} compute-bound syncSGD DDP records ({stat}) of {len(recs)} "
+           f"({', '.join(models_used)}); {terms.how}; bootstrap resamples records and iterations")
+    reasons = {"gamma": "no compute-bound DDP record (the backward pass is hidden)",
+               "delta": "the compute-bound records' backward times are less than 1.5x apart",
+               "per_bucket": "the compute-bound records have one DDP bucket count only" if "delta" in terms.fitted
+               else "fitted only with delta, whose records' backward times must be at least 1.5x apart",
+               "per_tensor": (f"the compute-bound records have fewer than {PER_TENSOR_MIN_COUNTS} parameter-tensor "
+                              "counts (models)") if opts.per_tensor else "off in the options (ModelOptions.per_tensor)"}
+    out, notes = {}, {}
+    for name, attr in SYNC_CONSTANTS.items():
+        term = _SYNC_TERM[name]
+        if term not in terms.fitted:
+            notes[name] = f"not fitted: {reasons[term]}"
+            continue
+        lo, hi = _interval([getattr(t, attr) for t in boots if term in t.fitted])
+        unit = "ratio" if name == "gamma_extended" else "s"
+        out[name] = Constant(float(getattr(terms, attr)), unit, src, low=lo, high=hi, r2=r2, n=terms.n_used)
+    return out, notes
 
 
 def _resample_list(times, stat: str, rng, fallback: float) -> float:
@@ -656,6 +750,15 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.gamma = attempt("gamma", gamma)
         if cal.gamma is not None:
             fitted.append("gamma")
+            # the extended model's syncSGD terms, with gamma fitted jointly (what --terms extended uses)
+            found, why = fit_sync_calibration(
+                df, cal.alpha_s.value, cal.bandwidth_gbps.value, t_comp=cal.t_comp or None,
+                incast_coeff=cal.incast_coeff.value if cal.incast_coeff is not None else 0.0, stat=stat,
+                n_boot=n_boot, seed=seed)
+            for field_name, c in found.items():
+                setattr(cal, field_name, c)
+                fitted.append(field_name)
+            notes.update(why)
     elif "ddp" in kinds:
         # DDP records at world size 1 only: they give the overhead O, never gamma (no synchronization)
         notes["gamma"] = ("not fitted: the DDP records are all at world size 1 (they give the non-backward "
@@ -958,6 +1061,8 @@ class SyncTerms:
     per_bucket_s: float = 0.0
     per_tensor_s: float = 0.0
     how: str = ""
+    fitted: tuple = ()  # which of "gamma", "delta", "per_bucket", "per_tensor" the records determined
+    n_used: int = 0  # compute-bound records behind them
 
 
 #: the per-tensor term is fitted only when the calibration records hold at least this many tensor counts
@@ -966,7 +1071,7 @@ PER_TENSOR_MIN_COUNTS = 3
 
 
 def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended: bool = False,
-                   per_tensor: bool = False) -> SyncTerms:
+                   per_tensor: bool = False, margin: float | None = None) -> SyncTerms:
     """gamma (Sec. 4.1) and, ``extended``, the synchronization terms from syncSGD iterations.
 
     Each row is one DDP record: ``s`` (measured iteration minus ``O``, s), ``t_comp`` (s),
@@ -984,11 +1089,13 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
     from scipy.optimize import nnls as _nnls
 
     n_train = len(rows) if n_train is None else n_train
-    cb = [r for r in rows if (1.0 + GAMMA_MARGIN) * r["overlapped_comm"] <= r["s"] - r["last_comm"]]
+    m = GAMMA_MARGIN if margin is None else margin
+    cb = [r for r in rows if (1.0 + m) * r["overlapped_comm"] <= r["s"] - r["last_comm"]]
     if not cb:
         return SyncTerms(1.0, how="gamma=1 (no compute-bound calibration record)")
     x = np.asarray([r["t_comp"] for r in cb])
     y = np.asarray([r["s"] - r["last_comm"] for r in cb])
+    n = len(x)
     if extended and len(x) >= 2 and x.max() >= 1.5 * x.min():
         kk = np.asarray([r["k"] - 1 for r in cb], dtype=float)
         nt = np.asarray([r.get("n_tensors", 0) for r in cb], dtype=float)
@@ -1001,19 +1108,20 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
                 t = coef[-1]
                 return SyncTerms(float(g), float(d), float(e), float(t), (
                     f"gamma={g:.3f}, delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket + "
-                    f"{t * 1e6:.2f} us per tensor: fit to {len(x)} compute-bound of {n_train}"))
+                    f"{t * 1e6:.2f} us per tensor: fit to {len(x)} compute-bound of {n_train}"),
+                    ("gamma", "delta") + (("per_bucket",) if len(coef) == 4 else ()) + ("per_tensor",), n)
         if kk.max() > kk.min():
             (g, d, e), _ = _nnls(np.column_stack([x, np.ones_like(x), kk]) / y[:, None], np.ones_like(y))
             if g > 0:
                 return SyncTerms(float(g), float(d), float(e), 0.0, (
                     f"gamma={g:.3f}, delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket: "
-                    f"fit to {len(x)} compute-bound of {n_train}"))
+                    f"fit to {len(x)} compute-bound of {n_train}"), ("gamma", "delta", "per_bucket"), n)
         (g, d), _ = _nnls(np.column_stack([x, np.ones_like(x)]) / y[:, None], np.ones_like(y))  # relative errors
         if g > 0:
             return SyncTerms(float(g), float(d), 0.0, 0.0, (f"gamma={g:.3f}, delta={d * 1e3:.3f} ms: line through "
-                                                            f"{len(x)} compute-bound of {n_train}"))
+                                                            f"{len(x)} compute-bound of {n_train}"), ("gamma", "delta"), n)
     g = float(np.median(y / x))
-    return SyncTerms(g, how=f"gamma={g:.3f} from {len(x)} compute-bound of {n_train}")
+    return SyncTerms(g, how=f"gamma={g:.3f} from {len(x)} compute-bound of {n_train}", fitted=("gamma",), n_used=n)
 
 
 #: gamma values tried by :func:`fit_sync_terms_curve` (the Sec. 4.1 range 1.04-1.1 and far beyond it)

@@ -167,15 +167,19 @@ class Hardware:
         return col.gbps_to_bytes_s(self.bandwidth_gbps)
 
     @classmethod
-    def from_calibration(cls, cal: Calibration, **overrides) -> "Hardware":
+    def from_calibration(cls, cal: Calibration, options: ModelOptions | None = None, **overrides) -> "Hardware":
         """The calibration's alpha, bandwidth, gamma (and incast and the extended terms, if fitted);
-        ``overrides`` win."""
+        ``overrides`` win. With ``options`` that switch the syncSGD terms on (``sync_terms`` or
+        ``per_tensor``), gamma is the one fitted jointly with them (``cal.gamma_extended``) where the
+        calibration has it."""
         kw: dict[str, Any] = {}
         for name in ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "sync_delta_s", "per_bucket_s",
                      "per_tensor_s"):
             c = getattr(cal, name, None)
             if c is not None:
                 kw[name] = c.value
+        if options is not None and (options.sync_terms or options.per_tensor) and cal.gamma_extended is not None:
+            kw["gamma"] = cal.gamma_extended.value
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 

@@ -7,13 +7,21 @@ protocol depends on ``p`` only in steps (the collectives, their element counts a
 only a wire dtype widens as ``p`` grows, e.g. ``quantize`` and ``thc`` sum integers in the
 smallest dtype that cannot overflow for ``p`` workers). :class:`PayloadLaw` uses that:
 
-* **assumption** (tested for every registered compressor at several ``p`` against ``plan()``,
-  ``tests/test_perfmodel_advise.py``): a plan seen at two world sizes holds at every world size
-  between them;
-* for the world sizes asked, it plans the smallest and the largest, and bisects only between two
-  planned world sizes whose plans differ: ``2 + (number of steps) x log2(n)`` calls of ``plan()``
-  instead of ``n``. A protocol whose payload changed at every ``p`` would be planned at every
-  ``p``: slower, never wrong under the assumption;
+* **the contract** (tested for every registered compressor, its main parameter at 3 values, at world
+  sizes 1 to 1000 against ``plan()``, on a small model and on ResNet-50:
+  ``tests/test_perfmodel_advise.py``): a registered compressor's payload changes with ``p`` only where
+  its own methods of ``p`` say so: ``protocol_for(p)`` and, under the packed ``allreduce`` protocol,
+  ``lane_width(p)`` (``quantize`` and ``thc`` sum integers in lanes whose width grows with ``p``);
+  every other registered protocol sends the same collectives at every ``p`` (:func:`step_key`);
+* so a payload is **derived once per step**: the real shapes are planned at one world size of each
+  run of equal step keys, and that plan holds for the whole run: one ``plan()`` for most compressors,
+  one per lane width for ``quantize`` / ``thc``, however many world sizes are asked;
+* **scaled** to the model: a *partition-invariant* compressor (its result depends on the concatenated
+  gradient only: ``Compressor.partition_invariant``) is planned on one flat tensor of the gradient's
+  size, the same plan by that definition, without the per-tensor work;
+* a compressor outside the registry (an instance of another class) is not bound by the contract: its
+  plans are found by bisection (the smallest and the largest world size asked are planned, then only
+  between two planned world sizes whose plans differ: ``2 + (number of steps) x log2(n)`` calls);
 * error feedback adds no collective (it only keeps a residual), so ``Compressor.plan`` leaves the
   error-feedback memory out;
 * plans are kept on disk per fingerprint of the code that decides them (the sources of
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -33,7 +42,7 @@ from typing import Any, Sequence
 
 from studykit import compressors, paths
 
-__all__ = ["PayloadLaw", "law", "fingerprint", "cache_path", "clear"]
+__all__ = ["PayloadLaw", "law", "step_key", "fingerprint", "cache_path", "clear"]
 
 Plan = tuple  # of (op, numel, dtype, nbytes) tuples, in the order issued
 
@@ -113,6 +122,28 @@ def _planner(compressor, params: dict | None):
         compressors.get(compressor, **(params or {}))
 
 
+def _registered(comp) -> bool:
+    cls = type(comp)
+    try:
+        return compressors.registry._lookup(comp.name) is cls
+    except Exception:  # noqa: BLE001 - any lookup failure: not bound by the contract
+        return False
+
+
+def step_key(comp, world_size: int):
+    """What decides a registered compressor's payload at ``world_size`` (see the contract in the module
+    docstring): ``(protocol_for(p), lane_width(p))`` where it has both methods (the lane width only under
+    the packed ``allreduce`` protocol), else ``()`` (the same payload at every ``p``); None for a
+    compressor outside the registry."""
+    if not _registered(comp):
+        return None
+    proto, width = getattr(comp, "protocol_for", None), getattr(comp, "lane_width", None)
+    if not (callable(proto) and callable(width)):
+        return ()
+    how = proto(int(world_size))
+    return (how, width(int(world_size)) if how == "allreduce" else None)
+
+
 class PayloadLaw:
     """The plans of one compressor (with its parameters) on one list of shapes, per world size."""
 
@@ -127,11 +158,15 @@ class PayloadLaw:
                 self.known[int(p)] = tuple(tuple(c) for c in plan)
         self.plan_calls = 0  # plan() calls this law made (for the benchmark and tests)
 
+    def _planner(self):
+        if self._comp is None:
+            self._comp = _planner(self._compressor, self._params)
+        return self._comp
+
     def _plan(self, p: int) -> Plan:
         hit = self.known.get(p)
         if hit is None:
-            if self._comp is None:
-                self._comp = _planner(self._compressor, self._params)
+            self._planner()
             hit = tuple((c.op, int(c.numel), str(c.dtype).replace("torch.", ""), int(c.nbytes))
                         for c in self._comp.plan(self.shapes, int(p)))
             self.plan_calls += 1
@@ -141,11 +176,34 @@ class PayloadLaw:
         return hit
 
     def plans(self, world_sizes) -> dict[int, Plan]:
-        """``{p: plan}`` for every distinct ``p`` of ``world_sizes`` (bisection between planned ``p``)."""
+        """``{p: plan}`` for every distinct ``p`` of ``world_sizes``: one ``plan()`` per step of
+        :func:`step_key` (bisection for a compressor outside the registry; see the module docstring)."""
         want = sorted({int(p) for p in world_sizes})
         if not want:
             return {}
         before = self.plan_calls
+        keys = None
+        if not all(q in self.known for q in want):
+            comp = self._planner()
+            if step_key(comp, want[0]) is not None:
+                keys = {q: step_key(comp, q) for q in want}
+        if keys is None:
+            out = self._bisect(want)
+        else:
+            out = {}
+            by_key: dict = {}
+            for q in want:
+                by_key.setdefault(keys[q], []).append(q)
+            for qs in by_key.values():
+                plan = self._plan(next((x for x in qs if x in self.known), qs[0]))
+                for x in qs:
+                    out[x] = self.known.get(x, plan)
+        if self.plan_calls != before and self.disk_key is not None:
+            _save()
+        return {q: out[q] for q in want}
+
+    def _bisect(self, want: list[int]) -> dict[int, Plan]:
+        """Plan the smallest and the largest ``p``, and bisect only between two planned ``p`` whose plans differ."""
         self._plan(want[0])
         self._plan(want[-1])
         out: dict[int, Plan] = {}
@@ -176,22 +234,26 @@ class PayloadLaw:
         for q in want:
             if q in self.known:
                 out[q] = self.known[q]
-        if self.plan_calls != before and self.disk_key is not None:
-            _save()
-        return {q: out[q] for q in want}
+        return out
+
+
+def _disk_key(compressor, params, shapes) -> str | None:
+    if isinstance(compressor, compressors.Compressor):
+        return None
+    shapes_t = [list(map(int, s)) for s in shapes]
+    digest = hashlib.sha1(json.dumps(shapes_t).encode()).hexdigest()[:16]
+    return json.dumps([compressor, normalize(compressor, params), digest])
 
 
 def law(compressor, params: dict | None, shapes: Sequence, key: Any) -> PayloadLaw:
     """The (process-wide) :class:`PayloadLaw` of ``key`` (a hashable id of compressor, params and
-    shapes); compressors given by name are also kept on disk."""
+    shapes; a partition-invariant compressor's on one flat tensor of the same size); compressors given
+    by name are also kept on disk."""
     hit = _LAWS.get(key)
     if hit is None:
-        disk_key = None
-        if not isinstance(compressor, compressors.Compressor):
-            shapes_t = [list(map(int, s)) for s in shapes]
-            digest = hashlib.sha1(json.dumps(shapes_t).encode()).hexdigest()[:16]
-            disk_key = json.dumps([compressor, normalize(compressor, params), digest])
-        hit = _LAWS[key] = PayloadLaw(compressor, params, shapes, disk_key)
+        if len(shapes) > 1 and _planner(compressor, params).partition_invariant:
+            shapes = [(sum(math.prod(int(d) for d in s) for s in shapes),)]  # the same plan, by definition
+        hit = _LAWS[key] = PayloadLaw(compressor, params, shapes, _disk_key(compressor, params, shapes))
     return hit
 
 

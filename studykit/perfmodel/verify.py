@@ -106,7 +106,8 @@ from studykit import paths
 from studykit.perfmodel.fit import RecordInputs, SyncTerms, fit_path_overhead, fit_sync_terms, pool_stat
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, plan_summary, predict
 
-__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size", "load_platform", "ddp_buckets",
+__all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size",
+           "small_batch_table", "SMALL_BATCH", "load_platform", "ddp_buckets",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
 
@@ -185,6 +186,35 @@ def by_batch_size(df: pd.DataFrame) -> pd.DataFrame:
     """:func:`summarize` per batch size too: where the small-batch regime (per-tensor CPU work that
     neither gamma nor a per-bucket constant represents) shows up as a larger error."""
     return summarize(df, by=("platform", "group", "variant", "batch_size"))
+
+
+#: where the small-batch comparison lives (``verify --records data/measurements/gpu`` without and with
+#: ``--per-tensor``; docs/verify.md section 6 is generated from it by :func:`small_batch_table`)
+SMALL_BATCH = paths.DATA / "verification" / "small_batch"
+
+
+def small_batch_table(without: pd.DataFrame, with_per_tensor: pd.DataFrame, group: str = "syncSGD") -> str:
+    """Markdown table of the error per batch size of ``group`` (two :func:`by_batch_size` frames: the
+    extended preset without and with the per-tensor CPU term, ``ModelOptions.per_tensor``), paper
+    variant beside them, one row per (platform, batch size): what issue 13 item 4 asks to report."""
+    def rows(df, variant):
+        d = df[(df["group"] == group) & (df["variant"] == variant)]
+        return {(r.platform, int(r.batch_size)): r for r in d.itertuples()}
+
+    paper, off, on = rows(without, "paper"), rows(without, "extended"), rows(with_per_tensor, "extended")
+    if not off or set(off) != set(on):
+        raise ValueError(f"small_batch_table: the two frames must hold the same (platform, batch) rows of {group!r} "
+                         f"extended; got {sorted(off)} and {sorted(on)}")
+    def pct(r) -> str:
+        return f"{r.median_abs_rel_error:.1%} / {r.max_abs_rel_error:.1%}"
+
+    lines = ["| platform | batch | n | paper | extended | extended + per-tensor | worst with per-tensor |",
+             "|---|---:|---:|---|---|---|---|"]
+    for key in sorted(off, key=lambda k: (k[0], k[1])):
+        a, b, c = paper.get(key), off[key], on[key]
+        lines.append(f"| {key[0]} | {key[1]} | {b.n} | {pct(a) if a is not None else '-'} | {pct(b)} | {pct(c)} | "
+                     f"{c.worst_config} |")
+    return "\n".join(lines)
 
 
 def paper_buckets(total_bytes: float, bucket_bytes: float) -> list[float]:

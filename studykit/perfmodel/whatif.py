@@ -9,7 +9,8 @@ Each function is one figure of Agarwal et al. 2022, computed by :func:`studykit.
 * :func:`compute_speedup_sweep`: Fig. 20;
 * :func:`tradeoff_grid`: Fig. 21 (encode/decode time vs compression ratio);
 * :func:`ranking`: which of syncSGD, the fp16 baseline and every compressor is fastest
-  (:func:`studykit.perfmodel.advise.advise`, what ``python -m studykit advise`` prints).
+  (:func:`studykit.perfmodel.advise.advise`, what ``python -m studykit advise`` prints);
+  :func:`ranking_at`: the same at one setting, as a table (the explorer's and what_if's).
 
 App. D uses PowerSGD rank 4 as the baseline compressor throughout.
 """
@@ -26,7 +27,7 @@ from studykit.perfmodel.model import (DEFAULT_BUCKET_BYTES, Hardware, Workload, 
                                       required_ratio)
 
 __all__ = ["paper_calibration", "hardware", "bandwidth_sweep", "required_ratio_sweep", "compute_speedup_sweep",
-           "tradeoff_grid", "tradeoff_all_help", "crossover", "ranking", "BASELINE"]
+           "tradeoff_grid", "tradeoff_all_help", "crossover", "ranking", "ranking_at", "BASELINE"]
 
 #: App. D: "we use PowerSGD with Rank-4 as the baseline for these what-if analyses"
 BASELINE = ("powersgd", {"rank": 4})
@@ -174,3 +175,26 @@ def ranking(model: str = "resnet50", batch_size: int = 64, world_sizes=(8, 16, 3
     cands = None if compressors is None else _advise.candidates(compressors)
     return _advise.advise(calibration or paper_calibration(), model, batch_size, world_sizes, bandwidths_gbps,
                           candidate_list=cands, mode=mode, model_error=model_error).frame()
+
+
+#: the columns :func:`ranking_at` shows
+RANKING_COLUMNS = ["rank", "candidate", "iteration_ms", "low_ms", "high_ms", "within_error_of_best", "accuracy_evidence"]
+
+
+def ranking_at(model: str = "resnet50", batch_size: int = 64, world_size: int = 64, bandwidth_gbps: float = 10.0,
+               calibration: Calibration | None = None, *, t_comp_s: float | None = None, alpha_s: float | None = None,
+               gamma: float | None = None, bucket_bytes: float = DEFAULT_BUCKET_BYTES, top: int | None = None,
+               mode: str = "post") -> pd.DataFrame:
+    """The ranking at one setting: ``advise.advise(...).ranking(world_size, bandwidth_gbps)`` as a DataFrame
+    (:data:`RANKING_COLUMNS`, fastest first, ``top`` rows; ``df.attrs["unranked"]``: candidates the
+    calibration cannot price, with why). ``t_comp_s`` / ``alpha_s`` / ``gamma`` override the calibration's."""
+    from studykit.perfmodel import advise as _advise
+
+    adv = _advise.advise(calibration or paper_calibration(), model, batch_size, [int(world_size)],
+                         [float(bandwidth_gbps)], t_comp_s=t_comp_s, alpha_s=alpha_s, gamma=gamma,
+                         bucket_bytes=bucket_bytes, mode=mode)
+    rows = adv.ranking(int(world_size), float(bandwidth_gbps))
+    df = pd.DataFrame(rows[:top] if top else rows, columns=RANKING_COLUMNS + ["compressor", "params", "kind"])[RANKING_COLUMNS]
+    df.attrs["unranked"] = dict(adv.unranked)
+    df.attrs["model_error"] = adv.inputs.get("model_error", "")
+    return df
