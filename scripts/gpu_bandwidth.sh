@@ -45,6 +45,14 @@ BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when 
 . scripts/gpu_common.sh
 
 if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
+  # a campaign folder holds one card kind: resuming another card's records would skip what this card must measure
+  have=$($PY -c 'import json,sys; print(next((json.loads(l).get("gpu") or "" for l in open(sys.argv[1]) if l.strip()), ""))' \
+         "$RESUME_FROM/ddp.jsonl" 2>/dev/null)
+  here=$($PY -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null)
+  if [ -n "$have" ] && [ "$have" != "$here" ]; then
+    echo "RESUME_FROM=$RESUME_FROM holds $have records but this machine has '$here': not resuming (start a new folder)" >&2
+    exit 2
+  fi
   for f in ddp probe tcomp profile sweep; do
     [ -f "$RESUME_FROM/$f.jsonl" ] && [ ! -f "$OUT/$f.jsonl" ] && cp "$RESUME_FROM/$f.jsonl" "$OUT/$f.jsonl"
   done
