@@ -132,9 +132,21 @@ def test_time_fn_with_min_time_runs_the_policy_on_the_warmup_estimate():
     calls = []
     t = time_fn(lambda: calls.append(1), n_iter=100, n_warmup=5, min_time_s=1.0, clock=clock)
     assert clock.single == 5 and t.n_warmup == 5
-    assert clock.batches == [4000]  # 1000 ms / 0.25 ms (median of the warm-ups after the first)
-    assert t.n_iter == 4000 and len(calls) == 4005
+    # 1000 ms / 0.25 ms (median of the warm-ups after the first) = 4000; they took 800 ms, so 1000 more
+    assert clock.batches == [4000, 1000]
+    assert t.n_iter == 5000 and len(calls) == 5005 and sum(t.times_ms) == pytest.approx(1000.0)
     assert t.ms_median == t.ms_q25 == t.ms_q75 == 0.2
+
+
+def test_the_top_up_stays_within_the_budget():
+    slow_warmup = (lambda i: 1.0 if i < 3 else 0.5)  # warm-ups say 1 ms, timed calls take 0.5 ms
+    clock = FakeClock(slow_warmup)
+    t = time_fn(lambda: None, n_iter=2000, n_warmup=3, min_time_s=1.0, budget_s=1.2, clock=clock)
+    # 2000 reps at the estimated 1 ms would pass the 1.2 s budget: 1200; they took 600 ms, so 800 more
+    assert clock.batches == [1200, 800] and t.n_iter == 2000 and sum(t.times_ms) == pytest.approx(1000.0)
+    clock = FakeClock(slow_warmup)
+    t = time_fn(lambda: None, n_iter=3000, n_warmup=3, min_time_s=1.0, budget_s=1.2, clock=clock)
+    assert clock.batches == [1200, 1200] and sum(t.times_ms) == pytest.approx(1200.0)  # the budget binds
 
 
 def test_time_fn_with_min_time_keeps_100_reps_for_slow_calls_and_the_budget_cap():

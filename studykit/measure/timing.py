@@ -26,8 +26,8 @@ the paper's 50 iterations are too few for a stable median of a sub-millisecond c
 committed codec records of issue 7 moved by up to 60 % between two runs on the same card).
 With ``min_time_s`` the timed repetitions are at least ``n_iter`` *and* at least ``min_time_s``
 seconds of timed calls, whichever is more (:func:`reps_needed`; the per-call estimate is the
-median of the warm-ups after the first), capped by ``budget_s`` seconds of timed calls (never
-below ``min_iter``). Before every repetition a buffer of ``flush_bytes`` is written, outside
+median of the warm-ups after the first, and a short top-up follows if the timed calls ran
+faster than that), capped by ``budget_s`` seconds of timed calls (never below ``min_iter``). Before every repetition a buffer of ``flush_bytes`` is written, outside
 the timed region, so each call starts with a cold cache, as ``triton.testing.do_bench`` does
 (256 MiB, :data:`L2_FLUSH_BYTES`, more than any GPU's L2). On CUDA the repetitions are queued
 back to back on the stream with a pair of CUDA events around each call and one synchronisation
@@ -57,6 +57,8 @@ MIN_TIME_S = 1.0
 #: the cache-flush buffer of ``triton.testing.do_bench`` (256 MB); more than the L2 of any GPU to date
 #: (H100 50 MiB, H200 60 MiB, B200 126 MiB)
 L2_FLUSH_BYTES = 256 * 2**20
+#: rounds of extra repetitions when the timed calls were faster than the warm-ups said
+_TOP_UPS = 3
 
 
 def quartiles(times_ms: list[float]) -> tuple[float, float, float]:
@@ -246,7 +248,19 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
     if min_time_s is not None:
         est = statistics.median(warm[1:] or warm)  # the first call carries one-time costs
         n = reps_needed(est, min_reps=n_iter, min_time_s=min_time_s, budget_s=budget_s, min_iter=min_iter)
-        return Timing.from_times(clock.repeat(fn, n, setup), len(warm))
+        times = clock.repeat(fn, n, setup)
+        # the warm-ups' estimate may be high (calls get faster once caches and clocks settle): top up to
+        # n_iter repetitions and min_time_s with the measured median, within the budget (a few rounds)
+        goal_ms = min_time_s * 1e3
+        for _ in range(_TOP_UPS):
+            spent, per = math.fsum(times), max(statistics.median(times), 1e-6)
+            want = max(n_iter - len(times), math.ceil((goal_ms * (1 - 1e-9) - spent) / per))
+            if budget_s is not None:
+                want = min(want, math.floor((budget_s * 1e3 - spent) / per))
+            if want < 1:
+                break
+            times += clock.repeat(fn, want, setup)
+        return Timing.from_times(times, len(warm))
     if budget_s is not None:
         n_iter = max(min_iter, min(n_iter, math.floor(0.8 * budget_s * 1e3 / max(warm[-1], 1e-6))))
     times = [once() for _ in range(n_iter)]
