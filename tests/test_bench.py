@@ -6,6 +6,7 @@ CPU through Triton's interpreter (``TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1
 """
 import math
 import os
+import re
 from typing import ClassVar
 
 import pytest
@@ -533,3 +534,130 @@ def test_every_compressor_runs_on_the_gpu_and_workers_agree(dev, name):
         out = C.simulate(name, grads)
         assert all(torch.isfinite(t).all() for t in out[0])
         assert all(torch.equal(a, b) for a, b in zip(out[0], out[1]))
+
+
+# ------------------------------------------------------------------ benchmarks/codec_repeat.py, scripts/gpu_codecs.sh
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def _codec_repeat():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("codec_repeat", os.path.join(ROOT, "benchmarks", "codec_repeat.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_codec_repeat_default_codecs_are_every_one_with_quantize_at_every_b_and_atomo_last():
+    specs = _codec_repeat().default_specs()
+    names = [s.name for s in specs]
+    assert set(names) == set(C.available()) and names[-1] == "atomo"
+    bits = [dict(s.params)["bits"] for s in specs if s.name == "quantize"]
+    assert bits == list(range(2, 17))  # every b Quantize accepts
+
+
+def test_codec_repeat_times_every_codec_twice_and_reports_both(tmp_path, fake_clock, capsys):
+    cr = _codec_repeat()
+    out = tmp_path / "r.jsonl"
+    argv = ["--device", "cpu", "--model", "mlp_small", "--compressors", "fp16", "powersgd", "--min-reps", "3",
+            "--min-time-s", "0", "--warmup", "1", "--out", str(out), "--quiet"]
+    assert cr.main(argv) == 0
+    recs = load_records(out)
+    assert sorted((r["kind"], r["repeat"]) for r in recs) == [("bench", 1), ("bench", 1), ("bench", 2), ("bench", 2),
+                                                             ("copy_bw", 1), ("copy_bw", 2)]
+    assert all(r["git_commit"] and r["timestamp"] and r["min_reps"] == 3 for r in recs)
+    text = capsys.readouterr().out
+    assert "2 of 2 configurations measured twice agree within 10%" in text  # the fake clock: identical runs
+    assert "| elementwise | fp16 |" in text and "NOT MEASURED" in text
+    assert (tmp_path / "r.md").read_text().startswith("# Codec timing, run twice")
+    # resume: nothing is timed again (only each run's copy bandwidth); the report alone reads the file
+    assert cr.main(argv) == 0 and len([r for r in load_records(out) if r["kind"] == "bench"]) == 4
+    assert cr.main(["--report-only", "--out", str(out)]) == 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--out", "x.json"], "give a .jsonl file"),
+    (["--report-only", "--out", "{tmp}/missing.jsonl"], "no records at"),
+    (["--out", os.path.join(ROOT, "data", "measurements", "x.jsonl")], "--overwrite-committed"),
+    (["--min-time-s", "9", "--budget-s", "1"], "--budget-s (1.0)"),
+    (["--compressors", "nonsense"], "nonsense"),
+])
+def test_codec_repeat_refuses_bad_input_and_says_why(tmp_path, capsys, argv, needle):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "r.jsonl")]
+    with pytest.raises(SystemExit) as exc:
+        _codec_repeat().main(argv)
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def _gpu_codecs(tmp_path, **env):
+    import subprocess
+    import sys
+
+    base = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "DEVICE": "cpu", "MODEL": "mlp_small",
+            "WARMUP": "1", "COMPONENTS": "0", "STUDYKIT_GIT_COMMIT": "feedc0de", **env}
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_codecs.sh")], env=base, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_gpu_codecs_script_dry_run_on_cpu(tmp_path):
+    """The lead's GPU script end to end on a tiny gradient: both runs, both tables, the commit passed in."""
+    p = _gpu_codecs(tmp_path, COMPRESSORS="fp16 topk", MIN_TIME_S="0", MIN_REPS="3", TOTAL_S="200")
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["RUN.txt", "codecs.jsonl", "codecs.md", "run.log"]
+    recs = load_records(tmp_path / "codecs.jsonl")
+    assert {(r["compressor"], r["repeat"]) for r in recs if r["kind"] == "bench"} == \
+        {("fp16", 1), ("fp16", 2), ("topk", 1), ("topk", 2)}
+    assert {r["git_commit"] for r in recs} == {"feedc0de"}
+    run = (tmp_path / "RUN.txt").read_text()
+    assert "== codecs: rc=0" in run and "| topk | topk |" in run
+    assert re.search(r"\d of 2 configurations measured twice agree within 10%", run)  # CPU noise: not judged here
+
+
+@pytest.mark.slow
+def test_gpu_codecs_script_cut_by_its_deadline_keeps_and_reports_what_it_measured(tmp_path):
+    # each configuration (the copy bandwidth too) takes >= 3 s of timed calls: 6 per run, 2 runs -> >= 36 s,
+    # cut at 30 s, after the first run's copy bandwidth and fp16 (about 10 s with the imports)
+    p = _gpu_codecs(tmp_path, COMPRESSORS="fp16 bf16 signsgd topk natural", MIN_TIME_S="3", BUDGET_S="3",
+                    MIN_REPS="1", TOTAL_S="50", REPORT_S="20")
+    assert p.returncode == 0, p.stderr
+    run = (tmp_path / "RUN.txt").read_text()
+    assert "== codecs: rc=124" in run and "deadline" in run and "== report: rc=0" in run
+    bench_recs = [r for r in load_records(tmp_path / "codecs.jsonl") if r["kind"] == "bench"]
+    assert 1 <= len(bench_recs) < 10 and all(r["status"] == "ok" for r in bench_recs)
+    assert "| fp16 |" in (tmp_path / "codecs.md").read_text()  # the first codec measured is in the report
+
+
+def test_a_run_cut_midway_keeps_every_codec_it_timed(tmp_path, monkeypatch):
+    """Records stream as each codec is timed: a deadline (here an interrupt in the third codec) loses
+    only the codec in flight."""
+    from studykit.measure import timing
+    from studykit.measure.records import RecordWriter
+
+    made = []
+
+    class Cut(FakeClock):
+        def repeat(self, fn, n, setup=None):
+            if len(made) == 4:  # copy bandwidth, fp16, bf16, then the deadline
+                raise KeyboardInterrupt
+            return super().repeat(fn, n, setup)
+
+    monkeypatch.setattr(timing, "_Clock", lambda device, flush_bytes=0: made.append(1) or Cut(device, flush_bytes))
+    specs = [bench.CompressorSpec(n, ()) for n in ("fp16", "bf16", "signsgd", "topk")]
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_codecs(specs, RecordWriter(tmp_path / "c.jsonl"), device="cpu", model="mlp_small",
+                         policy=bench.RepPolicy(min_reps=3, min_time_s=0.0, n_warmup=1), copy_bytes=2**20,
+                         phases=("encdec",), verbose=False)
+    recs = load_records(tmp_path / "c.jsonl")
+    assert [r.get("compressor") for r in recs] == [None, "fp16", "bf16"]  # copy_bw first
+
+
+def test_kernel_counts_written_after_the_timings_are_attached_to_them():
+    timed = {"kind": "bench", "status": "ok", "config_id": "a", "kernels": None, "ms_median": 1.0}
+    old = {"kind": "bench", "status": "ok", "config_id": "b", "kernels": 7}
+    counts = {"kind": "kernels", "status": "ok", "config_id": "k", "of_config": "a", "kernels": 12}
+    out = bench.attach_kernels([timed, old, counts])
+    assert [r.get("kernels") for r in out] == [12, 7, 12] and timed["kernels"] is None  # the input is not changed

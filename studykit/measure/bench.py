@@ -24,7 +24,10 @@ With ``--reference`` every codec is timed again with ``STUDYKIT_FAST=0`` (plain 
 fused GPU kernels of :mod:`studykit.compressors._fast` off): before/after in one run. Each
 record also has ``host_ms`` (Python + launch time per call, no synchronisation: when it is
 close to ``ms_median`` the codec is launch-bound) and ``kernels`` (device kernels per call,
-from the profiler), the two numbers behind "kernel count x launch overhead".
+from the profiler), the two numbers behind "kernel count x launch overhead". Records are
+written as each codec is timed (a run cut by a deadline keeps them); the profiler runs after
+all timings, so the kernel counts follow as records of kind ``kernels`` (``of_config`` names
+the timing record; :func:`attach_kernels`; records before issue 19 carry ``kernels`` inline).
 
 How each codec is timed (issue 19 item 1, :class:`RepPolicy`; the repetition policy of
 :mod:`studykit.measure.timing`): ``--warmup`` untimed calls (after two settling calls), then
@@ -85,7 +88,8 @@ if TYPE_CHECKING:  # pandas is imported where a table is built
     import pandas
 
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
-           "AGREE_TOL", "summarize", "run_codecs", "compare_runs", "speed_targets", "speed_targets_markdown", "main"]
+           "AGREE_TOL", "attach_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
+           "compare_markdown", "speed_targets", "speed_targets_markdown", "main"]
 
 #: issue #7's groups and limits
 ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
@@ -358,23 +362,42 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                     torch.cuda.empty_cache()
                 rec = make_record("bench", cid, device=device, status="error",
                                   reason=f"{type(exc).__name__}: {exc}"[:500], **fields)
-            pending.append((rec, fast, fn if rec["status"] == "ok" and dev_type == "cuda" else None))
+            writer.write(rec)  # streamed: a run cut by a deadline keeps every codec it timed
+            written += 1
+            if rec["status"] == "ok" and dev_type == "cuda":
+                pending.append((rec, fast, fn))
             fn = None
             if rec["status"] == "ok":
                 note(f"{spec.name:>13} {phase:<8} {mode:<21} {_stats(rec)}  x{rec['x_floor']:6.1f} floor"
                      f"  host {rec['host_ms']:.3f} ms", verbose)
             else:
                 note(f"{spec.name:>13} {phase:<8} {mode:<21} ERROR {rec['reason'][:100]}", verbose)
-    comps = _components(flat, device, base, policy, done, verbose) if extras else []
+    comps = _components(flat, device, base, policy, done, writer, verbose) if extras else []
+    written += len(comps)
     # The profiler goes last: once CUPTI is attached, every later launch costs more host time,
-    # which would inflate the timings of launch-bound codecs measured after it.
-    for rec, fast, fn in pending + comps:
-        if fn is not None:
-            with _fast_paths(fast):
-                rec["kernels"] = _kernels(fn, device)
-        writer.write(rec)
+    # which would inflate the timings of launch-bound codecs measured after it. Its counts are
+    # records of their own (kind "kernels"), attached to the timings by attach_kernels.
+    for rec, fast, fn in pending + (comps if dev_type == "cuda" else []):
+        with _fast_paths(fast):
+            n = _kernels(fn, device)
+        ident = {k: rec.get(k) for k in ("model", "compressor", "params", "phase", "mode", "repeat")}
+        writer.write(make_record("kernels", config_id(kind="kernels", device_type=dev_type, **ident), device=device,
+                                 kernels=n, of_config=rec["config_id"], **ident))
         written += 1
     return written
+
+
+def attach_kernels(records: Iterable[dict]) -> list[dict]:
+    """The records with each bench record's ``kernels`` filled from the ``kernels`` record of its
+    configuration (``of_config``; the profiler runs after all timings, so the counts come last)."""
+    records = list(records)
+    counts = {r.get("of_config"): r.get("kernels") for r in records if r.get("kind") == "kernels"}
+    out = []
+    for r in records:
+        if r.get("kind") == "bench" and r.get("kernels") is None and r.get("config_id") in counts:
+            r = dict(r, kernels=counts[r["config_id"]])
+        out.append(r)
+    return out
 
 
 def _bench_record(cid: str, *, device, timing, policy: RepPolicy, **fields) -> dict:
@@ -393,9 +416,10 @@ def _stats(rec: dict) -> str:
     return f"{rec['ms_median']:8.4f} ms{iqr} n={rec['n_iter']}"
 
 
-def _components(flat, device, base, policy, done, verbose) -> list:
+def _components(flat, device, base, policy, done, writer, verbose) -> list:
     """Building blocks behind the explanations: torch.topk alone, one MSTopK counting pass,
-    a plain elementwise pass (x * 2) and an empty launch."""
+    a plain elementwise pass (x * 2) and an empty launch; written as timed, returns
+    (record, True, function) for the kernel counts."""
     numel = flat.numel()
     k = max(1, math.ceil(0.01 * numel))
     mag = flat.abs()
@@ -429,7 +453,8 @@ def _components(flat, device, base, policy, done, verbose) -> list:
         t = time_fn(fn, device=device, **policy.timing_kw(device))
         rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=_host_ms(fn, device), kernels=None,
                             **dict(base, phase="component:" + label, layout="flat", group="component"))
-        out.append((rec, True, fn if device.type == "cuda" else None))
+        writer.write(rec)
+        out.append((rec, True, fn))
         note(f"{'component':>13} {label:<34} {_stats(rec)}  x{rec['x_floor']:6.1f} floor", verbose)
     return out
 
@@ -482,7 +507,7 @@ def summarize(records: Iterable[dict]) -> pandas.DataFrame:
     """
     import pandas as pd
 
-    records = [r for r in records if r.get("status") == "ok"]
+    records = [r for r in attach_kernels(records) if r.get("status") == "ok"]
     rows = []
     for r in records:
         kind = r.get("kind")
