@@ -38,7 +38,8 @@ repetition a 256 MiB buffer is written (``--l2-flush-mib``; L2 flushed, as
 buffer larger than the last-level cache, at about 10 ms of untimed work per repetition); CUDA
 events on a GPU. Records carry the median, the interquartile range (``ms_q25``, ``ms_q75``),
 ``n_iter``, the policy (``min_reps``, ``min_time_s``, ``budget_s``, ``l2_flush_bytes``,
-``timer``), ``reps_capped`` (true where the budget stopped it short of the policy), the memory
+``timer``), ``reps_capped`` (true where the budget stopped it short of the policy),
+``loadavg_1m`` (the machine's load when it was timed: a busy shared CPU explains noise), the memory
 floor of the codec's input (``floor_ms``) and ``x_floor``. The kit's commit is stamped from
 ``git`` or, in a checkout without ``.git``, from ``STUDYKIT_GIT_COMMIT`` (pass it in; the run
 warns when neither is there). Records written before issue 19 (3-50 iterations, no flush, no
@@ -80,7 +81,7 @@ from studykit.compressors import _fast
 from studykit.compressors.base import ErrorFeedback
 from studykit.measure.profile import (_plan, _timed_call, effective_params, measure_copy_bandwidth, memory_floor_ms,
                                       single_round)
-from studykit.measure.records import RecordWriter, config_id, load_records, make_record, provenance
+from studykit.measure.records import RecordWriter, config_id, load_records, loadavg_1m, make_record, provenance
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs
 from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, time_fn
 
@@ -404,7 +405,7 @@ def _bench_record(cid: str, *, device, timing, policy: RepPolicy, **fields) -> d
     """A bench record: ``timing``'s statistics, the policy and whether it was met, ``x_floor``; the
     raw times only up to :data:`RAW_TIMES_MAX` repetitions (``times_ms`` null beyond)."""
     rec = make_record("bench", cid, device=device, timing=timing, x_floor=timing.ms_median / fields["floor_ms"],
-                      reps_capped=policy.capped(timing), **fields)
+                      reps_capped=policy.capped(timing), loadavg_1m=loadavg_1m(), **fields)
     if timing.n_iter > RAW_TIMES_MAX:
         rec["times_ms"] = None
     return rec
