@@ -674,3 +674,16 @@ def test_the_committed_cpu_rerun_tables_are_generated_from_its_records(tmp_path)
         assert (tmp_path / "codecs.md").read_text(encoding="utf-8") == f.read()
     recs = load_records(os.path.join(folder, "codecs.jsonl"))
     assert {r["device"] for r in recs} == {"cpu"} and {r["repeat"] for r in recs} == {1, 2}
+
+
+def test_the_benchmark_readme_states_the_policys_real_defaults():
+    with open(os.path.join(ROOT, "data", "benchmarks", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    p = bench.RepPolicy()
+    phrases = (f"`--min-reps` repetitions (default {p.min_reps})",
+               f"`--min-time-s` seconds of timed calls\n  (default {p.min_time_s:g})",
+               f"(default {p.budget_s:g};", f"(default {p.n_warmup}, after two settling",
+               f"{bench.L2_FLUSH_BYTES // 2**20} MiB buffer", f"up to {bench.RAW_TIMES_MAX:,} repetitions",
+               f"within {bench.AGREE_TOL:.0%}".replace("%", " %"))
+    for phrase in phrases:
+        assert phrase in text, phrase
