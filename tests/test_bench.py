@@ -687,3 +687,24 @@ def test_the_benchmark_readme_states_the_policys_real_defaults():
                f"within {bench.AGREE_TOL:.0%}".replace("%", " %"))
     for phrase in phrases:
         assert phrase in text, phrase
+
+
+def test_kernel_counts_follow_the_timings_as_their_own_records(tmp_path, fake_clock, monkeypatch):
+    """The profiler pass (on CUDA by default; forced here with a stand-in counter): one kernels record per
+    timed configuration, after every timing record, attached back by attach_kernels."""
+    from studykit.measure.records import RecordWriter
+
+    monkeypatch.setattr(bench, "_kernels", lambda fn, device: 7)
+    bench.run_codecs([bench.CompressorSpec("fp16", ()), bench.CompressorSpec("topk", ())],
+                     RecordWriter(tmp_path / "c.jsonl"), device="cpu", model="mlp_small",
+                     policy=bench.RepPolicy(min_reps=3, min_time_s=0.0, n_warmup=1), copy_bytes=2**20,
+                     phases=("encdec",), extras=False, kernels=True, repeat=2, verbose=False)
+    recs = load_records(tmp_path / "c.jsonl")
+    assert [r["kind"] for r in recs] == ["copy_bw", "bench", "bench", "kernels", "kernels"]
+    timed = {r["config_id"]: r for r in recs if r["kind"] == "bench"}
+    counts = [r for r in recs if r["kind"] == "kernels"]
+    assert {r["of_config"] for r in counts} == set(timed) and all(r["repeat"] == 2 for r in counts)
+    assert all(r["kernels"] is None for r in timed.values())
+    assert [r["kernels"] for r in bench.attach_kernels(recs) if r["kind"] == "bench"] == [7, 7]
+    df = bench.summarize(recs)
+    assert set(df[df.compressor.isin(["fp16", "topk"])].kernels) == {7}

@@ -285,18 +285,21 @@ FAST_CODECS = ("signsgd", "ef_signsgd", "qsgd", "terngrad", "natural", "quantize
 def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device: torch.device,
                model: str = "resnet50", policy: RepPolicy | None = None,
                reference: bool = False, split: bool = True, extras: bool = True, phases: Sequence[str] = PHASES,
-               copy_bytes: int | None = None, repeat: int | None = None, verbose: bool = True) -> int:
+               copy_bytes: int | None = None, repeat: int | None = None, kernels: bool | None = None,
+               verbose: bool = True) -> int:
     """Time every codec of ``specs`` on ``model``'s flat gradient (low-rank ones on its real
     shapes) beside the memory floor, each by ``policy`` (:class:`RepPolicy`); returns records
     written. Resumes: configurations whose ``config_id`` is in ``writer``'s file are skipped.
     ``repeat`` (1, 2, ...) tags a repeated run of the same configurations in one file (part of
-    the ``config_id``; ``benchmarks/codec_repeat.py``)."""
+    the ``config_id``; ``benchmarks/codec_repeat.py``). ``kernels``: count each codec's device
+    kernels with the profiler after all timings (default: on CUDA only)."""
     device = torch.device(device)
     policy = policy if policy is not None else RepPolicy()
     timing_kw = policy.timing_kw(device)
     done = writer.done()
     written = 0
     dev_type = device.type
+    count_kernels = dev_type == "cuda" if kernels is None else kernels
     if provenance(device)["git_commit"] == "unknown":
         print("bench: WARNING the kit's commit is unknown (no .git here): records will say git_commit 'unknown'; "
               "set STUDYKIT_GIT_COMMIT=<sha> to stamp them", file=sys.stderr, flush=True)
@@ -365,7 +368,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                                   reason=f"{type(exc).__name__}: {exc}"[:500], **fields)
             writer.write(rec)  # streamed: a run cut by a deadline keeps every codec it timed
             written += 1
-            if rec["status"] == "ok" and dev_type == "cuda":
+            if rec["status"] == "ok" and count_kernels:
                 pending.append((rec, fast, fn))
             fn = None
             if rec["status"] == "ok":
@@ -378,7 +381,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
     # The profiler goes last: once CUPTI is attached, every later launch costs more host time,
     # which would inflate the timings of launch-bound codecs measured after it. Its counts are
     # records of their own (kind "kernels"), attached to the timings by attach_kernels.
-    for rec, fast, fn in pending + (comps if dev_type == "cuda" else []):
+    for rec, fast, fn in pending + (comps if count_kernels else []):
         with _fast_paths(fast):
             n = _kernels(fn, device)
         ident = {k: rec.get(k) for k in ("model", "compressor", "params", "phase", "mode", "repeat")}
