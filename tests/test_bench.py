@@ -6,6 +6,8 @@ CPU through Triton's interpreter (``TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1
 """
 import math
 import os
+import re
+from typing import ClassVar
 
 import pytest
 import torch
@@ -44,7 +46,8 @@ def test_summarize_reads_the_committed_gpu_measurements():
 def test_bench_cli_writes_records_and_summary_on_cpu(tmp_path):
     out = tmp_path / "b"
     rc = bench.main(["bench", "--model", "mlp_small", "--compressors", "fp16", "signsgd", "topk",
-                     "--out-dir", str(out), "--iters", "2", "--warmup", "1", "--quiet", "--reference"])
+                     "--out-dir", str(out), "--iters", "2", "--min-time-s", "0", "--warmup", "1", "--quiet",
+                     "--reference"])
     assert rc == 0
     recs = load_records(out / "codecs.jsonl")
     kinds = {r["kind"] for r in recs}
@@ -54,11 +57,13 @@ def test_bench_cli_writes_records_and_summary_on_cpu(tmp_path):
     assert {r["mode"] for r in rows} == {"flat:fast", "flat:reference"}
     for r in rows:
         assert r["status"] == "ok" and r["floor_ms"] > 0 and r["x_floor"] > 0 and r["torch"] and r["timestamp"]
+        assert r["ms_q25"] <= r["ms_median"] <= r["ms_q75"] and r["n_iter"] >= 2 and r["git_commit"]
+        assert (r["min_reps"], r["min_time_s"], r["l2_flush_bytes"], r["timer"]) == (2, 0.0, 0, "perf_counter")
     assert (out / "summary.csv").exists() and (out / "summary.md").exists()
     # resume: a second run skips what is there (only the copy bandwidth is measured again)
     n = len(recs)
     bench.main(["bench", "--model", "mlp_small", "--compressors", "fp16", "--out-dir", str(out), "--iters", "2",
-                "--warmup", "1", "--quiet", "--no-split"])
+                "--min-time-s", "0", "--warmup", "1", "--quiet", "--no-split"])
     assert len(load_records(out / "codecs.jsonl", dedupe=False)) == n + 1
     assert load_records(out / "codecs.jsonl").report.n_duplicates == 1  # the copy_bw of both runs
 
@@ -68,6 +73,203 @@ def test_summary_only_mode_prints_markdown(capsys):
         pytest.skip("no committed GPU measurements")
     assert bench.main(["bench", "--summary", GPU_DATA]) == 0
     assert "| model | compressor" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ issue 19: benchmark hygiene (fake clock)
+class FakeClock:
+    """Stands in for ``timing._Clock``: every call "takes" ``ms`` (no call is timed for real; the
+    codec still runs in the bench's own settling and host-time calls)."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, device, flush_bytes=0, ms=0.5):
+        self.ms, self.flush_bytes, self.reps = ms, flush_bytes, 0
+        FakeClock.made.append(self)
+
+    def __call__(self, fn):
+        return self.ms
+
+    def repeat(self, fn, n, setup=None):
+        self.reps += n
+        return [self.ms] * n
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """The first clock made (the copy bandwidth's) reads 4 ms a call, every later one (codecs) 0.5 ms."""
+    from studykit.measure import timing
+
+    FakeClock.made = []
+
+    def make(device, flush_bytes=0):
+        return FakeClock(device, flush_bytes, ms=4.0 if not FakeClock.made else 0.5)
+
+    monkeypatch.setattr(timing, "_Clock", make)
+    return FakeClock
+
+
+def test_rep_policy_defaults_are_issue_19s_and_bad_policies_are_refused():
+    p = bench.RepPolicy()
+    assert (p.min_reps, p.min_time_s) == (100, 1.0)
+    assert p.flush_for("cpu") == 0 and p.flush_for(torch.device("cuda", 0)) == 256 * 2**20
+    kw = p.timing_kw("cpu")
+    assert kw["n_iter"] == 100 and kw["min_time_s"] == 1.0 and kw["budget_s"] == p.budget_s and kw["flush_bytes"] == 0
+    assert p.fields(torch.device("cuda", 0))["timer"] == "cuda_events" and p.fields("cpu")["timer"] == "perf_counter"
+    assert bench.RepPolicy(flush_bytes=64 * 2**20).flush_for("cpu") == 64 * 2**20
+    for kw, what in [({"min_reps": 0}, "min_reps"), ({"min_time_s": -1}, "min_time_s"),
+                     ({"min_time_s": 5, "budget_s": 1}, "budget_s"), ({"n_warmup": 0}, "n_warmup"),
+                     ({"flush_bytes": -1}, "flush_bytes")]:
+        with pytest.raises(ValueError, match=what):
+            bench.RepPolicy(**kw)
+
+
+def test_bench_cli_refuses_a_budget_below_the_minimum_time(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["bench", "--min-time-s", "5", "--budget-s", "1", "--quiet"])
+    assert "--budget-s (1.0)" in capsys.readouterr().err
+
+
+def test_run_codecs_applies_the_policy_and_the_memory_floor(tmp_path, fake_clock):
+    from studykit.measure.profile import memory_floor_ms
+    from studykit.measure.records import RecordWriter
+
+    policy = bench.RepPolicy(min_reps=100, min_time_s=1.0, budget_s=30.0, n_warmup=2, flush_bytes=4096)
+    specs = [bench.CompressorSpec("fp16", ()), bench.CompressorSpec("powersgd", (("rank", 4),))]
+    bench.run_codecs(specs, RecordWriter(tmp_path / "c.jsonl"), device="cpu", model="mlp_small", policy=policy,
+                     copy_bytes=2**20, extras=False, phases=("encdec",), verbose=False)
+    assert all(c.flush_bytes == 4096 for c in fake_clock.made)  # the policy's flush reaches every clock
+    recs = load_records(tmp_path / "c.jsonl")
+    (copy,) = [r for r in recs if r["kind"] == "copy_bw"]
+    assert copy["copy_GBps"] == pytest.approx(2 * 2**20 / 4e-3 / 1e9)  # bytes read + written over 4 ms
+    numel = 23050  # mlp_small
+    floor = 8 * numel / (copy["copy_GBps"] * 1e9) * 1e3  # one read + one write of the fp32 gradient
+    assert memory_floor_ms(numel, copy["copy_GBps"]) == pytest.approx(floor)
+    rows = {r["compressor"]: r for r in recs if r["kind"] == "bench"}
+    assert set(rows) == {"fp16", "powersgd"}
+    for r in rows.values():
+        assert r["numel"] == numel and r["floor_ms"] == pytest.approx(floor)
+        assert r["ms_median"] == 0.5 and r["x_floor"] == pytest.approx(0.5 / floor)
+        assert r["n_iter"] == 2000 and r["times_ms"] is None  # 1 s / 0.5 ms; the raw list left out beyond 1000
+        assert (r["ms_q25"], r["ms_q75"]) == (0.5, 0.5) and r["reps_capped"] is False
+        assert (r["min_reps"], r["min_time_s"], r["budget_s"], r["l2_flush_bytes"]) == (100, 1.0, 30.0, 4096)
+    assert rows["powersgd"]["layout"] == "per_tensor" and rows["fp16"]["layout"] == "flat"
+
+
+def test_a_budget_that_cuts_the_policy_is_recorded(tmp_path, fake_clock):
+    from studykit.measure.records import RecordWriter
+
+    policy = bench.RepPolicy(min_reps=100, min_time_s=0.01, budget_s=0.02, n_warmup=1)
+    bench.run_codecs([bench.CompressorSpec("fp16", ())], RecordWriter(tmp_path / "c.jsonl"), device="cpu",
+                     model="mlp_small", policy=policy, copy_bytes=2**20, extras=False, phases=("encdec",),
+                     verbose=False)
+    (r,) = [r for r in load_records(tmp_path / "c.jsonl") if r["kind"] == "bench"]
+    assert r["n_iter"] == 40 and r["reps_capped"] is True and len(r["times_ms"]) == 40  # 20 ms / 0.5 ms < 100
+
+
+def test_the_commit_is_stamped_where_the_checkout_has_no_git(tmp_path, monkeypatch, fake_clock, capsys):
+    from studykit.measure import records
+    from studykit.measure.records import RecordWriter
+
+    monkeypatch.setattr(records, "_git_commit", lambda: ("unknown", None))  # no .git here
+    def run(out):
+        bench.run_codecs([bench.CompressorSpec("fp16", ())], RecordWriter(out), device="cpu", model="mlp_small",
+                         policy=bench.RepPolicy(min_reps=2, min_time_s=0.0, n_warmup=1), copy_bytes=2**20,
+                         extras=False, phases=("encdec",), verbose=False)
+
+    monkeypatch.delenv("STUDYKIT_GIT_COMMIT", raising=False)
+    run(tmp_path / "a.jsonl")
+    assert {r["git_commit"] for r in load_records(tmp_path / "a.jsonl")} == {"unknown"}
+    assert "STUDYKIT_GIT_COMMIT" in capsys.readouterr().err  # the run says how to stamp it
+    monkeypatch.setenv("STUDYKIT_GIT_COMMIT", "0123abc")  # set after provenance was first built: still read
+    run(tmp_path / "b.jsonl")
+    assert {(r["git_commit"], r["git_dirty"]) for r in load_records(tmp_path / "b.jsonl")} == {("0123abc", None)}
+    assert "WARNING" not in capsys.readouterr().err
+
+
+def _rec(name, ms, *, params=None, phase="encdec", mode="flat:fast", model="resnet50", device="cuda:0",
+         floor_ms=0.05, repeat=None, q=None):
+    return {"kind": "bench", "status": "ok", "model": model, "compressor": name, "params": params or {},
+            "phase": phase, "layout": "per_tensor" if name in ("powersgd", "atomo") else "flat", "mode": mode,
+            "device": device, "gpu": "NVIDIA H200", "floor_ms": floor_ms, "ms_median": ms, "n_iter": 100,
+            "ms_q25": q and q[0], "ms_q75": q and q[1], "repeat": repeat}
+
+
+def test_compare_runs_gives_both_medians_their_ratio_and_agreement():
+    a = [_rec("fp16", 0.100, q=(0.09, 0.11)), _rec("thc", 1.0), _rec("topk", 0.5), _rec("qsgd", 0.2),
+         {"kind": "copy_bw", "status": "ok", "ms_median": 1.0}]
+    b = [_rec("fp16", 0.105), _rec("thc", 1.2), _rec("topk", 0.5 / 1.1), _rec("qsgd", 0.2, phase="encode")]
+    df = bench.compare_runs([a, b]).set_index("compressor")
+    assert list(df.index) == ["fp16", "thc", "topk", "qsgd"]
+    assert df.loc["fp16", "ratio"] == pytest.approx(1.05) and df.loc["fp16", "agree"]
+    assert df.loc["fp16", "q25_1"] == 0.09 and df.loc["fp16", "x_floor_1"] == pytest.approx(2.0)
+    assert not df.loc["thc", "agree"]  # 20 % apart
+    assert df.loc["topk", "agree"]  # exactly 10 % apart: within
+    assert df.loc["qsgd", "ratio"] is None or math.isnan(df.loc["qsgd", "ratio"])  # not measured twice
+    md = bench.compare_markdown(bench.compare_runs([a, b]))
+    assert "2 of 3 configurations measured twice agree within 10%" in md and "| NO |" in md
+    with pytest.raises(ValueError, match="no runs"):
+        bench.compare_runs([])
+
+
+def test_split_repeats_separates_the_runs_of_one_file():
+    recs = [_rec("fp16", 1.0, repeat=1), _rec("fp16", 2.0, repeat=2), _rec("bf16", 1.0, repeat=1),
+            {"kind": "copy_bw", "repeat": 1}]
+    runs = bench.split_repeats(recs)
+    assert [[r["ms_median"] for r in run] for run in runs] == [[1.0, 1.0], [2.0]]
+    assert bench.split_repeats([_rec("fp16", 1.0)]) == [[_rec("fp16", 1.0)]]
+
+
+def test_speed_targets_judge_the_worst_run_and_name_what_is_missing():
+    a = [_rec("fp16", 0.09), _rec("bf16", 0.09), _rec("thc", 0.25), _rec("quantize", 0.08, params={"bits": 2}),
+         _rec("quantize", 0.12, params={"bits": 8}), _rec("powersgd", 1.4, params={"rank": 4}),
+         _rec("powersgd", 9.0, params={"rank": 8}), _rec("mstopk", 0.4), _rec("fp16", 0.3, mode="flat:reference"),
+         _rec("fp16", 0.03, phase="encode"), _rec("none", 0.05)]
+    b = [_rec("fp16", 0.09), _rec("bf16", 0.11), _rec("thc", 0.15), _rec("quantize", 0.08, params={"bits": 2}),
+         _rec("quantize", 0.09, params={"bits": 8}), _rec("powersgd", 1.45, params={"rank": 4}), _rec("mstopk", 0.4)]
+    t = bench.speed_targets(bench.compare_runs([a, b]))
+    got = {(r.compressor, r.params): (r.verdict, r.limit) for r in t.itertuples()}
+    assert got[("fp16", "")] == ("PASS", 2.0)  # 1.8x the floor in both runs
+    assert got[("bf16", "")] == ("MISS", 2.0)  # 1.8x, then 2.2x: the worst run is judged
+    assert got[("thc", "")] == ("MISS", 4.0)  # 5x in run 1
+    assert got[("quantize", "bits=2")][0] == "PASS" and got[("quantize", "bits=8")][0] == "MISS"  # every b
+    assert got[("powersgd", "rank=4")] == ("PASS", 1.5) and ("powersgd", "rank=8") not in got
+    assert got[("mstopk", "")] == ("PASS", 10.0)
+    assert got[("atomo", "")][0] == "NOT MEASURED" and got[("topk", "")][0] == "NOT MEASURED"
+    assert ("none", "") not in got and len([k for k in got if k[0] == "fp16"]) == 1  # reference, encode: not judged
+    assert set(t.compressor) >= {n for tg in bench.SPEED_TARGETS for n in tg.compressors}
+    md = bench.speed_targets_markdown(t)
+    assert "| PASS |" in md and "| MISS |" in md and "judged target rows PASS" in md
+    # on a CPU or another model the same numbers are reported, not judged
+    cpu = bench.speed_targets(bench.compare_runs([[_rec("fp16", 0.09, device="cpu"),
+                                                   _rec("bf16", 0.09, model="mlp_large")]]))
+    verdicts = dict(zip(cpu.compressor, cpu.verdict))
+    assert verdicts["fp16"].startswith("n/a (CPU") and verdicts["bf16"].startswith("n/a (mlp_large")
+
+
+def test_every_speed_target_names_registered_compressors():
+    for t in bench.SPEED_TARGETS:
+        assert set(t.compressors) <= set(C.available()), t.key
+        assert t.unit in ("x_floor", "ms") and t.limit > 0
+        for k, _ in t.params:
+            assert k in C.get(t.compressors[0]).params()
+    names = [n for t in bench.SPEED_TARGETS for n in t.compressors]
+    assert len(names) == len(set(names))  # one target per codec
+
+
+def test_committed_records_without_the_new_fields_stay_readable():
+    """Records of issue 7 (3-50 iterations, no quartiles, no policy) go through the new tables."""
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "benchmarks", "h200", "codecs.jsonl")
+    recs = load_records(path)
+    assert recs and all("ms_q25" not in r for r in recs)
+    df = bench.compare_runs(bench.split_repeats(recs))
+    fp16 = df[(df.compressor == "fp16") & (df.phase == "encdec") & (df["mode"] == "flat:fast")].iloc[0]
+    assert fp16.q25_1 is None and fp16.ms_1 > 0 and fp16.x_floor_1 == pytest.approx(fp16.ms_1 / fp16.floor_ms)
+    t = bench.speed_targets(df)
+    row = t[t.compressor == "fp16"].iloc[0]
+    assert row.verdict == ("PASS" if row.value <= 2.0 else "MISS")
+    assert "| fp16 |" in bench.speed_targets_markdown(t)
+    line = bench.compare_markdown(df[df.compressor == "fp16"].head(1)).splitlines()[2]
+    assert f"{fp16.ms_1:.4f} n=" in line and "[" not in line  # no quartiles in an old record: none printed
 
 
 # ------------------------------------------------------------------ lean protocol (CPU)
@@ -332,3 +534,177 @@ def test_every_compressor_runs_on_the_gpu_and_workers_agree(dev, name):
         out = C.simulate(name, grads)
         assert all(torch.isfinite(t).all() for t in out[0])
         assert all(torch.equal(a, b) for a, b in zip(out[0], out[1]))
+
+
+# ------------------------------------------------------------------ benchmarks/codec_repeat.py, scripts/gpu_codecs.sh
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def _codec_repeat():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("codec_repeat", os.path.join(ROOT, "benchmarks", "codec_repeat.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_codec_repeat_default_codecs_are_every_one_with_quantize_at_every_b_and_atomo_last():
+    specs = _codec_repeat().default_specs()
+    names = [s.name for s in specs]
+    assert set(names) == set(C.available()) and names[-1] == "atomo"
+    bits = [dict(s.params)["bits"] for s in specs if s.name == "quantize"]
+    assert bits == list(range(2, 17))  # every b Quantize accepts
+
+
+def test_codec_repeat_times_every_codec_twice_and_reports_both(tmp_path, fake_clock, capsys):
+    cr = _codec_repeat()
+    out = tmp_path / "r.jsonl"
+    argv = ["--device", "cpu", "--model", "mlp_small", "--compressors", "fp16", "powersgd", "--min-reps", "3",
+            "--min-time-s", "0", "--warmup", "1", "--out", str(out), "--quiet"]
+    assert cr.main(argv) == 0
+    recs = load_records(out)
+    assert sorted((r["kind"], r["repeat"]) for r in recs) == [("bench", 1), ("bench", 1), ("bench", 2), ("bench", 2),
+                                                             ("copy_bw", 1), ("copy_bw", 2)]
+    assert all(r["git_commit"] and r["timestamp"] and r["min_reps"] == 3 for r in recs)
+    text = capsys.readouterr().out
+    assert "2 of 2 configurations measured twice agree within 10%" in text  # the fake clock: identical runs
+    assert "| elementwise | fp16 |" in text and "NOT MEASURED" in text
+    assert (tmp_path / "r.md").read_text().startswith("# Codec timing, run twice")
+    # resume: nothing is timed again (only each run's copy bandwidth); the report alone reads the file
+    assert cr.main(argv) == 0 and len([r for r in load_records(out) if r["kind"] == "bench"]) == 4
+    assert cr.main(["--report-only", "--out", str(out)]) == 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--out", "x.json"], "give a .jsonl file"),
+    (["--report-only", "--out", "{tmp}/missing.jsonl"], "no records at"),
+    (["--out", os.path.join(ROOT, "data", "measurements", "x.jsonl")], "--overwrite-committed"),
+    (["--min-time-s", "9", "--budget-s", "1"], "--budget-s (1.0)"),
+    (["--compressors", "nonsense"], "nonsense"),
+])
+def test_codec_repeat_refuses_bad_input_and_says_why(tmp_path, capsys, argv, needle):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "r.jsonl")]
+    with pytest.raises(SystemExit) as exc:
+        _codec_repeat().main(argv)
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def _gpu_codecs(tmp_path, **env):
+    import subprocess
+    import sys
+
+    base = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "DEVICE": "cpu", "MODEL": "mlp_small",
+            "WARMUP": "1", "COMPONENTS": "0", "STUDYKIT_GIT_COMMIT": "feedc0de", **env}
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_codecs.sh")], env=base, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_gpu_codecs_script_dry_run_on_cpu(tmp_path):
+    """The lead's GPU script end to end on a tiny gradient: both runs, both tables, the commit passed in."""
+    p = _gpu_codecs(tmp_path, COMPRESSORS="fp16 topk", MIN_TIME_S="0", MIN_REPS="3", TOTAL_S="200")
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["RUN.txt", "codecs.jsonl", "codecs.md", "run.log"]
+    recs = load_records(tmp_path / "codecs.jsonl")
+    assert {(r["compressor"], r["repeat"]) for r in recs if r["kind"] == "bench"} == \
+        {("fp16", 1), ("fp16", 2), ("topk", 1), ("topk", 2)}
+    assert {r["git_commit"] for r in recs} == {"feedc0de"}
+    run = (tmp_path / "RUN.txt").read_text()
+    assert "== codecs: rc=0" in run and "| topk | topk |" in run
+    assert re.search(r"\d of 2 configurations measured twice agree within 10%", run)  # CPU noise: not judged here
+
+
+@pytest.mark.slow
+def test_gpu_codecs_script_cut_by_its_deadline_keeps_and_reports_what_it_measured(tmp_path):
+    # each configuration (the copy bandwidth too) takes >= 3 s of timed calls: 6 per run, 2 runs -> >= 36 s,
+    # cut at 30 s, after the first run's copy bandwidth and fp16 (about 10 s with the imports)
+    p = _gpu_codecs(tmp_path, COMPRESSORS="fp16 bf16 signsgd topk natural", MIN_TIME_S="3", BUDGET_S="3",
+                    MIN_REPS="1", TOTAL_S="50", REPORT_S="20")
+    assert p.returncode == 0, p.stderr
+    run = (tmp_path / "RUN.txt").read_text()
+    assert "== codecs: rc=124" in run and "deadline" in run and "== report: rc=0" in run
+    bench_recs = [r for r in load_records(tmp_path / "codecs.jsonl") if r["kind"] == "bench"]
+    assert 1 <= len(bench_recs) < 10 and all(r["status"] == "ok" for r in bench_recs)
+    assert "| fp16 |" in (tmp_path / "codecs.md").read_text()  # the first codec measured is in the report
+
+
+def test_a_run_cut_midway_keeps_every_codec_it_timed(tmp_path, monkeypatch):
+    """Records stream as each codec is timed: a deadline (here an interrupt in the third codec) loses
+    only the codec in flight."""
+    from studykit.measure import timing
+    from studykit.measure.records import RecordWriter
+
+    made = []
+
+    class Cut(FakeClock):
+        def repeat(self, fn, n, setup=None):
+            if len(made) == 4:  # copy bandwidth, fp16, bf16, then the deadline
+                raise KeyboardInterrupt
+            return super().repeat(fn, n, setup)
+
+    monkeypatch.setattr(timing, "_Clock", lambda device, flush_bytes=0: made.append(1) or Cut(device, flush_bytes))
+    specs = [bench.CompressorSpec(n, ()) for n in ("fp16", "bf16", "signsgd", "topk")]
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_codecs(specs, RecordWriter(tmp_path / "c.jsonl"), device="cpu", model="mlp_small",
+                         policy=bench.RepPolicy(min_reps=3, min_time_s=0.0, n_warmup=1), copy_bytes=2**20,
+                         phases=("encdec",), verbose=False)
+    recs = load_records(tmp_path / "c.jsonl")
+    assert [r.get("compressor") for r in recs] == [None, "fp16", "bf16"]  # copy_bw first
+
+
+def test_kernel_counts_written_after_the_timings_are_attached_to_them():
+    timed = {"kind": "bench", "status": "ok", "config_id": "a", "kernels": None, "ms_median": 1.0}
+    old = {"kind": "bench", "status": "ok", "config_id": "b", "kernels": 7}
+    counts = {"kind": "kernels", "status": "ok", "config_id": "k", "of_config": "a", "kernels": 12}
+    out = bench.attach_kernels([timed, old, counts])
+    assert [r.get("kernels") for r in out] == [12, 7, 12] and timed["kernels"] is None  # the input is not changed
+
+
+def test_the_committed_cpu_rerun_tables_are_generated_from_its_records(tmp_path):
+    """data/measurements/codec_repeat_cpu/codecs.md is what --report-only makes of codecs.jsonl (no hand edits)."""
+    import shutil
+
+    folder = os.path.join(ROOT, "data", "measurements", "codec_repeat_cpu")
+    shutil.copy(os.path.join(folder, "codecs.jsonl"), tmp_path / "codecs.jsonl")
+    _codec_repeat().report(tmp_path / "codecs.jsonl", verbose=False)
+    with open(os.path.join(folder, "codecs.md"), encoding="utf-8") as f:
+        assert (tmp_path / "codecs.md").read_text(encoding="utf-8") == f.read()
+    recs = load_records(os.path.join(folder, "codecs.jsonl"))
+    assert {r["device"] for r in recs} == {"cpu"} and {r["repeat"] for r in recs} == {1, 2}
+
+
+def test_the_benchmark_readme_states_the_policys_real_defaults():
+    with open(os.path.join(ROOT, "data", "benchmarks", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    p = bench.RepPolicy()
+    phrases = (f"`--min-reps` repetitions (default {p.min_reps})",
+               f"`--min-time-s` seconds of timed calls\n  (default {p.min_time_s:g})",
+               f"(default {p.budget_s:g};", f"(default {p.n_warmup}, after two settling",
+               f"{bench.L2_FLUSH_BYTES // 2**20} MiB buffer", f"up to {bench.RAW_TIMES_MAX:,} repetitions",
+               f"within {bench.AGREE_TOL:.0%}".replace("%", " %"))
+    for phrase in phrases:
+        assert phrase in text, phrase
+
+
+def test_kernel_counts_follow_the_timings_as_their_own_records(tmp_path, fake_clock, monkeypatch):
+    """The profiler pass (on CUDA by default; forced here with a stand-in counter): one kernels record per
+    timed configuration, after every timing record, attached back by attach_kernels."""
+    from studykit.measure.records import RecordWriter
+
+    monkeypatch.setattr(bench, "_kernels", lambda fn, device: 7)
+    bench.run_codecs([bench.CompressorSpec("fp16", ()), bench.CompressorSpec("topk", ())],
+                     RecordWriter(tmp_path / "c.jsonl"), device="cpu", model="mlp_small",
+                     policy=bench.RepPolicy(min_reps=3, min_time_s=0.0, n_warmup=1), copy_bytes=2**20,
+                     phases=("encdec",), extras=False, kernels=True, repeat=2, verbose=False)
+    recs = load_records(tmp_path / "c.jsonl")
+    assert [r["kind"] for r in recs] == ["copy_bw", "bench", "bench", "kernels", "kernels"]
+    timed = {r["config_id"]: r for r in recs if r["kind"] == "bench"}
+    counts = [r for r in recs if r["kind"] == "kernels"]
+    assert {r["of_config"] for r in counts} == set(timed) and all(r["repeat"] == 2 for r in counts)
+    assert all(r["kernels"] is None for r in timed.values())
+    assert [r["kernels"] for r in bench.attach_kernels(recs) if r["kind"] == "bench"] == [7, 7]
+    df = bench.summarize(recs)
+    assert set(df[df.compressor.isin(["fp16", "topk"])].kernels) == {7}

@@ -361,7 +361,7 @@ def test_bench_retry_errors_measures_error_records_again(tmp_path):
 
     out = tmp_path / "b"
     argv = ["bench", "--model", "mlp_small", "--compressors", "fp16", "--out-dir", str(out), "--iters", "2",
-            "--warmup", "1", "--quiet", "--no-split"]
+            "--min-time-s", "0", "--warmup", "1", "--quiet", "--no-split"]
     assert bench.main(argv) == 0
     recs = R.load_records(out / "codecs.jsonl")
     for r in recs:

@@ -4,7 +4,36 @@ import time
 
 import pytest
 
+from studykit.measure import timing as T
 from studykit.measure.timing import PAPER_DISCARDED, PAPER_ITERATIONS, Timing, time_fn
+
+
+class FakeClock:
+    """A clock that reads a script instead of time: call ``i`` (warm-up or timed) "takes" ``times(i)`` ms.
+    Records what ``time_fn`` asked of it: single calls (warm-ups) and batches (timed repetitions)."""
+
+    def __init__(self, times):
+        self.times = times if callable(times) else (lambda i, v=float(times): v)
+        self.calls = 0
+        self.single = 0
+        self.batches: list[int] = []
+
+    def __call__(self, fn):
+        fn()
+        self.single += 1
+        self.calls += 1
+        return self.times(self.calls - 1)
+
+    def repeat(self, fn, n, setup=None):
+        self.batches.append(n)
+        out = []
+        for _ in range(n):
+            if setup is not None:
+                setup()
+            fn()
+            out.append(self.times(self.calls))
+            self.calls += 1
+        return out
 
 
 def test_defaults_are_the_papers_method():
@@ -33,8 +62,9 @@ def test_warmups_are_discarded_and_setup_is_untimed():
 def test_from_times_and_as_dict():
     t = Timing.from_times([3.0, 1.0, 2.0, 10.0], n_warmup=2)
     assert (t.ms_median, t.ms_mean, t.ms_min, t.ms_max) == (2.5, 4.0, 1.0, 10.0)
+    assert (t.ms_q25, t.ms_q75) == (1.75, 4.75)  # linear interpolation between order statistics
     d = t.as_dict()
-    assert set(d) == {"ms_median", "ms_mean", "ms_min", "ms_max", "n_iter", "n_warmup", "times_ms"}
+    assert set(d) == {"ms_median", "ms_mean", "ms_min", "ms_max", "n_iter", "n_warmup", "times_ms", "ms_q25", "ms_q75"}
     assert "times_ms" not in t.as_dict(raw=False)
 
 
@@ -61,3 +91,110 @@ def test_agree_makes_decisions_from_the_agreed_time():
 def test_bad_arguments(kw):
     with pytest.raises(ValueError):
         time_fn(lambda: None, **kw)
+
+
+# ------------------------------------------------------------------ the repetition policy (issue 19), fake clock
+def test_quartiles_match_numpys_default_percentiles():
+    np = pytest.importorskip("numpy")
+    xs = [5.0, 1.0, 9.0, 2.0, 2.5, 7.0, 3.0]
+    q25, med, q75 = T.quartiles(xs)
+    assert (q25, med, q75) == pytest.approx(tuple(np.percentile(xs, [25, 50, 75])))
+    assert T.quartiles([4.0]) == (4.0, 4.0, 4.0)
+    assert T.quartiles([1.0, 3.0]) == (1.5, 2.0, 2.5)
+    with pytest.raises(ValueError):
+        T.quartiles([])
+
+
+@pytest.mark.parametrize("est_ms,expected", [
+    (0.05, 20_000),   # fast codec: 1 s of timed calls is the binding rule
+    (10.0, 100),      # 100 x 10 ms = 1 s exactly
+    (20.0, 100),      # slow codec: the 100 repetitions bind (2 s)
+    (3.0, 334),       # ceil(1000 / 3)
+])
+def test_reps_needed_is_100_or_1_s_whichever_is_more(est_ms, expected):
+    assert T.reps_needed(est_ms, min_reps=T.MIN_REPS, min_time_s=T.MIN_TIME_S) == expected
+    assert (T.MIN_REPS, T.MIN_TIME_S) == (100, 1.0)
+
+
+def test_reps_needed_budget_caps_but_keeps_min_iter():
+    assert T.reps_needed(550.0, min_reps=100, min_time_s=1.0, budget_s=20.0) == 36  # ATOMO-like: floor(20 / 0.55)
+    assert T.reps_needed(550.0, min_reps=100, min_time_s=1.0, budget_s=1.0, min_iter=5) == 5
+    assert T.reps_needed(0.05, min_reps=100, min_time_s=0.0) == 100  # min_time_s 0: repetitions only
+    assert T.reps_needed(0.0, min_reps=7, min_time_s=0.0) == 7  # a call below the clock's resolution
+    for bad in ({"min_reps": 0, "min_time_s": 1.0}, {"min_reps": 1, "min_time_s": -1.0}):
+        with pytest.raises(ValueError):
+            T.reps_needed(1.0, **bad)
+
+
+def test_time_fn_with_min_time_runs_the_policy_on_the_warmup_estimate():
+    # warm-ups: first call 50 ms (compilation), then 0.25 ms; timed calls 0.2 ms
+    clock = FakeClock(lambda i: 50.0 if i == 0 else (0.25 if i < 5 else 0.2))
+    calls = []
+    t = time_fn(lambda: calls.append(1), n_iter=100, n_warmup=5, min_time_s=1.0, clock=clock)
+    assert clock.single == 5 and t.n_warmup == 5
+    # 1000 ms / 0.25 ms (median of the warm-ups after the first) = 4000; they took 800 ms, so 1000 more
+    assert clock.batches == [4000, 1000]
+    assert t.n_iter == 5000 and len(calls) == 5005 and sum(t.times_ms) == pytest.approx(1000.0)
+    assert t.ms_median == t.ms_q25 == t.ms_q75 == 0.2
+
+
+def test_the_top_up_stays_within_the_budget():
+    slow_warmup = (lambda i: 1.0 if i < 3 else 0.5)  # warm-ups say 1 ms, timed calls take 0.5 ms
+    clock = FakeClock(slow_warmup)
+    t = time_fn(lambda: None, n_iter=2000, n_warmup=3, min_time_s=1.0, budget_s=1.2, clock=clock)
+    # 2000 reps at the estimated 1 ms would pass the 1.2 s budget: 1200; they took 600 ms, so 800 more
+    assert clock.batches == [1200, 800] and t.n_iter == 2000 and sum(t.times_ms) == pytest.approx(1000.0)
+    clock = FakeClock(slow_warmup)
+    t = time_fn(lambda: None, n_iter=3000, n_warmup=3, min_time_s=1.0, budget_s=1.2, clock=clock)
+    assert clock.batches == [1200, 1200] and sum(t.times_ms) == pytest.approx(1200.0)  # the budget binds
+
+
+def test_time_fn_with_min_time_keeps_100_reps_for_slow_calls_and_the_budget_cap():
+    clock = FakeClock(30.0)
+    t = time_fn(lambda: None, n_iter=100, n_warmup=3, min_time_s=1.0, clock=clock)
+    assert t.n_iter == 100  # 100 x 30 ms = 3 s > 1 s: the repetitions bind
+    capped = time_fn(lambda: None, n_iter=100, n_warmup=3, min_time_s=1.0, budget_s=1.5, min_iter=3,
+                     clock=FakeClock(30.0))
+    assert capped.n_iter == 50  # 1.5 s / 30 ms
+    # warm-ups past the first stop at 20 % of the budget: 0.3 s / 100 ms -> the first + 3
+    slow = FakeClock(100.0)
+    t = time_fn(lambda: None, n_iter=100, n_warmup=10, min_time_s=1.0, budget_s=1.5, clock=slow)
+    assert t.n_warmup == 4 and t.n_iter == 15
+
+
+def test_time_fn_reports_the_iqr_of_the_timed_calls():
+    seq = [9.0, 9.0] + [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 100.0]  # 2 warm-ups, 9 timed
+    t = time_fn(lambda: None, n_iter=9, n_warmup=2, min_time_s=0.0, clock=FakeClock(lambda i: seq[i]))
+    assert t.n_iter == 9 and t.times_ms == seq[2:]
+    assert (t.ms_q25, t.ms_median, t.ms_q75) == (3.0, 5.0, 7.0)  # the outlier moves the mean, not these
+    assert t.ms_mean > t.ms_q75
+
+
+def test_setup_runs_before_every_repetition_outside_the_clock():
+    order = []
+    clock = FakeClock(1.0)
+    time_fn(lambda: order.append("fn"), n_iter=3, n_warmup=1, min_time_s=0.0, setup=lambda: order.append("setup"),
+            clock=clock)
+    assert order == ["setup", "fn"] * 4
+
+
+def test_the_cpu_clock_flushes_before_every_call(monkeypatch):
+    clock = T._Clock("cpu", flush_bytes=1024)
+    assert clock.cache.numel() == 1024 and clock.timer == "perf_counter"
+    flushes, seen = [], []
+    monkeypatch.setattr(clock, "flush", lambda: flushes.append(len(seen)))
+    clock.repeat(lambda: seen.append(1), 3)
+    assert flushes == [0, 1, 2]  # each before its call
+    assert T._Clock("cpu").cache is None
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"min_time_s": -1.0}, "min_time_s"),
+    ({"min_time_s": 1.0, "n_warmup": 0}, "warm-up"),
+    ({"min_time_s": 1.0, "agree": lambda x: x}, "agree"),
+    ({"min_time_s": 2.0, "budget_s": 1.0}, "budget_s"),
+    ({"flush_bytes": -1}, "flush_bytes"),
+])
+def test_bad_policy_arguments_say_what_is_wrong(kw, match):
+    with pytest.raises(ValueError, match=match):
+        time_fn(lambda: None, clock=FakeClock(1.0), **kw)

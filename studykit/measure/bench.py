@@ -24,7 +24,30 @@ With ``--reference`` every codec is timed again with ``STUDYKIT_FAST=0`` (plain 
 fused GPU kernels of :mod:`studykit.compressors._fast` off): before/after in one run. Each
 record also has ``host_ms`` (Python + launch time per call, no synchronisation: when it is
 close to ``ms_median`` the codec is launch-bound) and ``kernels`` (device kernels per call,
-from the profiler), the two numbers behind "kernel count x launch overhead".
+from the profiler), the two numbers behind "kernel count x launch overhead". Records are
+written as each codec is timed (a run cut by a deadline keeps them); the profiler runs after
+all timings, so the kernel counts follow as records of kind ``kernels`` (``of_config`` names
+the timing record; :func:`attach_kernels`; records before issue 19 carry ``kernels`` inline).
+
+How each codec is timed (issue 19 item 1, :class:`RepPolicy`; the repetition policy of
+:mod:`studykit.measure.timing`): ``--warmup`` untimed calls (after two settling calls), then
+at least ``--min-reps`` repetitions (100) *and* at least ``--min-time-s`` seconds (1 s) of timed
+calls, whichever is more, capped at ``--budget-s`` seconds (30) per configuration; before each
+repetition a 256 MiB buffer is written (``--l2-flush-mib``; L2 flushed, as
+``triton.testing.do_bench`` does; on CPU no flush by default: ``--l2-flush-mib 64`` flushes a
+buffer larger than the last-level cache, at about 10 ms of untimed work per repetition); CUDA
+events on a GPU. Records carry the median, the interquartile range (``ms_q25``, ``ms_q75``),
+``n_iter``, the policy (``min_reps``, ``min_time_s``, ``budget_s``, ``l2_flush_bytes``,
+``timer``), ``reps_capped`` (true where the budget stopped it short of the policy),
+``loadavg_1m`` (the machine's load when it was timed: a busy shared CPU explains noise), the memory
+floor of the codec's input (``floor_ms``) and ``x_floor``. The kit's commit is stamped from
+``git`` or, in a checkout without ``.git``, from ``STUDYKIT_GIT_COMMIT`` (pass it in; the run
+warns when neither is there). Records written before issue 19 (3-50 iterations, no flush, no
+quartiles) stay readable: the new fields are simply absent.
+
+Issue 19's speed targets (:data:`SPEED_TARGETS`) are judged by :func:`speed_targets` on
+:func:`compare_runs` of one or two runs (``benchmarks/codec_repeat.py`` times every codec twice
+in one process and prints both medians, their ratio and the verdicts).
 
 DDP (``--ddp``; every rank): iteration time of syncSGD, the kit's hooks and PyTorch's
 built-in hooks for each model through :func:`studykit.measure.ddp.run_ddp` (the same code
@@ -44,8 +67,9 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import torch
 
@@ -54,12 +78,18 @@ from studykit import models as M
 from studykit import argtypes, paths
 from studykit.comm import LocalComm
 from studykit.compressors import _fast, fastpath
-from studykit.measure.profile import _plan, _timed_call, effective_params, measure_copy_bandwidth, single_round
-from studykit.measure.records import RecordWriter, config_id, load_records, make_record
+from studykit.measure.profile import (_plan, _timed_call, effective_params, measure_copy_bandwidth, memory_floor_ms,
+                                      single_round)
+from studykit.measure.records import RecordWriter, config_id, load_records, loadavg_1m, make_record, provenance
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs
-from studykit.measure.timing import time_fn
+from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, time_fn
 
-__all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "summarize", "run_codecs", "main"]
+if TYPE_CHECKING:  # pandas is imported where a table is built
+    import pandas
+
+__all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
+           "AGREE_TOL", "attach_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
+           "compare_markdown", "speed_targets", "speed_targets_markdown", "main"]
 
 #: issue #7's groups and limits
 ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
@@ -73,6 +103,92 @@ TARGETS = {
 #: ddp hooks timed by default (the targets' ones); --ddp-compressors all adds the rest
 DDP_SPECS = ("none", "fp16", "bf16", "powersgd:rank=4")
 DDP_MODELS = ("resnet50", "resnet101", "bert_base", "vgg19")
+#: codec phases (see the module docstring); --phases picks some
+PHASES = ("encdec", "encode", "decode", "default")
+#: seconds of timed calls one codec configuration may take at most (ATOMO: about 0.5 s a call on an H200)
+BUDGET_S = 30.0
+#: raw per-repetition times kept in a record up to this many (a 0.05 ms codec runs 20,000 repetitions
+#: in its second; their statistics are in the record, the list itself would be 400 kB a line)
+RAW_TIMES_MAX = 1000
+
+
+@dataclass(frozen=True)
+class RepPolicy:
+    """How many times, and how, each codec is timed (issue 19 item 1): ``n_warmup`` untimed calls,
+    then at least ``min_reps`` repetitions and at least ``min_time_s`` seconds of timed calls,
+    whichever is more, at most ``budget_s`` seconds; ``flush_bytes`` written before each repetition
+    (None: :data:`~studykit.measure.timing.L2_FLUSH_BYTES` on CUDA, none on CPU)."""
+
+    min_reps: int = MIN_REPS
+    min_time_s: float = MIN_TIME_S
+    budget_s: float | None = BUDGET_S
+    n_warmup: int = 10
+    flush_bytes: int | None = None
+
+    def __post_init__(self):
+        if self.min_reps < 1:
+            raise ValueError(f"RepPolicy: min_reps must be >= 1, got {self.min_reps}")
+        if not self.min_time_s >= 0:
+            raise ValueError(f"RepPolicy: min_time_s must be >= 0, got {self.min_time_s}")
+        if self.budget_s is not None and not self.budget_s >= self.min_time_s:
+            raise ValueError(f"RepPolicy: budget_s ({self.budget_s}) caps the timed seconds of a configuration "
+                             f"and must be >= min_time_s ({self.min_time_s})")
+        if self.n_warmup < 1:
+            raise ValueError(f"RepPolicy: n_warmup must be >= 1 (the per-call estimate), got {self.n_warmup}")
+        if self.flush_bytes is not None and self.flush_bytes < 0:
+            raise ValueError(f"RepPolicy: flush_bytes must be >= 0, got {self.flush_bytes}")
+
+    def flush_for(self, device) -> int:
+        if self.flush_bytes is not None:
+            return int(self.flush_bytes)
+        return L2_FLUSH_BYTES if torch.device(device).type == "cuda" else 0
+
+    def timing_kw(self, device) -> dict:
+        """Keyword arguments of :func:`~studykit.measure.timing.time_fn` for this policy."""
+        return {"n_iter": self.min_reps, "n_warmup": self.n_warmup, "budget_s": self.budget_s,
+                "min_time_s": self.min_time_s, "flush_bytes": self.flush_for(device), "min_iter": 3}
+
+    def fields(self, device) -> dict:
+        """The policy as record fields."""
+        return {"min_reps": self.min_reps, "min_time_s": self.min_time_s, "budget_s": self.budget_s,
+                "l2_flush_bytes": self.flush_for(device),
+                "timer": "cuda_events" if torch.device(device).type == "cuda" else "perf_counter"}
+
+    def capped(self, timing) -> bool:
+        """Whether ``timing`` stopped short of the policy (the budget bound it)."""
+        return bool(timing.n_iter < self.min_reps or math.fsum(timing.times_ms) < self.min_time_s * 1e3 * (1 - 1e-9))
+
+
+@dataclass(frozen=True)
+class SpeedTarget:
+    """One of issue 19's speed targets: encode+decode (phase ``encdec``, fused path) of ``compressors``
+    on one H100/H200, at most ``limit`` in ``unit`` (``x_floor``: multiples of the memory floor;
+    ``ms``). ``params``: what a record must have to be judged (e.g. PowerSGD's rank)."""
+
+    key: str
+    compressors: tuple
+    limit: float
+    unit: str
+    text: str
+    params: tuple = ()
+
+
+#: issue 19 item 2, on the flat ResNet-50 gradient (low-rank codecs on its real shapes): the one copy
+SPEED_TARGETS = (
+    SpeedTarget("elementwise", ("fp16", "bf16", "signsgd", "ef_signsgd", "qsgd", "terngrad", "natural", "quantize"),
+                2.0, "x_floor", "elementwise codecs (quantize at every b) <= 2x the memory floor"),
+    SpeedTarget("thc", ("thc",), 4.0, "x_floor", "THC <= 4x the floor (a fused fast Walsh-Hadamard transform per chunk)"),
+    SpeedTarget("topk", ("topk", "topk_chunked", "dgc", "randomk"), 5.0, "x_floor",
+                "topk, topk_chunked, dgc, randomk <= 5x the floor"),
+    SpeedTarget("mstopk", ("mstopk",), 10.0, "x_floor", "mstopk <= 10x the floor"),
+    SpeedTarget("powersgd", ("powersgd",), 1.5, "ms", "PowerSGD rank 4 on ResNet-50's real shapes <= 1.5 ms",
+                params=(("rank", 4),)),
+    SpeedTarget("atomo", ("atomo",), 20.0, "ms", "ATOMO <= 20 ms (batched or randomized SVD)"),
+)
+#: issue 19 item 1: two runs on the same kind of card agree within 10 % for every codec
+AGREE_TOL = 0.10
+#: the targets are set on this gradient, on a GPU
+TARGET_MODEL = "resnet50"
 
 
 # ====================================================================== codecs
@@ -111,7 +227,7 @@ def _host_ms(fn, device: torch.device, reps: int = 20) -> float:
 def _settle(fn, device: torch.device) -> None:
     """Two untimed calls before timing: Triton compiles a kernel on its first launch and
     :func:`studykit.compressors._fast.pick` times its candidates once, both far longer than a
-    call; left in, they would make ``time_fn``'s budget estimate cut the run to ``min_iter``."""
+    call; left in, they would make ``time_fn``'s per-call estimate far too high."""
     for _ in range(2):
         fn()
     if device.type == "cuda":
@@ -137,16 +253,21 @@ def _group(name: str) -> str:
     return C.metadata(name).bench_group if name in C.available() else "dense"
 
 
-def _codec_plan(specs: Sequence[CompressorSpec], split: bool) -> list[tuple[CompressorSpec, str, str]]:
-    """(spec, phase, layout) to time, in order."""
+def _codec_plan(specs: Sequence[CompressorSpec], split: bool,
+                phases: Sequence[str] = PHASES) -> list[tuple[CompressorSpec, str, str]]:
+    """(spec, phase, layout) to time, in order (only ``phases``; encode/decode only with ``split``)."""
+    bad = sorted(set(phases) - set(PHASES))
+    if bad:
+        raise ValueError(f"phases {bad} are not bench phases; valid: {', '.join(PHASES)}")
     out = []
     for spec in specs:
         layout = "per_tensor" if spec.name in LOW_RANK else "flat"
         plain = C.get(spec.name, allow_nonfinite=True, **_no_ef(spec))
-        out.append((spec, "encdec", layout))
+        if "encdec" in phases:
+            out.append((spec, "encdec", layout))
         if split and layout == "flat" and single_round(plain):
-            out += [(spec, "encode", layout), (spec, "decode", layout)]
-        if C.get(spec.name, allow_nonfinite=True, **spec.kwargs).error_feedback:
+            out += [(spec, ph, layout) for ph in ("encode", "decode") if ph in phases]
+        if "default" in phases and C.get(spec.name, allow_nonfinite=True, **spec.kwargs).error_feedback:
             out.append((spec, "default", layout))
     return out
 
@@ -161,28 +282,44 @@ FAST_CODECS = fastpath.accelerated()
 
 
 def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device: torch.device,
-               model: str = "resnet50", n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = 1.0,
-               reference: bool = False, split: bool = True, extras: bool = True,
-               copy_bytes: Optional[int] = None, verbose: bool = True) -> int:
+               model: str = "resnet50", policy: RepPolicy | None = None,
+               reference: bool = False, split: bool = True, extras: bool = True, phases: Sequence[str] = PHASES,
+               copy_bytes: int | None = None, repeat: int | None = None, kernels: bool | None = None,
+               verbose: bool = True) -> int:
     """Time every codec of ``specs`` on ``model``'s flat gradient (low-rank ones on its real
-    shapes) beside the memory floor; returns records written. Resumes: configurations whose
-    ``config_id`` is in ``writer``'s file are skipped."""
+    shapes) beside the memory floor, each by ``policy`` (:class:`RepPolicy`); returns records
+    written. Resumes: configurations whose ``config_id`` is in ``writer``'s file are skipped.
+    ``repeat`` (1, 2, ...) tags a repeated run of the same configurations in one file (part of
+    the ``config_id``; ``benchmarks/codec_repeat.py``). ``kernels``: count each codec's device
+    kernels with the profiler after all timings (default: on CUDA only)."""
     device = torch.device(device)
-    timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s)
+    policy = policy if policy is not None else RepPolicy()
+    timing_kw = policy.timing_kw(device)
     done = writer.done()
     written = 0
     dev_type = device.type
+    count_kernels = dev_type == "cuda" if kernels is None else kernels
+    if provenance(device)["git_commit"] == "unknown":
+        print("bench: WARNING the kit's commit is unknown (no .git here): records will say git_commit 'unknown'; "
+              "set STUDYKIT_GIT_COMMIT=<sha> to stamp them", file=sys.stderr, flush=True)
 
     copy_bytes = copy_bytes or (256 * 2**20 if dev_type == "cuda" else 64 * 2**20)
-    t, copy_gbps = measure_copy_bandwidth(device, copy_bytes, n_iter=n_iter, n_warmup=n_warmup)
-    writer.write(make_record("copy_bw", config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=dev_type),
-                             device=device, timing=t, size_bytes=copy_bytes, copy_GBps=copy_gbps))
+    t, copy_gbps = measure_copy_bandwidth(device, copy_bytes, **timing_kw)
+    copy_rec = make_record("copy_bw", config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=dev_type,
+                                                repeat=repeat),
+                           device=device, timing=t, size_bytes=copy_bytes, copy_GBps=copy_gbps, repeat=repeat,
+                           reps_capped=policy.capped(t), **policy.fields(device))
+    if t.n_iter > RAW_TIMES_MAX:
+        copy_rec["times_ms"] = None
+    writer.write(copy_rec)
     written += 1
     shapes = [tuple(s) for s in M.param_shapes(model)]
     numel = sum(math.prod(s) for s in shapes)
-    floor_ms = 8 * numel / (copy_gbps * 1e9) * 1e3
+    floor_ms = memory_floor_ms(numel, copy_gbps)
     note(f"bench: copy bandwidth {copy_gbps:.0f} GB/s -> floor for {model} ({numel} fp32) {floor_ms:.4f} ms; "
-         f"fused kernels {'available' if _fast.HAVE_TRITON and dev_type == 'cuda' else 'not available'}", verbose)
+         f"fused kernels {'available' if _fast.HAVE_TRITON and dev_type == 'cuda' else 'not available'}; "
+         f">= {policy.min_reps} reps and >= {policy.min_time_s:g} s per codec (budget {policy.budget_s} s), "
+         f"flush {policy.flush_for(device) / 2**20:g} MiB before each", verbose)
 
     gen = torch.Generator(device=device).manual_seed(0)
     flat = torch.randn(numel, generator=gen, device=device)
@@ -192,9 +329,9 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
     variants = [True, False] if reference else [True]
     pending: list = []  # (record, fast, function): kernels are counted after all timings
     base = dict(model=model, numel=numel, grad_bytes=4 * numel, floor_bytes=8 * numel, copy_GBps=copy_gbps,
-                floor_ms=floor_ms, sim_world_size=1)
+                floor_ms=floor_ms, sim_world_size=1, repeat=repeat, **policy.fields(device))
     for fast in variants:
-        for spec, phase, layout in _codec_plan(specs, split):
+        for spec, phase, layout in _codec_plan(specs, split, phases):
             if not fast and (spec.name not in FAST_CODECS or phase in ("encode", "decode")):
                 continue  # nothing to compare: no fused path
             kwargs = spec.kwargs if phase == "default" else _no_ef(spec)
@@ -202,7 +339,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
             params = effective_params(comp)
             mode = f"{layout}:{'fast' if fast else 'reference'}"
             cid = config_id(kind="bench", model=model, compressor=spec.name, params=params, phase=phase,
-                            mode=mode, device_type=dev_type)
+                            mode=mode, device_type=dev_type, repeat=repeat)
             if cid in done:
                 continue
             grads = [flat] if layout == "flat" else per_tensor
@@ -221,35 +358,71 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                     _settle(fn, device)  # kernel compilation and the fast paths' one-time choices
                     t = time_fn(fn, device=device, **timing_kw)
                     host = _host_ms(fn, device, reps=max(2, min(20, int(200 / max(t.ms_median, 0.01)))))
-                rec = make_record("bench", cid, device=device, timing=t, x_floor=t.ms_median / floor_ms,
-                                  host_ms=host, kernels=None, **fields)
+                rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=host, kernels=None,
+                                    **fields)
             except Exception as exc:  # noqa: BLE001 - one codec failing must not stop the run
                 if dev_type == "cuda":
                     torch.cuda.empty_cache()
                 rec = make_record("bench", cid, device=device, status="error",
                                   reason=f"{type(exc).__name__}: {exc}"[:500], **fields)
-            pending.append((rec, fast, fn if rec["status"] == "ok" and dev_type == "cuda" else None))
+            writer.write(rec)  # streamed: a run cut by a deadline keeps every codec it timed
+            written += 1
+            if rec["status"] == "ok" and count_kernels:
+                pending.append((rec, fast, fn))
             fn = None
             if rec["status"] == "ok":
-                note(f"{spec.name:>13} {phase:<8} {mode:<21} {rec['ms_median']:8.4f} ms  x{rec['x_floor']:6.1f} floor"
+                note(f"{spec.name:>13} {phase:<8} {mode:<21} {_stats(rec)}  x{rec['x_floor']:6.1f} floor"
                      f"  host {rec['host_ms']:.3f} ms", verbose)
             else:
                 note(f"{spec.name:>13} {phase:<8} {mode:<21} ERROR {rec['reason'][:100]}", verbose)
-    comps = _components(flat, device, base, timing_kw, done, verbose) if extras else []
+    comps = _components(flat, device, base, policy, done, writer, verbose) if extras else []
+    written += len(comps)
     # The profiler goes last: once CUPTI is attached, every later launch costs more host time,
-    # which would inflate the timings of launch-bound codecs measured after it.
-    for rec, fast, fn in pending + comps:
-        if fn is not None:
-            with _fast_paths(fast):
-                rec["kernels"] = _kernels(fn, device)
-        writer.write(rec)
+    # which would inflate the timings of launch-bound codecs measured after it. Its counts are
+    # records of their own (kind "kernels"), attached to the timings by attach_kernels.
+    for rec, fast, fn in pending + (comps if count_kernels else []):
+        with _fast_paths(fast):
+            n = _kernels(fn, device)
+        ident = {k: rec.get(k) for k in ("model", "compressor", "params", "phase", "mode", "repeat")}
+        writer.write(make_record("kernels", config_id(kind="kernels", device_type=dev_type, **ident), device=device,
+                                 kernels=n, of_config=rec["config_id"], **ident))
         written += 1
     return written
 
 
-def _components(flat, device, base, timing_kw, done, verbose) -> list:
+def attach_kernels(records: Iterable[dict]) -> list[dict]:
+    """The records with each bench record's ``kernels`` filled from the ``kernels`` record of its
+    configuration (``of_config``; the profiler runs after all timings, so the counts come last)."""
+    records = list(records)
+    counts = {r.get("of_config"): r.get("kernels") for r in records if r.get("kind") == "kernels"}
+    out = []
+    for r in records:
+        if r.get("kind") == "bench" and r.get("kernels") is None and r.get("config_id") in counts:
+            r = dict(r, kernels=counts[r["config_id"]])
+        out.append(r)
+    return out
+
+
+def _bench_record(cid: str, *, device, timing, policy: RepPolicy, **fields) -> dict:
+    """A bench record: ``timing``'s statistics, the policy and whether it was met, ``x_floor``; the
+    raw times only up to :data:`RAW_TIMES_MAX` repetitions (``times_ms`` null beyond)."""
+    rec = make_record("bench", cid, device=device, timing=timing, x_floor=timing.ms_median / fields["floor_ms"],
+                      reps_capped=policy.capped(timing), loadavg_1m=loadavg_1m(), **fields)
+    if timing.n_iter > RAW_TIMES_MAX:
+        rec["times_ms"] = None
+    return rec
+
+
+def _stats(rec: dict) -> str:
+    """``median ms [q25-q75] n=N`` of a record (the IQR where the record has one)."""
+    iqr = f" [{rec['ms_q25']:.4f}-{rec['ms_q75']:.4f}]" if rec.get("ms_q25") is not None else ""
+    return f"{rec['ms_median']:8.4f} ms{iqr} n={rec['n_iter']}"
+
+
+def _components(flat, device, base, policy, done, writer, verbose) -> list:
     """Building blocks behind the explanations: torch.topk alone, one MSTopK counting pass,
-    a plain elementwise pass (x * 2) and an empty launch."""
+    a plain elementwise pass (x * 2) and an empty launch; written as timed, returns
+    (record, True, function) for the kernel counts."""
     numel = flat.numel()
     k = max(1, math.ceil(0.01 * numel))
     mag = flat.abs()
@@ -276,16 +449,16 @@ def _components(flat, device, base, timing_kw, done, verbose) -> list:
         if fn is None:
             continue
         cid = config_id(kind="bench", model=base["model"], compressor=None, phase="component:" + label,
-                        device_type=device.type)
+                        device_type=device.type, repeat=base["repeat"])
         if cid in done:
             continue
         _settle(fn, device)
-        t = time_fn(fn, device=device, **timing_kw)
-        rec = make_record("bench", cid, device=device, timing=t, x_floor=t.ms_median / base["floor_ms"],
-                          host_ms=_host_ms(fn, device), kernels=None,
-                          **dict(base, phase="component:" + label, layout="flat", group="component"))
-        out.append((rec, True, fn if device.type == "cuda" else None))
-        note(f"{'component':>13} {label:<34} {t.ms_median:8.4f} ms  x{rec['x_floor']:6.1f} floor", verbose)
+        t = time_fn(fn, device=device, **policy.timing_kw(device))
+        rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=_host_ms(fn, device), kernels=None,
+                            **dict(base, phase="component:" + label, layout="flat", group="component"))
+        writer.write(rec)
+        out.append((rec, True, fn))
+        note(f"{'component':>13} {label:<34} {_stats(rec)}  x{rec['x_floor']:6.1f} floor", verbose)
     return out
 
 
@@ -320,7 +493,7 @@ def _codec_target(name: str, params: dict) -> tuple[Optional[str], Optional[floa
     return None, None, ""
 
 
-def summarize(records: Iterable[dict]) -> "pandas.DataFrame":  # noqa: F821
+def summarize(records: Iterable[dict]) -> pandas.DataFrame:
     """One row per measured codec or DDP configuration, with the ratios the targets use and
     pass/fail per target.
 
@@ -337,7 +510,7 @@ def summarize(records: Iterable[dict]) -> "pandas.DataFrame":  # noqa: F821
     """
     import pandas as pd
 
-    records = [r for r in records if r.get("status") == "ok"]
+    records = [r for r in attach_kernels(records) if r.get("status") == "ok"]
     rows = []
     for r in records:
         kind = r.get("kind")
@@ -438,6 +611,158 @@ def summary_markdown(df) -> str:
     return "\n".join(lines)
 
 
+# ====================================================================== runs compared, issue 19's targets
+def split_repeats(records: Iterable[dict]) -> list[list[dict]]:
+    """The bench records of a file, one list per ``repeat`` (1, 2, ...; records without one form one run)."""
+    runs: dict = {}
+    for r in records:
+        if r.get("kind") == "bench":
+            runs.setdefault(r.get("repeat"), []).append(r)
+    return [runs[k] for k in sorted(runs, key=lambda k: (k is not None, k or 0))]
+
+
+def _run_key(r: dict) -> tuple:
+    return (r.get("model"), r.get("compressor"), _params_str(r.get("params")), r.get("phase"), r.get("layout"),
+            r.get("mode"), r.get("device"))
+
+
+def compare_runs(runs: Sequence[Iterable[dict]]) -> pandas.DataFrame:
+    """One row per codec configuration (model, compressor, params, phase, layout, mode, device)
+    measured ``ok`` in the first run: per run ``i`` (1-based) ``ms_i`` (median), ``q25_i``, ``q75_i``,
+    ``n_i``, ``x_floor_i`` (ms / the memory floor of that run), ``capped_i``; with two runs
+    ``ratio`` (``ms_2 / ms_1``) and ``agree`` (the two medians within :data:`AGREE_TOL` of each
+    other: ``max(ratio, 1 / ratio) <= 1 + AGREE_TOL``). Records of other kinds are ignored."""
+    import pandas as pd
+
+    if not runs:
+        raise ValueError("compare_runs: no runs given (a list of one or two runs' records)")
+    tables = []
+    for recs in runs:
+        table = {}
+        for r in recs:
+            if r.get("kind") == "bench" and r.get("status") == "ok":
+                table[_run_key(r)] = r  # the latest record of a configuration
+        tables.append(table)
+    rows = []
+    for key, first in tables[0].items():
+        row = {"model": first.get("model"), "compressor": first.get("compressor"), "params": key[2],
+               "params_obj": first.get("params") or {}, "phase": first.get("phase"), "layout": first.get("layout"),
+               "mode": first.get("mode"), "device": first.get("device"), "gpu": first.get("gpu"),
+               "floor_ms": first.get("floor_ms"), "git_commit": first.get("git_commit")}
+        for i, table in enumerate(tables, 1):
+            r = table.get(key) or {}
+            ms, floor = r.get("ms_median"), r.get("floor_ms")
+            row.update({f"ms_{i}": ms, f"q25_{i}": r.get("ms_q25"), f"q75_{i}": r.get("ms_q75"),
+                        f"n_{i}": r.get("n_iter"), f"x_floor_{i}": ms / floor if ms is not None and floor else None,
+                        f"capped_{i}": r.get("reps_capped")})
+        if len(tables) >= 2:
+            a, b = row["ms_1"], row["ms_2"]
+            row["ratio"] = b / a if a and b is not None else None
+            row["agree"] = (None if row["ratio"] is None or row["ratio"] <= 0
+                            else bool(max(row["ratio"], 1 / row["ratio"]) <= 1 + AGREE_TOL + 1e-12))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _target_of(name: str | None, params: dict) -> SpeedTarget | None:
+    for t in SPEED_TARGETS:
+        if name in t.compressors and all((params or {}).get(k) == v for k, v in t.params):
+            return t
+    return None
+
+
+def speed_targets(compared: pandas.DataFrame) -> pandas.DataFrame:
+    """Issue 19's speed-target table from :func:`compare_runs`: one row per judged codec setting
+    (phase ``encdec``, not the plain-PyTorch ``reference`` mode) with ``target``, ``limit``,
+    ``unit``, ``value`` (the worst run: largest ``x_floor`` or ms) and ``verdict``: PASS or MISS
+    on ``resnet50`` on a GPU, ``n/a (...)`` elsewhere (the targets are set there), and a row
+    ``NOT MEASURED`` for each target codec no run measured."""
+    import pandas as pd
+
+    runs = sorted(int(c[3:]) for c in compared.columns if c.startswith("ms_")) if len(compared) else [1]
+    rows = []
+    seen = set()
+    for _, r in compared.iterrows():
+        if r["phase"] != "encdec" or str(r["mode"]).endswith(":reference"):
+            continue
+        t = _target_of(r["compressor"], r["params_obj"])
+        if t is None:
+            continue
+        seen.add(r["compressor"])
+        col = "x_floor" if t.unit == "x_floor" else "ms"
+        vals = [r[f"{col}_{i}"] for i in runs if r.get(f"{col}_{i}") is not None and not pd.isna(r[f"{col}_{i}"])]
+        value = max(vals) if vals else None
+        if value is None:
+            verdict = "NOT MEASURED"
+        elif r["model"] != TARGET_MODEL:
+            verdict = f"n/a ({r['model']}: targets are on {TARGET_MODEL})"
+        elif not str(r["device"]).startswith("cuda"):
+            verdict = "n/a (CPU: targets are on one H100/H200)"
+        else:
+            verdict = "PASS" if value <= t.limit else "MISS"
+        rows.append(dict(r.drop(labels=["params_obj"]), target=t.key, target_text=t.text, limit=t.limit,
+                         unit=t.unit, value=value, verdict=verdict))
+    for t in SPEED_TARGETS:
+        for name in t.compressors:
+            if name not in seen:
+                rows.append({"compressor": name, "params": ",".join(f"{k}={v}" for k, v in t.params),
+                             "phase": "encdec", "target": t.key, "target_text": t.text, "limit": t.limit,
+                             "unit": t.unit, "value": None, "verdict": "NOT MEASURED"})
+    return pd.DataFrame(rows)
+
+
+def _f(x, d: int = 4) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def _ms_cell(r, i: int) -> str:
+    ms = r.get(f"ms_{i}")
+    if ms is None or (isinstance(ms, float) and math.isnan(ms)):
+        return "—"
+    q25, q75, n = r.get(f"q25_{i}"), r.get(f"q75_{i}"), r.get(f"n_{i}")
+    iqr = f" [{_f(q25)}-{_f(q75)}]" if q25 is not None and not (isinstance(q25, float) and math.isnan(q25)) else ""
+    return f"{_f(ms)}{iqr} n={int(n)}" if n is not None and not math.isnan(n) else f"{_f(ms)}{iqr}"
+
+
+def compare_markdown(compared: pandas.DataFrame) -> str:
+    """:func:`compare_runs` as a Markdown table: both medians (IQR, n), their ratio, agreement."""
+    two = "ratio" in compared.columns
+    head = "| codec | params | phase | mode | run 1 ms [q25-q75] | x floor |"
+    head += " run 2 ms [q25-q75] | run 2 / run 1 | within 10 % |" if two else ""
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for _, r in compared.iterrows():
+        line = (f"| {r['compressor'] or r['phase']} | {r['params']} | {r['phase']} | {r['mode'] or ''} | "
+                f"{_ms_cell(r, 1)} | {_f(r.get('x_floor_1'), 1)} |")
+        if two:
+            agree = r.get("agree")
+            line += (f" {_ms_cell(r, 2)} | {_f(r.get('ratio'), 3)} | "
+                     f"{'' if agree is None or (isinstance(agree, float) and math.isnan(agree)) else ('yes' if agree else 'NO')} |")
+        lines.append(line)
+    if two and len(compared):
+        judged = compared["agree"].dropna()
+        lines += ["", (f"{int(judged.sum())} of {len(judged)} configurations measured twice agree within "
+                       f"{AGREE_TOL:.0%} (the larger median at most {1 + AGREE_TOL:g}x the smaller).")]
+    return "\n".join(lines)
+
+
+def speed_targets_markdown(table: pandas.DataFrame) -> str:
+    """:func:`speed_targets` as a Markdown table with PASS/MISS, and the count."""
+    lines = ["| target | codec | params | run 1 ms | run 2 ms | x floor (worst) | limit | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        r = r.to_dict()
+        limit = f"{r['limit']:g}x floor" if r["unit"] == "x_floor" else f"{r['limit']:g} ms"
+        xs = [r.get(f"x_floor_{i}") for i in (1, 2)]
+        xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+        lines.append(f"| {r['target']} | {r['compressor']} | {r.get('params') or ''} | {_ms_cell(r, 1)} | "
+                     f"{_ms_cell(r, 2)} | {_f(max(xs), 1) if xs else ''} | {limit} | {r['verdict']} |")
+    v = table["verdict"] if len(table) else []
+    n_pass, n_judged = int((v == "PASS").sum()), int(v.isin(["PASS", "MISS"]).sum()) if len(table) else 0
+    lines += ["", (f"{n_pass} of {n_judged} judged target rows PASS (the worst of the runs is judged); "
+                   f"{int((v == 'NOT MEASURED').sum()) if len(table) else 0} not measured.")]
+    return "\n".join(lines)
+
+
 # ====================================================================== CLI
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m studykit bench", description=__doc__,
@@ -457,9 +782,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reference", action="store_true",
                     help="also time every codec with the fused kernels off (STUDYKIT_FAST=0): before/after")
     ap.add_argument("--no-split", action="store_true", help="skip the separate encode/decode timings")
-    ap.add_argument("--iters", type=argtypes.positive_int, default=50, help="timed iterations (default 50)")
-    ap.add_argument("--warmup", type=argtypes.nonneg_int, default=10, help="discarded warm-up iterations (default 10)")
-    ap.add_argument("--budget-s", type=argtypes.positive_float, default=1.0, help="seconds per codec configuration (default 1)")
+    ap.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES, metavar="PHASE",
+                    help=f"codec phases to time (default: all of {' '.join(PHASES)}; the targets judge encdec)")
+    ap.add_argument("--no-components", action="store_true",
+                    help="skip the building blocks (torch.topk alone, THC's rotation, an elementwise pass, ...)")
+    add_policy_args(ap)
     ap.add_argument("--ddp", action="store_true",
                     help="also time DDP iterations (every rank; under torchrun for 2+ GPUs)")
     ap.add_argument("--ddp-models", nargs="+", default=list(DDP_MODELS), choices=M.available(), metavar="MODEL")
@@ -478,7 +805,34 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _write_summary(records: list[dict], out_dir: Optional[Path], verbose: bool) -> "pandas.DataFrame":  # noqa: F821
+def add_policy_args(ap: argparse.ArgumentParser) -> None:
+    """The repetition-policy options (:class:`RepPolicy`), shared by ``bench`` and ``benchmarks/codec_repeat.py``."""
+    ap.add_argument("--min-reps", "--iters", dest="min_reps", type=argtypes.positive_int, default=MIN_REPS,
+                    help=f"at least this many timed repetitions per codec (default {MIN_REPS}; --iters is the old name)")
+    ap.add_argument("--min-time-s", type=argtypes.nonneg_float, default=MIN_TIME_S,
+                    help=f"and at least this many seconds of timed calls, whichever is more (default {MIN_TIME_S:g})")
+    ap.add_argument("--budget-s", type=argtypes.positive_float, default=BUDGET_S,
+                    help=f"at most this many seconds of timed calls per codec configuration (default {BUDGET_S:g}; "
+                         "a record whose policy it cut says reps_capped)")
+    ap.add_argument("--warmup", type=argtypes.positive_int, default=10,
+                    help="untimed calls before timing, after two settling calls (default 10)")
+    ap.add_argument("--l2-flush-mib", type=argtypes.nonneg_float, default=None,
+                    help=f"MiB written before every repetition, untimed (default: {L2_FLUSH_BYTES // 2**20} on CUDA, "
+                         "as triton.testing.do_bench; 0 on CPU; more than the last-level cache, e.g. 64, flushes it there)")
+
+
+def policy_from_args(ap: argparse.ArgumentParser, args) -> RepPolicy:
+    """The :class:`RepPolicy` of parsed :func:`add_policy_args` options (a bad combination: ``ap.error``)."""
+    try:
+        return RepPolicy(min_reps=args.min_reps, min_time_s=args.min_time_s, budget_s=args.budget_s,
+                         n_warmup=args.warmup,
+                         flush_bytes=None if args.l2_flush_mib is None else int(args.l2_flush_mib * 2**20))
+    except ValueError as exc:
+        ap.error(str(exc).replace("RepPolicy: ", "").replace("budget_s", "--budget-s")
+                 .replace("min_time_s", "--min-time-s"))
+
+
+def _write_summary(records: list[dict], out_dir: Optional[Path], verbose: bool) -> pandas.DataFrame:
     df = summarize(records)
     md = summary_markdown(df)
     if out_dir is not None:
@@ -506,6 +860,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             ap.error(f"--summary: no records in {' '.join(args.summary)} (*.jsonl files written by bench)")
         _write_summary(records, None, verbose)
         return 0
+    policy = policy_from_args(ap, args)
     try:
         out_dir = paths.check_writable_output(args.out_dir, args.overwrite_committed, what="--out-dir")
         for p in (out_dir / "codecs.jsonl", out_dir / "ddp.jsonl"):
@@ -534,9 +889,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not args.no_codecs and main_rank:
             device = d.device if d is not None else pick_device(args.device)
             specs = parse_compressor_specs(args.compressors)
-            run_codecs(specs, RecordWriter(codecs_path, retry_errors=args.retry_errors), device=device, model=args.model, n_iter=args.iters,
-                       n_warmup=args.warmup, budget_s=args.budget_s, reference=args.reference,
-                       split=not args.no_split, verbose=verbose)
+            run_codecs(specs, RecordWriter(codecs_path, retry_errors=args.retry_errors), device=device,
+                       model=args.model, policy=policy, reference=args.reference, split=not args.no_split,
+                       phases=args.phases, extras=not args.no_components, verbose=verbose)
         if d is not None:
             d.barrier()
         if args.ddp or world > 1:

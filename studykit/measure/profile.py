@@ -33,7 +33,7 @@ from studykit.measure.runtime import CompressorSpec, note, progress
 from studykit.measure.timing import Timing, time_fn
 
 __all__ = ["PAPER_SPECS", "paper_specs", "effective_params", "single_round", "measure_copy_bandwidth",
-           "ddp_bucket_grads", "run_profile"]
+           "ddp_bucket_grads", "memory_floor_ms", "run_profile"]
 
 #: Tables 2-3 of Agarwal et al. 2022 as (compressor, params): MS-TopK/DGC/TopK/RandomK 1%, MS-TopK 0.1%,
 #: SignSGD, QSGD 2-bit (read as levels=1: sign + one magnitude level, values {-1, 0, 1} x norm),
@@ -80,6 +80,15 @@ def measure_copy_bandwidth(device, size_bytes: int, **timing_kw) -> tuple[Timing
     gbps = 2 * n * 4 / (t.ms_median * 1e-3) / 1e9
     del src, dst
     return t, gbps
+
+
+def memory_floor_ms(numel: int, copy_gbps: float) -> float:
+    """The memory floor of a codec on ``numel`` fp32 elements, ms: one read of the gradient and one
+    write of as much again (8 bytes per element) at the device copy bandwidth ``copy_gbps``
+    (GB/s counting bytes read + written, :func:`measure_copy_bandwidth`)."""
+    if not copy_gbps > 0:
+        raise ValueError(f"memory_floor_ms: copy bandwidth must be > 0 GB/s, got {copy_gbps}")
+    return 8 * numel / (copy_gbps * 1e9) * 1e3
 
 
 @dataclass
@@ -198,7 +207,7 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
         comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
         wire, ratio = _plan(comp, shapes)
         floor_bytes = 8 * numel
-        floor_ms = floor_bytes / (copy_gbps * 1e9) * 1e3
+        floor_ms = memory_floor_ms(numel, copy_gbps)
         fields = dict(model=cfg.model, compressor=cfg.spec.name, params=cfg.params, phase=cfg.phase,
                       sim_world_size=sim_world_size, numel=numel, grad_bytes=4 * numel, wire_bytes=wire,
                       ratio=ratio, allreduce_compatible=bool(comp.allreduce_compatible), floor_bytes=floor_bytes,

@@ -48,6 +48,8 @@ FIELDS: dict[str, str] = {
     "ms_mean": "mean of the timed iterations, ms (the paper's statistic)",
     "ms_min": "minimum, ms (the paper's lower error bar)",
     "ms_max": "maximum, ms (the paper's upper error bar)",
+    "ms_q25": "first quartile of the timed iterations, ms (interquartile range ms_q25..ms_q75; null in older records)",
+    "ms_q75": "third quartile of the timed iterations, ms (null in older records)",
     "n_iter": "timed iterations (paper: 50)",
     "n_warmup": "discarded warm-up iterations actually run (paper: 10)",
     "times_ms": "raw per-iteration times, ms (in a process group: max over ranks per iteration)",
@@ -123,7 +125,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
 
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
-            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap")
+            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat")
 
 
 def config_id(**fields) -> str:
@@ -196,11 +198,23 @@ def _static_provenance(device_str: str) -> dict:
         prov["driver"] = nvidia_driver()
         prov["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         prov["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
-    commit = os.environ.get("STUDYKIT_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT)
-    prov["git_commit"] = commit or "unknown"
-    status = None if os.environ.get("STUDYKIT_GIT_COMMIT") else _run(["git", "status", "--porcelain"], cwd=paths.ROOT)
-    prov["git_dirty"] = None if status is None else bool(status)
     return prov
+
+
+def _commit() -> tuple[str, bool | None]:
+    """(git_commit, git_dirty): env ``STUDYKIT_GIT_COMMIT`` (a checkout without ``.git``, e.g. a copy on a
+    lent GPU machine), else ``git rev-parse HEAD`` of the kit, else ``unknown``; read on every call."""
+    env = os.environ.get("STUDYKIT_GIT_COMMIT")
+    if env:
+        return env, None
+    return _git_commit()
+
+
+@functools.cache
+def _git_commit() -> tuple[str, bool | None]:
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT)
+    status = _run(["git", "status", "--porcelain"], cwd=paths.ROOT) if commit else None
+    return commit or "unknown", None if status is None else bool(status)
 
 
 def provenance(device="cpu", /, **extra) -> dict:
@@ -210,6 +224,7 @@ def provenance(device="cpu", /, **extra) -> dict:
     ``git_dirty``, ``num_threads``, ``timestamp`` (now, UTC, ISO 8601), ``argv``, ``network``, plus
     ``extra`` (a caller's own keys: backend, world size, ...)."""
     prov = dict(_static_provenance(str(torch.device(device))))
+    prov["git_commit"], prov["git_dirty"] = _commit()
     prov["num_threads"] = torch.get_num_threads()
     prov["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     prov["argv"] = " ".join(sys.argv)

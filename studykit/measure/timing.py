@@ -20,6 +20,20 @@ counted; further warm-ups stop at 20% of the budget and the timed iterations are
 cut to fit the remaining 80% (never below ``min_iter``). In a process group,
 pass ``agree`` (e.g. max over ranks) so every rank takes the same decisions and
 runs the same number of iterations (otherwise collectives would hang).
+
+**Repetition policy** (issue 19, ``min_time_s`` given; what ``python -m studykit bench`` uses):
+the paper's 50 iterations are too few for a stable median of a sub-millisecond codec (the
+committed codec records of issue 7 moved by up to 60 % between two runs on the same card).
+With ``min_time_s`` the timed repetitions are at least ``n_iter`` *and* at least ``min_time_s``
+seconds of timed calls, whichever is more (:func:`reps_needed`; the per-call estimate is the
+median of the warm-ups after the first, and a short top-up follows if the timed calls ran
+faster than that), capped by ``budget_s`` seconds of timed calls (never below ``min_iter``). Before every repetition a buffer of ``flush_bytes`` is written, outside
+the timed region, so each call starts with a cold cache, as ``triton.testing.do_bench`` does
+(256 MiB, :data:`L2_FLUSH_BYTES`, more than any GPU's L2). On CUDA the repetitions are queued
+back to back on the stream with a pair of CUDA events around each call and one synchronisation
+at the end (do_bench's method): the host's launch latency of the first kernel is hidden
+behind the flush, so the events time what the device does. The result carries the
+interquartile range (``ms_q25``, ``ms_q75``) beside median, mean, min and max.
 """
 from __future__ import annotations
 
@@ -31,11 +45,48 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["Timing", "time_fn", "PAPER_ITERATIONS", "PAPER_DISCARDED"]
+__all__ = ["Timing", "time_fn", "reps_needed", "quartiles", "PAPER_ITERATIONS", "PAPER_DISCARDED", "MIN_REPS",
+           "MIN_TIME_S", "L2_FLUSH_BYTES"]
 
 #: Agarwal et al. 2022, Sec. 3: 60 iterations per setup, the first 10 discarded
 PAPER_ITERATIONS = 60
 PAPER_DISCARDED = 10
+#: issue 19: a stable median needs at least 100 repetitions or 1 s of timed calls, whichever is more
+MIN_REPS = 100
+MIN_TIME_S = 1.0
+#: the cache-flush buffer of ``triton.testing.do_bench`` (256 MB); more than the L2 of any GPU to date
+#: (H100 50 MiB, H200 60 MiB, B200 126 MiB)
+L2_FLUSH_BYTES = 256 * 2**20
+#: rounds of extra repetitions when the timed calls were faster than the warm-ups said
+_TOP_UPS = 3
+
+
+def quartiles(times_ms: list[float]) -> tuple[float, float, float]:
+    """(q25, median, q75) of ``times_ms``, linear interpolation between order statistics
+    (``numpy.percentile``'s default; ``statistics.quantiles(method="inclusive")``)."""
+    times = [float(t) for t in times_ms]
+    if not times:
+        raise ValueError("quartiles of no times")
+    if len(times) == 1:
+        return times[0], times[0], times[0]
+    q25, _, q75 = statistics.quantiles(times, n=4, method="inclusive")
+    return q25, statistics.median(times), q75
+
+
+def reps_needed(est_ms: float, *, min_reps: int, min_time_s: float, budget_s: float | None = None,
+                min_iter: int = 3) -> int:
+    """Timed repetitions for a call of about ``est_ms``: at least ``min_reps`` and at least
+    ``min_time_s`` seconds of timed calls, whichever is more; with ``budget_s``, no more than
+    fit in ``budget_s`` seconds, but never fewer than ``min_iter``."""
+    if min_reps < 1:
+        raise ValueError(f"reps_needed: min_reps must be >= 1, got {min_reps}")
+    if not min_time_s >= 0:
+        raise ValueError(f"reps_needed: min_time_s must be >= 0, got {min_time_s}")
+    est = max(float(est_ms), 1e-6)  # a call too fast for the clock: 1 ns
+    n = max(int(min_reps), math.ceil(min_time_s * 1e3 / est))
+    if budget_s is not None:
+        n = min(n, max(int(min_iter), math.floor(budget_s * 1e3 / est)))
+    return max(1, n)
 
 
 @dataclass
@@ -49,15 +100,18 @@ class Timing:
     n_iter: int  # timed iterations (the ones in times_ms)
     n_warmup: int  # discarded warm-up iterations actually run
     times_ms: list[float] = field(default_factory=list)
+    ms_q25: float | None = None  # first quartile, ms (interquartile range: ms_q25 .. ms_q75)
+    ms_q75: float | None = None  # third quartile, ms
 
     @classmethod
     def from_times(cls, times_ms: list[float], n_warmup: int) -> "Timing":
         if not times_ms:
             raise ValueError("Timing needs at least one timed iteration")
         times = [float(t) for t in times_ms]
-        return cls(ms_median=statistics.median(times), ms_mean=statistics.fmean(times),
+        q25, median, q75 = quartiles(times)
+        return cls(ms_median=median, ms_mean=statistics.fmean(times),
                    ms_min=min(times), ms_max=max(times), n_iter=len(times), n_warmup=int(n_warmup),
-                   times_ms=times)
+                   times_ms=times, ms_q25=q25, ms_q75=q75)
 
     def as_dict(self, raw: bool = True) -> dict:
         d = asdict(self)
@@ -73,13 +127,23 @@ def _is_cuda(device) -> bool:
 
 
 class _Clock:
-    """Times one call of ``fn`` in ms: CUDA events on a GPU, perf_counter on CPU."""
+    """Times calls of ``fn`` in ms: CUDA events on a GPU, perf_counter on CPU. With
+    ``flush_bytes``, a buffer that large is written before every call, outside the timed region."""
 
-    def __init__(self, device):
+    def __init__(self, device, flush_bytes: int = 0):
         self.cuda = _is_cuda(device)
         self.device = torch.device(device) if self.cuda else None
+        self.timer = "cuda_events" if self.cuda else "perf_counter"
+        self.cache = (torch.empty(int(flush_bytes), dtype=torch.int8, device=device if self.cuda else "cpu")
+                      if flush_bytes > 0 else None)
+
+    def flush(self) -> None:
+        if self.cache is not None:
+            self.cache.zero_()
 
     def __call__(self, fn: Callable[[], object]) -> float:
+        """One call, alone: the device is synchronised before it (iterations never overlap)."""
+        self.flush()
         if self.cuda:
             torch.cuda.synchronize(self.device)
             start = torch.cuda.Event(enable_timing=True)
@@ -93,29 +157,76 @@ class _Clock:
         fn()
         return (time.perf_counter() - t0) * 1e3
 
+    def repeat(self, fn: Callable[[], object], n: int, setup: Callable[[], object] | None = None) -> list[float]:
+        """``n`` calls, each after ``setup`` and the cache flush (both untimed). On CUDA the calls are
+        queued back to back, an event pair around each, one synchronisation at the end
+        (``triton.testing.do_bench``)."""
+        if not self.cuda:
+            out = []
+            for _ in range(n):
+                if setup is not None:
+                    setup()
+                self.flush()
+                t0 = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t0) * 1e3)
+            return out
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        torch.cuda.synchronize(self.device)
+        for start, end in zip(starts, ends):
+            if setup is not None:
+                setup()
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(self.device)
+        return [float(a.elapsed_time(b)) for a, b in zip(starts, ends)]
+
 
 def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_DISCARDED,
             n_warmup: int = PAPER_DISCARDED, device=None, setup: Optional[Callable[[], object]] = None,
             budget_s: Optional[float] = None, min_iter: int = 3,
-            agree: Optional[Callable[[float], float]] = None) -> Timing:
+            agree: Optional[Callable[[float], float]] = None, min_time_s: float | None = None,
+            flush_bytes: int = 0, clock=None) -> Timing:
     """Warm up ``n_warmup`` times, then time ``n_iter`` calls of ``fn`` (ms statistics).
 
     ``device``: where ``fn`` runs (``"cuda:0"`` -> CUDA events; ``None``/``"cpu"`` ->
     perf_counter). ``agree(x) -> x'`` makes a per-iteration time identical on all
     ranks (max over ranks); with it the returned times are the agreed ones.
+    ``min_time_s``: the repetition policy of the module docstring (``n_iter`` becomes the
+    minimum number of repetitions, ``budget_s`` the cap on seconds of timed calls).
+    ``flush_bytes``: bytes written before every timed call, outside the timed region (L2 flush).
+    ``clock``: the timer (default: CUDA events or perf_counter for ``device``; tests pass a fake
+    one with ``__call__(fn) -> ms`` and ``repeat(fn, n, setup) -> [ms]``).
     """
     if n_iter < 1:
         raise ValueError(f"time_fn: n_iter must be >= 1, got {n_iter}")
     if n_warmup < 0:
         raise ValueError(f"time_fn: n_warmup must be >= 0, got {n_warmup}")
+    if flush_bytes < 0:
+        raise ValueError(f"time_fn: flush_bytes must be >= 0, got {flush_bytes}")
     if budget_s is not None:
         if budget_s <= 0:
             raise ValueError(f"time_fn: budget_s must be positive, got {budget_s}")
         if n_warmup < 1:
             raise ValueError("time_fn: budget_s needs at least one warm-up iteration (n_warmup >= 1) "
                              "to estimate the time per iteration")
+    if min_time_s is not None:
+        if not min_time_s >= 0:
+            raise ValueError(f"time_fn: min_time_s must be >= 0, got {min_time_s}")
+        if n_warmup < 1:
+            raise ValueError("time_fn: min_time_s needs at least one warm-up iteration (n_warmup >= 1) "
+                             "to estimate the time per call")
+        if agree is not None:
+            raise ValueError("time_fn: min_time_s (a repetition count from this rank's own estimate) cannot be "
+                             "combined with agree (ranks must run the same iterations); use n_iter/budget_s")
+        if budget_s is not None and budget_s < min_time_s:
+            raise ValueError(f"time_fn: budget_s ({budget_s}) caps the timed seconds and must be >= "
+                             f"min_time_s ({min_time_s})")
     min_iter = max(1, min(int(min_iter), n_iter))
-    clock = _Clock(device)
+    clock = clock if clock is not None else _Clock(device, flush_bytes)
 
     def once() -> float:
         if setup is not None:
@@ -123,19 +234,34 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
         ms = clock(fn)
         return agree(ms) if agree is not None else ms
 
-    warm = 0
+    warm: list[float] = []
     if budget_s is None:
         for _ in range(n_warmup):
-            once()
-            warm += 1
+            warm.append(once())
     else:
         budget_ms = budget_s * 1e3
-        est = once()  # first call: one-time costs, not charged to the budget
-        warm, spent = 1, 0.0
-        while warm < n_warmup and spent + est <= 0.2 * budget_ms:
-            est = once()  # agreed value: every rank takes the same branch
-            spent += est
-            warm += 1
-        n_iter = max(min_iter, min(n_iter, math.floor(0.8 * budget_ms / max(est, 1e-6))))
+        warm.append(once())  # first call: one-time costs, not charged to the budget
+        spent = 0.0
+        while len(warm) < n_warmup and spent + warm[-1] <= 0.2 * budget_ms:
+            warm.append(once())  # agreed value: every rank takes the same branch
+            spent += warm[-1]
+    if min_time_s is not None:
+        est = statistics.median(warm[1:] or warm)  # the first call carries one-time costs
+        n = reps_needed(est, min_reps=n_iter, min_time_s=min_time_s, budget_s=budget_s, min_iter=min_iter)
+        times = clock.repeat(fn, n, setup)
+        # the warm-ups' estimate may be high (calls get faster once caches and clocks settle): top up to
+        # n_iter repetitions and min_time_s with the measured median, within the budget (a few rounds)
+        goal_ms = min_time_s * 1e3
+        for _ in range(_TOP_UPS):
+            spent, per = math.fsum(times), max(statistics.median(times), 1e-6)
+            want = max(n_iter - len(times), math.ceil((goal_ms * (1 - 1e-9) - spent) / per))
+            if budget_s is not None:
+                want = min(want, math.floor((budget_s * 1e3 - spent) / per))
+            if want < 1:
+                break
+            times += clock.repeat(fn, want, setup)
+        return Timing.from_times(times, len(warm))
+    if budget_s is not None:
+        n_iter = max(min_iter, min(n_iter, math.floor(0.8 * budget_s * 1e3 / max(warm[-1], 1e-6))))
     times = [once() for _ in range(n_iter)]
-    return Timing.from_times(times, warm)
+    return Timing.from_times(times, len(warm))

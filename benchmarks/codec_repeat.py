@@ -1,0 +1,152 @@
+"""Does a rerun agree? Every codec timed twice in one process, both medians side by side (issue 19 item 1).
+
+    python benchmarks/codec_repeat.py                                   # every codec, flat ResNet-50 gradient, GPU if any
+    python benchmarks/codec_repeat.py --device cpu --model mlp_large --compressors fp16 signsgd topk powersgd
+    python benchmarks/codec_repeat.py --report-only --out FILE.jsonl    # the tables of an earlier (or cut) run
+
+The codec timing of ``python -m studykit bench`` (:func:`studykit.measure.bench.run_codecs`, with
+its repetition policy: at least ``--min-reps`` repetitions and ``--min-time-s`` seconds of timed
+calls, whichever is more, the L2 flushed before each on CUDA) runs twice over the same
+codecs: the whole list once (``repeat`` 1), then the whole list again (``repeat`` 2), each pass
+with its own copy-bandwidth measurement and memory floor. Records stream to ``--out`` (JSON
+Lines, provenance-stamped, ``repeat`` in every record and in its ``config_id``); a rerun with the
+same ``--out`` resumes where a cut run stopped (``--overwrite`` starts afresh).
+
+At the end (and with ``--report-only``, from the file alone) it prints and writes beside
+``--out`` (same name, ``.md``) two tables from :func:`studykit.measure.bench.compare_runs`:
+per configuration both medians with their interquartile ranges and n, their ratio and whether
+they agree within 10 % (issue 19's criterion); and issue 19's speed targets
+(:data:`studykit.measure.bench.SPEED_TARGETS`, the worst of the two runs judged), PASS/MISS on
+ResNet-50 on a GPU, reported but not judged elsewhere.
+
+Default codecs: every registered compressor with its default parameters, ``quantize`` at every
+b it accepts (2..16 today; "quantize at every b" in the issue), the slow ATOMO last (so a run cut by its deadline
+loses least). Default phase: ``encdec`` (encode+decode, the number the targets judge).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from studykit import compressors as C  # noqa: E402
+from studykit import models as M  # noqa: E402
+from studykit import paths  # noqa: E402
+from studykit.measure import bench  # noqa: E402
+from studykit.measure.records import RecordError, RecordWriter, load_records  # noqa: E402
+from studykit.measure.runtime import CompressorSpec, parse_compressor_specs, pick_device  # noqa: E402
+
+#: two passes over the codecs: issue 19 asks that two runs agree within 10 %
+RUNS = (1, 2)
+#: run last: ATOMO's SVD takes about 0.5 s a call on an H200 (issue 19)
+SLOW_LAST = ("atomo",)
+
+
+def _accepted_bits(name: str, candidates=range(1, 33)) -> list[int]:
+    """The ``bits`` values compressor ``name`` accepts (asked of the compressor, not copied here)."""
+    ok = []
+    for b in candidates:
+        try:
+            C.get(name, bits=b)
+        except (ValueError, TypeError):
+            continue
+        ok.append(b)
+    return ok
+
+
+def default_specs() -> list[CompressorSpec]:
+    """Every registered codec at its defaults, quantize at every b it accepts, the slow ones last."""
+    specs = []
+    for name in C.available():
+        if name == "quantize":
+            specs += [CompressorSpec("quantize", (("bits", b),)) for b in _accepted_bits(name)]
+        else:
+            specs.append(CompressorSpec(name, ()))
+    return sorted(specs, key=lambda s: s.name in SLOW_LAST)  # stable: registry order otherwise
+
+
+def report(out: Path, verbose: bool = True) -> tuple[str, str]:
+    """The agreement table and the speed-target table of the records in ``out``; written to ``out``.md."""
+    records = load_records(out, quiet=True)
+    runs = bench.split_repeats(records)
+    if not runs:
+        raise RecordError(f"{out}: no bench records (written by benchmarks/codec_repeat.py)")
+    compared = bench.compare_runs(runs[:2])
+    agreement = bench.compare_markdown(compared)
+    targets = bench.speed_targets_markdown(bench.speed_targets(compared))
+    commits = sorted({str(r.get("git_commit")) for r in records})
+    devices = sorted({f"{r.get('gpu')} ({r.get('device')})" for r in records if r.get("kind") == "bench"})
+    head = (f"# Codec timing, run twice in one process\n\nRecords: `{out.name}` ({len(records)} records, "
+            f"{len(runs)} run(s)); device: {', '.join(devices)}; kit commit: {', '.join(commits)}.\n")
+    text = (f"{head}\n## Both runs side by side (median ms [q25-q75] n)\n\n{agreement}\n\n"
+            f"## Issue 19's speed targets\n\n{targets}\n")
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    if verbose:
+        print(text)
+    return agreement, targets
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python benchmarks/codec_repeat.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="auto (GPU if any), cpu, cuda, cuda:N")
+    ap.add_argument("--model", default="resnet50", choices=M.available(),
+                    help="whose gradient (default resnet50: 25.6 M fp32, flat; low-rank codecs on its shapes)")
+    ap.add_argument("--compressors", nargs="+", default=None, metavar="NAME[:k=v,...]",
+                    help="codecs to time (default: every registered one, quantize at every b, ATOMO last)")
+    ap.add_argument("--phases", nargs="+", default=["encdec"], choices=bench.PHASES, metavar="PHASE",
+                    help=f"phases to time (default encdec; any of {' '.join(bench.PHASES)})")
+    ap.add_argument("--components", action="store_true",
+                    help="also time the building blocks (torch.topk alone, THC's rotation, ...) in the first run")
+    bench.add_policy_args(ap)
+    ap.add_argument("--out", default=str(paths.REPORTS / "benchmarks" / "codec_repeat.jsonl"),
+                    help="records of both runs, JSON Lines (default reports/benchmarks/codec_repeat.jsonl); the "
+                         f"tables go beside it as .md; inside the committed data/ only with {paths.OVERWRITE_FLAG}")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
+    ap.add_argument("--overwrite", action="store_true", help="start --out afresh (else: resume)")
+    ap.add_argument("--report-only", action="store_true", help="only print and write the tables of --out")
+    ap.add_argument("--quiet", action="store_true", help="no per-codec lines (the tables are still printed)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    policy = bench.policy_from_args(ap, args)
+    try:
+        out = paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
+        paths.check_writable_output(out.with_suffix(".md"), args.overwrite_committed, what="--out", file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+    if out.suffix != ".jsonl":
+        ap.error(f"--out {args.out}: give a .jsonl file (the tables are written beside it as .md)")
+    if args.report_only:
+        if not out.exists():
+            ap.error(f"--report-only: no records at {out}")
+        try:
+            report(out)
+        except RecordError as exc:
+            ap.error(str(exc))
+        return 0
+    try:
+        device = pick_device(args.device)
+        specs = parse_compressor_specs(args.compressors) if args.compressors else default_specs()
+    except ValueError as exc:
+        ap.error(str(exc))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.overwrite:
+        out.unlink(missing_ok=True)
+    writer = RecordWriter(out)
+    for run in RUNS:
+        print(f"== run {run} of {len(RUNS)}: {len(specs)} codec settings on {args.model}, {device}", flush=True)
+        bench.run_codecs(specs, writer, device=device, model=args.model, policy=policy, phases=args.phases,
+                         extras=args.components and run == RUNS[0], repeat=run, verbose=not args.quiet)
+    report(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
