@@ -35,6 +35,8 @@ def conda_deps() -> dict[str, str]:
     for d in env["dependencies"]:
         items = d["pip"] if isinstance(d, dict) else [d]
         for r in items:
+            if r.startswith("-e "):  # the kit itself (test_environment_installs_the_kit_itself)
+                continue
             name, spec = _split(r)
             if name in ("python", "pip"):
                 continue
@@ -44,6 +46,13 @@ def conda_deps() -> dict[str, str]:
 
 def test_same_dependencies_and_versions():
     assert pyproject_deps() == conda_deps()
+
+
+def test_environment_installs_the_kit_itself():
+    """A conda user gets the kit too: pip's section installs the repository (where environment.yml is)."""
+    env = yaml.safe_load((paths.ROOT / "environment.yml").read_text())
+    pip_items = [r for d in env["dependencies"] if isinstance(d, dict) for r in d.get("pip", [])]
+    assert "-e ." in pip_items, f"environment.yml's pip section must install the kit (-e .); it has {pip_items}"
 
 
 def test_ci_runs_the_readme_test_command():
