@@ -46,14 +46,13 @@ n_boot: int = 500  # bootstrap resamples of the timed iterations for each crosso
 methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (blocking hook)", "topk 1% (post)", "PyTorch fp16 hook", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from studykit import paths
 from studykit.measure import crossover as X
 from studykit.measure.records import load_records
 from studykit.plots import theme
-from studykit.plots.measure import measured_bandwidth_plot
+from studykit.plots.measure import bandwidth_grid_plot
 
 theme()
 folder = paths.ROOT / records_dir
@@ -81,17 +80,7 @@ probes.groupby("rate_gbps").agg(measured_gbps=("measured_gbps", "mean"), runs=("
 # %%
 predicted = X.predicted_table(pd.read_csv(paths.ROOT / predictions)) if predictions else None
 speedups = X.speedup_table(table, "syncSGD")
-models = list(table["model"].unique())
-fig, axes = plt.subplots(2, len(models), figsize=(5.2 * len(models), 8.5), squeeze=False)
-for j, model in enumerate(models):
-    pm = None if predicted is None else predicted[predicted["model"] == model]
-    measured_bandwidth_plot(table[table["model"] == model], methods, y="ms", predicted=pm, ax=axes[0, j],
-                            legend=j == 0, title=f"{model}: iteration time (forward + backward + step)")
-    measured_bandwidth_plot(speedups[speedups["model"] == model], methods, y="speedup", baseline="syncSGD",
-                            predicted=pm, ax=axes[1, j], legend=j == 0, title=f"{model}: speed-up over syncSGD")
-fig.suptitle("Below which bandwidth does each method beat syncSGD? (measured, p = "
-             f"{', '.join(map(str, table['world_size'].unique()))})", y=1.0)
-fig.tight_layout()
+fig, axes = bandwidth_grid_plot(table, speedups, methods, predicted=predicted, baseline="syncSGD")
 
 # %% [markdown]
 # ## Measured crossovers

@@ -42,7 +42,7 @@ def bucket_plot(pred: pd.DataFrame):
     markers; a prediction off the scale is written at the top with an arrow."""
     sync = pred[pred["group"] == "syncSGD"].copy()
     sync["bucket"] = sync["bucket_mb"].map(lambda b: "default" if pd.isna(b) else f"{b:g}MB")
-    net = sync["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g}Gb/s")
+    net = sync["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g} Gbit/s")
     sync["where"] = (sync["model"] + " b" + sync["batch_size"].astype(str) + net + " p="
                      + sync["world_size"].astype(str))
     panels = list(dict.fromkeys(sync["where"]))
@@ -78,7 +78,7 @@ def post_compressors_plot(pred: pd.DataFrame, max_panels: int = 8):
     post = pred[(pred["group"] == "compressors (post)") & (pred["variant"] == "extended")].copy()
     if post.empty:
         return None, None
-    net = post["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g}Gb/s")
+    net = post["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g} Gbit/s")
     post["where"] = (post["platform"] + " " + post["model"] + net + " b" + post["batch_size"].astype(str)
                      + " p=" + post["world_size"].astype(str))
     keep = list(dict.fromkeys(post["where"]))[:max_panels]
