@@ -5,16 +5,13 @@ overprinted labels. Each figure is drawn from committed data or small inputs com
 import importlib
 import inspect
 
-import matplotlib
+import matplotlib.pyplot as plt  # conftest.py selects the Agg backend
+import numpy as np
+import pandas as pd
+import pytest
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-
-from studykit import paths  # noqa: E402
-from studykit.plots import check  # noqa: E402
+from studykit import paths
+from studykit.plots import check
 
 MODULES = ("perfmodel", "measure", "verify", "train", "lessons")
 #: public names of those modules that draw nothing
@@ -148,8 +145,8 @@ def _verify(name):
 
 
 def _train(name):
-    from studykit.train import analysis
     from studykit.plots import train as T
+    from studykit.train import analysis
 
     df = training()
     four = df[df["method"].isin(["none", "fp16", "quantize8", "dynamic"])]
