@@ -126,6 +126,10 @@ def problems(fig, max_entries: int = MAX_LEGEND_ENTRIES, max_legend_fraction: fl
             if share > max_legend_fraction:
                 out.append(f"{name}: the legend covers {share:.0%} of the axes (at most {max_legend_fraction:.0%}: "
                            "move it outside or shorten it)")
+    labels = [t for ax in fig.axes if ax.get_visible() and ax.axison
+              for t in (ax.title, ax.xaxis.label, ax.yaxis.label)]
+    for a, b in _texts_overlap(labels, renderer):
+        out.append(f"axis labels or titles {a[:40]!r} and {b[:40]!r} overlap")
     for leg in fig.legends:
         n = len([t for t in leg.get_texts() if t.get_text()])
         if n > max_entries:

@@ -107,7 +107,7 @@ def plot_tradeoff(table: pd.DataFrame):
     saved (compression ratio against an fp32 all-reduce, left) and the error of the aggregate (right),
     both on log axes so that one outlier does not squash the rest; rows sorted by ratio."""
     t = table.sort_values("ratio").reset_index(drop=True)
-    fig, (ax, axe) = plots.new(ncols=2, width=4.5, height=0.3 * len(t) + 1.8, sharey=True)
+    fig, (ax, axe) = plots.new(ncols=2, width=4.8, height=0.3 * len(t) + 1.8, sharey=True)
     y = np.arange(len(t))
     colors = ["C0" if c else "C1" for c in t["allreduce_compatible"]]
     ax.scatter(t["ratio"], y, c=colors, zorder=3)
@@ -115,15 +115,16 @@ def plot_tradeoff(table: pd.DataFrame):
     plots.ref_line(ax, 1.0, "fp32 (1x)", axis="x", inline=True)
     ax.set_yticks(y, t["compressor"], fontsize="small")
     ax.invert_yaxis()
-    ax.set(xscale="log", xlabel="compression ratio vs fp32 all-reduce (x, log scale)", ylabel="compressor",
+    ax.set(xscale="log", xlabel="compression ratio vs fp32\n(x, log scale)", ylabel="compressor",
            title="bytes saved")
     axe.set(xscale="log", xlabel="relative error of the aggregate\n(‖estimate − exact‖ / ‖exact‖, log scale)",
             title="error after one step")
+    axe.margins(x=0.08)
     from matplotlib.lines import Line2D
 
-    axe.legend(handles=[Line2D([], [], marker="o", linestyle="none", color="C0", label="all-reduce compatible"),
-                        Line2D([], [], marker="o", linestyle="none", color="C1", label="needs all-gather")],
-               fontsize="x-small", loc="lower right")
+    ax.legend(handles=[Line2D([], [], marker="o", linestyle="none", color="C0", label="all-reduce compatible"),
+                       Line2D([], [], marker="o", linestyle="none", color="C1", label="needs all-gather")],
+              fontsize="x-small", loc="upper right")
     fig.suptitle("What does each compressor trade: bytes saved against error of the aggregate?", fontsize="medium")
     finish(fig)
     return fig, (ax, axe)
