@@ -49,7 +49,7 @@ from studykit import paths
 from studykit.measure import crossover as X
 from studykit.measure.records import load_records
 from studykit.plots import theme
-from studykit.plots.bandwidth import campaign_figure
+from studykit.plots.measure import bandwidth_grid_plot
 theme()
 folders = {c: paths.MEASUREMENTS / "bandwidth" / c for c in campaigns}
 tables = {c: X.iteration_table(load_records(f / "ddp.jsonl"), stat=stat) for c, f in folders.items()}
@@ -82,7 +82,7 @@ def predictions_of(campaign):
 
 
 for c, t in tables.items():
-    campaign_figure(t, methods, predicted=predictions_of(c))
+    bandwidth_grid_plot(t, X.speedup_table(t, "syncSGD"), methods, predicted=predictions_of(c))
 # %% [markdown]
 # ## Measured crossovers
 #

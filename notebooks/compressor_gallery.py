@@ -34,11 +34,10 @@ hidden: int = 64  # hidden units of the MLP (its first weight is hidden x 64)
 seed: int = 0  # data order and initialisation
 
 # %%
-import matplotlib.pyplot as plt
 from studykit import compressors as C
 from studykit.lessons import gallery
 from studykit.plots import theme
-from studykit.plots.lessons import plot_survivors
+from studykit.plots.lessons import plot_survivors, plot_tradeoff
 
 theme()
 # papermill's --help-notebook cannot read a default containing "=", so shared values fill in bare names here
@@ -61,14 +60,7 @@ table = gallery.compare(available, grads)
 table.sort_values("ratio")
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 4))
-ax.scatter(table["ratio"], table["rel_error"])
-for _, r in table.iterrows():
-    ax.annotate(r["compressor"].split(":")[0], (r["ratio"], r["rel_error"]), fontsize=8)
-ax.set_xscale("log")
-ax.set_xlabel("compression ratio vs fp32 all-reduce (×)")
-ax.set_ylabel("relative error of the aggregate")
-ax.set_title("Bytes saved against accuracy of the aggregate (one step)");
+fig, axes = plot_tradeoff(table)
 
 # %% [markdown]
 # ## What survives

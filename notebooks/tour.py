@@ -180,15 +180,8 @@ print(f"overlap saves {1 - ends[names[1]] / ends[names[0]]:.0%} of the iteration
 
 # %%
 sweep = tour.bucket_sweep(t_comp_s, work.gradient_bytes, world_size, hw, np.geomspace(0.25, 1024, 41))
-fig, ax = plots.new()
-ax.plot(sweep.bucket_mb, sweep.total_s * 1e3, marker=".", label="syncSGD, Sec. 4.1")
-plots.ref_line(ax, t_comp_s * 1e3, "linear scaling (T_comp)")
-ax.axvline(DEFAULT_BUCKET_BYTES / 2**20, color="C2", linewidth=1, label="DDP default bucket_cap_mb")
-ax.set_xscale("log", base=2)
-ax.set_xlabel("bucket size (MiB)")
-ax.set_ylabel("backward + sync time per iteration (ms)")
-ax.set_title(f"{model}, {world_size} GPUs, {bandwidth_gbps:g} Gbit/s")
-ax.legend(fontsize="small");
+fig, ax = lplots.plot_bucket_sweep(sweep, t_comp_s, DEFAULT_BUCKET_BYTES / 2**20,
+                                   title=f"{model}, {world_size} GPUs, {bandwidth_gbps:g} Gbit/s")
 
 # %% [markdown]
 # **Exercise 3.** Below which bandwidth does syncSGD stop hiding the first `k-1` buckets of the tour's

@@ -1,15 +1,35 @@
-"""Where the kit's files live (resolved from the package, so notebooks work from any cwd)."""
+"""Where the kit's files live (resolved from the package, so notebooks work from any cwd).
+
+A clone reads ``data/`` beside the package. A ``pip install`` of the wheel has no ``data/``: it reads the
+part of it that the wheel carries, ``studykit/_data/`` (calibrations, the paper's numbers, the
+verification summary, the training runs; mapped from ``data/`` at build time, see pyproject.toml),
+through :mod:`importlib.resources`, and writes reports under the working directory. ``STUDYKIT_ROOT``
+names another checkout to read instead.
+"""
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 ROOT = Path(os.environ.get("STUDYKIT_ROOT", Path(__file__).resolve().parent.parent))
-DATA = ROOT / "data"
+#: a clone (or STUDYKIT_ROOT) has data/ beside the package; an installed wheel does not
+IS_CLONE = (ROOT / "data").is_dir()
+
+
+def packaged_data() -> Path:
+    """The data the wheel carries (``studykit/_data/``), as a folder on disk."""
+    folder = resources.files("studykit") / "_data"
+    if not isinstance(folder, Path):  # a zip import: the readers need real files
+        raise TypeError(f"studykit's data {folder} is not a folder on disk; install the wheel unzipped (pip does)")
+    return folder
+
+
+DATA = ROOT / "data" if IS_CLONE else packaged_data()
 MEASUREMENTS = DATA / "measurements"
 PAPER = DATA / "paper"
 CALIBRATIONS = DATA / "calibrations"
-REPORTS = ROOT / "reports"
+REPORTS = ROOT / "reports" if IS_CLONE else Path("reports")  # installed: under the working directory
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = ROOT / "params"
 

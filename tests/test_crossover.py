@@ -180,16 +180,3 @@ def test_predicted_table_keeps_world_sizes_apart():
     row = t[(t["world_size"] == 4) & (t["method"] == "fp16 (hook)")].iloc[0]
     assert row["base_ms"] == 20.0
     assert set(t["method"]) == {"syncSGD", "fp16 (hook)", "fp16 (blocking hook)"}
-
-
-def test_campaign_figure_draws_one_world_size(tmp_path):
-    import matplotlib
-    matplotlib.use("Agg")
-    from studykit.plots.bandwidth import campaign_figure
-
-    table = _two_campaigns()
-    with pytest.raises(ValueError, match="one world size"):
-        campaign_figure(table, ["syncSGD"])
-    fig, axes = campaign_figure(table[table["world_size"] == 4], ["syncSGD", "topk 1% (hook)"])
-    assert axes.shape == (2, 1) and "4 x G" in fig._suptitle.get_text()
-    assert axes[0, 0].get_xlabel().endswith("(Gbit/s, tc tbf)")

@@ -2,6 +2,7 @@
 notebook and cell, and ``papermill --help-notebook`` describing every parameter of every committed notebook."""
 import ast
 import json
+import re
 import subprocess
 import sys
 
@@ -80,7 +81,7 @@ def test_index_links_every_notebook_with_parameters_times_and_thumbnails(tiny, c
     assert len(full) == 2 and len(notebooks.thumbnail(full[0])) < len(full[0])
     # the README table comes from summary.json
     capsys.readouterr()
-    assert notebooks.main(["notebooks", "--out", str(out), "--table"]) == 0
+    assert notebooks.main(["notebooks", "--out", str(out), "--table", "--allow-dirty"]) == 0  # tests run in any tree
     table = capsys.readouterr().out
     assert "| [`good`](notebooks/good.ipynb) | A good notebook |" in table and f"| {s['seconds']:.1f} |" in table
 
@@ -147,6 +148,34 @@ def test_every_notebook_has_a_question_for_the_readme_table():
     for nb in NOTEBOOKS:
         assert notebooks.question(nb), nb.name
     assert set(notebooks.QUESTIONS) >= {p.stem for p in NOTEBOOKS}, "add the new notebook to notebooks.QUESTIONS"
+
+
+def _summary(dirty):
+    return {"profile": "params/smoke.yaml", "notebooks": [{"notebook": "tour", "question": "Q?", "seconds": 1.25,
+                                                          "status": "ok"}],
+            "provenance": {"cpu_count": 2, "torch": "2.13.0+cpu", "git_commit": "0123456789abcdef",
+                           "git_dirty": dirty, "timestamp": "2026-01-01T00:00:00+00:00"}}
+
+
+def test_readme_table_refuses_a_run_from_a_dirty_tree(tmp_path, capsys):
+    clean = notebooks.markdown_table(_summary(False))
+    assert "| 1.2 |" in clean and "commit 0123456789, 2026" in clean and "local changes" not in clean
+    with pytest.raises(notebooks.DirtyTreeError, match="uncommitted changes.*--allow-dirty"):
+        notebooks.markdown_table(_summary(True))
+    assert "commit 0123456789 with local changes" in notebooks.markdown_table(_summary(True), allow_dirty=True)
+    (tmp_path / "summary.json").write_text(json.dumps(_summary(True)))
+    assert notebooks.main(["notebooks", "--table", str(tmp_path / "summary.json")]) == 2
+    assert "uncommitted changes" in capsys.readouterr().err
+
+
+def test_readme_footer_names_a_clean_commit():
+    """The README's timing footer comes from a run at a commit, not from a dirty working tree."""
+    readme = (paths.ROOT / "README.md").read_text()
+    footer = re.search(r"<sub>profile `params/smoke.yaml`.*</sub>", readme)
+    assert footer, "README lacks the notebook table's footer (python -m studykit notebooks --table)"
+    assert re.search(r"commit [0-9a-f]{10}, ", footer.group()), footer.group()
+    assert "local changes" not in footer.group(), ("regenerate the README table from a clean commit: "
+                                                   "python -m studykit notebooks --params params/smoke.yaml")
 
 
 def test_readme_table_lists_every_notebook():

@@ -11,7 +11,8 @@ the nccl-tests conventions (PERFORMANCE.md there):
   sum) and ``ps_reduce`` (reduce to rank 0, broadcast): algbw = S / t and
   busbw = algbw (nccl-tests' factor for reduce and broadcast).
 
-GB/s are 1e9 bytes per second. Each iteration starts after a barrier (untimed);
+The records' ``algbw_GBps`` / ``busbw_GBps`` are GB/s (1e9 bytes per second, nccl-tests' unit); what the
+command prints is Gbit/s (x 8), the unit of the rest of the kit. Each iteration starts after a barrier (untimed);
 its time is the max over ranks.
 """
 from __future__ import annotations
@@ -122,7 +123,8 @@ def run_sweep(d: Dist, ops: Sequence[str], sizes: Sequence[int], writer: RecordW
                           bus_factor=factor, busbw_GBps=algbw * factor)
         writer.write(rec)
         written += 1
-        note(f"{op:>10} {format_size(nbytes):>6} {t.ms_mean * 1e3:10.1f} us  algbw {algbw:8.3f} GB/s  "
-             f"busbw {algbw * factor:8.3f} GB/s", verbose and d.is_main)
+        # printed in Gbit/s, the kit's one bandwidth unit; the record's *_GBps fields keep nccl-tests' GB/s
+        note(f"{op:>10} {format_size(nbytes):>6} {t.ms_mean * 1e3:10.1f} us  algbw {8 * algbw:8.2f} Gbit/s  "
+             f"busbw {8 * algbw * factor:8.2f} Gbit/s", verbose and d.is_main)
         fn = None
     return written

@@ -321,10 +321,22 @@ def write_index(summaries: list[dict], out_dir: Path, profile: str, prov: dict |
     return index
 
 
-def markdown_table(summary: dict | Path | str) -> str:
-    """The README's notebook table from a ``summary.json`` (or its loaded dict)."""
+class DirtyTreeError(ValueError):
+    """A summary.json from a working tree with uncommitted changes: its timings name no commit."""
+
+
+def markdown_table(summary: dict | Path | str, allow_dirty: bool = False) -> str:
+    """The README's notebook table from a ``summary.json`` (or its loaded dict). A run from a working
+    tree with uncommitted changes is refused (its footer would name a commit the notebooks did not run
+    at) unless ``allow_dirty``, which marks it in the footer."""
     if not isinstance(summary, dict):
         summary = json.loads(Path(summary).read_text())
+    dirty = bool(summary.get("provenance", {}).get("git_dirty"))
+    if dirty and not allow_dirty:
+        raise DirtyTreeError("the notebooks ran in a working tree with uncommitted changes, so the table's footer "
+                             "would name no commit they ran at: commit (or stash) the changes, rerun `python -m "
+                             "studykit notebooks --params params/smoke.yaml`, then print the table; "
+                             "--allow-dirty prints it marked 'with local changes' (not for the README)")
     lines = ["| notebook | the question it answers | smoke run (s) |", "|---|---|---:|"]
     for s in summary["notebooks"]:
         secs = f"{s['seconds']:.1f}" if s.get("status") == "ok" else "failed"
@@ -353,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=argtypes.positive_int, default=1800, help="seconds per cell before a notebook fails")
     ap.add_argument("--table", nargs="?", const="", default=None, metavar="SUMMARY_JSON",
                     help="print the README's markdown table from SUMMARY_JSON (default: <out>/summary.json); "
-                         "runs nothing")
+                         "runs nothing; refuses a run from a working tree with uncommitted changes")
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="with --table: print it for a run from a dirty working tree, marked 'with local changes'")
     args = ap.parse_args((argv or [])[1:] if argv and argv[0] == "notebooks" else argv)
 
     out_dir = Path(args.out)
@@ -362,7 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         if not src.exists():
             print(f"no {src}: run `python -m studykit notebooks --params params/smoke.yaml` first", file=sys.stderr)
             return 2
-        print(markdown_table(src))
+        try:
+            print(markdown_table(src, allow_dirty=args.allow_dirty))
+        except DirtyTreeError as exc:
+            print(f"python -m studykit notebooks --table: {exc}", file=sys.stderr)
+            return 2
         return 0
 
     try:

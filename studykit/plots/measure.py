@@ -8,9 +8,10 @@ from typing import Optional
 import pandas as pd
 
 from studykit.measure.report import _with_paper, backward_ms, encode_decode_table
-from studykit.plots.style import PAPER_STYLE, new, ref_line, theme
+from studykit.plots.style import PAPER_STYLE, finish, new, ref_line, theme, titled
 
-__all__ = ["allreduce_fit_plot", "calibration_compare_plot", "measured_bandwidth_plot", "plot_encode_decode", "plot_overheads"]
+__all__ = ["allreduce_fit_plot", "bandwidth_grid_plot", "calibration_compare_plot", "measured_bandwidth_plot",
+           "plot_encode_decode", "plot_overheads"]
 
 
 def allreduce_fit_plot(data: pd.DataFrame, alpha_s: float, bandwidth_gbps: float,
@@ -36,7 +37,9 @@ def allreduce_fit_plot(data: pd.DataFrame, alpha_s: float, bandwidth_gbps: float
     ax.set_yscale("log")
     ax.set_xlabel("message size per worker (bytes)")
     ax.set_ylabel("all-reduce time (ms)")
-    ax.legend(fontsize="x-small")
+    ax.set_title("Does Eq. 1 (alpha + size / bandwidth) fit the measured all-reduce times?", fontsize="medium")
+    ax.legend(fontsize="x-small", loc="upper left")
+    finish(fig)
     return fig, ax
 
 
@@ -77,7 +80,9 @@ def calibration_compare_plot(fitted: pd.DataFrame, reference: pd.DataFrame | Non
     if len(times):
         ax.set_xscale("log")
     n_all = int(fitted["constant"].isin(["t_comp_s", "t_encode_decode_s"]).sum())
-    ax.set_xlabel("time (ms)" + (f"; {n_all - len(times)} more not shown" if n_all > len(times) else ""))
+    ax.set_xlabel("time (ms, log scale)" + (f"; {n_all - len(times)} more not shown" if n_all > len(times) else ""))
+    ax.set_ylabel("fitted constant (model, batch, compressor)")
+    ax.set_title("Do the fitted times agree with the reference calibration?", fontsize="medium")
     ax.legend(fontsize="x-small")
     g = fitted[fitted["constant"] == "gamma"]
     if len(g):
@@ -93,8 +98,10 @@ def calibration_compare_plot(fitted: pd.DataFrame, reference: pd.DataFrame | Non
         axg.plot([], [], **PAPER_STYLE, label=f"{labels[1]} range")
         axg.legend(fontsize="x-small")
     axg.set_xticks([0], ["gamma"])
-    axg.set_ylabel("gamma (backward slowdown under overlap)")
-    fig.tight_layout()
+    axg.set_xlabel("constant")
+    axg.set_ylabel("gamma (x, backward slowdown under overlap)")
+    axg.set_title("gamma", fontsize="medium")
+    finish(fig)
     return fig, (ax, axg)
 
 
@@ -111,7 +118,8 @@ def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms",
         raise ValueError(f"at most 6 methods per panel, got {len(methods)}: facet instead")
     if y not in ("ms", "speedup"):
         raise ValueError(f"y must be 'ms' or 'speedup', got {y!r}")
-    fig, ax = (ax.figure, ax) if ax is not None else new()
+    standalone = ax is None
+    fig, ax = (ax.figure, ax) if ax is not None else new(width=8.5 if legend else 6)
     for i, method in enumerate(methods):
         d = df[df["method"] == method].sort_values("rate_gbps")
         if d.empty:
@@ -128,20 +136,58 @@ def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms",
     ax.set_yscale("log")
     ticks = sorted(df["rate_gbps"].unique())
     ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.set_xticklabels(_sparse_log_labels(ticks))
     ax.minorticks_off()
     ax.set_xlabel("emulated network bandwidth per GPU (Gbit/s, tc tbf)")
     if y == "ms":
         ax.set_ylabel("iteration time (ms)")
     else:
-        ref_line(ax, 1.0, f"{baseline or 'baseline'} (speed-up 1)", color="0.4")
+        ref_line(ax, 1.0, f"{baseline or 'baseline'} (speed-up 1)", color="0.4", inline=True)
         ax.set_ylabel(f"speed-up over {baseline or 'the baseline'} (x)")
     if predicted is not None:
         ax.plot([], [], color="0.5", linewidth=2.0, alpha=0.45, label="model (thick lines)")
-    ax.set_title(title or "")
+    ax.set_title(titled("Below which bandwidth does each method beat syncSGD?", title) if standalone else title or "",
+                 fontsize="medium")
     if legend:
-        ax.legend(fontsize="x-small", loc="best")
+        ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    finish(fig)
     return fig, ax
+
+
+def _sparse_log_labels(ticks, min_decades: float = 0.12) -> list[str]:
+    """Tick labels for a log axis, blank where a tick sits closer than ``min_decades`` to the last labelled
+    one (15, 20 and 25 Gbit/s would overprint)."""
+    out, last = [], None
+    for t in ticks:
+        keep = last is None or t <= 0 or np.log10(t / last) >= min_decades
+        out.append(f"{t:g}" if keep else "")
+        last = t if keep else last
+    return out
+
+
+def bandwidth_grid_plot(table: pd.DataFrame, speedups: pd.DataFrame, methods: list[str],
+                        predicted: pd.DataFrame | None = None, baseline: str = "syncSGD"):
+    """The bandwidth notebook's figure: per model (columns), measured iteration time (top) and speed-up
+    over ``baseline`` (bottom) against the emulated bandwidth (:func:`measured_bandwidth_plot`), one
+    legend for the figure. Returns ``(fig, axes)``."""
+    import matplotlib.pyplot as plt
+
+    theme()
+    models = list(dict.fromkeys(table["model"]))
+    fig, axes = plt.subplots(2, len(models), figsize=(4.8 * len(models) + 2.6, 8.0), squeeze=False)
+    for j, model in enumerate(models):
+        pm = None if predicted is None else predicted[predicted["model"] == model]
+        measured_bandwidth_plot(table[table["model"] == model], methods, y="ms", predicted=pm, ax=axes[0, j],
+                                legend=False, title=f"{model}: iteration time")
+        measured_bandwidth_plot(speedups[speedups["model"] == model], methods, y="speedup", baseline=baseline,
+                                predicted=pm, ax=axes[1, j], legend=False, title=f"{model}: speed-up")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, [lab.replace(" (measured)", "") for lab in labels], loc="center right", fontsize="small",
+               title="markers: measured\nthick lines: model", title_fontsize="x-small")
+    ps = ", ".join(map(str, sorted(table["world_size"].unique())))
+    fig.suptitle(f"Below which bandwidth does each method beat {baseline}?\n(measured, p = {ps})", fontsize="medium")
+    fig.tight_layout(rect=(0, 0, 1 - 2.4 / fig.get_figwidth(), 1))
+    return fig, axes
 
 
 def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Optional[int] = None,
@@ -153,7 +199,7 @@ def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Op
 
     theme()
     t = _with_paper(encode_decode_table(df, model), paper)
-    fig, ax = plt.subplots(figsize=(7, 0.28 * max(len(t), 4) + 1.2))
+    fig, ax = plt.subplots(figsize=(9.5, 0.28 * max(len(t), 4) + 1.6))
     if t.empty:
         ax.text(0.5, 0.5, f"no profile records for {model}", ha="center", transform=ax.transAxes)
         return fig, ax
@@ -171,9 +217,11 @@ def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Op
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("encode + decode time (ms, log scale)")
-    ax.set_title(f"Encode-decode of every compressor on {model}'s gradients")
-    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
-    fig.tight_layout()
+    ax.set_ylabel("compressor")
+    ax.set_title(f"How far above the memory floor is each compressor's encode-decode?\n{model}'s gradients",
+                 fontsize="medium")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    finish(fig)
     return fig, ax
 
 
@@ -203,16 +251,22 @@ def plot_overheads(df: pd.DataFrame, batch_size: Optional[int] = None):
     hues = sorted(t["model"].unique())
     sns.stripplot(data=t, x="x_floor", y="method", hue="model", order=order, hue_order=hues, ax=axes[0], size=7,
                   jitter=False)
-    axes[0].axvline(1, ls="--", c="k", lw=1)
-    axes[0].set(xscale="log", xlabel="encode-decode / memory floor (x)", ylabel="")
+    axes[0].axvline(1, ls="--", c="k", lw=1, label="memory floor (1x)")
+    axes[0].set(xscale="log", xlabel="encode-decode / memory floor (x, log scale)", ylabel="compressor",
+                title="against the memory floor")
     if t["x_backward"].notna().any():
         sns.stripplot(data=t.dropna(subset=["x_backward"]), x="x_backward", y="method", hue="model", order=order,
                       hue_order=hues, ax=axes[1], size=7, jitter=False)
-        axes[1].axvline(1, ls="--", c="C3", lw=1)
+        axes[1].axvline(1, ls="--", c="C3", lw=1, label="backward pass (1x)")
     else:
         axes[1].text(0.5, 0.5, "no tcomp (backward) records\nfor the profiled models", ha="center",
                      transform=axes[1].transAxes)
-    axes[1].set(xscale="log", xlabel="encode-decode / backward pass (x)", ylabel="")
-    fig.suptitle("How far above the memory floor, and how large next to the backward pass")
-    fig.tight_layout()
+    axes[1].set(xscale="log", xlabel="encode-decode / backward pass (x, log scale)", ylabel="",
+                title="against the backward pass")
+    for ax in axes:
+        if ax.get_legend() is not None:
+            ax.legend(fontsize="x-small", loc="lower right")
+    fig.suptitle("How far above the memory floor is encode-decode, and how large next to the backward pass?",
+                 fontsize="medium")
+    finish(fig)
     return fig, axes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from studykit.plots.style import new, ref_line
+from studykit.plots.style import finish, new, ref_line, titled
 
 __all__ = ["bandwidth_sweep_plot", "required_ratio_plot", "compute_speedup_plot", "tradeoff_plot", "breakdown_plot",
            "speedup_curve_plot", "claims_plot"]
@@ -25,29 +25,39 @@ def bandwidth_sweep_plot(df: pd.DataFrame, paper_crossover_gbps: float | None = 
         ax.axvline(kit_crossover_gbps, color="C2", linewidth=1.2, label=f"kit crossover {kit_crossover_gbps:.1f} Gbit/s")
     if paper_crossover_gbps is not None:
         ref_line(ax, paper_crossover_gbps, f"paper crossover {paper_crossover_gbps:g} Gbit/s", axis="x")
-    ax.set_title(title or "")
+    ax.set_title(titled("Below which bandwidth does PowerSGD beat syncSGD?", title), fontsize="medium")
     ax.legend(fontsize="small")
+    finish(fig)
     return fig, ax
 
 
 def required_ratio_plot(df: pd.DataFrame, paper_ratio: float | None = None, paper_bandwidth_gbps: float | None = None,
                         hue: str = "batch_size", title: str | None = None, ax=None):
-    """Figs. 12 / 18: compression ratio needed for near-linear scaling vs bandwidth."""
+    """Figs. 12 / 18: compression ratio needed for near-linear scaling vs bandwidth. One colour per
+    model, one marker per batch size (so a line hidden under another still shows its markers); the
+    paper's values are dashed lines named where they are drawn (the legend keeps the series)."""
     fig, ax = (ax.figure, ax) if ax is not None else new()
-    for key, g in df.groupby(["model", hue]) if hue != "model" else df.groupby(["model"]):
+    models = list(dict.fromkeys(df["model"]))
+    batches = list(dict.fromkeys(df[hue])) if hue != "model" else [None]
+    markers = "osD^v"
+    for key, g in df.groupby(["model", hue], sort=False) if hue != "model" else df.groupby(["model"], sort=False):
         key = key if isinstance(key, tuple) else (key,)
         lab = key[0] if len(key) == 1 or key[1] == -1 else f"{key[0]}, batch {key[1]}"
-        ax.plot(g["bandwidth_gbps"], g["required_ratio"], label=lab)
+        mk = markers[batches.index(key[1]) % len(markers)] if len(key) > 1 else None
+        ax.plot(g["bandwidth_gbps"], g["required_ratio"], label=lab, color=f"C{models.index(key[0])}", marker=mk,
+                markevery=max(1, len(g) // 6), markersize=5, alpha=0.9)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bandwidth (Gbit/s)")
     ax.set_ylabel("required compression ratio (x)")
     if paper_ratio is not None:
-        ref_line(ax, paper_ratio, f"paper: ~{paper_ratio:g}x")
+        ref_line(ax, paper_ratio, f"paper: ~{paper_ratio:g}x", inline=True)
     if paper_bandwidth_gbps is not None:
-        ref_line(ax, paper_bandwidth_gbps, f"paper: at {paper_bandwidth_gbps:g} Gbit/s", axis="x", color="0.55")
-    ax.set_title(title or "")
+        ref_line(ax, paper_bandwidth_gbps, f"paper: at {paper_bandwidth_gbps:g} Gbit/s", axis="x", color="0.55",
+                 inline=True)
+    ax.set_title(titled("What compression ratio keeps scaling near-linear?", title), fontsize="medium")
     ax.legend(fontsize="small")
+    finish(fig)
     return fig, ax
 
 
@@ -65,8 +75,9 @@ def compute_speedup_plot(df: pd.DataFrame, paper_point: tuple[float, float] | No
         ref_line(ax, paper_point[1])
     ax.set_xlabel("compute speed-up over V100 (x)")
     ax.set_ylabel("speed-up over syncSGD (x)")
-    ax.set_title(title or "")
+    ax.set_title(titled("Does PowerSGD gain on faster GPUs?", title), fontsize="medium")
     ax.legend(fontsize="small")
+    finish(fig)
     return fig, ax
 
 
@@ -80,15 +91,16 @@ def tradeoff_plot(df: pd.DataFrame, title: str | None = None, ax=None):
     ax.set_xlabel("encode/decode speed-up k (x)")
     ax.set_ylabel("backward + sync time per iteration (ms)")
     ax.set_xticks(sorted(df["k"].unique()))
-    ax.set_title(title or "")
+    ax.set_title(titled("Does faster encoding pay for more bytes?", title), fontsize="medium")
     ax.legend(fontsize="small")
+    finish(fig)
     return fig, ax
 
 
 def breakdown_plot(data: dict, ax=None):
     """Explorer: stacked iteration-time breakdown of syncSGD and the compressor."""
     fig, ax = (ax.figure, ax) if ax is not None else new()
-    names = ["syncSGD"] + ([data["label"]] if data.get("compressed") else [])
+    names = ["syncSGD"] + ([_method_label(data)] if data.get("compressed") else [])
     parts = [("compute", "compute_ms"), ("exposed communication", "exposed_comm_ms"),
              ("encode/decode", "encode_decode_ms")]
     bottoms = np.zeros(len(names))
@@ -98,12 +110,26 @@ def breakdown_plot(data: dict, ax=None):
         ax.bar(names, vals, bottom=bottoms, label=lab, color=f"C{i}")
         bottoms += vals
     ref_line(ax, data["linear_ms"], "linear scaling (T_comp)")
-    ax.set_ylabel("backward + sync time per iteration (ms)")
+    ax.set_ylabel("backward + sync per iteration (ms)")
+    ax.set_xlabel("method")
     if data.get("compressed"):
-        ax.set_title(f"speed-up over syncSGD: {data['speedup']:.2f}x")
-    ax.set_ylim(top=max(float(bottoms.max()), data["linear_ms"]) * 1.45)  # headroom for the legend
-    ax.legend(fontsize="small", loc="upper left")
+        ax.set_title(f"Is {names[1]} faster than syncSGD?\nspeed-up over syncSGD: {data['speedup']:.2f}x",
+                     fontsize="medium")
+    else:
+        ax.set_title("Where does syncSGD's iteration time go?", fontsize="medium")
+    ax.set_ylim(top=max(float(bottoms.max()), data["linear_ms"]) * 1.1)
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
+    finish(fig)
     return fig, ax
+
+
+def _method_label(data: dict) -> str:
+    """``powersgd rank=4`` for the explorer's ``powersgd {'rank': 4}``."""
+    params = data.get("params") or {}
+    name = str(data["label"]).split(" {")[0]
+    if not params or name != str(data["label"]).split(" ")[0]:
+        return name
+    return name + " " + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def speedup_curve_plot(curve: pd.DataFrame, current: tuple[float, float] | None = None, ax=None):
@@ -114,15 +140,17 @@ def speedup_curve_plot(curve: pd.DataFrame, current: tuple[float, float] | None 
     if current is not None:
         ax.plot(*current, marker="o", color="C3", linestyle="none", label="current setting")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs (world size)")
+    ax.set_xlabel("GPUs (world size p, log scale)")
     ax.set_ylabel("speed-up over syncSGD (x)")
+    ax.set_title("At which GPU count does the compressor pay?", fontsize="medium")
     ax.legend(fontsize="small")
+    finish(fig)
     return fig, ax
 
 
 def claims_plot(df: pd.DataFrame, ax=None):
     """Every claim: the kit's value relative to the paper's (1 = agreement), tolerance band dashed."""
-    fig, ax = (ax.figure, ax) if ax is not None else new(width=8, height=0.35 * len(df) + 1.5)
+    fig, ax = (ax.figure, ax) if ax is not None else new(width=10, height=0.35 * len(df) + 2.0)
     y = np.arange(len(df))
     ratio = df["kit_value"].to_numpy(float) / df["paper_value"].to_numpy(float)
     colors = df["verdict"].map({"reproduced": "tab:green", "disagrees": "tab:red", "input": "0.6"}).fillna("C0")
@@ -133,6 +161,19 @@ def claims_plot(df: pd.DataFrame, ax=None):
     for v in (1 - tol, 1 + tol):
         ref_line(ax, v, None, axis="x", color="0.5")
     ax.set_xscale("log")
-    ax.set_xlabel("kit / paper (dashed: tolerance; green reproduced, red disagrees, grey input)")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("kit / paper (x, log scale)")
+    ax.set_ylabel("claim (setting)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="o", linestyle="none", color=c, label=v)
+               for v, c in (("reproduced", "tab:green"), ("disagrees", "tab:red"), ("input (by construction)", "0.6"))]
+    handles.append(Line2D([], [], color="0.5", linestyle="--", label=f"tolerance ±{tol:.0%}"))
+    ax.legend(handles=handles, fontsize="x-small", loc="lower right", framealpha=0.9)
+    ax.set_title("Does the kit reproduce the paper's model-based claims?", fontsize="medium")
     ax.invert_yaxis()
+    finish(fig)
     return fig, ax

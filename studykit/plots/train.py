@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Optional
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
-from studykit.plots.style import theme
+from studykit.plots.style import finish, theme
 from studykit.train.analysis import method_order
 
 __all__ = ["colors", "curves", "accuracy_curves", "loss_curves", "bits_over_epochs", "tta_bars", "bytes_bars",
@@ -31,7 +32,7 @@ def colors(methods) -> dict:
 
 
 _LABELS = {"train_acc": "training accuracy (%)", "test_acc": "test accuracy (%)", "val_acc": "validation accuracy (%)",
-           "train_loss": "training cross-entropy loss", "test_loss": "test cross-entropy loss",
+           "train_loss": "training cross-entropy loss (nats)", "test_loss": "test cross-entropy loss (nats)",
            "val_loss": "validation cross-entropy (nats per token)"}
 
 
@@ -45,23 +46,26 @@ def curves(df: pd.DataFrame, metric: str, ax=None, x: str = "epoch"):
         d = df[df["method"] == m].sort_values("epoch")
         xs = d[x] + (1 if x == "epoch" else 0)  # epoch 1 is the first trained epoch
         ax.plot(xs, scale * d[metric], marker="o", ms=3, label=m, color=col[m])
-    ax.set_xlabel("epoch" if x == "epoch" else "training time (s)")
+    ax.set_xlabel("epoch (count)" if x == "epoch" else "training time (s)")
     ax.set_ylabel(_LABELS.get(metric, metric))
+    ax.set_title(f"How does the {_LABELS.get(metric, metric).split(' (')[0]} change as training goes on?",
+                 fontsize="medium")
     ax.legend(fontsize=8)
+    finish(fig)
     return fig, ax
 
 
 def accuracy_curves(df: pd.DataFrame, which: str = "test", ax=None):
     """Tirupati et al. Fig. 1 (``which="train"``) / Fig. 2 (``"test"``): accuracy (%) per epoch."""
     fig, ax = curves(df, f"{which}_acc", ax)
-    ax.set_title(f"{which.capitalize()} accuracy vs epochs")
+    ax.set_title(f"Does compression cost {which} accuracy per epoch?", fontsize="medium")
     return fig, ax
 
 
 def loss_curves(df: pd.DataFrame, ax=None):
     """Tirupati et al. Fig. 3: training cross-entropy loss per epoch."""
     fig, ax = curves(df, "train_loss", ax)
-    ax.set_title("Cross-entropy loss vs epochs")
+    ax.set_title("Does compression slow the loss's descent per epoch?", fontsize="medium")
     return fig, ax
 
 
@@ -71,7 +75,7 @@ def accuracy_vs_time(df: pd.DataFrame, target: Optional[float] = None, ax=None):
     if target is not None:
         ax.axhline(100 * target, ls="--", c="gray", lw=1, label=f"target {100 * target:.0f}%")
         ax.legend(fontsize=8)
-    ax.set_title("Test accuracy vs training time")
+    ax.set_title("Which method reaches the accuracy soonest in time?", fontsize="medium")
     return fig, ax
 
 
@@ -79,10 +83,12 @@ def bits_over_epochs(df: pd.DataFrame, ax=None):
     """Wire bits per gradient element against the training iteration: a level holds from the iteration
     its round starts to the one it ends, so each change is drawn at the iteration it really happened
     (after the round that triggered it), one line per run; ▲ marks rounds with compression temporarily
-    removed; static methods are dotted lines."""
+    removed; static methods are dotted lines, methods that send the same bits named on one line
+    (8-bit sums travel as 16 bits, like fp16)."""
     theme()
-    fig, ax = plt.subplots(figsize=(6.5, 3.8)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(7.5, 3.8)) if ax is None else (ax.figure, ax)
     col = colors(df["method"])
+    static: dict[float, list[str]] = {}
     for m in method_order(df["method"]):
         dm = df[df["method"] == m]
         if dm["bits_per_element"].nunique() > 1:
@@ -98,17 +104,20 @@ def bits_over_epochs(df: pd.DataFrame, ax=None):
                     ax.scatter(b["step"] - b["iterations"] / 2, b["bits_per_element"], marker="^", s=40,
                                color=col[m], zorder=3)
         else:
-            y = float(dm["bits_per_element"].iloc[0])
-            ax.axhline(y, ls=":", lw=1.2, color=col[m], label=f"{m} (static)")
+            static.setdefault(round(float(dm["bits_per_element"].iloc[0]), 1), []).append(m)  # 16.004 is 16
+    for y, ms in static.items():
+        ax.axhline(y, ls=":", lw=1.2, color=col[ms[0]], label=f"{', '.join(ms)} (static, {y:g} bits)")
     ax.set_xlim(0, float(df["step"].max()))
     ax.set_yscale("log", base=2)
     from matplotlib.ticker import FuncFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("training iteration")
-    ax.set_ylabel("bits on the wire per element")
-    ax.set_title("When does the dynamic method change its compression level? (▲: removed)")
+    ax.set_xlabel("training iteration (count)")
+    ax.set_ylabel("wire bits per element (bits)")
+    ax.set_title("When does the dynamic method change its compression level?\n(▲: a round with compression removed)",
+                 fontsize="medium")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    finish(fig)
     return fig, ax
 
 
@@ -155,20 +164,30 @@ def tta_bars(tta: pd.DataFrame, baseline: str = "fp16", ax=None, what: str = "ta
         ax.axhline(tta.loc[baseline, "tta_s"], ls="--", c="gray", lw=1, label=f"{baseline} baseline")
         ax.legend(fontsize=8)
     ax.set_ylabel(f"time to {what} (s)")
-    ax.set_title(f"Which method reaches the {what} sooner than {baseline}?")
+    ax.set_xlabel("method")
+    ax.set_title(f"Which method reaches the {what} sooner than {baseline}?", fontsize="medium")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
+    finish(fig)
     return fig, ax
 
 
 def bytes_bars(summary: pd.DataFrame, column: str = "sent_per_worker_mb", ax=None):
-    """Data put on the wire per method (MB), from ``analysis.summary_table``."""
+    """Data put on the wire per method (MB), from ``analysis.summary_table``: markers on a log axis
+    (the methods span decades, and bars on a log axis mislead)."""
     theme()
-    fig, ax = plt.subplots(figsize=(6, 3.5)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(6, 4)) if ax is None else (ax.figure, ax)
     col = colors(summary.index)
-    ax.bar(summary.index, summary[column], color=[col[m] for m in summary.index])
+    x = np.arange(len(summary))
+    ax.vlines(x, summary[column].min() / 2, summary[column], color=[col[m] for m in summary.index], lw=1)
+    ax.scatter(x, summary[column], color=[col[m] for m in summary.index], zorder=3)
+    ax.set_xticks(x, summary.index)
     ax.set_yscale("log")
-    ax.set_ylabel("data sent per worker (MB)" if column == "sent_per_worker_mb" else "data sent, all workers (MB)")
+    ax.set_ylabel("sent per worker (MB, log scale)" if column == "sent_per_worker_mb"
+                  else "sent, all workers (MB, log scale)")
+    ax.set_xlabel("method")
+    ax.set_title("How many bytes does each method put on the wire?", fontsize="medium")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
+    finish(fig)
     return fig, ax
 
 
@@ -190,7 +209,9 @@ def time_split_bars(split: pd.DataFrame, ax=None):
         ax.scatter(split.index, split["iteration_ms"], marker="_", s=300, color="black", zorder=3,
                    label="timed iteration (overlapped)")
     ax.set_ylabel("time per iteration (ms)")
-    ax.set_title("Where does an iteration's time go?")
+    ax.set_xlabel("method")
+    ax.set_title("Where does each method's iteration time go?", fontsize="medium")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    finish(fig)
     return fig, ax

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from studykit.plots.style import new, theme
+from studykit.plots.style import finish, new, theme
 
 __all__ = ["bucket_plot", "post_compressors_plot", "bandwidth_plot", "error_overview_plot", "scaling_plot"]
 
@@ -28,11 +28,12 @@ def _grid(n: int, ncol: int, width: float, height: float):
 
 
 def _parity(ax, lo: float, hi: float, log: bool = True):
-    """The y = x line and the +-2 % / +-10 % bands (dashed) between ``lo`` and ``hi`` (ms)."""
+    """The y = x line and the +-2 % / +-10 % bands (dashed, named in the legend) between ``lo`` and ``hi`` (ms)."""
     xs = np.geomspace(lo, hi, 10) if log else np.linspace(lo, hi, 10)
     ax.plot(xs, xs, "k-", lw=0.8)
-    for f in PARITY_BANDS:
-        ax.plot(xs, xs * (1 + f), "k--", lw=0.5)
+    for i, f in enumerate(PARITY_BANDS):
+        bands = " and ".join(f"±{b:.0%}" for b in PARITY_BANDS)
+        ax.plot(xs, xs * (1 + f), "k--", lw=0.5, label=f"y = x, {bands} (dashed)" if i == 0 else None)
         ax.plot(xs, xs * (1 - f), "k--", lw=0.5)
 
 
@@ -41,7 +42,7 @@ def bucket_plot(pred: pd.DataFrame):
     markers; a prediction off the scale is written at the top with an arrow."""
     sync = pred[pred["group"] == "syncSGD"].copy()
     sync["bucket"] = sync["bucket_mb"].map(lambda b: "default" if pd.isna(b) else f"{b:g}MB")
-    net = sync["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g}Gb/s")
+    net = sync["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g} Gbit/s")
     sync["where"] = (sync["model"] + " b" + sync["batch_size"].astype(str) + net + " p="
                      + sync["world_size"].astype(str))
     panels = list(dict.fromkeys(sync["where"]))
@@ -62,10 +63,12 @@ def bucket_plot(pred: pd.DataFrame):
         ax.grid(axis="x", visible=False)
         ax.set_title(w, fontsize=9)
         ax.set_ylabel("iteration (ms)")
+        ax.set_xlabel("DDP bucket size", fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle("syncSGD (DDP) by bucket size: measured vs predicted")
-    fig.tight_layout()
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("Does the model predict syncSGD (DDP) at every bucket size? (bars: measured; "
+                 "n↑: a prediction of n ms, off the scale)")
+    finish(fig)
     return fig, axes
 
 
@@ -75,7 +78,7 @@ def post_compressors_plot(pred: pd.DataFrame, max_panels: int = 8):
     post = pred[(pred["group"] == "compressors (post)") & (pred["variant"] == "extended")].copy()
     if post.empty:
         return None, None
-    net = post["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g}Gb/s")
+    net = post["rate_gbps"].map(lambda r: "" if pd.isna(r) else f" {r:g} Gbit/s")
     post["where"] = (post["platform"] + " " + post["model"] + net + " b" + post["batch_size"].astype(str)
                      + " p=" + post["world_size"].astype(str))
     keep = list(dict.fromkeys(post["where"]))[:max_panels]
@@ -88,9 +91,25 @@ def post_compressors_plot(pred: pd.DataFrame, max_panels: int = 8):
         ax.set_xticks(x, g["compressor"], rotation=60, fontsize=7)
         ax.set_title(w, fontsize=9)
         ax.set_ylabel("iteration (ms)")
+        ax.set_xlabel("compressor (after the backward pass)", fontsize=8)
     axes.flat[0].legend(fontsize=8)
-    fig.tight_layout()
+    fig.suptitle("Does the model predict compression after the backward pass?")
+    finish(fig)
     return fig, axes
+
+
+def _short_params(params) -> str:
+    """``rank=4 ratio=0.01`` for a record's JSON parameters (switches and empty values left out)."""
+    import json
+
+    if not isinstance(params, str) or not params.strip():
+        return ""
+    try:
+        d = json.loads(params)
+    except ValueError:
+        return params
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items()
+                    if not isinstance(v, bool) and v is not None and k not in ("scope", "min_compression"))
 
 
 def bandwidth_plot(pred: pd.DataFrame):
@@ -102,26 +121,40 @@ def bandwidth_plot(pred: pd.DataFrame):
         return None, None
     import seaborn as sns
 
-    thr["method"] = np.where(thr["mode"] == "syncsgd", "syncSGD", thr["compressor"])
+    def label(r):
+        if r["mode"] == "syncsgd":
+            return "syncSGD (DDP)"
+        name = "none (uncompressed, after backward)" if r["compressor"] == "none" else r["compressor"]
+        return f"{name} {_short_params(r.get('params'))}".strip()
+
+    thr["method"] = thr.apply(label, axis=1)
     bss = sorted(thr["batch_size"].unique())
-    fig, axes = _grid(len(bss), len(bss), 6, 4)
-    for ax, bs in zip(axes.flat, bss):
+    others = sorted(m for m in thr["method"].unique() if m != "syncSGD (DDP)")
+    per = 4  # methods per panel besides syncSGD, which every panel repeats: at most 5 lines a panel
+    chunks = [others[i:i + per] for i in range(0, len(others), per)] or [[]]
+    panels = [(bs, ch) for bs in bss for ch in chunks]
+    fig, axes = _grid(len(panels), len(chunks), 5.5, 4)
+    palette = sns.color_palette("colorblind")
+    for ax, (bs, chunk) in zip(axes.flat, panels):
         g = thr[(thr["batch_size"] == bs) & (thr["variant"] == "extended")]
-        for i, (mth, gm) in enumerate(g.groupby("method")):
-            gm = gm.sort_values("rate_gbps")
-            c = sns.color_palette()[i % 10]
+        for i, mth in enumerate(["syncSGD (DDP)", *chunk]):
+            # one configuration per rate: several runs of it are averaged, never joined into a sawtooth
+            gm = g[g["method"] == mth].groupby("rate_gbps")[["predicted_ms", "measured_ms"]].mean().reset_index()
+            c = "0.3" if i == 0 else palette[(others.index(mth) + 1) % len(palette)]
             ax.plot(gm["rate_gbps"], gm["predicted_ms"], "-", color=c, label=mth)
             ax.plot(gm["rate_gbps"], gm["measured_ms"], "o", color=c)
         ax.set_xscale("log")
+        ax.set_yscale("log")
         rates = sorted(g["rate_gbps"].unique())
         ax.set_xticks(rates, [f"{r:g}" for r in rates])
         ax.minorticks_off()
         ax.set_xlabel("link rate (Gbit/s, tc tbf)")
-        ax.set_ylabel("iteration (ms)")
-        ax.set_title(f"{g['model'].iloc[0] if len(g) else ''} batch {bs}, 2 workers (lines: model, dots: measured)",
-                     fontsize=9)
+        ax.set_ylabel("iteration (ms, log scale)")
+        ax.set_title(f"{g['model'].iloc[0] if len(g) else ''}, batch {bs}, 2 workers", fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.suptitle("Does the model follow the measured iteration time as the link slows? "
+                 "(lines: model, dots: measured)")
+    finish(fig)
     return fig, axes
 
 
@@ -136,14 +169,17 @@ def error_overview_plot(pred: pd.DataFrame, target_median: float = 0.02, target_
         ax.scatter(g["measured_ms"], g["predicted_ms"], s=12, alpha=0.7, label=f"{plat} {v}")
     both = pred[["measured_ms", "predicted_ms"]]
     _parity(ax, both.min().min() * 0.8, both.max().max() * 1.2)
-    ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)")
+    ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)",
+           title="Is every prediction within the bands?")
     ax.legend(fontsize=7)
     errs = pred.assign(abs_err=pred["rel_error"].abs() * 100, where=pred["platform"] + " " + pred["group"])
     sns.boxplot(data=errs, x="abs_err", y="where", hue="variant", ax=axes[1], fliersize=2)
-    axes[1].axvline(target_median * 100, color="0.3", ls="--")
-    axes[1].axvline(target_max * 100, color="0.3", ls=":")
-    axes[1].set(xscale="log", xlabel="|relative error| (%)", ylabel="")
-    fig.tight_layout()
+    axes[1].axvline(target_median * 100, color="0.3", ls="--", label=f"target median {target_median:.0%}")
+    axes[1].axvline(target_max * 100, color="0.3", ls=":", label=f"target max {target_max:.0%}")
+    axes[1].set(xscale="log", xlabel="|relative error| (%)", ylabel="platform, group",
+                title="How large are the errors per group?")
+    axes[1].legend(fontsize=7)
+    finish(fig)
     return fig, axes
 
 
@@ -160,13 +196,16 @@ def scaling_plot(scaling: dict[str, pd.DataFrame]):
             c = sns.color_palette()[i % 10]
             for v, mk in (("paper", "x"), ("extended", "o")):
                 gv = g[g["variant"] == v]
-                ax.scatter(gv["measured_ms"], gv["predicted_ms"], marker=mk, color=c, s=28, label=f"{grp}, {v}")
+                ax.scatter(gv["measured_ms"], gv["predicted_ms"], marker=mk, color=c, s=28)
+            ax.scatter([], [], marker="s", color=c, label=grp)
+        for v, mk in (("paper", "x"), ("extended", "o")):
+            ax.scatter([], [], marker=mk, color="0.3", label=f"{v} model")
         both = sc[["measured_ms", "predicted_ms"]]
         _parity(ax, both.min().min() * 0.9, both.max().max() * 1.1, log=False)
         ax.set_xlabel("measured iteration at p = 4 (ms)")
         ax.set_ylabel("predicted from p <= 2 (ms)")
-        ax.set_title(f"{', '.join(sorted(sc['platform'].unique()))}: calibrated on p <= 2, scored on p = 4 ({k})",
-                     fontsize=9)
+        ax.set_title(f"Does a model calibrated on p <= 2 predict p = 4?\n"
+                     f"{', '.join(sorted(sc['platform'].unique()))}, {k} statistic", fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
+    finish(fig)
     return fig, axes

@@ -240,9 +240,9 @@ def _cluster_main(argv: list[str]) -> int:
         if sub[0] in ("_probe", "_stream") and out.is_file():
             rec = _last_record(out)
             if rec and rec.get("kind") == "throttle_probe":
-                print(f"  all-reduce busbw {rec['busbw_gbps']:.3f} Gbps (configured {rate})", file=sys.stderr)
+                print(f"  all-reduce busbw {rec['busbw_gbps']:.3f} Gbit/s (configured {rate})", file=sys.stderr)
             elif rec and rec.get("kind") == "throttle_stream":
-                print(f"  TCP goodput {rec['goodput_gbps']:.3f} Gbps (configured {rate})", file=sys.stderr)
+                print(f"  TCP goodput {rec['goodput_gbps']:.3f} Gbit/s (configured {rate})", file=sys.stderr)
     return 1 if failed else 0
 
 
