@@ -22,32 +22,118 @@ def _gpu_axis(ax, world_sizes):
     ax.set_xlabel("GPUs (world size p)")
 
 
-def _plain_ticks(ax):
-    """Plain numbers (0.6, 2, 10) on a log y-axis instead of powers of ten."""
-    from matplotlib.ticker import ScalarFormatter
-
-    for fmt, which in ((ScalarFormatter(), ax.yaxis.set_major_formatter), (ScalarFormatter(), ax.yaxis.set_minor_formatter)):
-        fmt.set_scientific(False)
-        which(fmt)
+#: tick sets per decade on a log axis, densest first (0.6 0.7 0.8 ..., 1 2 3 5 7, 1 2 3 5, 1 2 5, 1 3, decades)
+_LOG_SUBS = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 5, 7), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,))
 
 
-def _panels(n: int, width: float = 4.6):
-    fig, axes = new(ncols=n, width=width, height=4.2)
+def _log_ticks(ax) -> None:
+    """Plain numbers (0.6, 2, 10) on a log y-axis, at major ticks only, as dense as the axes' height allows
+    without two labels touching (a label and a half apart): every digit, 1-2-3-5, 1-2-5, 1-3, each decade or
+    every second, third or fifth decade. Minor ticks keep their marks, without labels. Call it once the axes is laid out."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = sorted(ax.get_ylim())
+    span = np.log10(hi / lo)
+    px_per_decade = ax.get_window_extent().height / max(span, 1e-9)
+    need_px = 1.5 * FontProperties(size=rcParams["ytick.labelsize"]).get_size_in_points() * ax.figure.dpi / 72
+    decades = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+    candidates = [[s * 10.0 ** k for k in decades for s in subs] for subs in _LOG_SUBS]
+    candidates += [[10.0 ** k for k in decades if k % step == 0] for step in (2, 3, 5)]
+    best = None
+    for ticks in candidates:
+        ticks = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+        gap = np.diff(np.log10(ticks)).min() * px_per_decade if len(ticks) > 1 else np.inf
+        if best is None and ticks:
+            best = ticks  # the densest set with a tick: used where no set both fits and has two ticks
+        if len(ticks) > 1 and gap >= need_px:
+            best = ticks
+            break
+    ax.yaxis.set_major_locator(FixedLocator(best or [lo, hi]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(LogLocator(subs="auto"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(lo, hi)
+
+
+def _panels(n: int, width: float = 4.6, height: float = 4.2):
+    fig, axes = new(ncols=n, width=width, height=height)
     return fig, np.atleast_1d(axes)
 
 
-def _finish(fig, axes, title: str, ncol: int = 3):
-    """One legend for all panels, below them (labels never cover data), and the question as the title."""
-    seen = {}
+def _wrap(text, renderer, max_px: float, vertical: bool = False) -> None:
+    """Wrap ``text`` until its extent along its direction is at most ``max_px``: as it is if it fits, else
+    before its unit (``name\n(unit)``), else at spaces (never inside a word), as far as it will go."""
+    import textwrap
+
+    lines = text.get_text().split("\n")  # a line break of the caller's (titled()) is kept
+    tries = [text.get_text()]
+    if len(lines) == 1 and (at := lines[0].rfind(" (")) > 0:
+        tries.append(lines[0][:at] + "\n" + lines[0][at + 1:])
+    tries += ["\n".join(textwrap.fill(line, width, break_long_words=False, break_on_hyphens=False) for line in lines)
+              for width in range(max(map(len, lines)) - 3, 7, -3)]
+    for t in tries:
+        text.set_text(t)
+        box = text.get_window_extent(renderer)
+        if (box.height if vertical else box.width) <= max_px:
+            return
+
+
+def _legend_below(fig, entries: dict, x: float, max_px: float, ncol: int, renderer):
+    """A figure legend of ``entries`` (label: handle) centred at ``x`` (figure fraction) on the figure's
+    bottom edge, in the most of ``ncol`` columns that keep it narrower than ``max_px``."""
+    leg = None
+    for n in range(max(min(ncol, len(entries)), 1), 0, -1):
+        if leg is not None:
+            leg.remove()
+        leg = fig.legend(list(entries.values()), list(entries), loc="lower center", bbox_to_anchor=(x, 0.0),
+                         ncol=n, fontsize="small", frameon=False)
+        if leg.get_window_extent(renderer).width <= max_px:
+            break
+    return leg
+
+
+def _finish(fig, axes, title: str, ncol: int = 3, per_panel: bool = False):
+    """Legends below the panels (labels never cover data): one for all panels, or (``per_panel``) one under
+    each panel, each in as many of ``ncol`` columns as fit (the figure widens if one column does not); the
+    question as the title and the axis labels wrapped to fit; log y-axes ticked by :func:`_log_ticks` once
+    laid out."""
+    groups = []
     for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(lab, h)
+        entries = dict(zip(*ax.get_legend_handles_labels()[::-1]))
         if ax.get_legend():
             ax.get_legend().remove()
-    rows = -(-len(seen) // ncol)
-    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=ncol, fontsize="small", frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+        if per_panel or not groups:
+            groups.append((ax, entries))
+        else:
+            for lab, h in entries.items():
+                groups[0][1].setdefault(lab, h)
+    groups = [(ax, e) for ax, e in groups if e]
+    renderer = fig.canvas.get_renderer()
+    share = 1 / len(axes) if per_panel else 1.0
+    legends = [(ax, _legend_below(fig, e, 0.5, 0.96 * share * fig.bbox.width, ncol, renderer)) for ax, e in groups]
+    need_px = max([leg.get_window_extent(renderer).width / (0.96 * share) for _, leg in legends], default=0.0)
+    if need_px > fig.bbox.width:
+        fig.set_size_inches(need_px / fig.dpi, fig.get_figheight())
+    bottom = max([leg.get_window_extent(renderer).height / fig.bbox.height + 0.02 for _, leg in legends],
+                 default=0.0)
+    _wrap(fig.suptitle(title), renderer, 0.96 * fig.bbox.width)
+    log_axes = [ax for ax in axes if ax.get_yscale() == "log"]
+    for ax in log_axes:
+        ax.get_ylim()  # autoscale now, before the layout
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    for ax in axes:  # labels longer than their laid-out axes get a second line
+        box = ax.get_window_extent(renderer)
+        _wrap(ax.xaxis.label, renderer, box.width)
+        _wrap(ax.yaxis.label, renderer, box.height, vertical=True)
+    for ax in log_axes:  # ticks chosen for the laid-out height
+        _log_ticks(ax)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    if per_panel:
+        for ax, leg in legends:
+            box = ax.get_position()
+            leg.set_bbox_to_anchor((box.x0 + box.width / 2, 0.0), transform=fig.transFigure)
     return fig, axes
 
 
@@ -56,6 +142,9 @@ def scaling_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: 
     """Figs. 6-8: each compressor's speed-up over syncSGD (or ``y="time_ms"``) against GPUs, one panel per model."""
     model_names = list(dict.fromkeys(df["model"]))
     fig, axes = _panels(len(model_names))
+    # one legend entry for the paper's values of every panel (sections of all panels named once)
+    sections = dict.fromkeys(paper.loc[paper["quantity"] == y, "section"]) if paper is not None else {}
+    paper_label = "paper's stated values (" + ", ".join(sections) + ")"
     for ax, m in zip(axes, model_names):
         g = df[(df["model"] == m) & ((df["compressor"] != "none") | (y != "speedup"))]
         for i, (method, h) in enumerate(g.groupby("method", sort=False)):
@@ -68,7 +157,7 @@ def scaling_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: 
         if paper is not None and len(pm := paper[(paper["model"] == m) & (paper["quantity"] == y)]):
             for _, r in pm.iterrows():
                 ax.plot(r["world_size"], r["value"], **_PAPER_MARK)
-            ax.plot([], [], **_PAPER_MARK, label="paper's stated values (" + ", ".join(dict.fromkeys(pm["section"])) + ")")
+            ax.plot([], [], **_PAPER_MARK, label=paper_label)
         if measured is not None and len(mm := measured[(measured["model"] == m) & measured["method"].isin(measured_methods)]):
             for j, (method, h) in enumerate(mm.groupby("method")):
                 ax.plot(h["world_size"], h[y if y in h else "ms"], **_MEASURED_MARK, color=f"C{5 + j}",
@@ -76,8 +165,8 @@ def scaling_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: 
                               f"{h['rate_gbps'].iloc[0]:g} Gbit/s")
         _gpu_axis(ax, list(df["world_size"]) + (list(mm["world_size"]) if measured is not None and len(mm) else []))
         ax.set_yscale("log")  # measured H200 speed-ups and V100 model ratios span a decade
-        _plain_ticks(ax)
-        ax.set_ylabel("speed-up over syncSGD (x, log)" if y == "speedup" else "backward + sync per iteration (ms)")
+        ax.set_ylabel("speed-up over syncSGD (x, log scale)" if y == "speedup"
+                      else "backward + sync per iteration (ms, log scale)")
         ax.set_title(m)
     return _finish(fig, axes, title)
 
@@ -121,8 +210,7 @@ def gap_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: pd.D
                           f"{mm['rate_gbps'].iloc[0]:g} Gbit/s, batch {int(mm['batch_size'].iloc[0])}")
         _gpu_axis(ax, list(df["world_size"]) + (list(mm["world_size"]) if measured is not None and len(mm) else []))
         ax.set_yscale("log")
-        _plain_ticks(ax)
-        ax.set_ylabel("time above linear scaling (ms)")
+        ax.set_ylabel("time above linear scaling (ms, log scale)")
         ax.set_title(m)
     return _finish(fig, axes, title)
 
@@ -131,7 +219,7 @@ def collectives_plot(model_df: pd.DataFrame, measured: pd.DataFrame | None = Non
     """Fig. 4: aggregation time against GPUs (log-log). Left: the paper's equations (Table 1, Eq. 1, App. B)
     on its inputs, solid for the fp32 gradient, dotted for a compressor's payload. Right: the kit's measured
     NCCL collectives and parameter-server emulations."""
-    fig, axes = _panels(2 if measured is not None and len(measured) else 1, width=5.2)
+    fig, axes = _panels(2 if measured is not None and len(measured) else 1, width=5.2, height=5.0)
     ax = axes[0]
     colors = {}
     for (payload, scheme), g in model_df.groupby(["payload", "scheme"], sort=False):
@@ -140,8 +228,7 @@ def collectives_plot(model_df: pd.DataFrame, measured: pd.DataFrame | None = Non
                 linestyle="-" if payload == "fp32 gradient" else ":", label=f"{scheme}: {payload}")
     _gpu_axis(ax, model_df["world_size"])
     ax.set_yscale("log")
-    ax.set_ylabel("time to aggregate (ms)")
-    _plain_ticks(ax)
+    ax.set_ylabel("time to aggregate (ms, log scale)")
     r = model_df.iloc[0]
     ax.set_title(f"model, paper's equations: {r['model']}, {r['bandwidth_gbps']:g} Gbit/s", fontsize="small")
     if len(axes) > 1:
@@ -153,12 +240,11 @@ def collectives_plot(model_df: pd.DataFrame, measured: pd.DataFrame | None = Non
                         **{**_MEASURED_MARK, "marker": "osv^"[i % 4]}, label=f"{scheme} (measured)")
         _gpu_axis(ax, measured["world_size"])
         ax.set_yscale("log")
-        ax.set_ylabel("measured time (ms, median, min-max)")
-        _plain_ticks(ax)
+        ax.set_ylabel("measured time (ms, log scale)")
         r = measured.iloc[0]
-        ax.set_title(f"measured: {r['nbytes'] / 2**20:.0f} MiB per worker, {r['gpu'].replace('NVIDIA ', '')}, "
-                     f"{r['network']}", fontsize="small")
-    return _finish(fig, axes, title, ncol=2)
+        ax.set_title(f"measured (median, min-max): {r['nbytes'] / 2**20:.0f} MiB per worker,\n"
+                     f"{r['gpu'].replace('NVIDIA ', '')}, {r['network']}", fontsize="small")
+    return _finish(fig, axes, title, ncol=1, per_panel=True)
 
 
 def overlap_plot(df: pd.DataFrame, measured: pd.DataFrame | None = None, title: str = ""):
@@ -171,7 +257,7 @@ def overlap_plot(df: pd.DataFrame, measured: pd.DataFrame | None = None, title: 
         ax.plot(g["hidden_fraction"], g["ratio"], marker=".", color=f"C{i}", label=f"{method} (kit model)")
     ref_line(ax, 1.0, "paper (Sec. 3.1, Fig. 5): hooks slower, above this line", color=PAPER_STYLE["color"])
     r = df.iloc[0]
-    ax.set_xlabel("fraction of encode/decode hidden under backward")
+    ax.set_xlabel("encode/decode hidden under the backward pass (fraction)")
     ax.set_ylabel("hook / post-backward time (x)")
     ax.set_title(f"kit's model: {r['model']}, batch {r['batch_size']}, {r['world_size']} GPUs, "
                  f"{r['bandwidth_gbps']:g} Gbit/s", fontsize="small")
@@ -181,6 +267,7 @@ def overlap_plot(df: pd.DataFrame, measured: pd.DataFrame | None = None, title: 
         ax.bar(range(len(measured)), measured["ratio"], color=[f"C{i % 3}" for i in range(len(measured))])
         ax.set_xticks(range(len(measured)), labels, fontsize="x-small", rotation=45, ha="right")
         ref_line(ax, 1.0, "hook as fast as post")
+        ax.set_xlabel("compressor, model, GPUs")
         ax.set_ylabel("measured hook / post (x)")
         r = measured.iloc[0]
         ax.set_title(f"measured by the kit: {r['gpu']}, {r['rate_gbps']:g} Gbit/s emulated", fontsize="small")
