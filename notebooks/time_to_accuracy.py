@@ -56,7 +56,7 @@ seeds: list = [0]  # every method trains once per seed (source: run)
 acc_thresholds: list = [0.7, 0.85, 0.92]  # dynamic: validation-accuracy steps (fractions) of Tirupati et al.'s step function
 loss_thresholds: list = [0.05, 0.02, 0.01]  # dynamic: mean |change of training loss| per round below which compression relaxes
 stall_epochs: int = 4  # dynamic: rounds at one step before compression is removed for a round
-fig_methods: list = ["none", "fp16", "quantize8", "dynamic"]  # methods drawn in the per-epoch figures (tables show all)
+fig_methods: list = ["none", "fp16", "quantize8", "dynamic"]  # methods drawn in the line figures: at most 6 (tables and bars show all)
 target_metric: str = "test_acc"  # test_acc | val_acc | val_loss | test_loss: what the target is set on
 target: float = 0.9  # time-to-target threshold on target_metric (accuracies as fractions, losses in nats per token)
 baseline: str = "fp16"  # Han et al.'s baseline method for the speed-up
@@ -102,7 +102,7 @@ table.round(3)
 fig, ax = plots.tta_bars(table, baseline=baseline, what=f"{target_metric} {target:g}")
 
 # %%
-fig, ax = plots.metric_vs_time(df, target_metric, target)
+fig, ax = plots.metric_vs_time(dfig, target_metric, target)
 
 # %% [markdown]
 # ## Where an iteration's time goes, and the bytes

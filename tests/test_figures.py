@@ -162,6 +162,8 @@ def _train(name):
         return T.tta_bars(analysis.time_to_accuracy(df, 0.9, baseline="fp16"), baseline="fp16")
     if name == "accuracy_vs_time":
         return T.accuracy_vs_time(four, target=0.9)
+    if name == "metric_vs_time":  # the time_to_accuracy notebook's call on its default (committed) runs
+        return T.metric_vs_time(four, "test_acc", 0.9)
     if name == "bytes_bars":
         return T.bytes_bars(analysis.summary_table(df))
     if name == "time_split_bars":
@@ -302,3 +304,19 @@ def test_numeric_axes_are_recognised(labels, numeric):
     ax.set_xticks(range(len(labels)), labels)
     assert check.is_numeric_axis(ax.get_xticklabels()) is numeric
     plt.close(fig)
+
+
+def test_metric_vs_time_draws_every_run_and_says_how_many():
+    """Seeds of a method share its colour and one legend entry, which counts the runs (checklist item 9)."""
+    from studykit.plots import train as T
+
+    rows = [{"method": m, "run_id": f"{m}-s{seed}", "seed": seed, "step": step, "time_s": 0.5 * step + 0.1 * seed,
+             "val_loss": 3.0 / step + 0.05 * seed}
+            for m in ("none", "fp16") for seed in (0, 1) for step in (1, 2, 3, 4)]
+    fig, ax = T.metric_vs_time(pd.DataFrame(rows), "val_loss", 1.0)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    lines = len([ln for ln in ax.get_lines() if ln.get_linestyle() != "--"])
+    found = check.problems(fig)
+    plt.close(fig)
+    assert labels == ["none (2 runs)", "fp16 (2 runs)", "target 1"]
+    assert lines == 4 and found == []

@@ -7,8 +7,6 @@ and the per-iteration time split.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -16,8 +14,8 @@ import pandas as pd
 from studykit.plots.style import finish, theme
 from studykit.train.analysis import method_order
 
-__all__ = ["colors", "curves", "accuracy_curves", "loss_curves", "bits_over_epochs", "tta_bars", "bytes_bars",
-           "time_split_bars", "accuracy_vs_time", "metric_vs_time"]
+__all__ = ["accuracy_curves", "accuracy_vs_time", "bits_over_epochs", "bytes_bars", "colors", "curves", "loss_curves",
+           "metric_vs_time", "time_split_bars", "tta_bars"]
 
 def colors(methods) -> dict:
     """One colour per method (seaborn's colorblind palette in :func:`method_order`), so a method
@@ -69,7 +67,7 @@ def loss_curves(df: pd.DataFrame, ax=None):
     return fig, ax
 
 
-def accuracy_vs_time(df: pd.DataFrame, target: Optional[float] = None, ax=None):
+def accuracy_vs_time(df: pd.DataFrame, target: float | None = None, ax=None):
     """Test accuracy (%) against cumulative training time (s), target as a dashed line."""
     fig, ax = curves(df, "test_acc", ax, x="time_s")
     if target is not None:
@@ -121,24 +119,30 @@ def bits_over_epochs(df: pd.DataFrame, ax=None):
     return fig, ax
 
 
-def metric_vs_time(df: pd.DataFrame, metric: str = "val_loss", target: Optional[float] = None, ax=None):
+def metric_vs_time(df: pd.DataFrame, metric: str = "val_loss", target: float | None = None, ax=None):
     """``metric`` against cumulative training time (s), one line per run (seed) of each method, so the
-    spread over seeds is visible; the target dashed."""
+    spread over seeds is visible (the legend says how many runs); the target dashed (Han et al. 2024's time
+    to accuracy, https://arxiv.org/abs/2407.01378). At most 6 methods keep it readable (docs/CONTRIBUTING.md)."""
     theme()
-    fig, ax = plt.subplots(figsize=(6.5, 4)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2)) if ax is None else (ax.figure, ax)
     scale = 100 if metric.endswith("_acc") else 1
     col = colors(df["method"])
+    runs = df.groupby("method")["run_id"].nunique()
+    several = bool((runs > 1).any())
     for m in method_order(df["method"]):
         for i, (_, d) in enumerate(df[df["method"] == m].groupby("run_id")):
             d = d.sort_values("step")
+            label = (f"{m} ({runs[m]} run{'s' if runs[m] > 1 else ''})" if several else m) if i == 0 else None
             ax.plot(d["time_s"], scale * d[metric], marker="o", ms=2.5, lw=1.2, color=col[m], alpha=0.85,
-                    label=m if i == 0 else None)
+                    label=label)
+    name = _LABELS.get(metric, metric)
     if target is not None:
-        ax.axhline(scale * target, ls="--", c="gray", lw=1, label=f"target {scale * target:g}")
-    ax.set_xlabel("training time (s), evaluation excluded")
-    ax.set_ylabel(_LABELS.get(metric, metric))
-    ax.set_title(f"Which method reaches the target {_LABELS.get(metric, metric).split(' (')[0]} first?")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        ax.axhline(scale * target, ls="--", c="gray", lw=1, label=f"target {scale * target:g}{'%' if scale == 100 else ''}")
+    ax.set_xlabel("training time (s, evaluation excluded)")
+    ax.set_ylabel(name.replace(" (", "\n(") if len(name) > 30 else name)  # the unit on a line of its own
+    ax.set_title(f"Which method reaches the target {name.split(' (')[0]} first?", fontsize="medium")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    finish(fig)
     return fig, ax
 
 
