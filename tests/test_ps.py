@@ -15,7 +15,7 @@ from studykit import comm as K
 from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit.measure import ddp as mddp
-from studykit.measure.records import IDENTITY, config_id
+from studykit.measure.records import IDENTITY, config_id, load_records
 from studykit.measure.runtime import CompressorSpec
 from tests.conftest import worker_grads
 
@@ -151,3 +151,25 @@ def test_ps_server_carries_every_workers_traffic(runs):
         assert [int(t[0, 0]) for t in got[r]["gathered"]] == list(range(p))
         assert all(t.shape == (2, 3) and t.dtype == torch.int16 for t in got[r]["gathered"])
     assert f"server must be a rank of the group, 0 to {p - 1}, got {p}" in got[0]["bad_server"]
+
+
+@pytest.mark.slow
+def test_ddp_command_measures_each_comm_once(tmp_path):
+    """``ddp --comm collective ps`` under torchrun: hook and post once per communicator (same bytes per
+    worker), syncSGD once; a rerun with ``--comm ps`` alone finds everything done."""
+    from tests.test_measure_dist import torchrun
+
+    out = tmp_path / "d.jsonl"
+    args = ["ddp", "--models", "mlp_small", "--batch-sizes", "8", "--modes", "syncsgd", "hook", "post",
+            "--compressors", "fp16", "signsgd", "--iters", "2", "--warmup", "1", "--out", str(out)]
+    torchrun(*args, "--comm", "collective", "ps")
+    recs = load_records(out)
+    by = {(r["mode"], r["compressor"], r["comm"]): r for r in recs}
+    assert len(by) == len(recs) == 1 + 2 * 2 * 2
+    assert all(r["status"] == "ok" for r in recs), [r["reason"] for r in recs]
+    for mode in ("hook", "post"):
+        for name in ("fp16", "signsgd"):
+            ring, ps = by[(mode, name, None)], by[(mode, name, "ps")]
+            assert ps["wire_bytes_per_iter"] == ring["wire_bytes_per_iter"] > 0
+    torchrun(*args, "--comm", "ps")
+    assert len(load_records(out)) == len(recs)

@@ -318,7 +318,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             torch.cuda.empty_cache()
         writer.write(rec)
         written += 1
-        label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode:<7}{' ps' if cfg.comm else ''} {cfg.compressor or '':<16} " \
+        label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode + (' ps' if cfg.comm else ''):<10} {cfg.compressor or '':<16} " \
                 f"{'' if cfg.bucket_mb is None else f'{cfg.bucket_mb:g}MB':<6}"
         msg = f"{rec['ms_mean']:9.2f} ms (n={rec['n_iter']})" if rec["status"] == "ok" else \
             f"{rec['status'].upper()} {str(rec['reason'])[:70]}"
