@@ -33,7 +33,7 @@ run() {
     # one network namespace per worker, each worker's link shaped to RATE Gbit/s (docs/throttle.md)
     net2|net3)
       phase "$1" $PY -m studykit throttle --workers "${1#net}" --rate-gbps $RATE --timeout-s 280 \
-        --overwrite-committed --out $OUT/ddp.jsonl -- $DDP ;;
+        --overwrite-committed --out $OUT/ddp.jsonl -- $DDP --overwrite-committed ;;
     *) echo "unknown phase $1; valid: loopback2 loopback3 net2 net3" >&2; exit 2 ;;
   esac
 }
