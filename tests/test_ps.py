@@ -14,9 +14,11 @@ import torch.multiprocessing as mp
 from studykit import comm as K
 from studykit import compressors as C
 from studykit import ddp as sk_ddp
+from studykit import paths
 from studykit.measure import ddp as mddp
 from studykit.measure.records import IDENTITY, config_id, load_records
 from studykit.measure.runtime import CompressorSpec
+from studykit.perfmodel import figures
 from tests.conftest import worker_grads
 
 STEPS = 2
@@ -173,3 +175,64 @@ def test_ddp_command_measures_each_comm_once(tmp_path):
             assert ps["wire_bytes_per_iter"] == ring["wire_bytes_per_iter"] > 0
     torchrun(*args, "--comm", "ps")
     assert len(load_records(out)) == len(recs)
+
+
+# ------------------------------------------------------------------ the committed measurement (Fig. 4 on CPU)
+PS_CPU = paths.MEASUREMENTS / "ps_cpu"
+
+
+def test_committed_ps_records_cover_both_comms_at_both_world_sizes():
+    recs = [r for r in load_records(PS_CPU, quiet=True) if r["mode"] == "post"]
+    assert {r["comm"] for r in recs} == {None, "ps"}
+    for r in recs:
+        assert r["status"] == "ok" and r["backend"] == "gloo" and r["model"] == "mlp_large" and r["git_commit"]
+    got = {(r["compressor"], r["comm"], r["world_size"], (r["network"] or {}).get("rate_gbps")) for r in recs}
+    want = {(c, m, p, rate) for c in ("none", "fp16", "signsgd", "topk") for m in (None, "ps") for p in (2, 3)
+            for rate in (None, 1.0)}
+    assert got == want
+
+
+def test_measured_ps_iterations_names_each_protocols_scheme():
+    df = figures.measured_ps_iterations(load_records(PS_CPU, quiet=True))
+    schemes = df.groupby("payload")["scheme"].agg(set).to_dict()
+    assert schemes == {"fp32 gradient": {"all-reduce", "parameter server"}, "fp16": {"all-reduce", "parameter server"},
+                       "SignSGD": {"all-gather", "parameter server"}}
+    assert set(df["world_size"]) == {2, 3} and df["network"].nunique() == 2
+    assert len(df) == 3 * 2 * 2 * 2 and (df["ms_min"] <= df["ms"]).all() and (df["ms"] <= df["ms_max"]).all()
+    topk = figures.measured_ps_iterations(load_records(PS_CPU, quiet=True), compressors=("topk",))
+    assert set(topk["payload"]) == {"topk 1%"} and set(topk["scheme"]) == {"all-gather", "parameter server"}
+    # Table 1's ordering on links shaped to 1 Gbit/s: the server's link carries p - 1 fp32 gradients each way
+    shaped = df[df["network"].str.startswith("1 Gbit/s") & (df["payload"] == "fp32 gradient")]
+    at3 = shaped[shaped["world_size"] == 3].set_index("scheme")["ms"]
+    assert at3["all-reduce"] < at3["parameter server"]
+
+
+def test_ps_iterations_plot_reads_like_the_other_figures():
+    import matplotlib.pyplot as plt
+
+    from studykit.plots import paper as draw
+
+    df = figures.measured_ps_iterations(load_records(PS_CPU, quiet=True))
+    fig, axes = draw.ps_iterations_plot(df, title="Does a parameter server slow each iteration?")
+    assert fig._suptitle.get_text().endswith("?") and len(axes) == 2
+    for ax in axes:
+        assert "(ms" in ax.get_ylabel() and "world size" in ax.get_xlabel() and ax.get_yscale() == "log"
+        named = {c.get_label() for c in ax.containers if not c.get_label().startswith("_")}
+        assert len(named) == 6, named  # at most 6 series per panel (docs/STYLE.md item 14)
+    plt.close("all")
+
+
+def test_ps_records_neither_replace_nor_pass_for_the_rings():
+    """A campaign folder may hold both: the crossover table names PS runs apart, verify leaves them out
+    (the model prices the backend's collectives)."""
+    from studykit.measure.crossover import iteration_table
+    from studykit.perfmodel.verify import load_platform
+
+    net = {"rate_gbps": 1.0}
+    base = {"kind": "ddp", "status": "ok", "gpu": "x", "world_size": 2, "model": "mlp_large", "batch_size": 32,
+            "mode": "post", "compressor": "fp16", "params": {}, "bucket_mb": None, "network": net, "n_iter": 3}
+    t = iteration_table([{**base, "ms_median": 4.0, "timestamp": "a"},
+                         {**base, "comm": "ps", "ms_median": 6.0, "timestamp": "b"}])
+    assert dict(zip(t["method"], t["ms"])) == {"fp16 (post)": 4.0, "fp16 (post) via PS": 6.0}
+    plat = load_platform(PS_CPU)
+    assert len(plat.ddp) and plat.ddp["comm"].isna().all()
