@@ -234,9 +234,9 @@ def measured_ps_iterations(records, compressors=("none", "fp16", "signsgd")) -> 
     that world size) or through one parameter server on rank 0 (``comm`` "ps": scheme "parameter server";
     :class:`studykit.comm.ParameterServerComm`, Table 1, Sec. 2.2). One row per (network, compressor, scheme,
     world size), the latest record. Columns: network, payload, compressor, scheme, world_size, ms (median),
-    ms_min, ms_max, n_iter, model, batch_size, cpu (the processor: ``gpu`` field), backend."""
+    ms_min, ms_max, n_iter, model, batch_size, gpu (the GPU, or on CPU runs the CPU: the records' field), backend."""
     cols = ["network", "payload", "compressor", "scheme", "world_size", "ms", "ms_min", "ms_max", "n_iter", "model",
-            "batch_size", "cpu", "backend"]
+            "batch_size", "gpu", "backend"]
     rows = []
     for r in records:
         if r.get("kind") != "ddp" or r.get("status") != "ok" or r.get("mode") != "post" \
@@ -251,7 +251,7 @@ def measured_ps_iterations(records, compressors=("none", "fp16", "signsgd")) -> 
                      "payload": _payload_name(r["compressor"], params),
                      "compressor": r["compressor"], "scheme": scheme, "world_size": int(r["world_size"]),
                      "ms": r["ms_median"], "ms_min": r["ms_min"], "ms_max": r["ms_max"], "n_iter": r["n_iter"],
-                     "model": r["model"], "batch_size": r["batch_size"], "cpu": r.get("gpu"),
+                     "model": r["model"], "batch_size": r["batch_size"], "gpu": r.get("gpu"),
                      "backend": r.get("backend"), "timestamp": r.get("timestamp") or ""})
     if not rows:
         return pd.DataFrame(columns=cols)

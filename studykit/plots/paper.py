@@ -192,7 +192,8 @@ def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))  # 10, 20, 50, 100: labels never collide
         ax.yaxis.set_minor_formatter(NullFormatter())
         r = g.iloc[0]
-        ax.set_title(f"{net}\n{r['model']} batch {r['batch_size']}, {r['backend']}, {r['cpu']}", fontsize="small")
+        device = str(r["gpu"]).replace("NVIDIA ", "")
+        ax.set_title(f"{net}\n{r['model']} batch {r['batch_size']}, {r['backend']}, {device}", fontsize="small")
     return _finish(fig, axes, title, ncol=3)
 
 
