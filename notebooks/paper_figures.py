@@ -35,6 +35,7 @@ gpu_counts: str = "8 16 32 64 96"  # GPU counts of Figs. 6-10, space-separated (
 measured_dir: str = "data/measurements/bandwidth"  # DDP records at emulated rates (repo-relative; "" = none)
 measured_rate_gbps: float = 10.0  # emulated rate of the measured points (Gbit/s)
 collectives_dir: str = "data/measurements/gpu4"  # sweep records with parameter-server emulations ("" = none)
+ps_dir: str = "data/measurements/ps_cpu"  # DDP records with and without --comm ps (repo-relative; "" = none)
 
 # %%
 import pandas as pd
@@ -106,6 +107,20 @@ draw.gap_plot(g, figures.paper_points("fig10"), measured,
 col = figures.collectives(bandwidth_gbps=bandwidth_gbps, calibration=cal)
 sweeps = figures.measured_collectives(load_records(paths.ROOT / collectives_dir, quiet=True)) if collectives_dir else None
 draw.collectives_plot(col, sweeps, title="Fig. 4: which collective aggregates a gradient fastest as GPUs grow?");
+
+# %% [markdown]
+# The same three schemes in real training iterations: `ddp --comm ps` runs each compressor's own protocol
+# after the backward pass through one parameter server on rank 0, which is also a worker (Sec. 2.2's
+# setting; `studykit.comm.ParameterServerComm`), beside the same protocol on gloo's collectives. The committed
+# run is on the shared 2-core CPU machine (`data/measurements/ps_cpu/README.md`): p = 3 is oversubscribed and
+# the times are CPU times. Where every worker's link is shaped to 1 Gbit/s the server's link carries `p - 1`
+# payloads each way, as in Table 1; on one host's unshaped loopback no link is a bottleneck.
+
+# %%
+if ps_dir:
+    ps = figures.measured_ps_iterations(load_records(paths.ROOT / ps_dir, quiet=True))
+    draw.ps_iterations_plot(ps, title="Fig. 4 measured in training: does a parameter server slow each iteration?")
+    display(ps.pivot_table(index=["network", "payload", "world_size"], columns="scheme", values="ms").round(1))
 
 # %% [markdown]
 # ## Fig. 5 and App. A: can compression hide under the backward pass?

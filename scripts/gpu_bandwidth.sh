@@ -61,21 +61,6 @@ machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM"
 
-# phase NAME LIMIT_S CMD...: run CMD under min(LIMIT_S, time left), output prefixed into run.log
-phase() {
-  local name=$1 cap=$2; shift 2
-  local limit; limit=$(left); [ "$cap" -lt "$limit" ] && limit=$cap
-  if [ "$limit" -lt 30 ]; then
-    echo "== $name: skipped, deadline reached" | tee -a "$LOG" "$RUN"; return 0
-  fi
-  local t; t=$(date +%s)
-  echo "== $name (limit ${limit}s): $*" >> "$LOG"
-  timeout --signal=TERM --kill-after=20 "$limit" "$@" 2>&1 | grep --line-buffered -v "NCCL INFO" | sed -u "s/^/[$name] /" >> "$LOG"
-  local rc=${PIPESTATUS[0]}
-  local msg="== $name: rc=$rc in $(( $(date +%s) - t ))s"
-  [ "$rc" -eq 124 ] && msg="$msg (deadline: rerun with RESUME_FROM to finish)"
-  echo "$msg" | tee -a "$LOG" >> "$RUN"
-}
 
 # shellcheck disable=SC2086
 if [ "$LOCAL" = 1 ]; then

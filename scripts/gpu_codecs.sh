@@ -26,8 +26,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-: "${OUT:?set OUT to the output folder}"
-PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-resnet50}
 COMPRESSORS=${COMPRESSORS:-}      # empty: every registered codec, quantize at every b, ATOMO last
@@ -39,48 +37,18 @@ WARMUP=${WARMUP:-10}
 COMPONENTS=${COMPONENTS:-1}       # 1: time the building blocks in the first run (the measured bounds)
 TOTAL_S=${TOTAL_S:-500}           # whole-run deadline (seconds)
 REPORT_S=${REPORT_S:-40}          # kept back for the report
-export NCCL_NVLS_ENABLE=0
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-: "${STUDYKIT_GIT_COMMIT:=$(git rev-parse HEAD 2>/dev/null || true)}"
-export STUDYKIT_GIT_COMMIT
-mkdir -p "$OUT"
-LOG="$OUT/run.log"
-RUN="$OUT/RUN.txt"
-T0=$(date +%s)
-left() { echo $((TOTAL_S - ($(date +%s) - T0))); }
-
-{
-  echo "studykit gpu_codecs.sh  started $(date -u +%FT%TZ)  host $(hostname)  commit ${STUDYKIT_GIT_COMMIT:-UNKNOWN}"
-  [ -z "$STUDYKIT_GIT_COMMIT" ] && echo "WARNING: no .git and no STUDYKIT_GIT_COMMIT: records will say git_commit unknown"
-  echo "DEVICE=$DEVICE MODEL=$MODEL PHASES=$PHASES MIN_REPS=$MIN_REPS MIN_TIME_S=$MIN_TIME_S BUDGET_S=$BUDGET_S WARMUP=$WARMUP"
-  echo "COMPONENTS=$COMPONENTS TOTAL_S=$TOTAL_S COMPRESSORS=${COMPRESSORS:-<all, quantize at every b>}"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null
-  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
-  $PY -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1
-} > "$RUN"
-cat "$RUN" >> "$LOG"
+PHASE_MIN_S=5
+# shellcheck source=scripts/gpu_common.sh
+. scripts/gpu_common.sh
+machine_summary gpu_codecs.sh \
+  "DEVICE=$DEVICE MODEL=$MODEL PHASES=$PHASES MIN_REPS=$MIN_REPS MIN_TIME_S=$MIN_TIME_S BUDGET_S=$BUDGET_S WARMUP=$WARMUP" \
+  "COMPONENTS=$COMPONENTS TOTAL_S=$TOTAL_S COMPRESSORS=${COMPRESSORS:-<all, quantize at every b>}"
 
 if [ "$DEVICE" != cpu ] && ! $PY -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "gpu_codecs: no CUDA GPU visible to $PY; nothing measured (DEVICE=cpu for a dry run)" | tee -a "$LOG" "$RUN"
   exit 1
 fi
 
-# phase NAME LIMIT_S CMD...: run CMD under min(LIMIT_S, time left), output prefixed into run.log
-phase() {
-  local name=$1 cap=$2; shift 2
-  local limit; limit=$(left); [ "$cap" -lt "$limit" ] && limit=$cap
-  if [ "$limit" -lt 5 ]; then
-    echo "== $name: skipped, deadline reached" | tee -a "$LOG" "$RUN"; return 0
-  fi
-  local t; t=$(date +%s)
-  echo "== $name (limit ${limit}s): $*" >> "$LOG"
-  timeout --signal=TERM --kill-after=15 "$limit" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$LOG"
-  local rc=${PIPESTATUS[0]}
-  local msg="== $name: rc=$rc in $(( $(date +%s) - t ))s"
-  [ "$rc" -eq 124 ] && msg="$msg (deadline: what was measured is kept; rerun with the same OUT to finish)"
-  echo "$msg" | tee -a "$LOG" >> "$RUN"
-}
 
 # shellcheck disable=SC2086
 ARGS=(--device "$DEVICE" --model "$MODEL" --phases $PHASES --min-reps "$MIN_REPS" --min-time-s "$MIN_TIME_S"

@@ -26,8 +26,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-: "${OUT:?set OUT to the output folder}"
-PY=${PYTHON:-python3}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base vgg19"}
 TOTAL_S=${TOTAL_S:-480}           # whole-run deadline (seconds)
 PROFILE_BUDGET_S=${PROFILE_BUDGET_S:-0.6}
@@ -38,14 +36,10 @@ SWEEP_MAX=${SWEEP_MAX:-1G}
 BUCKETS_MB=${BUCKETS_MB:-"1 5 50 100"}
 TCOMP_BATCHES=${TCOMP_BATCHES:-"16 32 64"}
 PROFILE64_MODEL=${PROFILE64_MODEL-resnet50}   # decode 64 workers' payloads (Table 2's 64 GPUs); empty: skip
-export NCCL_NVLS_ENABLE=0          # NVLink multicast off (KINDS.md)
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-mkdir -p "$OUT"
-LOG="$OUT/run.log"
-RUN="$OUT/RUN.txt"
-T0=$(date +%s)
-left() { echo $((TOTAL_S - ($(date +%s) - T0))); }
+PHASE_MIN_S=10
+PHASE_RESUME="rerun the script to resume"
+# shellcheck source=scripts/gpu_common.sh
+. scripts/gpu_common.sh
 
 NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 if [ "${NGPU:-0}" -lt 1 ]; then
@@ -53,40 +47,15 @@ if [ "${NGPU:-0}" -lt 1 ]; then
   exit 1
 fi
 NPROC=${NPROC:-$((NGPU < 2 ? NGPU : 2))}   # the paper's collectives/DDP on 2 GPUs by default
-: "${STUDYKIT_GIT_COMMIT:=$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-export STUDYKIT_GIT_COMMIT
 
-{
-  echo "studykit gpu_measure.sh  started $(date -u +%FT%TZ)  host $(hostname)  commit $STUDYKIT_GIT_COMMIT"
-  echo "GPUs: $NGPU (using $NPROC for sweep/ddp)  MODELS=$MODELS  TOTAL_S=$TOTAL_S"
-  echo "budgets per configuration (s): profile $PROFILE_BUDGET_S tcomp $TCOMP_BUDGET_S sweep $SWEEP_BUDGET_S ddp $DDP_BUDGET_S"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>/dev/null
-  nvidia-smi topo -m 2>/dev/null
-  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -1
-  $PY -c 'import torchvision, transformers; print("torchvision", torchvision.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1
-} > "$RUN"
-cat "$RUN" >> "$LOG"
+machine_summary gpu_measure.sh \
+  "GPUs: $NGPU (using $NPROC for sweep/ddp)  MODELS=$MODELS  TOTAL_S=$TOTAL_S" \
+  "budgets per configuration (s): profile $PROFILE_BUDGET_S tcomp $TCOMP_BUDGET_S sweep $SWEEP_BUDGET_S ddp $DDP_BUDGET_S"
 
 ALL=$($PY -c 'from studykit import compressors as C; print(" ".join(C.available()))')
 FAST=$(echo "$ALL" | tr ' ' '\n' | grep -vx atomo | tr '\n' ' ')
 HAS_ATOMO=$(echo "$ALL" | tr ' ' '\n' | grep -cx atomo)
 
-# phase NAME CAP_S CMD...: run CMD under min(CAP_S, time left), output prefixed into run.log
-phase() {
-  local name=$1 cap=$2; shift 2
-  local limit; limit=$(left); [ "$cap" -lt "$limit" ] && limit=$cap
-  if [ "$limit" -lt 10 ]; then
-    echo "== $name: skipped, deadline reached" | tee -a "$LOG" "$RUN"; return 0
-  fi
-  local t=$(date +%s)
-  echo "== $name (limit ${limit}s): $*" >> "$LOG"
-  timeout --signal=TERM --kill-after=20 "$limit" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$LOG"
-  local rc=${PIPESTATUS[0]}
-  local msg="== $name: rc=$rc in $(( $(date +%s) - t ))s"
-  [ "$rc" -eq 124 ] && msg="$msg (deadline: rerun the script to resume)"
-  echo "$msg" | tee -a "$LOG" >> "$RUN"
-  return 0
-}
 
 COMMON=(--quiet)
 profile_all() {

@@ -12,37 +12,17 @@
 # Writes tcomp.jsonl profile.jsonl sweep.jsonl ddp.jsonl run.log RUN.txt directly in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${OUT:?set OUT to the output folder}"
-PY=${PYTHON:-python3}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base vgg19"}
 COMPRESSORS=${COMPRESSORS:-"none fp16 powersgd:rank=4 signsgd topk:ratio=0.01 randomk:ratio=0.01 thc"}
 BUCKETS_MB=${BUCKETS_MB:-"5 50"}
 TOTAL_S=${TOTAL_S:-480}
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-: "${STUDYKIT_GIT_COMMIT:=$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-export STUDYKIT_GIT_COMMIT
-mkdir -p "$OUT"
-LOG="$OUT/run.log"; RUN="$OUT/RUN.txt"; T0=$(date +%s)
-left() { echo $((TOTAL_S - ($(date +%s) - T0))); }
+PHASE_MIN_S=10
+# shellcheck source=scripts/gpu_common.sh
+. scripts/gpu_common.sh
 NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 if [ "${NGPU:-0}" -lt 2 ]; then echo "gpu_scaling: needs >= 2 GPUs, found ${NGPU:-0}" | tee -a "$LOG"; exit 1; fi
-{
-  echo "studykit gpu_scaling.sh started $(date -u +%FT%TZ) commit $STUDYKIT_GIT_COMMIT GPUs $NGPU TOTAL_S $TOTAL_S"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>/dev/null
-  nvidia-smi topo -m 2>/dev/null
-  $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))'
-} > "$RUN" 2>&1
-cat "$RUN" >> "$LOG"
+machine_summary gpu_scaling.sh "GPUs $NGPU TOTAL_S $TOTAL_S MODELS=$MODELS COMPRESSORS=$COMPRESSORS BUCKETS_MB=$BUCKETS_MB"
 
-phase() {  # phase NAME CAP_S CMD...: CMD under min(CAP_S, time left), output into run.log
-  local name=$1 cap=$2; shift 2
-  local limit; limit=$(left); [ "$cap" -lt "$limit" ] && limit=$cap
-  if [ "$limit" -lt 10 ]; then echo "== $name: skipped, deadline reached" | tee -a "$LOG" >> "$RUN"; return 0; fi
-  local t=$(date +%s)
-  timeout --signal=TERM --kill-after=15 "$limit" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$LOG"
-  echo "== $name: rc=${PIPESTATUS[0]} in $(( $(date +%s) - t ))s" | tee -a "$LOG" >> "$RUN"
-}
 
 # shellcheck disable=SC2086
 ( export CUDA_VISIBLE_DEVICES=0; phase tcomp "${SINGLE_CAP_S:-100}" $PY -m studykit tcomp --models $MODELS --batch-sizes 64 \

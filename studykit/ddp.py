@@ -13,7 +13,9 @@
       loss.backward(); reducer.reduce(); opt.step()
 
 Both run the compressor's protocol through :class:`studykit.comm.TorchComm`, so they
-work for any world size, any number of buckets, on NCCL and gloo. Each bucket's
+work for any world size, any number of buckets, on NCCL and gloo; ``comm_kind="ps"`` routes
+it through one parameter server instead (:class:`studykit.comm.ParameterServerComm`, rank 0;
+Agarwal et al. 2022 Sec. 2.2, Fig. 4). Each bucket's
 gradients are handed to the compressor as the list of per-parameter tensors, so
 layer-wise methods (PowerSGD's matrices, layer-scope TopK) see real layer shapes.
 
@@ -36,7 +38,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 import torch.distributed as dist
 
-from studykit.comm import Communicator, RecordingComm, TorchComm
+from studykit.comm import COMM_KINDS, Communicator, RecordingComm, make_comm
 from studykit.compressors import Compressor, get
 
 __all__ = ["HookState", "compressor_hook", "register", "PostBackwardReducer"]
@@ -44,11 +46,15 @@ __all__ = ["HookState", "compressor_hook", "register", "PostBackwardReducer"]
 
 class HookState:
     """What the hook carries between calls: the compressor (with its own state, e.g.
-    error-feedback memory per bucket), the communicator and traffic counters."""
+    error-feedback memory per bucket), the communicator and traffic counters.
+
+    ``comm_kind``: how the protocol's collectives cross workers when no ``comm`` is given, a key of
+    :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server)."""
 
     def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
-                 overlap: bool = True):
+                 overlap: bool = True, comm_kind: str = "collective"):
         self.compressor = compressor
+        self.comm_kind = _check_kind(comm_kind)
         self._comm = comm
         self.process_group = process_group
         self.overlap = overlap
@@ -75,7 +81,7 @@ class HookState:
     @property
     def comm(self) -> Communicator:
         if self._comm is None:
-            self._comm = TorchComm(self.process_group)
+            self._comm = make_comm(self.comm_kind, self.process_group)
         return self._comm
 
     def close(self) -> None:
@@ -92,6 +98,12 @@ class HookState:
         d["_worker"] = None
         d["_streams"] = {}
         return d
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in COMM_KINDS:
+        raise ValueError(f"comm_kind must be one of {', '.join(COMM_KINDS)}, got {kind!r}")
+    return kind
 
 
 class _CommThread:
@@ -234,11 +246,12 @@ def _copy_back(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None
 
 
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
-             **params) -> HookState:
+             comm_kind: str = "collective", **params) -> HookState:
     """Register ``compressor`` (a name with params, or an instance) as ``ddp_model``'s comm hook.
 
-    ``overlap=False`` runs each bucket's protocol inside the hook, blocking the backward pass."""
-    state = HookState(get(compressor, **params), process_group=process_group, overlap=overlap)
+    ``overlap=False`` runs each bucket's protocol inside the hook, blocking the backward pass;
+    ``comm_kind="ps"`` through one parameter server (:class:`HookState`)."""
+    state = HookState(get(compressor, **params), process_group=process_group, overlap=overlap, comm_kind=comm_kind)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state
 
@@ -249,17 +262,19 @@ class PostBackwardReducer:
     Gradients are grouped into buckets of about ``bucket_bytes`` (in reverse
     parameter order, as DDP does); ``bucket_bytes=None`` puts all gradients in one
     bucket, the paper's non-overlapped implementation ("collect all the gradients
-    in a single matrix", Sec. 3).
+    in a single matrix", Sec. 3). ``comm_kind`` as for :class:`HookState`.
     """
 
     def __init__(self, model: torch.nn.Module, compressor: Union[str, Compressor], *,
-                 bucket_bytes: Optional[int] = None, comm: Optional[Communicator] = None, **params):
+                 bucket_bytes: Optional[int] = None, comm: Optional[Communicator] = None,
+                 comm_kind: str = "collective", **params):
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("PostBackwardReducer: the model has no trainable parameters")
         if bucket_bytes is not None and bucket_bytes <= 0:
             raise ValueError(f"PostBackwardReducer: bucket_bytes must be positive or None, got {bucket_bytes}")
         self.compressor = get(compressor, **params)
+        self.comm_kind = _check_kind(comm_kind)
         self._comm = comm
         self.buckets = self._make_buckets(bucket_bytes)
         self.bytes_sent = 0
@@ -268,7 +283,7 @@ class PostBackwardReducer:
     @property
     def comm(self) -> Communicator:
         if self._comm is None:
-            self._comm = TorchComm()
+            self._comm = make_comm(self.comm_kind)
         return self._comm
 
     def _make_buckets(self, bucket_bytes):

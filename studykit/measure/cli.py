@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from studykit import models as M
+from studykit.comm import COMM_KINDS
 from studykit import argtypes, paths
 from studykit.measure.runtime import parse_compressor_specs, parse_size
 
@@ -127,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the same protocol run inside the hook (blocking); post: after the backward pass")
     p.add_argument("--bucket-mb", nargs="*", type=_positive_float, default=[],
                    help="extra syncSGD bucket sizes in MB, besides DDP's default (25)")
+    p.add_argument("--comm", nargs="+", default=["collective"], choices=list(COMM_KINDS),
+                   help="how the hook and post modes' protocols cross workers, each given runs: collective (the "
+                        "backend's all-reduce/all-gather), ps (one parameter server on rank 0, the paper's "
+                        "Fig. 4); syncSGD and PyTorch's hooks use DDP's all-reduce and run once")
     p.add_argument("--builtin", nargs="*", default=["torch_fp16", "torch_bf16", "torch_powersgd"],
                    choices=["torch_fp16", "torch_bf16", "torch_powersgd"], help="PyTorch hooks (NCCL only)")
     p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN, help="BERT sequence length")
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 n = run_ddp(d, args.models, specs, writer, batch_sizes=args.batch_sizes, modes=args.modes,
                             bucket_mbs=args.bucket_mb, builtins=args.builtin, seq_len=args.seq_len,
-                            verbose=verbose, bucket_times=args.bucket_times, **_timing(args))
+                            verbose=verbose, bucket_times=args.bucket_times, comms=args.comm, **_timing(args))
             ok = True
         finally:
             writer = None

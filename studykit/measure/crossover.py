@@ -94,7 +94,7 @@ def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.Data
             "params": json.dumps(params, sort_keys=True), "bucket_mb": r.get("bucket_mb"),
             # hook records written before the field hook_overlap existed ran the blocking hook
             "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb"),
-                                   r.get("hook_overlap")),
+                                   r.get("hook_overlap")) + (" via PS" if r.get("comm") == "ps" else ""),
             "rate_gbps": float(net["rate_gbps"]), "measured_gbps": net.get("measured_busbw_gbps"),
             "ms": r.get(stat), "times_ms": list(r.get("times_ms") or []), "n_iter": r.get("n_iter"),
             "timestamp": r.get("timestamp", ""),

@@ -18,6 +18,12 @@ size this times, on every rank (the record holds the max over ranks per iteratio
 * ``post``: every compressor through :class:`studykit.ddp.PostBackwardReducer`
   on the plain model, one bucket (the paper's non-overlapped implementation).
 
+``comms`` (``--comm collective ps``) runs the modes hook, hook_blocking and post once per
+communicator: ``collective`` (the backend's all-reduce / all-gather, records' ``comm`` null, as in
+every record written before the field existed) and ``ps``, one parameter server on rank 0
+(:class:`studykit.comm.ParameterServerComm`; Sec. 2.2, Fig. 4's third scheme; records' ``comm``
+"ps"). syncSGD and PyTorch's hooks use DDP's own all-reduce and run once.
+
 With ``bucket_times`` (``--bucket-times``) every syncSGD configuration also writes a record of
 kind ``buckets``: when each DDP bucket became ready during the backward pass, measured by a comm
 hook that stamps its entry (``time.perf_counter()`` on the host, and a CUDA event on GPUs) relative
@@ -44,6 +50,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit import models as M
+from studykit.comm import COMM_KINDS
 from studykit.measure.profile import effective_params
 from studykit.measure.records import RecordWriter, config_id, done_ids, make_record
 from studykit.measure.runtime import CompressorSpec, Dist, note, progress
@@ -70,6 +77,7 @@ class _Config:
     spec: Optional[CompressorSpec]
     cid: str
     hook_overlap: Optional[bool] = None
+    comm: str | None = None  # "ps": through a parameter server; None: the backend's collectives
 
 
 def _builtin_hook(name: str):
@@ -87,26 +95,33 @@ def _builtin_hook(name: str):
     raise ValueError(f"unknown built-in hook {name!r}; valid: {', '.join(BUILTIN_HOOKS)}")
 
 
-def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len) -> list[_Config]:
+def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len,
+                 comms: Sequence[str] = ("collective",)) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
-    each compressor as a hook."""
+    each compressor as a hook; hook and post once per communicator of ``comms``."""
+    bad = [c for c in comms if c not in COMM_KINDS]
+    if bad or not comms:
+        what = f"unknown communicator kind {bad[0]!r}" if bad else "no communicator kind given"
+        raise ValueError(f"{what}; valid: {', '.join(COMM_KINDS)}")
+    comm_ids = [None if c == "collective" else c for c in dict.fromkeys(comms)]  # the default keeps old ids
     groups: list[list[_Config]] = [[] for _ in range(5)]
     seen: set[str] = set()
     for model in model_names:
         for bs in batch_sizes or [M.DEFAULT_BATCH.get(model, 32)]:
             sl = M.seq_len_of(model, seq_len)
 
-            def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None, hook_overlap=None):
+            def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None, hook_overlap=None,
+                    comm=None):
                 params = params or {}
                 cid = config_id(kind="ddp", model=model, batch_size=bs, mode=mode, compressor=compressor,
                                 params=params, bucket_mb=bucket_mb, seq_len=sl, world_size=d.world_size,
-                                backend=d.backend, device_type=d.device.type, hook_overlap=hook_overlap)
+                                backend=d.backend, device_type=d.device.type, hook_overlap=hook_overlap, comm=comm)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
                     groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
-                                                 hook_overlap))
+                                                 hook_overlap, comm))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -117,12 +132,13 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                     add(2, "builtin", name, BUILTIN_HOOKS[name])
             for spec in specs:
                 params = effective_params(C.get(spec.name, allow_nonfinite=True, **spec.kwargs))
-                if "post" in modes:
-                    add(3, "post", spec.name, params, spec=spec)
-                if "hook" in modes:
-                    add(4, "hook", spec.name, params, spec=spec, hook_overlap=True)
-                if "hook_blocking" in modes:
-                    add(4, "hook", spec.name, params, spec=spec, hook_overlap=False)
+                for comm in comm_ids:
+                    if "post" in modes:
+                        add(3, "post", spec.name, params, spec=spec, comm=comm)
+                    if "hook" in modes:
+                        add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm)
+                    if "hook_blocking" in modes:
+                        add(4, "hook", spec.name, params, spec=spec, hook_overlap=False, comm=comm)
     # within a group: configuration by configuration, every model in turn
     order = {m: i for i, m in enumerate(model_names)}
     out = []
@@ -151,10 +167,10 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> 
             fwd.register_comm_hook(hook_state, hook)
         elif cfg.mode == "hook":
             comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
-            state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False)
+            state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False, comm_kind=cfg.comm or "collective")
     else:  # post: the plain model and one bucket
         comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
-        state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None)
+        state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None, comm_kind=cfg.comm or "collective")
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     steps = [0]
 
@@ -254,12 +270,14 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             batch_sizes: Optional[Sequence[int]] = None, modes: Sequence[str] = MODES,
             bucket_mbs: Sequence[float] = (), builtins: Sequence[str] = tuple(BUILTIN_HOOKS),
             seq_len: int = M.BERT_SEQ_LEN, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
-            min_iter: int = 3, verbose: bool = True, bucket_times: bool = False) -> int:
+            min_iter: int = 3, verbose: bool = True, bucket_times: bool = False,
+            comms: Sequence[str] = ("collective",)) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
-    ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`)."""
+    ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
+    ``comms``: the communicators of the hook and post modes (module docstring)."""
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
-    todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len)
+    todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms)
             if c.cid not in done]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
@@ -267,7 +285,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     for cfg in progress(todo, total=len(todo), desc="ddp", enabled=main):
         fields = dict(model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode, compressor=cfg.compressor,
                       params=cfg.params, bucket_mb=cfg.bucket_mb,
-                      seq_len=M.seq_len_of(cfg.model, seq_len), optimizer=OPTIMIZER, hook_overlap=cfg.hook_overlap)
+                      seq_len=M.seq_len_of(cfg.model, seq_len), optimizer=OPTIMIZER, hook_overlap=cfg.hook_overlap,
+                      comm=cfg.comm)
         if cfg.mode == "builtin" and d.backend != "nccl":
             rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
                               status="skipped", reason=BUILTIN_SKIP_REASON, **fields)
@@ -299,7 +318,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             torch.cuda.empty_cache()
         writer.write(rec)
         written += 1
-        label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode:<7} {cfg.compressor or '':<16} " \
+        label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode + (' ps' if cfg.comm else ''):<10} {cfg.compressor or '':<16} " \
                 f"{'' if cfg.bucket_mb is None else f'{cfg.bucket_mb:g}MB':<6}"
         msg = f"{rec['ms_mean']:9.2f} ms (n={rec['n_iter']})" if rec["status"] == "ok" else \
             f"{rec['status'].upper()} {str(rec['reason'])[:70]}"

@@ -120,12 +120,16 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "hook_overlap": "mode hook: true when the protocol ran on the hook's communication thread, overlapped "
                         "with the backward pass; false when it ran inside the hook (blocking); null in records "
                         "written before this field existed, whose hooks were blocking",
+        "comm": "modes hook/post: ps when the compressor's protocol ran through one parameter server on rank 0 "
+                "(studykit.comm.ParameterServerComm, `ddp --comm ps`); null: the backend's own collectives "
+                "(TorchComm), as in every record written before this field existed",
     },
 }
 
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
-            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat")
+            "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
+            "comm")
 
 
 def config_id(**fields) -> str:

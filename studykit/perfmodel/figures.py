@@ -13,6 +13,7 @@ and captions of Figs. 4-10 and 14 state); every measured point from committed re
 * :func:`batch_scaling`: Fig. 9, PowerSGD rank 4 against syncSGD at batch 16, 32, 64;
 * :func:`gap`: Fig. 10, time above linear scaling (syncSGD's, and each compressor's) against GPUs;
 * :func:`collectives` / :func:`measured_collectives`: Fig. 4, all-reduce vs all-gather vs parameter server;
+  :func:`measured_ps_iterations`: the same three in measured training iterations (``ddp --comm ps``);
 * :func:`overlap`, :func:`break_even` / :func:`measured_overlap`: Fig. 5 and App. A, compression overlapped with the backward pass;
 * :func:`paper_points`, :func:`measured_points`: the paper's and the kit's measured points beside the lines;
 * :func:`statements`: every statement of ``figure_statements.csv``, paper value beside the kit's, with a verdict.
@@ -51,6 +52,7 @@ __all__ = [
     "measured_collectives",
     "measured_overlap",
     "measured_points",
+    "measured_ps_iterations",
     "method_name",
     "overlap",
     "paper_points",
@@ -82,8 +84,9 @@ _NAMES = {"powersgd": "PowerSGD rank {rank}", "mstopk": "MSTop-K {pct}", "signsg
 def method_name(compressor: str, params: dict | None = None) -> str:
     """The paper's name of a setting: ``PowerSGD rank 4``, ``MSTop-K 0.1%``, ``SignSGD``."""
     params = params or {}
-    fmt = _NAMES.get(compressor, compressor + (" " + json.dumps(params, sort_keys=True) if params else ""))
-    return fmt.format(pct=f"{100 * params.get('ratio', 0):g}%", **params)
+    if compressor not in _NAMES:  # a JSON object's braces are no format fields
+        return compressor + (" " + json.dumps(params, sort_keys=True) if params else "")
+    return _NAMES[compressor].format(pct=f"{100 * params.get('ratio', 0):g}%", **params)
 
 
 def _cal(calibration: Calibration | None) -> Calibration:
@@ -207,6 +210,56 @@ def measured_collectives(records, nbytes: float | None = None) -> pd.DataFrame:
                         "nbytes": df["size_bytes"].astype(float), "ms": df["ms_median"], "ms_min": df["ms_min"],
                         "ms_max": df["ms_max"], "gpu": df["gpu"], "network": net})
     return out.sort_values(["op", "world_size"]).reset_index(drop=True)
+
+
+def _protocol_scheme(compressor: str, params: dict, model: str, world_size: int) -> str:
+    """"all-reduce", "all-gather" or "mixed": the collectives of the compressor's own ``plan()`` at ``world_size``."""
+    ops = {c["op"] for c in plan_summary(compressor, params, _models.param_shapes(model), int(world_size)).collectives}
+    return {frozenset({"all_reduce"}): "all-reduce", frozenset({"all_gather"}): "all-gather"}.get(frozenset(ops), "mixed")
+
+
+def _payload_name(compressor: str, params: dict) -> str:
+    """'fp32 gradient', the paper's name ('SignSGD'), else the bandwidth campaign's short one ('topk 1%')."""
+    from studykit.measure.crossover import method_label
+
+    if compressor == "none":
+        return "fp32 gradient"
+    return method_name(compressor, params) if compressor in _NAMES else method_label("", compressor, params, None)[:-3]
+
+
+def measured_ps_iterations(records, compressors=("none", "fp16", "signsgd")) -> pd.DataFrame:
+    """Fig. 4 in training iterations: the kit's ``ddp`` records of mode post (the compressor after the backward
+    pass, one bucket: the paper's non-overlapped implementation, Sec. 3) of ``compressors``, each protocol
+    through the backend's collectives (scheme "all-reduce" or "all-gather", from the compressor's ``plan()`` at
+    that world size) or through one parameter server on rank 0 (``comm`` "ps": scheme "parameter server";
+    :class:`studykit.comm.ParameterServerComm`, Table 1, Sec. 2.2). One row per (network, compressor, scheme,
+    world size), the latest record. Columns: network, payload, compressor, scheme, world_size, ms (median),
+    ms_min, ms_max, n_iter, model, batch_size, gpu (the GPU, or on CPU runs the CPU: the records' field), backend."""
+    cols = ["network", "payload", "compressor", "scheme", "world_size", "ms", "ms_min", "ms_max", "n_iter", "model",
+            "batch_size", "gpu", "backend"]
+    rows = []
+    for r in records:
+        if r.get("kind") != "ddp" or r.get("status") != "ok" or r.get("mode") != "post" \
+                or r.get("compressor") not in compressors:
+            continue
+        net = r.get("network") or {}
+        params = r.get("params") or {}
+        scheme = ("parameter server" if r.get("comm") == "ps"
+                  else _protocol_scheme(r["compressor"], params, r["model"], r["world_size"]))
+        rows.append({"network": "one host, unshaped" if net.get("rate_gbps") is None
+                     else f"{net['rate_gbps']:g} Gbit/s per worker link (emulated)",
+                     "payload": _payload_name(r["compressor"], params),
+                     "compressor": r["compressor"], "scheme": scheme, "world_size": int(r["world_size"]),
+                     "ms": r["ms_median"], "ms_min": r["ms_min"], "ms_max": r["ms_max"], "n_iter": r["n_iter"],
+                     "model": r["model"], "batch_size": r["batch_size"], "gpu": r.get("gpu"),
+                     "backend": r.get("backend"), "timestamp": r.get("timestamp") or ""})
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame(rows).sort_values("timestamp")
+    df = df.drop_duplicates(["network", "compressor", "scheme", "world_size", "model", "batch_size"], keep="last")
+    order = {c: i for i, c in enumerate(compressors)}
+    return df[cols].sort_values(["network", "compressor", "scheme", "world_size"],
+                                key=lambda c: c.map(order) if c.name == "compressor" else c).reset_index(drop=True)
 
 
 # ------------------------------------------------------------------ Fig. 5 / App. A

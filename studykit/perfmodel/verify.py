@@ -327,6 +327,8 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     # hook) blocks the backward pass: its own mode, model and scores (``hook_blocking``)
     ov = df["hook_overlap"] if "hook_overlap" in df.columns else pd.Series([None] * len(df), index=df.index)
     df.loc[(df["mode"] == "hook") & (ov != True), "mode"] = "hook_blocking"  # noqa: E712 (None/NaN are not True)
+    if "comm" in df.columns:  # the model prices the backend's collectives; a parameter server's runs are not scored
+        df = df[df["comm"].isna() | (df["kind"] != "ddp")]
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),

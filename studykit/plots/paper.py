@@ -9,7 +9,7 @@ import pandas as pd
 
 from studykit.plots.style import PAPER_STYLE, new, ref_line
 
-__all__ = ["batch_plot", "collectives_plot", "gap_plot", "overlap_plot", "scaling_plot"]
+__all__ = ["batch_plot", "collectives_plot", "gap_plot", "overlap_plot", "ps_iterations_plot", "scaling_plot"]
 
 _PAPER_MARK = {"marker": "D", "markersize": 8, "markerfacecolor": "none", "markeredgecolor": PAPER_STYLE["color"],
                "markeredgewidth": 1.5, "linestyle": "none"}
@@ -245,6 +245,42 @@ def collectives_plot(model_df: pd.DataFrame, measured: pd.DataFrame | None = Non
         ax.set_title(f"measured (median, min-max): {r['nbytes'] / 2**20:.0f} MiB per worker,\n"
                      f"{r['gpu'].replace('NVIDIA ', '')}, {r['network']}", fontsize="small")
     return _finish(fig, axes, title, ncol=1, per_panel=True)
+
+
+#: Fig. 4's schemes in the colours :func:`collectives_plot` gives them (its model panel's order)
+_SCHEME_COLOR = {"all-reduce": "C0", "all-gather": "C1", "parameter server": "C2", "mixed": "C3"}
+
+
+def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
+    """Fig. 4 in measured training iterations (:func:`studykit.perfmodel.figures.measured_ps_iterations`):
+    iteration time against world size, one panel per network; colour = scheme (as in :func:`collectives_plot`),
+    marker = payload, median with min-max bars, the schemes of one payload side by side at each p."""
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    nets = list(dict.fromkeys(df["network"]))
+    fig, axes = _panels(len(nets), width=5.2)
+    payloads = list(dict.fromkeys(df["payload"]))
+    series = list(dict.fromkeys(zip(df["payload"], df["scheme"])))
+    for ax, net in zip(axes, nets):
+        g = df[df["network"] == net]
+        for i, (payload, scheme) in enumerate(series):
+            s = g[(g["payload"] == payload) & (g["scheme"] == scheme)]
+            dodge = 2 ** (0.035 * (i - (len(series) - 1) / 2))  # spread the series at each p (log2 x-axis)
+            ax.errorbar(s["world_size"] * dodge, s["ms"], yerr=[s["ms"] - s["ms_min"], s["ms_max"] - s["ms"]],
+                        color=_SCHEME_COLOR.get(scheme, "C4"),
+                        **{**_MEASURED_MARK, "marker": "osv^D"[payloads.index(payload) % 5]},
+                        label=f"{payload} via {scheme}")
+        _gpu_axis(ax, g["world_size"])
+        ax.set_xlabel("processes (world size p)")
+        ax.set_yscale("log")
+        ax.set_ylabel("iteration time (ms, median, min-max)")
+        _plain_ticks(ax)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))  # 10, 20, 50, 100: labels never collide
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        r = g.iloc[0]
+        device = str(r["gpu"]).replace("NVIDIA ", "")
+        ax.set_title(f"{net}\n{r['model']} batch {r['batch_size']}, {r['backend']}, {device}", fontsize="small")
+    return _finish(fig, axes, title, ncol=3)
 
 
 def overlap_plot(df: pd.DataFrame, measured: pd.DataFrame | None = None, title: str = ""):
