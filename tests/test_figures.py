@@ -236,6 +236,9 @@ def _paper(name):
     if name == "overlap_plot":
         return P.overlap_plot(figures.overlap(bandwidth_gbps=10.0, calibration=cal()),
                               figures.measured_overlap(runs, 10.0), title="Fig. 5: does compressing during backward pay?")
+    if name == "ps_iterations_plot":
+        ps = figures.measured_ps_iterations(load_records(paths.MEASUREMENTS / "ps_cpu", quiet=True))
+        return P.ps_iterations_plot(ps, title="Fig. 4 measured in training: does a parameter server slow each iteration?")
     raise KeyError(name)
 
 

@@ -255,8 +255,6 @@ def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
     """Fig. 4 in measured training iterations (:func:`studykit.perfmodel.figures.measured_ps_iterations`):
     iteration time against world size, one panel per network; colour = scheme (as in :func:`collectives_plot`),
     marker = payload, median with min-max bars, the schemes of one payload side by side at each p."""
-    from matplotlib.ticker import LogLocator, NullFormatter
-
     nets = list(dict.fromkeys(df["network"]))
     fig, axes = _panels(len(nets), width=5.2)
     payloads = list(dict.fromkeys(df["payload"]))
@@ -273,13 +271,10 @@ def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
         _gpu_axis(ax, g["world_size"])
         ax.set_xlabel("processes (world size p)")
         ax.set_yscale("log")
-        ax.set_ylabel("iteration time (ms, median, min-max)")
-        _plain_ticks(ax)
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))  # 10, 20, 50, 100: labels never collide
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel("iteration time (ms, log scale)")  # ticks: _finish's _log_ticks
         r = g.iloc[0]
         device = str(r["gpu"]).replace("NVIDIA ", "")
-        ax.set_title(f"{net}\n{r['model']} batch {r['batch_size']}, {r['backend']}, {device}", fontsize="small")
+        ax.set_title(f"{net}: median, min-max\n{r['model']} batch {r['batch_size']}, {r['backend']}, {device}", fontsize="small")
     return _finish(fig, axes, title, ncol=3)
 
 
