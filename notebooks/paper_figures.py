@@ -32,10 +32,10 @@
 calibration_path: str = "data/calibrations/paper_v100.json"  # calibration JSON, relative to the repo root
 bandwidth_gbps: float = 10.0  # network bandwidth of the model's figures (Gbit/s; the paper's p3.8xlarge: ~10)
 gpu_counts: str = "8 16 32 64 96"  # GPU counts of Figs. 6-10, space-separated (the paper: 8 to 96)
-measured_dir: str = "data/measurements/bandwidth"  # DDP records at emulated rates (repo-relative; "" = none)
+measured_dir: str = "data/measurements/bandwidth"  # DDP records at emulated rates (repo-relative; empty: none)
 measured_rate_gbps: float = 10.0  # emulated rate of the measured points (Gbit/s)
-collectives_dir: str = "data/measurements/gpu4"  # sweep records with parameter-server emulations ("" = none)
-ps_dir: str = "data/measurements/ps_cpu"  # DDP records with and without --comm ps (repo-relative; "" = none)
+collectives_dir: str = "data/measurements/gpu4"  # sweep records with parameter-server emulations (empty: none)
+ps_dir: str = "data/measurements/ps_cpu"  # DDP records with and without --comm ps (repo-relative; empty: none)
 
 # %%
 import pandas as pd
