@@ -3,7 +3,7 @@
 Spec strings (CLI ``--methods``, notebook parameters), comma-free so lists stay simple:
 
 * a preset from :data:`PRESETS`: ``none``, ``fp16``, ``quantize8``, ``quantize4``, ``topk``,
-  ``powersgd``, ``dynamic`` (Tirupati et al.: quantize 4 -> 8 -> 16 bits -> none, step trigger),
+  ``powersgd``, ``dynamic`` (Tirupati et al.: quantize 4 -> 8 -> 16 bits, step trigger),
   ``dynamic_topk``, ``dynamic_powersgd``, ``accordion`` (PowerSGD rank 1 <-> 4, gradient-norm trigger);
 * ``dynamic:FAMILY`` / ``accordion:FAMILY`` for a ladder family from
   :data:`studykit.train.dynamic.LADDERS`;
