@@ -313,3 +313,14 @@ def test_cli_refuses_bad_numbers(tmp_path):
         p = subprocess.run([PY, "-m", "studykit", "throttle", *bad, "--out", str(tmp_path / "x.jsonl"), "--", "sweep"],
                            capture_output=True, text=True, timeout=60, env=ENV)
         assert p.returncode == 2 and "Traceback" not in p.stderr, (bad, p.stderr)
+
+
+def test_record_count_reads_a_file_or_a_folder_of_jsonl(tmp_path):
+    from studykit.measure.throttle.cli import _count_lines
+
+    (tmp_path / "a.jsonl").write_text("{}\n{}\n")
+    (tmp_path / "b.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("not a record\n")
+    assert _count_lines(tmp_path / "a.jsonl") == 2
+    assert _count_lines(tmp_path) == 3  # train --out DIR writes one file per method
+    assert _count_lines(tmp_path / "missing") == 0

@@ -49,7 +49,9 @@ def _last_record(path: Path) -> dict | None:
 
 
 def _count_lines(path: Path) -> int:
-    return sum(1 for _ in open(path, "rb")) if path.is_file() else 0
+    """Records in ``path``: the lines of a file, or of every ``*.jsonl`` in a folder (``train --out DIR``)."""
+    files = [path] if path.is_file() else sorted(path.glob("*.jsonl")) if path.is_dir() else []
+    return sum(sum(1 for _ in open(f, "rb")) for f in files)
 
 
 def _visible_gpus() -> int:
