@@ -138,18 +138,33 @@ def test_ddp_bucket_grads_follow_ddps_assignment():
 
 @pytest.mark.parametrize("spec", ["fp16", "powersgd:rank=2"])
 def test_reduce_buckets_phase_is_the_hooks_protocol(spec, tmp_path):
-    """One record of phase reduce_buckets per compressor; the timed call leaves each bucket reduced
-    as the hook leaves it (checked here on a world-size-1 communicator: the identity for fp16)."""
+    """One record of phase reduce_buckets per compressor; the timed call runs the protocol once per DDP
+    bucket, called as the kit's hook calls it."""
     from studykit.measure.profile import _timed_call
 
     out = tmp_path / "p.jsonl"
     assert cli.main(["profile", "--models", "mlp_small", "--compressors", spec, "--ddp-buckets", "--no-split",
                      "--iters", "2", "--warmup", "0", "--copy-bytes", "64K", "--quiet", "--out", str(out)]) == 0
     assert [r["phase"] for r in load_records(out, kind="profile")] == ["reduce", "reduce_buckets"]
-    grads = [torch.randn(s) for s in M.param_shapes("mlp_small")]
+    from studykit.measure.profile import ddp_bucket_grads
+
+    grads = [torch.randn(s) for s in M.param_shapes("mlp_large")]
     name, _, kv = spec.partition(":")
     comp = C.get(name, **({k: int(v) for k, v in [kv.split("=")]} if kv else {}))
-    _timed_call(comp, "reduce_buckets", grads, 1)()  # runs without error on the bucket layout
+    calls = []
+    inner = comp.reduce
+
+    def spy(x, comm, key=None):
+        calls.append((key, x.shape if isinstance(x, torch.Tensor) else [t.shape for t in x]))
+        return inner(x, comm, key=key)
+
+    comp.reduce = spy
+    _timed_call(comp, "reduce_buckets", grads, 1)()
+    # one call per DDP bucket, keyed by its index, with what the hook passes: the flat bucket for
+    # partition-invariant codecs (fp16), the per-parameter views otherwise (PowerSGD)
+    want = [(i, buf.shape if comp.partition_invariant else [v.shape for v in views])
+            for i, (buf, views) in enumerate(ddp_bucket_grads(grads))]
+    assert calls == want and len(want) > 1
 
 
 def test_encode_decode_input_never_pools_split_phases():
