@@ -180,3 +180,33 @@ def test_predicted_table_keeps_world_sizes_apart():
     row = t[(t["world_size"] == 4) & (t["method"] == "fp16 (hook)")].iloc[0]
     assert row["base_ms"] == 20.0
     assert set(t["method"]) == {"syncSGD", "fp16 (hook)", "fp16 (blocking hook)"}
+
+
+#: the rows of data/measurements/bandwidth/README.md's generated crossover table
+README_CAMPAIGNS = ("h200_p2", "h200_p4")
+README_METHODS = ["PyTorch PowerSGD r4 hook", "PyTorch fp16 hook", "powersgd r4 (post)", "powersgd r4 (hook)",
+                  "powersgd r4 (blocking hook)", "topk 1% (post)", "topk 1% (hook)", "quantize b8 (post)"]
+
+
+def readme_crossovers() -> str:
+    table = pd.concat([X.iteration_table(load_records(BW / c / "ddp.jsonl", quiet=True)) for c in README_CAMPAIGNS],
+                      ignore_index=True)
+    return X.markdown_table(X.crossovers(table, n_boot=200, seed=0), README_METHODS)
+
+
+def test_markdown_table_by_hand():
+    # log-linear zero between 1 and 10 Gbit/s: topk vs syncSGD 10**(ln 2.5 / ln 3.75) = 4.93,
+    # topk vs fp16 10**(ln 1.5 / ln 1.8) = 4.90, PyTorch's fp16 hook vs syncSGD 10**(ln(5/3) / ln(25/12)) = 4.97
+    md = X.markdown_table(X.crossovers(_two_campaigns(), n_boot=0), ["topk 1% (hook)", "PyTorch fp16 hook"])
+    assert md.splitlines()[2:] == ["| m | 2 | PyTorch fp16 hook | 5.0 | (baseline) |",
+                                   "| m | 4 | topk 1% (hook) | 4.9 | 4.9 |",
+                                   "| m | 4 | PyTorch fp16 hook | 5.0 | (baseline) |"]
+
+
+@pytest.mark.slow
+def test_bandwidth_readme_crossovers_are_the_generated_ones():
+    text = (BW / "README.md").read_text()
+    a, b = "<!-- crossovers:begin -->\n", "<!-- crossovers:end -->"
+    assert a in text and b in text
+    assert text[text.index(a) + len(a):text.index(b)] == readme_crossovers(), \
+        "regenerate with tests/test_crossover.py: readme_crossovers()"

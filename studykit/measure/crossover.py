@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossovers", "speedup_table",
-           "format_crossover", "crossover_summary", "predicted_table", "beside_paper",
+           "format_crossover", "crossover_summary", "predicted_table", "beside_paper", "markdown_table",
            "paper_crossovers"]
 
 #: the baselines a compressor must beat: DDP's syncSGD at its default 25 MB bucket, and the FP16
@@ -284,6 +284,22 @@ def crossover_summary(out: pd.DataFrame, methods: Optional[Sequence[str]] = None
             if col.endswith(f" vs {base_name}") and label in table.index:
                 table.loc[label, col] = "(baseline)"
     return table.fillna("not measured")
+
+
+def markdown_table(out: pd.DataFrame, methods: Sequence[str]) -> str:
+    """Measured crossovers (:func:`crossovers`) of ``methods`` as Markdown: one row per model, world size
+    and method, one column per baseline (:func:`format_crossover` text in Gbit/s). The committed
+    campaigns' README holds exactly this (``tests/test_crossover.py`` checks it)."""
+    lines = ["| model | p | method | vs syncSGD (Gbit/s) | vs fp16 baseline (Gbit/s) |", "|---|---:|---|---|---|"]
+    for (model, p), g in out.groupby(["model", "world_size"], sort=True):
+        for method in methods:
+            m = g[g["method"] == method]
+            if m.empty:
+                continue
+            cell = {b: format_crossover(m[m["baseline"] == b].iloc[0]) if (m["baseline"] == b).any() else "(baseline)"
+                    for b in BASELINES}
+            lines.append(f"| {model} | {int(p)} | {method} | {cell['syncSGD']} | {cell['fp16']} |")
+    return "\n".join(lines) + "\n"
 
 
 def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
