@@ -102,6 +102,11 @@ class TorchComm:
         self._dist.all_reduce(tensor, group=self.group)
         return tensor
 
+    def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
+        """Sum ``tensor`` (contiguous) in place across the group without waiting: a future whose value is
+        ``[tensor]`` once summed (on NCCL, ordered after the caller's current CUDA stream)."""
+        return self._dist.all_reduce(tensor, group=self.group, async_op=True).get_future()
+
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         # gloo wants a flat output buffer; NCCL accepts either
         out = torch.empty(self.world_size * tensor.numel(), dtype=tensor.dtype, device=tensor.device)

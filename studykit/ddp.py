@@ -25,10 +25,12 @@ thread runs the whole protocol (encode, every collective round, decode) in bucke
 on a CUDA stream of its own that first waits for the bucket's gradients, and completes
 the bucket's future when its decode is done; DDP waits for all futures at the end of the
 backward pass. So encode, collectives and decode of one bucket run while the backward
-pass computes the next buckets' gradients, on NCCL and on gloo alike. PyTorch's own
-hooks chain an asynchronous collective's future instead (``all_reduce(...,
-async_op=True).get_future().then(...)``); a thread serves protocols of any number of
-rounds unchanged. ``overlap=False`` runs the protocol inside the hook (the old, blocking
+pass computes the next buckets' gradients, on NCCL and on gloo alike. A protocol of one
+all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, quantize's all-reduce,
+``none``) skips the thread as PyTorch's own hooks do: the hook encodes on the current
+stream, issues the all-reduce asynchronously and decodes in the future's callback
+(``all_reduce(..., async_op=True).get_future().then(...)``); a thread serves protocols of
+any number of rounds unchanged. ``overlap=False`` runs the protocol inside the hook (the old, blocking
 behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
 """
 import queue
@@ -40,6 +42,7 @@ import torch.distributed as dist
 
 from studykit.comm import COMM_KINDS, Communicator, RecordingComm, make_comm
 from studykit.compressors import Compressor, get
+from studykit.compressors.base import _shares_memory, copy_back, views
 
 __all__ = ["HookState", "compressor_hook", "register", "PostBackwardReducer"]
 
@@ -135,15 +138,6 @@ class _CommThread:
         self._jobs.put(None)
 
 
-def _views(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tensor]:
-    out, i = [], 0
-    for s in shapes:
-        n = s.numel()
-        out.append(flat[i:i + n].view(s))
-        i += n
-    return out
-
-
 def _rekey(comp, key, old_ids: list, new_ids: list, old_shapes: Optional[list] = None) -> None:
     """DDP rebuilds its buckets after the first iteration (forward order -> gradient-ready
     order), so a bucket index then holds its parameters in another order. Per-bucket state
@@ -166,11 +160,9 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     gradients). With ``state.overlap`` the protocol runs on the communication thread and
     this returns at once (module docstring); otherwise it runs here, before returning.
 
-    A partition-invariant compressor (one whose result depends only on the concatenated
-    gradient: every single-round codec, quantize, THC, global top-k...) gets the bucket
-    buffer whole, as one flat tensor: the same numbers as from the per-parameter views,
-    without cutting the bucket into views and copying every piece back. Layer-wise
-    methods (PowerSGD, ATOMO, layer-scope top-k) get the per-parameter views.
+    A partition-invariant compressor (its result depends only on the concatenated gradient:
+    single-round codecs, quantize, THC, global top-k) gets the bucket buffer whole, as one flat
+    tensor; layer-wise methods (PowerSGD, ATOMO, layer-scope top-k) the per-parameter views.
     """
     buf = bucket.buffer()
     params = bucket.parameters()
@@ -182,12 +174,15 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     if not state.overlap:
         fut.set_result(_reduce_bucket(state, buf, key, ids, shapes))
         return fut
+    comm = state.comm  # built here, in the caller's thread
+    if state.compressor.one_round_allreduce and hasattr(comm, "all_reduce_async"):
+        _track(state, key, ids, shapes)
+        return _reduce_async(state, buf, comm)
     if cuda:
         ready = torch.cuda.Event()
         consumer = torch.cuda.current_stream(buf.device)
         ready.record(consumer)  # the bucket's gradients are in buf once this stream gets here
         side = state.side_stream(buf.device)
-    comm = state.comm  # built here, in the caller's thread
 
     def job():
         try:
@@ -208,14 +203,37 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     return fut
 
 
-def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, shapes: list,
-                   comm: Optional[Communicator] = None) -> torch.Tensor:
-    """The protocol on one bucket (every round); returns the average gradient, shaped like ``buf``."""
+def _track(state: HookState, key: int, ids: list, shapes: list) -> None:
+    """Which parameters (and shapes) bucket ``key`` holds now; per-bucket state follows a rebuild (:func:`_rekey`)."""
     old = state.bucket_params.get(key)
     if old is not None and old != ids:
         _rekey(state.compressor, key, old, ids, state.bucket_shapes.get(key))
-    state.bucket_params[key] = ids
-    state.bucket_shapes[key] = [tuple(s) for s in shapes]
+    state.bucket_params[key], state.bucket_shapes[key] = ids, [tuple(s) for s in shapes]
+
+
+def _reduce_async(state: HookState, buf: torch.Tensor, comm) -> torch.futures.Future[torch.Tensor]:
+    """A one-round all-reduce protocol without the thread: encode here, all-reduce every payload
+    asynchronously, decode (into ``buf``) in the callback of the last payload's future."""
+    comp = state.compressor
+    with torch.no_grad():
+        comp.check([buf])
+        payload, ctx = comp.compress(buf, comm.world_size)
+        payload = [x.clone() if _shares_memory(x, buf) else x.contiguous() for x in payload]
+        futs = [comm.all_reduce_async(x) for x in payload]
+    state.bytes_sent += sum(x.numel() * x.element_size() for x in payload)
+    state.calls, comp.step = state.calls + 1, comp.step + 1
+
+    def decode(_):
+        with torch.no_grad():
+            summed = [f.value()[0] for f in futs]
+            return buf.copy_(comp.decompress_mean(summed, ctx, comm.world_size).reshape(buf.shape))
+    return (futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)).then(decode)
+
+
+def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, shapes: list,
+                   comm: Optional[Communicator] = None) -> torch.Tensor:
+    """The protocol on one bucket (every round); returns the average gradient, shaped like ``buf``."""
+    _track(state, key, ids, shapes)
     rec = RecordingComm(comm if comm is not None else state.comm)
     comp = state.compressor
     if comp.partition_invariant:
@@ -224,25 +242,12 @@ def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, sha
             buf.copy_(out)
             out = buf
     else:
-        grads = _views(buf, shapes)
-        _copy_back(grads, comp.reduce(grads, rec, key=key))
+        grads = views(buf, shapes)
+        copy_back(grads, comp.reduce(grads, rec, key=key))
         out = buf
     state.bytes_sent += rec.nbytes
     state.calls += 1
     return out
-
-
-def _copy_back(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None:
-    """``d.copy_(s)`` for every pair, as few kernels as possible (one multi-tensor copy)."""
-    pairs = [(d, s) for d, s in zip(dst, src) if d is not s]
-    if not pairs:
-        return
-    d, s = zip(*pairs)
-    try:
-        torch._foreach_copy_(list(d), list(s))
-    except (RuntimeError, AttributeError):  # mixed devices/dtypes or an old torch: one by one
-        for a, b in pairs:
-            a.copy_(b)
 
 
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
@@ -310,6 +315,6 @@ class PostBackwardReducer:
                     p.grad = torch.zeros_like(p)
                 grads.append(p.grad)
             rec = RecordingComm(self.comm)
-            _copy_back(grads, self.compressor.reduce(grads, rec, key=i))
+            copy_back(grads, self.compressor.reduce(grads, rec, key=i))
             self.bytes_sent += rec.nbytes
         self.calls += 1

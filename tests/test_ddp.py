@@ -176,6 +176,40 @@ def test_hook_returns_before_its_collectives_finish(name):
     assert torch.allclose(out, ref), "overlapped and blocking hooks disagree"
 
 
+class _AsyncComm(_GatedComm):
+    """World size 1 with an asynchronous all-reduce whose futures the test completes."""
+
+    def __init__(self):
+        super().__init__()
+        self.pending = []
+
+    def all_reduce_async(self, t):
+        fut = torch.futures.Future()
+        self.pending.append((fut, t))
+        return fut
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "none"])
+def test_one_round_codecs_chain_the_async_all_reduce_without_the_thread(name):
+    """fp16 / bf16 / none: the hook encodes, issues the all-reduce asynchronously and decodes in the future's
+    callback, as PyTorch's own hooks do: no communication thread, the same numbers as the blocking hook."""
+    params = [torch.nn.Parameter(torch.randn(16, 8)), torch.nn.Parameter(torch.randn(8))]
+    comm = _AsyncComm()
+    state = sk_ddp.HookState(C.get(name), comm=comm)
+    fut = sk_ddp.compressor_hook(state, _Bucket(params))
+    assert not fut.done() and len(comm.pending) == 1 and state._worker is None
+    for f, t in comm.pending:
+        f.set_result([t])  # world size 1: the sum is the payload itself
+    out = fut.wait()
+    from studykit.comm import LocalComm
+
+    ref = sk_ddp.compressor_hook(sk_ddp.HookState(C.get(name), comm=LocalComm(), overlap=False), _Bucket(params)).wait()
+    assert torch.equal(out, ref) and state.calls == 1 and state.bytes_sent == comm.pending[0][1].numel() * \
+        comm.pending[0][1].element_size()
+    # multi-round or error-feedback protocols keep the thread
+    assert not C.get("powersgd").one_round_allreduce and not C.get("fp16", error_feedback=True).one_round_allreduce
+
+
 def test_hook_error_reaches_the_future():
     class Broken(_GatedComm):
         def all_reduce(self, t):

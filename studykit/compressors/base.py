@@ -22,7 +22,7 @@ import torch
 from studykit.comm import Collective, Communicator, LocalComm, RecordingComm
 from studykit.compressors.memory import ResidualMemory
 
-__all__ = ["Compressor", "CompressorError", "FLOAT_DTYPES", "MAX_WORLD_SIZE"]
+__all__ = ["Compressor", "CompressorError", "FLOAT_DTYPES", "MAX_WORLD_SIZE", "views", "copy_back"]
 
 #: the largest world size :meth:`Compressor.plan` simulates (it builds one payload per worker)
 MAX_WORLD_SIZE = 2**18
@@ -181,6 +181,14 @@ class Compressor:
             avg = self.combine([list(ws) for ws in zip(*per_payload)], ctx)
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
 
+    @property
+    def one_round_allreduce(self) -> bool:
+        """Whether the whole protocol is encode, all-reduce of each payload, decode (the default
+        :meth:`_reduce` of an all-reduce-compatible, partition-invariant codec without error feedback):
+        a DDP hook can then issue the all-reduces asynchronously and decode when they complete."""
+        return (self.allreduce_compatible and self.partition_invariant and self.memory is None
+                and type(self)._reduce is Compressor._reduce)
+
     def decompress_mean(self, summed: Sequence[torch.Tensor], ctx: Any, world_size: int) -> torch.Tensor:
         """All-reduce codecs: the summed payloads -> the average (``decompress(summed) / world_size``).
         Codecs may override it to fold the division into their decoding pass."""
@@ -267,6 +275,29 @@ def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Te
         out.append(flat[i:i + n].reshape(t.shape))
         i += n
     return out
+
+
+def views(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tensor]:
+    """Views of a 1-D tensor shaped ``shapes`` in order (a DDP bucket's per-parameter gradients)."""
+    out, i = [], 0
+    for s in shapes:
+        n = s.numel()
+        out.append(flat[i:i + n].view(s))
+        i += n
+    return out
+
+
+def copy_back(dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor]) -> None:
+    """``d.copy_(s)`` for every pair, as few kernels as possible (one multi-tensor copy)."""
+    pairs = [(d, s) for d, s in zip(dst, src) if d is not s]
+    if not pairs:
+        return
+    d, s = zip(*pairs)
+    try:
+        torch._foreach_copy_(list(d), list(s))
+    except (RuntimeError, AttributeError):  # mixed devices/dtypes or an old torch: one by one
+        for a, b in pairs:
+            a.copy_(b)
 
 
 def _like(out: Sequence[torch.Tensor], like: Sequence[torch.Tensor]) -> list[torch.Tensor]:

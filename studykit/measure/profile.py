@@ -111,14 +111,14 @@ def _plan(comp: Compressor, shapes) -> tuple[Optional[int], Optional[float]]:
 def ddp_bucket_grads(grads: list[torch.Tensor]) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
     """``grads`` (forward order) laid out as DDP's buckets at its default caps, in communication order:
     per bucket its flat buffer and the per-parameter views into it (what a DDP comm hook gets)."""
-    from studykit.ddp import _views
+    from studykit.compressors.base import views
     from studykit.perfmodel.model import ddp_buckets
 
     out, rest = [], list(reversed(grads))
     for group in ddp_buckets([tuple(g.shape) for g in grads]):
         mine, rest = rest[:len(group)], rest[len(group):]
         buf = torch.cat([g.reshape(-1) for g in mine])
-        out.append((buf, _views(buf, [g.shape for g in mine])))
+        out.append((buf, views(buf, [g.shape for g in mine])))
     return out
 
 
@@ -131,7 +131,7 @@ def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_wor
     if phase == "reduce":
         return lambda: comp.reduce(grads, comm, key=0)
     if phase == "reduce_buckets":
-        from studykit.ddp import _copy_back
+        from studykit.compressors.base import copy_back
 
         buckets = ddp_bucket_grads(grads)
 
@@ -140,7 +140,7 @@ def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_wor
                 if comp.partition_invariant:
                     comp.reduce(buf, comm, key=i)
                 else:
-                    _copy_back(views, comp.reduce(views, comm, key=i))
+                    copy_back(views, comp.reduce(views, comm, key=i))
         return per_bucket
     flat = flatten(grads)
     if phase == "encode":
