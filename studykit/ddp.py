@@ -12,26 +12,20 @@
       reducer = studykit.ddp.PostBackwardReducer(model, "topk", ratio=0.01)
       loss.backward(); reducer.reduce(); opt.step()
 
-Both run the compressor's protocol through :class:`studykit.comm.TorchComm`, so they
-work for any world size, any number of buckets, on NCCL and gloo; ``comm_kind="ps"`` routes
-it through one parameter server instead (:class:`studykit.comm.ParameterServerComm`, rank 0;
-Agarwal et al. 2022 Sec. 2.2, Fig. 4). Each bucket's
-gradients are handed to the compressor as the list of per-parameter tensors, so
-layer-wise methods (PowerSGD's matrices, layer-scope TopK) see real layer shapes.
+Both run the compressor's protocol through :class:`studykit.comm.TorchComm` (any world size,
+any number of buckets, NCCL and gloo); ``comm_kind="ps"`` routes it through one parameter server
+(:class:`studykit.comm.ParameterServerComm`; Agarwal et al. 2022 Sec. 2.2, Fig. 4). Layer-wise
+methods (PowerSGD's matrices, layer-scope TopK) get each bucket as its per-parameter tensors.
 
-The hook never blocks the backward pass (``overlap=True``, the default): it hands the
-bucket to one communication thread per DDP model and returns a future at once. That
-thread runs the whole protocol (encode, every collective round, decode) in bucket order,
-on a CUDA stream of its own that first waits for the bucket's gradients, and completes
-the bucket's future when its decode is done; DDP waits for all futures at the end of the
-backward pass. So encode, collectives and decode of one bucket run while the backward
-pass computes the next buckets' gradients, on NCCL and on gloo alike. A protocol of one
-all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, quantize's all-reduce,
-``none``) skips the thread as PyTorch's own hooks do: the hook encodes on the current
-stream, issues the all-reduce asynchronously and decodes in the future's callback
-(``all_reduce(..., async_op=True).get_future().then(...)``); a thread serves protocols of
-any number of rounds unchanged. ``overlap=False`` runs the protocol inside the hook (the old, blocking
-behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
+The hook never blocks the backward pass (``overlap=True``, the default): it hands the bucket
+to one communication thread per DDP model and returns a future at once. That thread runs the
+whole protocol (encode, every collective round, decode) in bucket order, on a CUDA stream of
+its own that first waits for the bucket's gradients, and completes the bucket's future when
+its decode is done; DDP waits for all futures at the end of the backward pass. A protocol of
+one all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, none) skips the thread
+as PyTorch's own hooks do: encode on the current stream, ``all_reduce(..., async_op=True)``,
+decode in the future's callback. ``overlap=False`` runs the protocol inside the hook (the old,
+blocking behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
 """
 import queue
 import threading
@@ -213,10 +207,12 @@ def _track(state: HookState, key: int, ids: list, shapes: list) -> None:
 
 def _reduce_async(state: HookState, buf: torch.Tensor, comm) -> torch.futures.Future[torch.Tensor]:
     """A one-round all-reduce protocol without the thread: encode here, all-reduce every payload
-    asynchronously, decode (into ``buf``) in the callback of the last payload's future."""
-    comp = state.compressor
+    asynchronously, decode (into ``buf``) in the callback. On CUDA the NaN/Inf check (a host sync, which
+    here would stall the backward pass) moves to the callback, on the summed payloads."""
+    comp, cuda = state.compressor, buf.is_cuda
     with torch.no_grad():
-        comp.check([buf])
+        if not cuda:
+            comp.check([buf])
         payload, ctx = comp.compress(buf, comm.world_size)
         payload = [x.clone() if _shares_memory(x, buf) else x.contiguous() for x in payload]
         futs = [comm.all_reduce_async(x) for x in payload]
@@ -226,6 +222,8 @@ def _reduce_async(state: HookState, buf: torch.Tensor, comm) -> torch.futures.Fu
     def decode(_):
         with torch.no_grad():
             summed = [f.value()[0] for f in futs]
+            if cuda:
+                comp.check(summed)
             return buf.copy_(comp.decompress_mean(summed, ctx, comm.world_size).reshape(buf.shape))
     return (futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)).then(decode)
 
