@@ -137,6 +137,12 @@ def work(rank, init):
     assert state.bytes_sent > 0
     if rank == 0:
         print("hook ok", state.bytes_sent, studykit.__file__)
+    # DDP's reducer and the hook state go before the process group: torch 2.13's gloo otherwise aborts at exit
+    # now and then ("terminate called without an active exception"), with or without a comm hook
+    del ddp_model, opt, state
+    import gc
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
