@@ -83,19 +83,22 @@ class LocalComm:
         return [tensor]
 
 
+def _joined(who: str, group):
+    """``(torch.distributed, group, rank, world size)`` of this process in ``group`` (None: the world);
+    a clear error where no process group was initialised."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"{who} needs torch.distributed initialised "
+                           "(run under torchrun and call dist.init_process_group first)")
+    return dist, group, dist.get_rank(group), dist.get_world_size(group)
+
+
 class TorchComm:
     """``torch.distributed`` collectives on a process group (default: the world)."""
 
     def __init__(self, group=None):
-        import torch.distributed as dist
-
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("TorchComm needs torch.distributed initialised "
-                               "(run under torchrun and call dist.init_process_group first)")
-        self._dist = dist
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
+        self._dist, self.group, self.rank, self.world_size = _joined("TorchComm", group)
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.contiguous()
@@ -148,15 +151,7 @@ class ParameterServerComm:
     kind = "ps"
 
     def __init__(self, group=None, server: int = 0):
-        import torch.distributed as dist
-
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("ParameterServerComm needs torch.distributed initialised "
-                               "(run under torchrun and call dist.init_process_group first)")
-        self._dist = dist
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
+        self._dist, self.group, self.rank, self.world_size = _joined("ParameterServerComm", group)
         if not isinstance(server, int) or isinstance(server, bool) or not 0 <= server < self.world_size:
             raise ValueError(f"ParameterServerComm: server must be a rank of the group, 0 to "
                              f"{self.world_size - 1}, got {server!r}")
