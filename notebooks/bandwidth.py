@@ -30,7 +30,8 @@
 # backward pass (`post`, the paper's implementation), beside PyTorch's own fp16 and PowerSGD hooks.
 # The records of `h200_p2` were taken with the kit's first hook, which ran each bucket's protocol
 # inside the hook and so made the backward pass wait for every collective ("blocking hook" below);
-# the kit's hook now overlaps (`studykit/ddp.py`, "hook" below: `h200_p4`).
+# the kit's hook now overlaps (`studykit/ddp.py`, "hook" below: `h200_p4`, and `h200_p2b`, which adds
+# VGG19 and GPT-2 small at p = 2).
 #
 # **Careful with the comparison.** The paper's crossovers are for 64 GPUs; these are for p = 2 and 4.
 # A ring all-reduce sends 2(p-1)/p of the gradient per GPU: 1.0x at p = 2, 1.5x at p = 4, 1.97x at
@@ -38,7 +39,7 @@
 # p = 2, which moves its crossovers up, while faster GPUs (H200 against V100) shrink the compute that
 # hides it, which moves them up as well.
 # %% tags=["parameters"]
-campaigns: list = ["h200_p2", "h200_p4"]  # folders under data/measurements/bandwidth (one card kind and world size each)
+campaigns: list = ["h200_p2", "h200_p2b", "h200_p4"]  # folders under data/measurements/bandwidth (one card kind and world size each)
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
 model_lines: bool = True  # draw the model's predictions (data/verification/bandwidth/<campaign>/predictions.csv)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval

@@ -663,17 +663,18 @@ def test_kernel_counts_written_after_the_timings_are_attached_to_them():
     assert [r.get("kernels") for r in out] == [12, 7, 12] and timed["kernels"] is None  # the input is not changed
 
 
-def test_the_committed_cpu_rerun_tables_are_generated_from_its_records(tmp_path):
-    """data/measurements/codec_repeat_cpu/codecs.md is what --report-only makes of codecs.jsonl (no hand edits)."""
+@pytest.mark.parametrize("run,device", [("codec_repeat_cpu", "cpu"), ("codec_repeat_h200", "cuda:0")])
+def test_the_committed_rerun_tables_are_generated_from_their_records(tmp_path, run, device):
+    """data/measurements/<run>/codecs.md is what --report-only makes of codecs.jsonl (no hand edits)."""
     import shutil
 
-    folder = os.path.join(ROOT, "data", "measurements", "codec_repeat_cpu")
+    folder = os.path.join(ROOT, "data", "measurements", run)
     shutil.copy(os.path.join(folder, "codecs.jsonl"), tmp_path / "codecs.jsonl")
     _codec_repeat().report(tmp_path / "codecs.jsonl", verbose=False)
     with open(os.path.join(folder, "codecs.md"), encoding="utf-8") as f:
         assert (tmp_path / "codecs.md").read_text(encoding="utf-8") == f.read()
     recs = load_records(os.path.join(folder, "codecs.jsonl"))
-    assert {r["device"] for r in recs} == {"cpu"} and {r["repeat"] for r in recs} == {1, 2}
+    assert {r["device"] for r in recs} == {device} and {r["repeat"] for r in recs} == {1, 2}
 
 
 def test_the_benchmark_readme_states_the_policys_real_defaults():

@@ -183,7 +183,7 @@ def test_predicted_table_keeps_world_sizes_apart():
 
 
 #: the rows of data/measurements/bandwidth/README.md's generated crossover table
-README_CAMPAIGNS = ("h200_p2", "h200_p4")
+README_CAMPAIGNS = ("h200_p2", "h200_p2b", "h200_p4")
 README_METHODS = ["PyTorch PowerSGD r4 hook", "PyTorch fp16 hook", "powersgd r4 (post)", "powersgd r4 (hook)",
                   "powersgd r4 (blocking hook)", "topk 1% (post)", "topk 1% (hook)", "quantize b8 (post)"]
 

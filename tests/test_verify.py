@@ -2,6 +2,7 @@
 committed records (the notebook smoke run is in test_notebooks.py)."""
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -330,12 +331,19 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records under
     "h200_p2/network_from_sweep": ("h200_p2", ["--holdout", "network"]),
     "h200_p4": ("h200_p4", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"]),
     "h200_p4/holdout_model": ("h200_p4", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"]),
+    # VGG19 and GPT-2 small at p = 2: no sweep of their own, the one of h200_p2 (same card kind, same link method)
+    "h200_p2b": ("h200_p2b", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline",
+                              "--sweep-from", str(paths.MEASUREMENTS / "bandwidth" / "h200_p2")]),
+    "h200_p2b/holdout_model": ("h200_p2b", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline",
+                                            "--sweep-from", str(paths.MEASUREMENTS / "bandwidth" / "h200_p2")]),
 }
 #: the rows of data/verification/bandwidth/README.md's generated table
 BANDWIDTH_TABLE = {
     "p = 2, leave one rate out": "h200_p2", "p = 2, leave one model out": "h200_p2/holdout_model",
     "p = 2, network from each rate's sweep (3 rates)": "h200_p2/network_from_sweep",
     "p = 4, leave one rate out": "h200_p4", "p = 4, leave one model out": "h200_p4/holdout_model",
+    "p = 2, VGG19 and GPT-2, leave one rate out": "h200_p2b",
+    "p = 2, VGG19 and GPT-2, leave one model out": "h200_p2b/holdout_model",
 }
 
 
@@ -435,3 +443,46 @@ def test_cut_lines_are_reported_not_dropped_silently(tmp_path):
         fh.write('{"kind": "ddp", "cut')
     plat = V.load_platform(tmp_path)
     assert any("damaged line" in n and "ddp.jsonl" in n for n in plat.notes), plat.notes
+
+
+# ------------------------------------------------------------------ --sweep-from
+def _copy_kind(src: Path, dst: Path, kind: str, **override) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    with open(dst / "records.jsonl", "a") as out:
+        for f in sorted(src.glob("*.jsonl")):
+            for line in f.read_text().splitlines():
+                r = json.loads(line)
+                if r.get("kind") == kind:
+                    out.write(json.dumps({**r, **override}) + "\n")
+
+
+def test_sweep_from_refuses_a_folder_with_sweeps_of_its_own():
+    bw = paths.MEASUREMENTS / "bandwidth"
+    with pytest.raises(ValueError, match="has collective sweeps of its own"):
+        verify.load_platform(bw / "h200_p2", sweep_from=bw / "h200_p4")
+
+
+def test_sweep_from_refuses_another_card_and_an_empty_folder(tmp_path):
+    bw = paths.MEASUREMENTS / "bandwidth"
+    _copy_kind(bw / "h200_p2b", tmp_path / "mine", "ddp")
+    _copy_kind(bw / "h200_p2", tmp_path / "h100", "sweep", gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(ValueError, match=r"ran on \['NVIDIA H100 80GB HBM3'\].*same card kind"):
+        verify.load_platform(tmp_path / "mine", sweep_from=tmp_path / "h100")
+    _copy_kind(bw / "h200_p2", tmp_path / "nosweep", "tcomp")
+    with pytest.raises(ValueError, match="no sweep records there"):
+        verify.load_platform(tmp_path / "mine", sweep_from=tmp_path / "nosweep")
+
+
+def test_sweep_from_borrows_and_says_so():
+    bw = paths.MEASUREMENTS / "bandwidth"
+    plat = verify.load_platform(bw / "h200_p2b", sweep_from=bw / "h200_p2")
+    assert len(plat.sweep) > 0 and set(plat.sweep["gpu"]) == {"NVIDIA H200"}
+    assert any("borrowed from" in n for n in plat.notes)
+
+
+def test_verify_without_a_sweep_names_the_way_out(capsys, tmp_path):
+    rc = verify.main(["verify", "--records", str(paths.MEASUREMENTS / "bandwidth" / "h200_p2b"), "--holdout",
+                      "network", "--network-from", "probe", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--sweep-from" in err and "no sweep records" in err
+    assert not (tmp_path / "o").exists()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -163,12 +164,13 @@ def crossovers(table: pd.DataFrame, n_boot: int = 500, seed: int = 0, level: flo
     The interval (``low``, ``high``, central ``level``) resamples each record's timed iterations
     (medians of bootstrap samples) and recomputes the crossover; it says how much measurement noise
     moves the crossover, within or across the measured rates. Censored crossovers have no interval.
+    Each (group, baseline, method) draws from its own generator, seeded by ``seed`` and its labels, so a
+    crossover's interval does not change when other campaigns join the table.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
-    rng = np.random.default_rng(seed)
     out = []
     group_cols = ["gpu", "world_size", "model", "batch_size"]
     for key, g in table.groupby(group_cols, dropna=False):
@@ -191,6 +193,8 @@ def crossovers(table: pd.DataFrame, n_boot: int = 500, seed: int = 0, level: flo
                 c = crossover(rates, tb, tm)
                 low = high = None
                 if c["status"] == "crossover" and n_boot:
+                    label = repr((tuple(str(k) for k in key), base_name, method)).encode()
+                    rng = np.random.default_rng([seed, zlib.crc32(label)])
                     boots = []
                     for _ in range(n_boot):
                         tb_b = [_median_resample(base.loc[x, "times_ms"], base.loc[x, "ms"], rng) for x in rates]

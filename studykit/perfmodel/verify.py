@@ -302,8 +302,13 @@ class Platform:
     notes: list = field(default_factory=list)
 
 
-def load_platform(source: str | Path, stat: str = "ms_median", name: str | None = None) -> Platform:
-    """Read a records folder (or file) into a :class:`Platform` (ok records only)."""
+def load_platform(source: str | Path, stat: str = "ms_median", name: str | None = None,
+                  sweep_from: str | Path | None = None) -> Platform:
+    """Read a records folder (or file) into a :class:`Platform` (ok records only).
+
+    ``sweep_from``: another folder whose collective sweeps stand in for this one's (a campaign that ran
+    no sweep of its own, on the same card kind and shaped-link method); refused when ``source`` has
+    sweeps of its own or the two folders' GPUs differ."""
     from studykit.measure.records import load_records
 
     if stat not in STATS:
@@ -313,6 +318,21 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     recs = [r for r in loaded if r.get("status", "ok") == "ok" and r.get(stat) is not None]
     if not recs:
         raise ValueError(f"no usable records in {src}")
+    borrowed = []
+    if sweep_from is not None:
+        if any(r.get("kind") == "sweep" for r in recs):
+            raise ValueError(f"{src} has collective sweeps of its own: --sweep-from {sweep_from} would mix two")
+        other = [r for r in load_records(Path(sweep_from), quiet=True)
+                 if r.get("kind") == "sweep" and r.get("status", "ok") == "ok" and r.get(stat) is not None]
+        if not other:
+            raise ValueError(f"--sweep-from {sweep_from}: no sweep records there")
+        mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
+        theirs = {str(r["gpu"]) for r in other if r.get("gpu")}
+        if mine != theirs:
+            raise ValueError(f"--sweep-from {sweep_from}: its sweeps ran on {sorted(theirs) or 'no GPU'}, "
+                             f"{src}'s records on {sorted(mine) or 'no GPU'}; borrow only from the same card kind")
+        recs += other
+        borrowed = [f"collective sweeps borrowed from {sweep_from} ({len(other)} records)"]
     df = pd.DataFrame(recs)
     for c in ("network", "mode", "bucket_mb", "phase", "op", "compressor", "params", "sim_world_size", "size_bytes",
               "batch_size", "model", "times_ms", "n_iter", "gpu", "device"):
@@ -333,7 +353,7 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
                     sweep=df[df["kind"] == "sweep"].copy(), profile=df[df["kind"] == "profile"].copy(),
-                    device=", ".join(dev[:2]), notes=_read_notes(loaded.report))
+                    device=", ".join(dev[:2]), notes=_read_notes(loaded.report) + borrowed)
 
 
 def _read_notes(rep) -> list[str]:
@@ -808,18 +828,19 @@ def default_sources() -> list[Path]:
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
-           network_from: str = "sweep", overlap: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           network_from: str = "sweep", overlap: str | None = None,
+           sweep_from: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
     constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
-    its own sweep would give (``used`` False)."""
+    its own sweep would give (``used`` False). ``sweep_from``: see :func:`load_platform`."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
         raise ValueError("no records to verify: give --records folders")
     frames, nets, notes = [], [], []
     for s in sources:
-        plat = load_platform(s, stat)
+        plat = load_platform(s, stat, sweep_from=sweep_from)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap))
@@ -849,7 +870,8 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
                              "bandwidth_gbps": n.bandwidth_gbps, "incast_coeff": n.incast_coeff, "eq1_r2": n.r2,
                              "fitted_on": n.fitted_on, "used": used})
         notes += [f"{plat.name}: {x}" for x in plat.notes]
-    pred = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    frames = [f for f in frames if not f.empty]
+    pred = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return pred, pd.DataFrame(nets), notes
 
 
@@ -894,6 +916,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
+    ap.add_argument("--sweep-from", default=None, metavar="FOLDER",
+                    help="a folder whose collective sweeps stand in for those of --records (a campaign without "
+                         "a sweep, on the same card kind and link method; refused otherwise)")
     ap.add_argument("--quiet", action="store_true")
     return ap
 
@@ -912,12 +937,15 @@ def main(argv: list[str] | None = None) -> int:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
-                                   overlap=args.overlap)
+                                   overlap=args.overlap, sweep_from=args.sweep_from)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
     if pred.empty:
-        print("verify: no DDP record could be scored (need ddp, tcomp, sweep and profile records)", file=sys.stderr)
+        print("verify: no DDP record could be scored (need ddp, tcomp, sweep and profile records; a campaign "
+              "without a sweep can borrow one: --sweep-from FOLDER)", file=sys.stderr)
+        for n in notes[:5]:
+            print(f"  {n}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
