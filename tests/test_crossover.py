@@ -210,3 +210,12 @@ def test_bandwidth_readme_crossovers_are_the_generated_ones():
     assert a in text and b in text
     assert text[text.index(a) + len(a):text.index(b)] == readme_crossovers(), \
         "regenerate with tests/test_crossover.py: readme_crossovers()"
+
+
+def test_a_switch_interval_run_is_its_own_method():
+    base = {"kind": "ddp", "status": "ok", "network": {"rate_gbps": 10.0}, "mode": "hook", "compressor": "powersgd",
+            "params": {"rank": 4}, "hook_overlap": True, "world_size": 2, "model": "m", "batch_size": 8,
+            "ms_median": 10.0, "times_ms": [10.0], "switch_interval_ms": 5.0, "config_id": '{"mode":"hook"}'}
+    ab = {**base, "switch_interval_ms": 0.5, "config_id": '{"mode":"hook","switch_interval_ms":0.5}'}
+    t = X.iteration_table([base, ab])
+    assert sorted(t["method"]) == ["powersgd r4 (hook)", "powersgd r4 (hook) GIL 0.5 ms"]

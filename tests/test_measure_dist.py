@@ -61,6 +61,12 @@ def test_ddp_syncsgd_hooks_post_and_builtin_skips(tmp_path):
         if r["mode"] != "syncsgd":
             assert r["wire_bytes_per_iter"] > 0
     assert by[("hook", "randomk", None)]["params"]["ratio"] == 0.25
+    assert all(r["switch_interval_ms"] == pytest.approx(1e3 * sys.getswitchinterval()) for r in recs)
+    # the GIL A/B: the same hook with another switch interval is another configuration, recorded as such
+    torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--compressors", "randomk:ratio=0.25",
+             "--modes", "hook", "--switch-interval-ms", "0.5", "--iters", "2", "--warmup", "1", "--out", str(out))
+    new = load_records(out)[len(recs):]
+    assert len(new) == 1 and new[0]["status"] == "ok" and new[0]["switch_interval_ms"] == pytest.approx(0.5)
     for name in ("torch_fp16", "torch_bf16", "torch_powersgd"):
         r = by[("builtin", name, None)]
         assert r["status"] == "skipped" and "NCCL" in r["reason"] and r["ms_mean"] is None

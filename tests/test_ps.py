@@ -236,3 +236,19 @@ def test_ps_records_neither_replace_nor_pass_for_the_rings():
     assert dict(zip(t["method"], t["ms"])) == {"fp16 (post)": 4.0, "fp16 (post) via PS": 6.0}
     plat = load_platform(PS_CPU)
     assert len(plat.ddp) and plat.ddp["comm"].isna().all()
+
+
+def test_a_switch_interval_is_part_of_the_identity_only_when_set():
+    """``ddp --switch-interval-ms`` (the GIL A/B of the hook's thread): its own configurations; without it the
+    ids are those of every record written before the field existed."""
+    assert "switch_interval_ms" in IDENTITY
+    specs = [CompressorSpec("powersgd", {"rank": 4})]
+    plain = mddp.plan_configs(_Dist(), ["mlp_small"], [8], specs, ("hook",), (), (), 128)
+    ab = mddp.plan_configs(_Dist(), ["mlp_small"], [8], specs, ("hook",), (), (), 128, switch_interval_ms=0.1)
+    assert len(plain) == len(ab) == 1 and plain[0].cid != ab[0].cid
+    assert '"switch_interval_ms":0.1' in ab[0].cid and "switch_interval" not in plain[0].cid
+
+
+def test_run_ddp_refuses_a_switch_interval_out_of_range():
+    with pytest.raises(ValueError, match=r"switch_interval_ms must be in \(0, 1000\] ms, got 0"):
+        mddp.run_ddp(_Dist(), ["mlp_small"], [], None, switch_interval_ms=0)

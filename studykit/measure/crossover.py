@@ -72,6 +72,13 @@ def method_label(mode: str, compressor: Optional[str], params: dict | None, buck
     return f"{compressor}{' ' + p if p else ''} ({mode})"
 
 
+def _switch_text(r: dict) -> str:
+    """' GIL 0.5 ms' for a record run with ``ddp --switch-interval-ms`` (part of its configuration), else ''."""
+    if '"switch_interval_ms"' not in str(r.get("config_id") or ""):
+        return ""
+    return f" GIL {r.get('switch_interval_ms'):g} ms"
+
+
 def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.DataFrame:
     """One row per ok DDP record on an emulated network: who, where, and its iteration time ``ms``.
 
@@ -95,7 +102,8 @@ def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.Data
             "params": json.dumps(params, sort_keys=True), "bucket_mb": r.get("bucket_mb"),
             # hook records written before the field hook_overlap existed ran the blocking hook
             "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb"),
-                                   r.get("hook_overlap")) + (" via PS" if r.get("comm") == "ps" else ""),
+                                   r.get("hook_overlap")) + (" via PS" if r.get("comm") == "ps" else "")
+                      + _switch_text(r),
             "rate_gbps": float(net["rate_gbps"]), "measured_gbps": net.get("measured_busbw_gbps"),
             "ms": r.get(stat), "times_ms": list(r.get("times_ms") or []), "n_iter": r.get("n_iter"),
             "timestamp": r.get("timestamp", ""),

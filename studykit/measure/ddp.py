@@ -78,6 +78,7 @@ class _Config:
     cid: str
     hook_overlap: Optional[bool] = None
     comm: str | None = None  # "ps": through a parameter server; None: the backend's collectives
+    switch_interval_ms: Optional[float] = None  # set by --switch-interval-ms (None: Python's default)
 
 
 def _builtin_hook(name: str):
@@ -96,7 +97,7 @@ def _builtin_hook(name: str):
 
 
 def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len,
-                 comms: Sequence[str] = ("collective",)) -> list[_Config]:
+                 comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
@@ -117,11 +118,12 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                 params = params or {}
                 cid = config_id(kind="ddp", model=model, batch_size=bs, mode=mode, compressor=compressor,
                                 params=params, bucket_mb=bucket_mb, seq_len=sl, world_size=d.world_size,
-                                backend=d.backend, device_type=d.device.type, hook_overlap=hook_overlap, comm=comm)
+                                backend=d.backend, device_type=d.device.type, hook_overlap=hook_overlap, comm=comm,
+                                switch_interval_ms=switch_interval_ms)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
                     groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
-                                                 hook_overlap, comm))
+                                                 hook_overlap, comm, switch_interval_ms))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -271,13 +273,21 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             bucket_mbs: Sequence[float] = (), builtins: Sequence[str] = tuple(BUILTIN_HOOKS),
             seq_len: int = M.BERT_SEQ_LEN, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
             min_iter: int = 3, verbose: bool = True, bucket_times: bool = False,
-            comms: Sequence[str] = ("collective",)) -> int:
+            comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
-    ``comms``: the communicators of the hook and post modes (module docstring)."""
+    ``comms``: the communicators of the hook and post modes (module docstring). ``switch_interval_ms``:
+    Python's GIL switch interval for the whole run (``sys.setswitchinterval``; None keeps Python's 5 ms).
+    The hook's communication thread and the autograd thread that calls the hook share the GIL, so how
+    often it changes hands may delay the hook's start on every bucket: this is the knob for an A/B."""
+    if switch_interval_ms is not None:
+        if not 0 < switch_interval_ms <= 1000:
+            raise ValueError(f"switch_interval_ms must be in (0, 1000] ms, got {switch_interval_ms}")
+        sys.setswitchinterval(switch_interval_ms / 1e3)
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
-    todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms)
+    todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
+                                    switch_interval_ms)
             if c.cid not in done]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
@@ -286,7 +296,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
         fields = dict(model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode, compressor=cfg.compressor,
                       params=cfg.params, bucket_mb=cfg.bucket_mb,
                       seq_len=M.seq_len_of(cfg.model, seq_len), optimizer=OPTIMIZER, hook_overlap=cfg.hook_overlap,
-                      comm=cfg.comm)
+                      comm=cfg.comm, switch_interval_ms=sys.getswitchinterval() * 1e3)
         if cfg.mode == "builtin" and d.backend != "nccl":
             rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
                               status="skipped", reason=BUILTIN_SKIP_REASON, **fields)

@@ -123,13 +123,16 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "comm": "modes hook/post: ps when the compressor's protocol ran through one parameter server on rank 0 "
                 "(studykit.comm.ParameterServerComm, `ddp --comm ps`); null: the backend's own collectives "
                 "(TorchComm), as in every record written before this field existed",
+        "switch_interval_ms": "Python's GIL switch interval (sys.getswitchinterval) the ranks ran with, ms; part of "
+                              "the configuration only when set with `ddp --switch-interval-ms` (the default is "
+                              "Python's, 5 ms; null in records written before this field existed)",
     },
 }
 
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
             "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
-            "comm")
+            "comm", "switch_interval_ms")
 
 
 def config_id(**fields) -> str:
