@@ -20,8 +20,9 @@ they agree within 10 % (issue 19's criterion); and issue 19's speed targets
 ResNet-50 on a GPU, reported but not judged elsewhere.
 
 Default codecs: every registered compressor with its default parameters, ``quantize`` at every
-b it accepts (2..16 today; "quantize at every b" in the issue), the slow ATOMO last (so a run cut by its deadline
-loses least). Default phase: ``encdec`` (encode+decode, the number the targets judge).
+b it accepts (2..16 today; "quantize at every b" in the issue), PowerSGD's low-overhead variants
+(:data:`VARIANTS`: one Gram-Schmidt pass, the subspace reused for 4 steps, both; issue 14 item 5), the slow
+ATOMO last (so a run cut by its deadline loses least). Default phase: ``encdec`` (encode+decode, the number the targets judge).
 """
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ from studykit.measure.runtime import CompressorSpec, parse_compressor_specs, pic
 RUNS = (1, 2)
 #: run last: ATOMO's SVD takes about 0.5 s a call on an H200 (issue 19)
 SLOW_LAST = ("atomo",)
+#: timed after a codec's defaults: PowerSGD's low-overhead options (Han et al. 2024, https://arxiv.org/abs/2407.01378,
+#: the PowerSGD case study; ``studykit.compressors.lowrank.PowerSGD``): one Gram-Schmidt pass, the P subspace reused.
+#: With ``reuse=4`` three calls in four skip the P round: the median is the cheap call, the IQR shows both.
+VARIANTS = {"powersgd": [(("orthogonalize", "once"),), (("reuse", 4),), (("orthogonalize", "once"), ("reuse", 4))]}
 
 
 def _accepted_bits(name: str, candidates=range(1, 33)) -> list[int]:
@@ -65,6 +70,7 @@ def default_specs() -> list[CompressorSpec]:
             specs += [CompressorSpec("quantize", (("bits", b),)) for b in _accepted_bits(name)]
         else:
             specs.append(CompressorSpec(name, ()))
+        specs += [CompressorSpec(name, v) for v in VARIANTS.get(name, [])]
     return sorted(specs, key=lambda s: s.name in SLOW_LAST)  # stable: registry order otherwise
 
 

@@ -555,6 +555,10 @@ def test_codec_repeat_default_codecs_are_every_one_with_quantize_at_every_b_and_
     assert set(names) == set(C.available()) and names[-1] == "atomo"
     bits = [dict(s.params)["bits"] for s in specs if s.name == "quantize"]
     assert bits == list(range(2, 17))  # every b Quantize accepts
+    psgd = [dict(s.params) for s in specs if s.name == "powersgd"]  # defaults first, then the low-overhead variants
+    assert psgd == [{}, {"orthogonalize": "once"}, {"reuse": 4}, {"orthogonalize": "once", "reuse": 4}]
+    for v in psgd:
+        C.get("powersgd", **v)  # each is a valid setting
 
 
 def test_codec_repeat_times_every_codec_twice_and_reports_both(tmp_path, fake_clock, capsys):
