@@ -325,7 +325,7 @@ def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
 
 
 # ------------------------------------------------------------------ committed bandwidth outputs
-BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records under data/measurements/bandwidth, args)
+BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folder(s) under data/measurements/bandwidth, args)
     "h200_p2": ("h200_p2", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"]),
     "h200_p2/holdout_model": ("h200_p2", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"]),
     "h200_p2/network_from_sweep": ("h200_p2", ["--holdout", "network"]),
@@ -336,6 +336,11 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records under
                               "--sweep-from", str(paths.MEASUREMENTS / "bandwidth" / "h200_p2")]),
     "h200_p2b/holdout_model": ("h200_p2b", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline",
                                             "--sweep-from", str(paths.MEASUREMENTS / "bandwidth" / "h200_p2")]),
+    # every p = 2 campaign of the 2 x H200 machine as one platform (five models)
+    "h200_p2_all": (("h200_p2", "h200_p2b"), ["--holdout", "network", "--network-from", "probe", "--overlap",
+                                              "timeline", "--pool", "h200_p2_all"]),
+    "h200_p2_all/holdout_model": (("h200_p2", "h200_p2b"), ["--holdout", "model", "--network-from", "probe",
+                                                            "--overlap", "timeline", "--pool", "h200_p2_all"]),
 }
 #: the rows of data/verification/bandwidth/README.md's generated table
 BANDWIDTH_TABLE = {
@@ -344,6 +349,8 @@ BANDWIDTH_TABLE = {
     "p = 4, leave one rate out": "h200_p4", "p = 4, leave one model out": "h200_p4/holdout_model",
     "p = 2, VGG19 and GPT-2, leave one rate out": "h200_p2b",
     "p = 2, VGG19 and GPT-2, leave one model out": "h200_p2b/holdout_model",
+    "p = 2, all five models, leave one rate out": "h200_p2_all",
+    "p = 2, all five models, leave one model out": "h200_p2_all/holdout_model",
 }
 
 
@@ -353,8 +360,8 @@ def test_committed_bandwidth_verification_reproduces(tmp_path, sub):
     """``data/verification/bandwidth/<sub>`` is what the README's command writes from the committed records."""
     committed = paths.DATA / "verification" / "bandwidth" / sub
     folder, args = BANDWIDTH_RUNS[sub]
-    records = paths.MEASUREMENTS / "bandwidth" / folder
-    rc = verify.main(["verify", "--records", str(records), *args, "--out", str(tmp_path), "--quiet"])
+    records = [str(paths.MEASUREMENTS / "bandwidth" / f) for f in ((folder,) if isinstance(folder, str) else folder)]
+    rc = verify.main(["verify", "--records", *records, *args, "--out", str(tmp_path), "--quiet"])
     assert rc == 0
     for name in ("summary.csv", "predictions.csv"):
         new, old = pd.read_csv(tmp_path / name), pd.read_csv(committed / name)
@@ -486,3 +493,21 @@ def test_verify_without_a_sweep_names_the_way_out(capsys, tmp_path):
     err = capsys.readouterr().err
     assert rc == 2 and "--sweep-from" in err and "no sweep records" in err
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ --pool
+def test_pool_needs_a_name_and_one_card_kind(tmp_path):
+    bw = paths.MEASUREMENTS / "bandwidth"
+    with pytest.raises(ValueError, match="with a name for it"):
+        verify.load_platform([bw / "h200_p2", bw / "h200_p2b"])
+    _copy_kind(bw / "h200_p2b", tmp_path / "h100", "ddp", gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(ValueError, match="must come from one card kind.*NVIDIA H100"):
+        verify.load_platform([bw / "h200_p2", tmp_path / "h100"], name="mixed")
+
+
+def test_pool_is_one_platform_of_every_folders_records():
+    bw = paths.MEASUREMENTS / "bandwidth"
+    plat = verify.load_platform([bw / "h200_p2", bw / "h200_p2b"], name="both")
+    a, b = verify.load_platform(bw / "h200_p2"), verify.load_platform(bw / "h200_p2b")
+    assert plat.name == "both" and set(plat.ddp["model"]) == set(a.ddp["model"]) | set(b.ddp["model"])
+    assert len(plat.sweep) == len(a.sweep) and len(plat.ddp) == len(a.ddp) + len(b.ddp)

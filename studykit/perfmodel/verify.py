@@ -302,10 +302,13 @@ class Platform:
     notes: list = field(default_factory=list)
 
 
-def load_platform(source: str | Path, stat: str = "ms_median", name: str | None = None,
+def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_median", name: str | None = None,
                   sweep_from: str | Path | None = None) -> Platform:
     """Read a records folder (or file) into a :class:`Platform` (ok records only).
 
+    ``source`` may be several folders of one machine kind (campaigns of the same cards, world size and
+    link method, e.g. models measured in different sessions): they form one platform, named ``name``
+    (required then); refused when their GPUs differ.
     ``sweep_from``: another folder whose collective sweeps stand in for this one's (a campaign that ran
     no sweep of its own, on the same card kind and shaped-link method); refused when ``source`` has
     sweeps of its own or the two folders' GPUs differ."""
@@ -313,11 +316,20 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
 
     if stat not in STATS:
         raise ValueError(f"unknown statistic {stat!r}; valid: {list(STATS)}")
-    src = Path(source)
-    loaded = load_records(src, quiet=True)  # damaged lines, duplicates: reported in the notes, not hidden
+    many = not isinstance(source, (str, Path))
+    srcs = [Path(x) for x in source] if many else [Path(source)]
+    if many and not name:
+        raise ValueError("several record folders form one platform only with a name for it (verify --pool NAME)")
+    if many:
+        kinds = {str(x): sorted({str(r["gpu"]) for r in load_records(x, quiet=True) if r.get("gpu")}) for x in srcs}
+        if len({tuple(v) for v in kinds.values()}) > 1:
+            raise ValueError("folders pooled into one platform must come from one card kind: "
+                             + "; ".join(f"{k}: {v or 'no GPU'}" for k, v in kinds.items()))
+    src = srcs[0]
+    loaded = load_records(*srcs, quiet=True)  # damaged lines, duplicates: reported in the notes, not hidden
     recs = [r for r in loaded if r.get("status", "ok") == "ok" and r.get(stat) is not None]
     if not recs:
-        raise ValueError(f"no usable records in {src}")
+        raise ValueError(f"no usable records in {', '.join(map(str, srcs))}")
     borrowed = []
     if sweep_from is not None:
         if any(r.get("kind") == "sweep" for r in recs):
@@ -350,7 +362,7 @@ def load_platform(source: str | Path, stat: str = "ms_median", name: str | None 
     if "comm" in df.columns:  # the model prices the backend's collectives; a parameter server's runs are not scored
         df = df[df["comm"].isna() | (df["kind"] != "ddp")]
     dev = sorted({str(g) for g in df["gpu"].dropna()})
-    return Platform(name=name or src.name if src.is_dir() else (name or src.stem), stat=stat,
+    return Platform(name=name or (src.name if src.is_dir() else src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
                     sweep=df[df["kind"] == "sweep"].copy(), profile=df[df["kind"] == "profile"].copy(),
                     device=", ".join(dev[:2]), notes=_read_notes(loaded.report) + borrowed)
@@ -829,18 +841,19 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
            network_from: str = "sweep", overlap: str | None = None,
-           sweep_from: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           sweep_from: str | Path | None = None, pool: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
     constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
-    its own sweep would give (``used`` False). ``sweep_from``: see :func:`load_platform`."""
+    its own sweep would give (``used`` False). ``sweep_from``: see :func:`load_platform`. ``pool``: every
+    source is one platform of that name (folders of one machine kind, :func:`load_platform`)."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
         raise ValueError("no records to verify: give --records folders")
     frames, nets, notes = [], [], []
-    for s in sources:
-        plat = load_platform(s, stat, sweep_from=sweep_from)
+    for s in ([sources] if pool else sources):
+        plat = load_platform(s, stat, name=pool, sweep_from=sweep_from)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap))
@@ -916,6 +929,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
+    ap.add_argument("--pool", default=None, metavar="NAME",
+                    help="score every --records folder as ONE platform called NAME (campaigns of one card kind, "
+                         "world size and link method, e.g. models measured in different sessions)")
     ap.add_argument("--sweep-from", default=None, metavar="FOLDER",
                     help="a folder whose collective sweeps stand in for those of --records (a campaign without "
                          "a sweep, on the same card kind and link method; refused otherwise)")
@@ -937,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
-                                   overlap=args.overlap, sweep_from=args.sweep_from)
+                                   overlap=args.overlap, sweep_from=args.sweep_from, pool=args.pool)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
