@@ -192,6 +192,7 @@ def test_probe_tracks_1gbps():
             assert all(r.ok for r in res), [r.stderr[-1000:] for r in res]
             rec = json.loads(res[0].stdout)
             assert rec["network"]["rate_gbps"] == 1.0
+            assert rec["schema"] == 1 and rec["git_commit"] and rec["torch"] and rec["timestamp"]  # the kit's provenance
             got.append(rec["busbw_gbps"])
             assert rec["busbw_gbps"] <= 1.05, rec
             if rec["busbw_gbps"] >= 0.85:

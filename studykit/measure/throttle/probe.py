@@ -9,13 +9,13 @@ import statistics
 import time
 from pathlib import Path
 
-from .netns import ENV_NETWORK
 
+def _stamped(rec: dict, device) -> dict:
+    """A probe's record with the kit's schema version and provenance (:func:`studykit.measure.records.provenance`:
+    hardware, versions, host, commit, also ``STUDYKIT_GIT_COMMIT`` on machines without ``.git``, time, network)."""
+    from studykit.measure.records import SCHEMA_VERSION, provenance
 
-def _network_from_env() -> dict | None:
-    """What a record writer should store as ``network``: the JSON in ``STUDYKIT_NETWORK``, else None."""
-    net = os.environ.get(ENV_NETWORK)
-    return json.loads(net) if net else None
+    return {"schema": SCHEMA_VERSION, **provenance(device), **rec}
 
 
 # ---- the probe: a self-contained gloo all-reduce timing, run inside a worker ------------------
@@ -71,13 +71,8 @@ def probe_allreduce(size_mb: float = 16.0, iters: int = 5, warmup: int = 2, time
         "nbytes": nbytes, "world_size": world_size, "warmup": warmup, "iters": iters,
         "time_s": {"median": med, "mean": statistics.fmean(times), "min": min(times), "max": max(times)},
         "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world_size - 1) / world_size,
-        "torch": torch.__version__, "host": os.uname().nodename,
-        "gpu": torch.cuda.get_device_name(device) if backend == "nccl" else None,
-        "git_commit": os.environ.get("STUDYKIT_GIT_COMMIT"),
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    rec["network"] = _network_from_env()
-    return rec
+    return _stamped(rec, device)
 
 
 #: "... NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0" -> "NET/Socket"
@@ -165,14 +160,13 @@ def probe_stream(size_mb: float = 64.0, timeout_s: float = 60.0, pings: int = 20
         if got < total:
             raise RuntimeError(f"stream: received {got} of {total} bytes")
         dt = t1 - t0
-        return {"kind": "throttle_stream", "op": "tcp_incast" if incast else "tcp_stream",
+        rec = {"kind": "throttle_stream", "op": "tcp_incast" if incast else "tcp_stream",
                 "senders": n_senders, "nbytes": got, "time_s": dt,
                 "goodput_gbps": (got - first) * 8 / dt / 1e9,
                 # second half only: TCP's window has grown by then (matters with latency)
                 "goodput_2nd_half_gbps": (got - half[1]) * 8 / max(t1 - half[0], 1e-9) / 1e9 if half else None,
-                "rtt_ms": {"median": statistics.median(rtts) * 1e3, "min": min(rtts) * 1e3} if rtts else None,
-                "host": os.uname().nodename, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "network": _network_from_env()}
+                "rtt_ms": {"median": statistics.median(rtts) * 1e3, "min": min(rtts) * 1e3} if rtts else None}
+        return _stamped(rec, "cpu")
     if rank <= n_senders:
         deadline = time.monotonic() + timeout_s
         while True:
