@@ -426,10 +426,10 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
     The configuration's compressor is registered on a fresh DDP model through the kit's own hook,
     wrapped from outside (:class:`_HookTimer`, :class:`_StampComm`); ``n_warmup`` iterations (DDP rebuilds
     its buckets after the first), then ``n_iter`` stamped ones, fewer (never below ``min_iter``) where they
-    would take more than ``budget_s`` at the slowest rank's last warm-up pace. Every stamp is in ms since the start of ``loss.backward()``: on GPUs the time
-    from a CUDA event recorded on the main stream just before it to an event recorded as below (device
-    time); on CPU ``time.perf_counter()`` (``clock``). Per bucket, in bucket index order (DDP's, the
-    communication order), the median over the stamped iterations of
+    would take more than ``budget_s`` at the slowest rank's last warm-up pace. Every stamp is in ms since
+    the start of ``loss.backward()``: on GPUs the time from a CUDA event recorded on the main stream just
+    before it to an event recorded as below (device time); on CPU ``time.perf_counter()`` (``clock``). Per
+    bucket, in bucket index order (DDP's, the communication order), the median over the stamped iterations of
 
     * ``ready_ms``: DDP calls the hook (all the bucket's gradients are computed and every earlier bucket
       has been handed over); the event is on the stream that calls the hook (the backward pass's);
