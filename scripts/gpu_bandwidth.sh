@@ -16,12 +16,15 @@
 # (unthrottled): T_comp (tcomp) and encode/decode (profile) of the same models and compressors; SWEEP=1
 # adds a collective sweep at SWEEP_RATES after them. MODES may add hook_blocking (the hook that runs
 # its protocol inside DDP's callback, for an A/B against the overlapped hook). NPROC=3 or 4 puts the
-# ranks on a bridge (one shaped veth per rank).
+# ranks on a bridge (one shaped veth per rank). BUCKET_TIMES=1 (default) adds, per syncSGD configuration,
+# when each DDP bucket is ready (records of kind buckets); HOOK_TIMES=1 (default) adds, per hook
+# configuration (hook and hook_blocking), the kit's hook stamped bucket by bucket: ready, encode end,
+# collectives, decode end, end of the backward pass (kind hook_times; `ddp --hook-times`); 0 leaves them out.
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
-# Writes at most 7 files, directly in $OUT: ddp.jsonl probe.jsonl tcomp.jsonl profile.jsonl sweep.jsonl
-# run.log RUN.txt.
+# Writes at most 7 files, directly in $OUT: ddp.jsonl (records of kinds ddp, buckets and hook_times)
+# probe.jsonl tcomp.jsonl profile.jsonl sweep.jsonl run.log RUN.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +44,7 @@ SWEEP=${SWEEP:-0}
 SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
 RESUME_FROM=${RESUME_FROM:-}
 BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
+HOOK_TIMES=${HOOK_TIMES:-1}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
 
@@ -59,7 +63,8 @@ if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
 fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
-  "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM"
+  "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES"
 
 
 # shellcheck disable=SC2086
@@ -77,7 +82,7 @@ for rate in $RATES; do
     --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$OUT/ddp.jsonl" -- \
     ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
     --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
-    $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times)
+    $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times) $([ "$HOOK_TIMES" = 1 ] && echo --hook-times)
 done
 
 if [ "$SWEEP" = 1 ]; then

@@ -95,3 +95,50 @@ def test_ddp_bucket_times_records(tmp_path):
     torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--modes", "syncsgd", "--bucket-mb", "0.01",
              "--bucket-times", "--iters", "3", "--warmup", "1", "--out", str(out))
     assert len(load_records(out)) == len(recs)
+
+
+def test_ddp_hook_times_records(tmp_path):
+    """``ddp --hook-times``: one ``hook_times`` record per hook configuration (overlapped and blocking, none for
+    syncSGD or post), also for hook configurations timed by an earlier run without the flag; ordered stamps, bucket
+    bytes of the model's DDP buckets, every field documented; a rerun resumes; the table reads the records."""
+    from studykit.measure.ddp import hook_timeline_table
+    from studykit.measure.records import FIELDS, KIND_FIELDS
+    from studykit.perfmodel.model import Workload
+
+    out = tmp_path / "d.jsonl"
+    common = ("ddp", "--models", "mlp_large", "--batch-sizes", "8", "--compressors", "fp16", "randomk:ratio=0.25",
+              "--iters", "2", "--warmup", "1", "--out", str(out))
+    torchrun(*common, "--modes", "syncsgd", "hook", "post")  # the overlapped hooks timed without stamps first
+    first = load_records(out)
+    assert not [r for r in first if r["kind"] == "hook_times"]
+    torchrun(*common, "--modes", "syncsgd", "hook", "hook_blocking", "post", "--hook-times")
+    recs = load_records(out)
+    ddp = {r["config_id"]: r for r in recs if r["kind"] == "ddp"}
+    ht = [r for r in recs if r["kind"] == "hook_times"]
+    hooks = [r for r in ddp.values() if r["mode"] == "hook"]
+    assert len(ddp) == 1 + 2 + 4 and len(hooks) == 4 and len(ht) == 4
+    as_ddp = {r["config_id"].replace('"kind":"hook_times"', '"kind":"ddp"') for r in ht}
+    assert as_ddp == {r["config_id"] for r in hooks}  # the ddp record's identity, kind aside
+    assert {(r["compressor"], r["hook_overlap"]) for r in ht} == {(c, o) for c in ("fp16", "randomk")
+                                                                 for o in (True, False)}
+    sizes = [int(b) for b in Workload("mlp_large", 8).bucket_sizes("ddp")]
+    assert len(sizes) >= 2  # several buckets, so their order is tested
+    documented = set(FIELDS) | set(KIND_FIELDS["hook_times"])
+    for r in ht:
+        assert r["status"] == "ok", r["reason"]
+        assert set(r) - {"source"} <= documented, sorted(set(r) - documented)  # source: added by load_records
+        assert r["clock"] == "perf_counter" and r["world_size"] == 2 and r["n_iter"] >= 2 and r["mode"] == "hook"
+        assert r["bucket_index"] == list(range(len(sizes))) and r["bucket_bytes"] == sizes
+        for i in range(len(sizes)):
+            assert r["n_collectives"][i] >= 1
+            assert 0 <= r["ready_ms"][i] <= r["encode_end_ms"][i] <= r["decode_end_ms"][i], (r["compressor"], i)
+            assert r["comm_ms"][i] >= 0
+        assert r["ready_ms"][-1] <= r["backward_end_ms"] <= r["sync_end_ms"] <= r["iteration_ms"]
+        assert len(r["stamps_ms"]["ready_ms"]) == r["n_iter"] == len(r["times_ms"])
+        if not r["hook_overlap"]:  # blocking: every bucket's protocol ran inside the backward pass
+            assert r["backward_end_ms"] >= max(r["decode_end_ms"])
+    table = hook_timeline_table(recs)
+    assert len(table) == 4 * len(sizes) and (table["exposed_ms"] >= 0).all()
+    # a rerun resumes: nothing new
+    torchrun(*common, "--modes", "syncsgd", "hook", "hook_blocking", "post", "--hook-times")
+    assert len(load_records(out)) == len(recs)

@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket-times", action="store_true",
                    help="also record when each DDP bucket is ready during the backward pass (kind 'buckets', "
                         "one record per syncSGD configuration; for the model's per-bucket timeline)")
+    p.add_argument("--hook-times", action="store_true",
+                   help="also record, per bucket of the kit's DDP hook, when it was ready, encoded, communicated "
+                        "and decoded, and when the backward pass ended (kind 'hook_times', one record per hook "
+                        "configuration, overlapped and blocking; also for hook configurations already in --out)")
     p.add_argument("--switch-interval-ms", type=_positive_float, default=None,
                    help="Python's GIL switch interval for the run, ms (default: Python's, 5); part of each "
                         "configuration's identity when given (an A/B of the hook's communication thread)")
@@ -245,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 n = run_ddp(d, args.models, specs, writer, batch_sizes=args.batch_sizes, modes=args.modes,
                             bucket_mbs=args.bucket_mb, builtins=args.builtin, seq_len=args.seq_len,
-                            verbose=verbose, bucket_times=args.bucket_times, comms=args.comm,
+                            verbose=verbose, bucket_times=args.bucket_times, hook_times=args.hook_times,
+                            comms=args.comm,
                             switch_interval_ms=args.switch_interval_ms, **_timing(args))
             ok = True
         finally:

@@ -127,6 +127,38 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                               "the configuration only when set with `ddp --switch-interval-ms` (the default is "
                               "Python's, 5 ms; null in records written before this field existed)",
     },
+    "hook_times": {  # `ddp --hook-times`: studykit.measure.ddp.measure_hook_times
+        "mode": "hook (the ddp record's identity: mode, bucket_mb, seq_len, optimizer, hook_overlap, comm, "
+                "switch_interval_ms, as in that record)",
+        "bucket_mb": "as in the ddp record (null: DDP's default bucket, 25 MB)",
+        "seq_len": "as in the ddp record",
+        "optimizer": "as in the ddp record",
+        "hook_overlap": "as in the ddp record: true overlapped (communication thread), false blocking",
+        "comm": "as in the ddp record: ps (parameter server) or null (the backend's collectives)",
+        "switch_interval_ms": "as in the ddp record",
+        "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
+        "bucket_bytes": "bytes of each bucket's gradient buffer",
+        "ready_ms": "per bucket, median ms from the start of loss.backward() to DDP calling the hook (all the "
+                    "bucket's gradients computed), on the stream that calls it",
+        "encode_end_ms": "per bucket, median ms from the start of the backward pass to its first collective being "
+                         "issued (encode done), on the issuing stream; null where no collective was stamped",
+        "comm_ms": "per bucket, median of the sum of its collectives' durations, ms, each bracketed on the stream "
+                   "that issues it (an async all-reduce: until its future's callback); null where none was stamped",
+        "decode_end_ms": "per bucket, median ms from the start of the backward pass to the hook's future being done "
+                         "(decode finished; stamped in a callback on that future)",
+        "n_collectives": "per bucket, collectives stamped per iteration (median)",
+        "backward_end_ms": "median ms from the start of the backward pass to the autograd engine having run every "
+                           "node (compute and the hook's inline work), before DDP waits for the buckets' futures",
+        "sync_end_ms": "median ms from the start of the backward pass to loss.backward() returning (DDP has waited "
+                       "for every bucket and copied the averages into the gradients)",
+        "iteration_ms": "median ms of a whole stamped iteration (zero_grad, forward, backward, step; with the "
+                        "stamps' overhead: the ddp record's ms_* are the unstamped times); also ms_median",
+        "stamps_ms": "every stamped iteration's own stamps (JSON object: ready_ms, encode_end_ms, comm_ms, "
+                     "decode_end_ms as lists per iteration of per-bucket lists; backward_end_ms, sync_end_ms per "
+                     "iteration), rank 0's",
+        "clock": "cuda_event (device time: CUDA events against one recorded on the main stream at the start of "
+                 "the backward pass) or perf_counter (host time, CPU runs)",
+    },
 }
 
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
