@@ -17,9 +17,10 @@
 # adds a collective sweep at SWEEP_RATES after them. MODES may add hook_blocking (the hook that runs
 # its protocol inside DDP's callback, for an A/B against the overlapped hook). NPROC=3 or 4 puts the
 # ranks on a bridge (one shaped veth per rank). BUCKET_TIMES=1 (default) adds, per syncSGD configuration,
-# when each DDP bucket is ready (records of kind buckets); HOOK_TIMES=1 (default) adds, per hook
-# configuration (hook and hook_blocking), the kit's hook stamped bucket by bucket: ready, encode end,
-# collectives, decode end, end of the backward pass (kind hook_times; `ddp --hook-times`); 0 leaves them out.
+# when each DDP bucket is ready (records of kind buckets); HOOK_TIMES=1 adds, per hook configuration (hook and
+# hook_blocking), the kit's hook stamped bucket by bucket: ready, encode end, collectives, decode end, end of
+# the backward pass (kind hook_times; `ddp --hook-times`). Off by default: it costs about as much again as
+# timing the hooks, and with RESUME_FROM it also stamps every hook configuration already in the folder.
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
@@ -44,7 +45,7 @@ SWEEP=${SWEEP:-0}
 SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
 RESUME_FROM=${RESUME_FROM:-}
 BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
-HOOK_TIMES=${HOOK_TIMES:-1}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
+HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
 
