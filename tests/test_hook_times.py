@@ -11,7 +11,7 @@ import torch
 from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit.comm import LocalComm
-from studykit.measure import ddp as mddp
+from studykit.measure import hook_times as mht
 from studykit.measure.records import KIND_FIELDS
 
 CPU = torch.device("cpu")
@@ -46,7 +46,7 @@ class _AsyncComm(LocalComm):
         return fut
 
 
-def _pass(timer: mddp._HookTimer, state, buckets) -> dict:
+def _pass(timer: mht._HookTimer, state, buckets) -> dict:
     """One backward pass that hands ``buckets`` to the wrapped hook, as DDP does, then the stamps."""
     x = torch.ones(3, requires_grad=True)
 
@@ -63,9 +63,9 @@ def _pass(timer: mddp._HookTimer, state, buckets) -> dict:
 
 
 def _setup(name: str, inner, overlap: bool, **params):
-    timer = mddp._HookTimer(cuda=False)
+    timer = mht._HookTimer(cuda=False)
     comp = C.get(name, allow_nonfinite=True, **params)
-    timer.state = sk_ddp.HookState(comp, comm=mddp._StampComm(inner, timer), overlap=overlap)
+    timer.state = sk_ddp.HookState(comp, comm=mht._StampComm(inner, timer), overlap=overlap)
     torch.manual_seed(0)
     buckets = [_Bucket(0, [torch.randn(64, 8), torch.randn(8)]), _Bucket(1, [torch.randn(32, 4)])]
     return timer, buckets
@@ -99,22 +99,22 @@ def test_every_path_stamps_every_bucket_in_order(name, inner, overlap, path):
 
 
 def test_the_wrapper_offers_all_reduce_async_only_where_the_inner_communicator_has_it():
-    timer = mddp._HookTimer(cuda=False)
-    assert hasattr(mddp._StampComm(_AsyncComm(), timer), "all_reduce_async")
-    assert not hasattr(mddp._StampComm(LocalComm(), timer), "all_reduce_async")  # else the hook would call it
+    timer = mht._HookTimer(cuda=False)
+    assert hasattr(mht._StampComm(_AsyncComm(), timer), "all_reduce_async")
+    assert not hasattr(mht._StampComm(LocalComm(), timer), "all_reduce_async")  # else the hook would call it
 
 
 def test_a_collective_outside_any_bucket_is_an_error_naming_the_position():
-    timer = mddp._HookTimer(cuda=False)
+    timer = mht._HookTimer(cuda=False)
     timer.state = sk_ddp.HookState(C.get("none"), comm=LocalComm(), overlap=False)
     timer.start()
     with pytest.raises(RuntimeError, match="bucket position 0.*0 buckets"):
-        mddp._StampComm(LocalComm(), timer).all_reduce(torch.ones(2))
+        mht._StampComm(LocalComm(), timer).all_reduce(torch.ones(2))
 
 
 def test_every_field_of_the_record_is_documented():
     doc = KIND_FIELDS["hook_times"]
-    assert set(mddp.HOOK_TIMES_STAMPS) | {"bucket_index", "bucket_bytes", "backward_end_ms", "sync_end_ms",
+    assert set(mht.HOOK_TIMES_STAMPS) | {"bucket_index", "bucket_bytes", "backward_end_ms", "sync_end_ms",
                                      "iteration_ms", "stamps_ms", "clock"} <= set(doc)
 
 
@@ -130,7 +130,7 @@ def _rec(cid="a", status="ok", **kw):
 
 
 def test_table_one_row_per_bucket_with_durations_and_the_exposed_tail():
-    t = mddp.hook_timeline_table([_rec()])
+    t = mht.hook_timeline_table([_rec()])
     assert list(t["bucket"]) == [0, 1, 2] and list(t["bucket_bytes"]) == [400, 800, 1200]
     assert list(t["encode_ms"]) == [1.0, 1.0, 0.5]
     assert list(t["comm_ms"]) == [3.0, 4.0, 2.0]
@@ -143,7 +143,7 @@ def test_table_one_row_per_bucket_with_durations_and_the_exposed_tail():
 
 
 def test_exposed_counts_each_millisecond_once_when_buckets_finish_out_of_order():
-    t = mddp.hook_timeline_table([_rec(decode_end_ms=[13.0, 12.0, 11.0])])
+    t = mht.hook_timeline_table([_rec(decode_end_ms=[13.0, 12.0, 11.0])])
     assert list(t["exposed_ms"]) == [3.0, 0.0, 0.0]  # bucket 0 already held the iteration until 13 ms
 
 
@@ -152,7 +152,7 @@ def test_table_keeps_the_latest_ok_record_per_configuration_and_only_hook_times(
             {"kind": "ddp", "config_id": "c", "status": "ok"},
             _rec(cid="d", network={"rate_gbps": 10.0, "workers": 2}, comm_ms=[None, 1.0, 1.0],
                  encode_end_ms=[None, 5.0, 9.5])]
-    t = mddp.hook_timeline_table(recs)
+    t = mht.hook_timeline_table(recs)
     a, d = t[t["rate_gbps"].isna()], t[t["rate_gbps"] == 10.0]
     assert list(a["ready_ms"]) == [1.0, 4.0, 9.0] and len(t) == 6
     assert math.isnan(d["encode_ms"].iloc[0]) and math.isnan(d["comm_ms"].iloc[0])  # missing stamps: NaN
@@ -160,8 +160,8 @@ def test_table_keeps_the_latest_ok_record_per_configuration_and_only_hook_times(
 
 
 def test_table_reads_a_frame_of_records_and_says_which_list_is_short():
-    t = mddp.hook_timeline_table(pd.DataFrame([_rec(), {"kind": "tcomp", "config_id": "x", "status": "ok"}]))
+    t = mht.hook_timeline_table(pd.DataFrame([_rec(), {"kind": "tcomp", "config_id": "x", "status": "ok"}]))
     assert len(t) == 3 and t["params"].iloc[0] == json.dumps({"ratio": 0.01})
     with pytest.raises(ValueError, match="comm_ms has 2 entries for 3 buckets"):
-        mddp.hook_timeline_table([_rec(comm_ms=[1.0, 2.0])])
-    assert mddp.hook_timeline_table([]).empty
+        mht.hook_timeline_table([_rec(comm_ms=[1.0, 2.0])])
+    assert mht.hook_timeline_table([]).empty

@@ -101,7 +101,7 @@ def test_ddp_hook_times_records(tmp_path):
     """``ddp --hook-times``: one ``hook_times`` record per hook configuration (overlapped and blocking, none for
     syncSGD or post), also for hook configurations timed by an earlier run without the flag; ordered stamps, bucket
     bytes of the model's DDP buckets, every field documented; a rerun resumes; the table reads the records."""
-    from studykit.measure.ddp import hook_timeline_table
+    from studykit.measure.hook_times import hook_timeline_table
     from studykit.measure.records import FIELDS, KIND_FIELDS
     from studykit.perfmodel.model import Workload
 

@@ -34,8 +34,8 @@ The performance model reads them as the buckets' ready fractions
 With ``hook_times`` (``--hook-times``) every hook configuration (overlapped and blocking) also writes a
 record of kind ``hook_times``: the kit's hook wrapped from outside (``studykit/ddp.py`` is untouched) and
 stamped bucket by bucket, when each bucket was ready, encoded, communicated and decoded and when the
-backward pass ended (:func:`measure_hook_times`), the measured side of
-``studykit.perfmodel.model.bucket_timeline_s``; :func:`hook_timeline_table` reads them, one row per bucket.
+backward pass ended (:mod:`studykit.measure.hook_times`), the measured side of
+``studykit.perfmodel.model.bucket_timeline_s``; ``hook_timeline_table`` there reads them, one row per bucket.
 
 Each configuration starts from a fresh copy of the same initial model with a
 fresh SGD (momentum 0.9) optimizer. Compressors run with ``allow_nonfinite=True``
@@ -49,7 +49,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -57,17 +57,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit import models as M
-from studykit.comm import COMM_KINDS, make_comm
+from studykit.comm import COMM_KINDS
+from studykit.measure.hook_times import measure_hook_times
 from studykit.measure.profile import effective_params
 from studykit.measure.records import RecordWriter, config_id, done_ids, make_record
 from studykit.measure.runtime import CompressorSpec, Dist, note, progress
 from studykit.measure.timing import time_fn
 
-if TYPE_CHECKING:  # pandas is imported where the table is built
-    import pandas as pd
-
-__all__ = ["MODES", "BUILTIN_HOOKS", "run_ddp", "measure_bucket_times", "measure_hook_times",
-           "hook_timeline_table"]
+__all__ = ["BUILTIN_HOOKS", "MODES", "measure_bucket_times", "run_ddp"]
 
 MODES = ("syncsgd", "builtin", "hook", "post", "hook_blocking")
 #: PyTorch's built-in hooks timed as peers: name -> params recorded
@@ -277,297 +274,6 @@ def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *,
             "clock": "cuda_event" if ready_dev is not None else "perf_counter",
             "backward_ms": statistics.median(bwd_ms) if bwd_ms else None, "n_iter": n_iter, "n_warmup": n_warmup,
             "ms_median": statistics.median(bwd_ms) if bwd_ms else None}
-
-
-# ------------------------------------------------------------------ hook_times: per-bucket stamps of the kit's hook
-#: per-bucket lists of a ``hook_times`` record (besides ``bucket_index`` and ``bucket_bytes``), in bucket index order
-HOOK_TIMES_STAMPS = ("ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms", "n_collectives")
-
-
-class _Clock:
-    """Time stamps on one clock: a CUDA event (``enable_timing``) recorded on the calling thread's current
-    stream on GPUs (device time: when that stream reaches the stamp), ``time.perf_counter()`` on CPU."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-
-    def now(self):
-        if not self.cuda:
-            return time.perf_counter()
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    def span_ms(self, a, b) -> float:
-        """ms from stamp ``a`` to stamp ``b`` (on CUDA once both events have completed)."""
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
-
-
-class _StampComm:
-    """A communicator around the hook's own (``TorchComm``, ``ParameterServerComm``) that stamps every
-    collective's start and end and files them under the bucket whose protocol issued it (:class:`_HookTimer`).
-
-    Synchronous collectives (``all_reduce``, ``all_gather``) are bracketed on the issuing thread: on GPUs by
-    events on its current stream (the hook's side stream when overlapped, the backward pass's stream when
-    blocking). NCCL runs the collective on a stream of its own that first waits for the issuing stream and
-    makes the issuing stream wait for its end, so the bracket is the time the collective holds up the
-    protocol's stream (including any wait for NCCL's stream, e.g. behind another bucket's collective).
-    ``all_reduce_async`` (the hook's one-round path: fp16, bf16, none) exists only where the inner
-    communicator has it, as the hook asks for it by ``hasattr``; its end is stamped in a callback on the
-    returned future, which torch runs on a pool stream made to wait for the collective's work
-    (``torch.futures.Future.then``): the device time the sum was done."""
-
-    def __init__(self, inner, timer: _HookTimer):
-        self.inner, self.rank, self.world_size = inner, inner.rank, inner.world_size
-        self._timer = timer
-        if hasattr(inner, "all_reduce_async"):
-            self.all_reduce_async = self._all_reduce_async
-
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self._bracket(self.inner.all_reduce, tensor)
-
-    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        return self._bracket(self.inner.all_gather, tensor)
-
-    def _bracket(self, op, tensor):
-        t = self._timer
-        pos, start = t.position(), t.clock.now()
-        out = op(tensor)
-        t.collective(pos, start, t.clock.now())
-        return out
-
-    def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
-        t = self._timer
-        pos, start = t.position(), t.clock.now()
-        fut = self.inner.all_reduce_async(tensor)
-        # added before the hook's own decode callback: torch runs a future's callbacks in the order added
-        t.pending.append(fut.then(lambda _: t.collective(pos, start, t.clock.now())))
-        return fut
-
-
-class _HookTimer:
-    """Per-bucket time stamps of :func:`studykit.ddp.compressor_hook` in one backward pass, taken from
-    outside the hook (:func:`measure_hook_times` says what each stamp means).
-
-    :meth:`hook` wraps the kit's hook; :class:`_StampComm` brackets the collectives. A collective belongs
-    to the bucket at position ``state.calls - calls at the start of the backward pass`` in hook-call order:
-    ``HookState.calls`` counts the buckets whose protocol has issued all its collectives, and every path of
-    the hook (communication thread, blocking, one-round async) runs the buckets' protocols one after the
-    other in the order DDP calls the hook."""
-
-    def __init__(self, cuda: bool):
-        self.clock = _Clock(cuda)
-        self.state: sk_ddp.HookState | None = None  # whose ``calls`` place the collectives (set once built)
-        self.buckets: list[dict] = []
-        self.pending: list = []
-
-    def start(self) -> None:
-        """Just before ``loss.backward()``: forget the last pass and stamp its zero (on the main stream)."""
-        self.buckets: list[dict] = []
-        self.pending: list = []
-        self.backward_end = None
-        self._calls0 = self.state.calls
-        self.zero = self.clock.now()
-
-    def position(self) -> int:
-        return self.state.calls - self._calls0
-
-    def collective(self, pos: int, start, end) -> None:
-        if not 0 <= pos < len(self.buckets):
-            raise RuntimeError(f"hook_times: a collective of bucket position {pos}, but the hook has been called "
-                               f"for {len(self.buckets)} buckets in this backward pass")
-        self.buckets[pos]["colls"].append((start, end))
-
-    def hook(self, state, bucket):  # no annotations: DDP compares them with real types, these are strings here
-        """The DDP comm hook: stamp *ready*, run :func:`studykit.ddp.compressor_hook`, stamp *done* in a
-        callback on its future (DDP gets that future itself, so it waits for nothing extra)."""
-        ready = self.clock.now()
-        if not self.buckets:  # runs when the autograd engine has run every node, before DDP's own wait
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
-        buf = bucket.buffer()
-        b = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "ready": ready, "done": None,
-             "colls": []}
-        self.buckets.append(b)
-        fut = sk_ddp.compressor_hook(state, bucket)
-        self.pending.append(fut.then(lambda _: b.__setitem__("done", self.clock.now())))
-        return fut
-
-    def _end_of_backward(self) -> None:
-        self.backward_end = self.clock.now()
-
-    def finish(self, device: torch.device) -> dict:
-        """After ``loss.backward()``: wait for every stamp, then the pass in ms since its zero."""
-        for f in self.pending:
-            f.wait()
-        if self.clock.cuda:
-            torch.cuda.synchronize(device)
-        ms = lambda s: None if s is None else self.clock.span_ms(self.zero, s)
-        out = {}
-        for b in self.buckets:
-            colls = b["colls"]
-            out[b["index"]] = {"bytes": b["bytes"], "ready_ms": ms(b["ready"]), "decode_end_ms": ms(b["done"]),
-                               "encode_end_ms": ms(colls[0][0]) if colls else None,
-                               "comm_ms": sum(self.clock.span_ms(s, e) for s, e in colls) if colls else None,
-                               "n_collectives": len(colls)}
-        return {"buckets": out, "backward_end_ms": ms(self.backward_end)}
-
-
-def _median(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n_iter: int = 10,
-                       n_warmup: int = 2, budget_s: float | None = None, min_iter: int = 3) -> dict:
-    """Per-bucket time line of one ``hook`` configuration (the fields of a ``hook_times`` record): what
-    :func:`studykit.perfmodel.model.bucket_timeline_s` models (``f_i C``, ``g_i``, ``c_i``, ``D_i``; BEYOND
-    THE PAPER, whose App. A only shows that hooks are slower), measured.
-
-    The configuration's compressor is registered on a fresh DDP model through the kit's own hook,
-    wrapped from outside (:class:`_HookTimer`, :class:`_StampComm`); ``n_warmup`` iterations (DDP rebuilds
-    its buckets after the first), then ``n_iter`` stamped ones, fewer (never below ``min_iter``) where they
-    would take more than ``budget_s`` at the slowest rank's last warm-up pace. Every stamp is in ms since
-    the start of ``loss.backward()``: on GPUs the time from a CUDA event recorded on the main stream just
-    before it to an event recorded as below (device time); on CPU ``time.perf_counter()`` (``clock``). Per
-    bucket, in bucket index order (DDP's, the communication order), the median over the stamped iterations of
-
-    * ``ready_ms``: DDP calls the hook (all the bucket's gradients are computed and every earlier bucket
-      has been handed over); the event is on the stream that calls the hook (the backward pass's);
-    * ``encode_end_ms``: the bucket's first collective is issued (its encode is done; on the
-      communication thread it also waited for the earlier buckets' protocols); the event is on the
-      stream that issues it (the hook's side stream when overlapped, the backward pass's otherwise);
-    * ``comm_ms``: the sum of the bucket's collectives' durations, each bracketed on the stream that
-      issues it (:class:`_StampComm`: a collective waiting for NCCL's stream counts);
-    * ``decode_end_ms``: the bucket's future is done (decode finished): a callback on the hook's future,
-      which torch runs on a pool stream made to wait for the events the future's producer recorded, so
-      on GPUs the device time the decoded bucket was complete (or later, should that pool stream be busy);
-    * ``n_collectives``: the collectives stamped (0: none, so ``encode_end_ms`` and ``comm_ms`` are null).
-
-    ``backward_end_ms``: the autograd engine has run every node of the backward pass (a final callback queued
-    at the first hook call, which runs before DDP's own, on the caller's stream after it waited for the
-    backward's streams): what the backward's compute and the hook's inline work took; ``sync_end_ms``:
-    ``loss.backward()`` returned (DDP has waited for every bucket's future and copied the averages into the
-    gradients). What ends after ``backward_end_ms`` is not hidden under the backward pass
-    (:func:`hook_timeline_table`'s ``exposed_ms``). ``iteration_ms``: the whole stamped iteration (zero_grad,
-    forward, backward, SGD step) with the stamps' own overhead; the ``ddp`` record holds the unstamped times.
-    Rank 0's stamps (every rank runs the same iterations). Medians keep the order of stamps that are ordered
-    in every iteration (``ready <= encode_end <= decode_end``) but sums and differences of medians need not
-    match any one iteration: ``stamps_ms`` keeps every stamped iteration's own.
-
-    On CPU the *done* stamp is taken when the callback runs, on the thread that completed the future
-    (the communication thread, or gloo's for the async all-reduce) after torch has woken the future's
-    waiters: a GIL hand-over may put it a little after ``sync_end_ms``. On gloo several async all-reduces
-    may run at once (its worker threads), so a small bucket can be decoded before a large earlier one."""
-    cuda = d.device.type == "cuda"
-    net = copy.deepcopy(base)
-    fwd = DDP(net, device_ids=[d.device.index] if cuda else None)
-    comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
-    timer = _HookTimer(cuda)
-    state = timer.state = sk_ddp.HookState(comp, comm=_StampComm(make_comm(cfg.comm or "collective"), timer),
-                                           overlap=cfg.hook_overlap is not False)
-    fwd.register_comm_hook(state, timer.hook)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    passes, ends, syncs, iters = [], [], [], []
-
-    def iteration() -> float:
-        if cuda:
-            torch.cuda.synchronize(d.device)
-        t_it = timer.clock.now()
-        opt.zero_grad(set_to_none=True)
-        loss = M.loss(cfg.model, fwd, batch)
-        timer.start()
-        loss.backward()
-        t_sync = timer.clock.now()
-        opt.step()
-        t_end = timer.clock.now()
-        got = timer.finish(d.device)
-        passes.append(got["buckets"])
-        ends.append(got["backward_end_ms"])
-        syncs.append(timer.clock.span_ms(timer.zero, t_sync))
-        iters.append(timer.clock.span_ms(t_it, t_end))
-        return iters[-1]
-
-    try:
-        warm_ms = [iteration() for _ in range(n_warmup)]
-        if budget_s is not None and warm_ms:  # every rank must run as many iterations: the slowest decides
-            n_iter = max(min_iter, min(n_iter, int(budget_s * 1e3 / max(d.agree_max(warm_ms[-1]), 1e-3))))
-        del passes[:], ends[:], syncs[:], iters[:]
-        for _ in range(n_iter):
-            iteration()
-    finally:
-        state.close()
-    order = sorted({i for p in passes for i in p})
-    per = {k: [_median(p[i][k] for p in passes if i in p) for i in order] for k in HOOK_TIMES_STAMPS}
-    per["n_collectives"] = [None if n is None else round(n) for n in per["n_collectives"]]
-    nbytes = {i: p[i]["bytes"] for p in passes for i in p}
-    # every iteration's own stamps: one consistent time line each (the medians above come from different ones)
-    raw = {k: [[p[i][k] if i in p else None for i in order] for p in passes] for k in HOOK_TIMES_STAMPS[:4]}
-    timer.state = None  # no cycle state -> comm -> timer -> state (freed on return)
-    return {"bucket_index": order, "bucket_bytes": [int(nbytes[i]) for i in order], **per,
-            "backward_end_ms": _median(ends), "sync_end_ms": _median(syncs), "iteration_ms": _median(iters),
-            "stamps_ms": {**raw, "backward_end_ms": ends, "sync_end_ms": syncs},
-            "clock": "cuda_event" if cuda else "perf_counter", "n_iter": n_iter, "n_warmup": n_warmup,
-            "ms_median": _median(iters), "times_ms": iters}
-
-
-def hook_timeline_table(records) -> pd.DataFrame:
-    """``hook_times`` records (dicts, or a DataFrame of them, e.g. ``report.load_frame``) as one row per
-    bucket: the measured counterpart of :func:`studykit.perfmodel.model.bucket_timeline_s`.
-
-    Columns: the configuration (``model``, ``batch_size``, ``compressor``, ``params`` as sorted JSON,
-    ``hook_overlap``, ``comm``, ``world_size``, ``rate_gbps`` of an emulated network or NaN), ``bucket``,
-    ``bucket_bytes``, the stamps (``ready_ms``, ``encode_end_ms``, ``decode_end_ms``, ``backward_end_ms``,
-    ms since the start of the backward pass) and durations, ms:
-
-    * ``encode_ms = encode_end - ready`` (waiting for the protocol's turn, then encode);
-    * ``comm_ms``: the collectives (the record's);
-    * ``decode_ms = decode_end - encode_end - comm`` (between and after the collectives: decode);
-    * ``exposed_ms = max(0, decode_end_i - max(backward_end, decode_end_j for j < i))``: the part of the
-      bucket's time line that ends after the backward pass and after every earlier bucket, so that the
-      buckets' ``exposed_ms`` add up to ``max(0, last decode_end - backward_end)``, the time the iteration
-      waits for communication (``exposed_s`` of :func:`~studykit.perfmodel.model.bucket_timeline_s`).
-
-    Only ``ok`` records, the latest per ``config_id``; NaN where a stamp is missing."""
-    import json
-    import math
-
-    import pandas as pd
-
-    if isinstance(records, pd.DataFrame):
-        records = records.to_dict("records")
-    latest: dict = {}
-    for r in records:
-        if r.get("kind") == "hook_times" and r.get("status") == "ok":
-            latest[r["config_id"]] = r
-    nan = float("nan")
-    f = lambda x: nan if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
-    rows = []
-    for r in latest.values():
-        idx = list(r["bucket_index"])
-        for k in ("bucket_bytes", "ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms"):
-            if len(r[k]) != len(idx):
-                raise ValueError(f"hook_times record {r['config_id']}: {k} has {len(r[k])} entries for "
-                                 f"{len(idx)} buckets; every per-bucket list must have one per bucket_index")
-        net = r.get("network")
-        rate = net.get("rate_gbps") if isinstance(net, dict) else None
-        end = f(r.get("backward_end_ms"))
-        done_before = end
-        for j in sorted(range(len(idx)), key=lambda j: idx[j]):
-            ready, enc, comm, dec = (f(r[k][j]) for k in ("ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms"))
-            exposed = max(0.0, dec - done_before) if not (math.isnan(dec) or math.isnan(done_before)) else nan
-            if not math.isnan(dec):
-                done_before = max(done_before, dec)
-            rows.append({"model": r.get("model"), "batch_size": r.get("batch_size"), "compressor": r.get("compressor"),
-                         "params": json.dumps(r["params"] if isinstance(r.get("params"), dict) else {}, sort_keys=True),
-                         "hook_overlap": r.get("hook_overlap"), "comm": r.get("comm"),
-                         "world_size": r.get("world_size"), "rate_gbps": f(rate), "bucket": int(idx[j]),
-                         "bucket_bytes": int(r["bucket_bytes"][j]), "ready_ms": ready, "encode_end_ms": enc,
-                         "decode_end_ms": dec, "backward_end_ms": end, "encode_ms": enc - ready, "comm_ms": comm,
-                         "decode_ms": dec - enc - comm, "exposed_ms": exposed})
-    cols = ["model", "batch_size", "compressor", "params", "hook_overlap", "comm", "world_size", "rate_gbps", "bucket",
-            "bucket_bytes", "ready_ms", "encode_end_ms", "decode_end_ms", "backward_end_ms", "encode_ms", "comm_ms",
-            "decode_ms", "exposed_ms"]
-    return pd.DataFrame(rows, columns=cols)
 
 
 def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec], writer: RecordWriter, *,

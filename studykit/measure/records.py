@@ -127,7 +127,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                               "the configuration only when set with `ddp --switch-interval-ms` (the default is "
                               "Python's, 5 ms; null in records written before this field existed)",
     },
-    "hook_times": {  # `ddp --hook-times`: studykit.measure.ddp.measure_hook_times
+    "hook_times": {  # `ddp --hook-times`: studykit.measure.hook_times.measure_hook_times
         "mode": "hook (the ddp record's identity: mode, bucket_mb, seq_len, optimizer, hook_overlap, comm, "
                 "switch_interval_ms, as in that record)",
         "bucket_mb": "as in the ddp record (null: DDP's default bucket, 25 MB)",
