@@ -49,21 +49,28 @@ IMPLS = ("kit", "bitwise")
 
 
 # ------------------------------------------------------------------ the layout's definition, bit by bit
+def _bit_dtype(width: int) -> torch.dtype:
+    return torch.int64 if width >= 32 else torch.int32
+
+
 def pack_fields_bitwise(values: torch.Tensor, width: int) -> torch.Tensor:
     """The packed layout by its definition: bit ``k`` of value ``i`` is bit ``i * width + k`` of the
     little-endian bit stream, packed 8 bits a byte by :func:`~studykit.compressors.quantization.pack_bits`.
-    Builds a tensor of ``numel * width`` single bits (the kit's general path before issue 19's fix)."""
-    shifts = torch.arange(width, dtype=torch.int64, device=values.device)
-    bits = (values.reshape(-1).to(torch.int64).unsqueeze(-1) >> shifts) & 1
+    Builds a tensor of ``numel * width`` single bits, int32 as the kit's general path before issue 19's
+    fix did (int64 at width 32, where a field does not fit a non-negative int32)."""
+    dtype = _bit_dtype(width)
+    shifts = torch.arange(width, dtype=dtype, device=values.device)
+    bits = (values.reshape(-1).to(dtype).unsqueeze(-1) >> shifts) & 1
     return pack_bits(bits.reshape(-1))
 
 
 def unpack_fields_bitwise(packed: torch.Tensor, width: int, numel: int) -> torch.Tensor:
     """Inverse of :func:`pack_fields_bitwise` on the last dim: ``(..., nbytes)`` uint8 -> ``(..., numel)``
     int32 (for width 32 the int32 with those 32 bits)."""
-    bits = unpack_bits(packed, numel * width).reshape(*packed.shape[:-1], numel, width).to(torch.int64)
-    shifts = torch.arange(width, dtype=torch.int64, device=packed.device)
-    return (bits << shifts).sum(-1).to(torch.int32)
+    dtype = _bit_dtype(width)
+    bits = unpack_bits(packed, numel * width).reshape(*packed.shape[:-1], numel, width).to(dtype)
+    shifts = torch.arange(width, dtype=dtype, device=packed.device)
+    return (bits << shifts).sum(-1, dtype=dtype).to(torch.int32)
 
 
 IMPL_FNS = {"kit": (pack_fields, unpack_fields), "bitwise": (pack_fields_bitwise, unpack_fields_bitwise)}
