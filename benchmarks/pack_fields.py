@@ -127,10 +127,10 @@ def run(widths, impls, writer: RecordWriter, *, device, numel: int, policy: benc
 
 # ------------------------------------------------------------------ the table
 def table(records) -> str:
-    """Markdown: per width the median ms of both impls (IQR, n), bitwise / kit, whether they agree."""
+    """Markdown: per width the median ms of both impls (IQR, n), bitwise / kit, whether they agree, the load."""
     by = {(r["width"], r["mode"]): r for r in records if r.get("kind") == KIND and r.get("status") == "ok"}
-    lines = ["| width | kit ms [q25-q75] n | bitwise ms [q25-q75] n | bitwise / kit | same bytes |",
-             "|---:|---|---|---:|---|"]
+    lines = ["| width | kit ms [q25-q75] n | bitwise ms [q25-q75] n | bitwise / kit | same bytes | load 1 min (kit, bitwise) |",
+             "|---:|---|---|---:|---|---|"]
 
     def cell(r):
         return "—" if r is None else f"{r['ms_median']:.3f} [{r['ms_q25']:.3f}-{r['ms_q75']:.3f}] {r['n_iter']}"
@@ -139,7 +139,8 @@ def table(records) -> str:
         kit, ref = by.get((width, "kit")), by.get((width, "bitwise"))
         ratio = f"{ref['ms_median'] / kit['ms_median']:.1f}" if kit and ref else "—"
         same = {bool(r["matches_reference"]) for r in (kit, ref) if r is not None}
-        lines.append(f"| {width} | {cell(kit)} | {cell(ref)} | {ratio} | {'yes' if same == {True} else 'NO'} |")
+        load = ", ".join("—" if r is None or r.get("loadavg_1m") is None else f"{r['loadavg_1m']:.2f}" for r in (kit, ref))
+        lines.append(f"| {width} | {cell(kit)} | {cell(ref)} | {ratio} | {'yes' if same == {True} else 'NO'} | {load} |")
     return "\n".join(lines)
 
 
@@ -158,7 +159,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"of timed calls, at most {first['budget_s']:g} s, timer {first['timer']}.\n\n"
             f"`kit`: `studykit.compressors.quantization.pack_fields` + `unpack_fields`; `bitwise`: the layout's "
             f"definition bit by bit (`benchmarks/pack_fields.py`). `same bytes`: both gave the same packed bytes "
-            f"and both unpacks gave the values back.\n\n{table(records)}\n")
+            f"and both unpacks gave the values back; `load 1 min`: the machine's load average when each was timed.\n\n{table(records)}\n")
     out.with_suffix(".md").write_text(text, encoding="utf-8")
     if verbose:
         print(text)

@@ -160,3 +160,71 @@ def test_unpack_refuses_too_few_bytes_and_a_bad_numel():
             unpack_fields(packed, 5, numel)
     with pytest.raises(ValueError, match="at least one dimension"):
         unpack_fields(torch.tensor(3, dtype=torch.uint8), 5, 0)
+
+
+# ------------------------------------------------------------------ benchmarks/pack_fields.py
+class _FixedClock:
+    """A stand-in for the timing clock: every call runs once and reads ``ms``."""
+
+    def __init__(self, device, flush_bytes=0, ms=2.0):
+        self.ms = ms
+
+    def __call__(self, fn):
+        fn()
+        return self.ms
+
+    def repeat(self, fn, n, setup=None):
+        fn()
+        return [self.ms] * n
+
+
+def test_the_benchmark_times_every_width_both_ways_and_writes_the_table(tmp_path, monkeypatch, capsys):
+    from studykit.measure import timing
+    from studykit.measure.records import load_records
+
+    monkeypatch.setattr(timing, "_Clock", _FixedClock)
+    out = tmp_path / "p.jsonl"
+    argv = ["--numel", "1001", "--widths", "3", "9", "--min-reps", "3", "--min-time-s", "0", "--warmup", "1",
+            "--out", str(out), "--quiet"]
+    assert BENCH.main(argv) == 0
+    recs = load_records(out)
+    assert sorted((r["width"], r["mode"]) for r in recs) == [(3, "bitwise"), (3, "kit"), (9, "bitwise"), (9, "kit")]
+    assert all(r["kind"] == "pack_fields" and r["matches_reference"] is True and r["n_iter"] == 3 and r["git_commit"]
+               and r["packed_bytes"] == math.ceil(1001 * r["width"] / 8) and r["numel"] == 1001 for r in recs)
+    table = (tmp_path / "p.md").read_text()
+    assert "| 3 | 2.000 [2.000-2.000] 3 | 2.000 [2.000-2.000] 3 | 1.0 | yes |" in table
+    assert table in capsys.readouterr().out
+    assert BENCH.main(argv) == 0 and len(load_records(out)) == 4  # resumed: nothing timed twice
+    assert BENCH.main(["--report-only", "--out", str(out)]) == 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--out", os.path.join(ROOT, "data", "benchmarks", "pack_fields_cpu", "x.jsonl")], "--overwrite-committed"),
+    (["--widths", "0"], "must be an integer in [1, 32]"),
+    (["--widths", str(MAX_FIELD_WIDTH + 1)], "must be an integer in [1, 32]"),
+    (["--numel", "0"], "--numel"),
+    (["--out", "x.json"], "give a .jsonl file"),
+])
+def test_the_benchmark_refuses_bad_input_and_says_why(tmp_path, capsys, argv, needle):
+    if "--out" not in argv:
+        argv = [*argv, "--out", str(tmp_path / "p.jsonl")]
+    with pytest.raises(SystemExit) as exc:
+        BENCH.main(argv)
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_the_committed_cpu_table_is_generated_from_its_records(tmp_path):
+    """data/benchmarks/pack_fields_cpu/pack_fields.md is what --report-only makes of its records (no hand edits),
+    and every committed width packed the same bytes as the definition."""
+    import shutil
+
+    from studykit.measure.records import load_records
+
+    folder = os.path.join(ROOT, "data", "benchmarks", "pack_fields_cpu")
+    shutil.copy(os.path.join(folder, "pack_fields.jsonl"), tmp_path / "pack_fields.jsonl")
+    BENCH.report(tmp_path / "pack_fields.jsonl", verbose=False)
+    with open(os.path.join(folder, "pack_fields.md"), encoding="utf-8") as f:
+        assert (tmp_path / "pack_fields.md").read_text(encoding="utf-8") == f.read()
+    recs = load_records(os.path.join(folder, "pack_fields.jsonl"))
+    assert {(r["width"], r["mode"]) for r in recs} == {(w, m) for w in range(1, 17) for m in ("kit", "bitwise")}
+    assert all(r["matches_reference"] for r in recs) and {r["device"] for r in recs} == {"cpu"}

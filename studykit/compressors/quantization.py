@@ -201,8 +201,9 @@ def pack_fields(values: torch.Tensor, width: int) -> torch.Tensor:
     ``ceil(numel * width / 8)`` uint8: value ``i`` on bits ``[i * width, (i + 1) * width)`` of the
     little-endian bit stream (as :func:`pack_bits` for ``width = 1``), ``width`` in 1..32. Values are
     not checked (that would cost a pass and a host sync): one outside ``[0, 2^width)`` corrupts its
-    neighbours. The b-bit payloads of Table 2's quantizers (Agarwal et al. 2022, Sec. 2.2) and of
-    THC's all-gather protocol."""
+    neighbours. The b-bit payloads of the quantizers and of THC's all-gather protocol: part of the
+    encode-decode cost that Agarwal et al. 2022 (https://arxiv.org/abs/2103.00543), Sec. 3 and Table 2,
+    find decisive."""
     width = _check_width(width, "pack_fields")
     if values.dtype.is_floating_point or values.dtype.is_complex:
         raise TypeError(f"pack_fields: values must be integers (any integer dtype or bool), got {values.dtype}")
