@@ -28,6 +28,8 @@ big collective):
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 
@@ -35,6 +37,7 @@ from studykit.compressors.base import Compressor, flatten, unflatten
 from studykit.compressors.registry import register
 
 __all__ = ["pack_bits", "unpack_bits", "integer_sum_dtype", "field_width", "pack_fields", "unpack_fields",
+           "MAX_FIELD_WIDTH",
            "pack_lanes", "unpack_lanes", "lane_bits", "cheaper_protocol", "PROTOCOLS",
            "SignSGD", "EFSignSGD", "QSGD", "TernGrad", "Natural", "Quantize"]
 
@@ -77,10 +80,133 @@ def field_width(max_value: int) -> int:
     return max(1, int(max_value).bit_length())
 
 
+#: widest field :func:`pack_fields` / :func:`unpack_fields` take (unpacked values are int32; at width 32
+#: the int32 with those 32 bits)
+MAX_FIELD_WIDTH = 32
+
+
+def _check_width(width, where: str) -> int:
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or not 1 <= width <= MAX_FIELD_WIDTH:
+        raise ValueError(f"{where}: width must be an integer in [1, {MAX_FIELD_WIDTH}] (bits per field), "
+                         f"got {width!r}")
+    return int(width)
+
+
+def _group_size(width: int) -> int:
+    """Consecutive fields folded into one integer by :func:`_pack_rows`: 8 (a row), or the largest
+    power of two whose fields fit 64 bits."""
+    g = 1
+    while g < 8 and 2 * g * width <= 64:
+        g *= 2
+    return g
+
+
+def _mask(bits: int) -> int:
+    """The low ``bits`` bits set, as an int64 constant (all 64: -1)."""
+    return -1 if bits >= 64 else (1 << bits) - 1
+
+
+def _pack_rows(v: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows of 8 fields (``v``: ``8 * rows`` non-negative integers ``< 2^width``) -> ``(rows, width)`` uint8,
+    the packed layout, without a per-bit tensor.
+
+    8 consecutive fields fill exactly ``width`` bytes. Pairs of neighbours are folded into one integer
+    (``lo | hi << G``, int32 while it fits 31 bits, else int64) until a group holds 8 fields or the next
+    fold would pass 64 bits; then each 64-bit little-endian word of a row is its groups shifted into
+    place (a group that crosses a word boundary contributes its high bits to the next word; the bits
+    are disjoint, so OR is the sum) and the row's bytes are the first ``width`` bytes of its words."""
+    g, x = 1, v
+    while g < _group_size(width):
+        dtype = torch.int32 if 2 * g * width <= 31 else torch.int64
+        x = x.view(-1, 2)
+        hi = x[:, 1].to(dtype) << (g * width)
+        hi |= x[:, 0]  # promoted in place (values >= 0)
+        x, g = hi, 2 * g
+    rows, n_groups, group_bits = v.numel() // 8, 8 // g, g * width
+    n_words = -(-width // 8)
+    if n_groups == 1:  # 8 * width <= 64: the group is the row's word
+        words = x.to(torch.int64).view(rows, 1)
+    else:
+        x = x.view(rows, n_groups)
+        words = torch.zeros(rows, n_words, dtype=torch.int64, device=v.device)
+        for k in range(n_groups):
+            first, shift = divmod(k * group_bits, 64)
+            words[:, first] |= x[:, k] << shift if shift else x[:, k]  # bits past 63 fall off
+            if shift + group_bits > 64:  # the rest goes to the next word (group_bits < 64: x >= 0)
+                words[:, first + 1] |= x[:, k] >> (64 - shift)
+    return words.view(torch.uint8)[:, :width]
+
+
+def _unpack_rows(rows_bytes: torch.Tensor, width: int) -> torch.Tensor:
+    """Inverse of :func:`_pack_rows` on ``(..., rows, width)`` uint8 -> ``(..., rows * 8)`` int32: the bytes
+    of a row zero-padded to whole int64 words, each group of :func:`_group_size` fields cut from the
+    (one or two) words it lies on, groups wider than 31 bits halved into int32 ones, and the fields
+    shifted out of their group."""
+    lead, rows = rows_bytes.shape[:-2], rows_bytes.shape[-2]
+    g = _group_size(width)
+    n_groups, group_bits = 8 // g, g * width
+    n_words = -(-width // 8)
+    words = F.pad(rows_bytes, (0, 8 * n_words - width)).view(torch.int64)  # F.pad: a fresh, aligned tensor
+    if n_groups == 1:  # the padding bytes are zero: no mask
+        groups = words
+    else:
+        groups = torch.empty(*lead, rows, n_groups, dtype=torch.int64, device=words.device)
+        for k in range(n_groups):
+            first, shift = divmod(k * group_bits, 64)
+            col = words[..., first] >> shift if shift else words[..., first]
+            if shift + group_bits > 64:  # its high bits are the next word's low bits
+                col = (col & _mask(64 - shift)) | (words[..., first + 1] << (64 - shift))
+            groups[..., k] = col & _mask(group_bits) if group_bits < 64 else col
+    while g > 1 and group_bits > 31:  # halve: int64 groups -> int32 as soon as they fit (32 bits: the int32 bit pattern)
+        half, g = group_bits // 2, g // 2
+        halves = torch.empty(*groups.shape[:-1], 2 * groups.shape[-1], device=groups.device,
+                             dtype=torch.int32 if half <= 32 else torch.int64)
+        halves[..., 0::2] = groups & _mask(half)
+        halves[..., 1::2] = (groups >> half) & _mask(half)
+        groups, group_bits = halves, half
+    groups = groups.to(torch.int32)
+    if g > 1:
+        groups = groups.unsqueeze(-1) >> torch.arange(0, group_bits, width, dtype=torch.int32, device=groups.device)
+        groups &= _mask(width)
+    return groups.reshape(*lead, rows * 8)
+
+
+def _pack_words(values: torch.Tensor, width: int) -> torch.Tensor:
+    """:func:`pack_fields` for any width by :func:`_pack_rows`; the last, partial row padded alone."""
+    numel = values.numel()
+    full = numel - numel % 8
+    if width == MAX_FIELD_WIDTH and values.dtype in (torch.int32, torch.int16, torch.int8):
+        values = values.to(torch.int64) & _mask(32)  # a signed bit pattern: its sign bit is the field's top bit
+    out = torch.empty(-(-numel * width // 8), dtype=torch.uint8, device=values.device)
+    if full:
+        out[:full // 8 * width].view(-1, width).copy_(_pack_rows(values[:full], width))
+    if numel > full:
+        last = _pack_rows(F.pad(values[full:].to(torch.int64), (0, 8 - (numel - full))), width)
+        out[full // 8 * width:] = last.reshape(-1)[:out.numel() - full // 8 * width]
+    return out
+
+
+def _unpack_words(packed: torch.Tensor, width: int, numel: int) -> torch.Tensor:
+    """:func:`unpack_fields` for any width by :func:`_unpack_rows` (a partial last row zero-padded)."""
+    lead = packed.shape[:-1]
+    rows = -(-numel // 8)
+    p = packed[..., :-(-numel * width // 8)]
+    if p.shape[-1] < rows * width:
+        p = F.pad(p, (0, rows * width - p.shape[-1]))
+    return _unpack_rows(p.reshape(*lead, rows, width), width)[..., :numel]
+
+
 def pack_fields(values: torch.Tensor, width: int) -> torch.Tensor:
-    """Pack non-negative integers ``< 2^width`` (1-D, any integer dtype) into
+    """Pack non-negative integers ``< 2^width`` (any shape, flattened; any integer dtype or bool) into
     ``ceil(numel * width / 8)`` uint8: value ``i`` on bits ``[i * width, (i + 1) * width)`` of the
-    little-endian bit stream (as :func:`pack_bits` for ``width = 1``)."""
+    little-endian bit stream (as :func:`pack_bits` for ``width = 1``), ``width`` in 1..32. Values are
+    not checked (that would cost a pass and a host sync): one outside ``[0, 2^width)`` corrupts its
+    neighbours. The b-bit payloads of the quantizers and of THC's all-gather protocol: part of the
+    encode-decode cost that Agarwal et al. 2022 (https://arxiv.org/abs/2103.00543), Sec. 3 and Table 2,
+    find decisive."""
+    width = _check_width(width, "pack_fields")
+    if values.dtype.is_floating_point or values.dtype.is_complex:
+        raise TypeError(f"pack_fields: values must be integers (any integer dtype or bool), got {values.dtype}")
     values = values.reshape(-1)
     if width == 8:
         return values.to(torch.uint8)
@@ -95,12 +221,24 @@ def pack_fields(values: torch.Tensor, width: int) -> torch.Tensor:
     if width == 16:  # two bytes, little-endian
         return (values.to(torch.int32) - (values.to(torch.int32) >= 2**15).int() * 2**16).to(torch.int16).view(
             torch.uint8)
-    shifts = torch.arange(width, dtype=torch.int32, device=values.device)
-    return pack_bits(((values.to(torch.int32).unsqueeze(-1) >> shifts) & 1).reshape(-1))
+    return _pack_words(values, width)
 
 
 def unpack_fields(packed: torch.Tensor, width: int, numel: int) -> torch.Tensor:
-    """Inverse of :func:`pack_fields` on the last dim: ``(..., nbytes)`` uint8 -> ``(..., numel)`` int32."""
+    """Inverse of :func:`pack_fields` on the last dim: ``(..., nbytes)`` uint8 -> ``(..., numel)`` int32
+    (bytes past ``ceil(numel * width / 8)`` are ignored)."""
+    width = _check_width(width, "unpack_fields")
+    if packed.dtype != torch.uint8:
+        raise TypeError(f"unpack_fields: packed must be uint8 (pack_fields' bytes), got {packed.dtype}")
+    if isinstance(numel, bool) or not isinstance(numel, numbers.Integral) or numel < 0:
+        raise ValueError(f"unpack_fields: numel must be an integer >= 0, got {numel!r}")
+    if packed.dim() < 1:
+        raise ValueError("unpack_fields: packed must have at least one dimension (its last one holds the bytes), "
+                         "got a 0-d tensor")
+    need = -(-numel * width // 8)
+    if packed.shape[-1] < need:
+        raise ValueError(f"unpack_fields: {numel} values of {width} bits need {need} bytes on the last dim, "
+                         f"packed has {packed.shape[-1]}")
     if width == 8:
         return packed[..., :numel].to(torch.int32)
     if 8 % width == 0:
@@ -108,9 +246,11 @@ def unpack_fields(packed: torch.Tensor, width: int, numel: int) -> torch.Tensor:
         out = (packed.unsqueeze(-1) >> shifts) & ((1 << width) - 1)
         return out.reshape(*packed.shape[:-1], -1)[..., :numel].to(torch.int32)
     if width == 16:
-        return packed.contiguous().view(torch.int16)[..., :numel].to(torch.int32) & 0xFFFF
-    bits = unpack_bits(packed, numel * width).reshape(*packed.shape[:-1], numel, width).to(torch.int32)
-    return (bits << torch.arange(width, dtype=torch.int32, device=packed.device)).sum(-1, dtype=torch.int32)
+        p = packed[..., :2 * numel]
+        if p.storage_offset() % 2 or not p.is_contiguous():  # the int16 view needs 2-byte alignment
+            p = p.clone(memory_format=torch.contiguous_format)
+        return p.view(torch.int16).to(torch.int32) & 0xFFFF
+    return _unpack_words(packed, width, int(numel))
 
 
 #: usable bits of an int64 lane word (the sign bit stays clear, so no backend ever overflows)
