@@ -714,6 +714,15 @@ def pack(x: torch.Tensor, mode: int, *, abs_mean: bool = False):
     return out, (sums.sum() / n).reshape(1)
 
 
+def cast(x: torch.Tensor, dtype: torch.dtype, *, divide: float | None = None, multiply: float | None = None):
+    """``(x / divide).to(dtype)`` or ``(x.float() * multiply).to(dtype)`` in one pass, computed in fp32."""
+    n = x.numel()
+    out = torch.empty(n, dtype=dtype, device=x.device)
+    factor = float(divide if divide is not None else (multiply if multiply is not None else 1.0))
+    _launch(_cast_kernel, n, n, _BLOCK, x, out, n, factor, DIVIDE=divide is not None, BLOCK=_BLOCK)
+    return out
+
+
 def rows(gathered, i: int) -> torch.Tensor:
     """Payload ``i`` of every worker as one ``(world_size, ...)`` tensor, without a copy where
     the workers' tensors already lie back to back in one buffer (one worker; a
@@ -787,11 +796,6 @@ def _fields_nbytes(n: int, width: int) -> int:
 def _field_view(packed: torch.Tensor, width: int) -> torch.Tensor:
     """What the field kernels address: bytes, or little-endian int16 pairs for 16-bit fields."""
     return packed.view(torch.int16) if width == 16 else packed
-
-
-def fields_ok(width: int) -> bool:
-    """Field widths the packing kernels write: 1 to 16 bits."""
-    return 1 <= width <= 16
 
 
 def qsgd_ok(bucket_size: int) -> bool:
