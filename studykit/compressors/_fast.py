@@ -10,7 +10,16 @@ A kernel computes the same function on the same inputs, with two documented diff
   numbers differ from ``torch.rand``'s but have the same distribution, and shared randomness
   (same seed on every worker) is still shared;
 * exact ties at a top-k threshold are broken by position (``torch.topk`` breaks them its own
-  way); the multiset of selected magnitudes is the same.
+  way); the multiset of selected magnitudes is the same;
+* EF-SignSGD's scale ``||g||_1 / d`` is summed per block and then over the blocks (a fixed
+  order, so deterministic), which rounds differently from ``g.abs().sum()`` in the last bits.
+
+Payloads keep the reference's wire format byte for byte (bit-packed fields as
+:func:`~studykit.compressors.quantization.pack_fields` lays them out), so a payload from either
+path decodes on the other (``tests/test_fast_elementwise.py``). The elementwise kernels are one
+launch each (:func:`_launch1`: the bounds masks in the last program only) and draw four Philox
+numbers per call (:func:`_randint8`): these codecs were launch- and Philox-bound, not only
+memory-bound.
 
 Why kernels: a codec written as PyTorch ops makes one pass over memory per op (noise tensor,
 scale, floor, clamp, cast, pack...) and a launch per op; a fused kernel reads the fp32 gradient

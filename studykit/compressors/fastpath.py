@@ -13,9 +13,10 @@ method it replaces::
 holds (CUDA tensors, triton importable, ``STUDYKIT_FAST`` not 0, sizes in range: see
 :func:`studykit.compressors._fast.enabled`) and the reference otherwise. :data:`OVERRIDES`
 lists them by (class, method); :func:`reference` gives back the plain method. The kernels'
-two documented differences (in-kernel Philox noise, ties broken by position) are in
-:mod:`studykit.compressors._fast`; ``tests/test_bench.py`` compares each kernel with its
-reference on a GPU.
+documented differences (in-kernel Philox noise, ties broken by position, EF-SignSGD's scale
+summed in another order) are in :mod:`studykit.compressors._fast`; ``tests/test_bench.py`` and
+``tests/test_fast_elementwise.py`` compare each kernel with its reference on a GPU (or on the CPU
+through Triton's interpreter), the bit-packed payloads byte for byte.
 """
 from __future__ import annotations
 
