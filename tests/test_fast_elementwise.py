@@ -10,13 +10,17 @@ random inputs. Needs a CUDA GPU with triton, or Triton's interpreter on the CPU:
 
 Without either, the kernel tests skip (CI); the payload-row helper test runs everywhere.
 """
+# ruff: noqa: F811
 import pytest
 import torch
 
 from studykit import compressors as C
 from studykit.compressors import _fast
 from studykit.compressors import quantization as Q
-from tests.test_bench import _x, dev, reference  # noqa: F401  (fixtures: GPU or interpreter, fast path off)
+
+# the kernel tests' fixtures: dev (a GPU, or the CPU under Triton's interpreter; else skip) and reference
+# (a call with the fast path off); as parameters they shadow the imports (F811)
+from tests.test_bench import _x, dev, reference  # noqa: F401
 
 
 # ------------------------------------------------------------------ payload rows without a copy (any machine)
@@ -54,7 +58,7 @@ def test_quantize_packed_payload_is_pack_fields_bytes_at_every_width(dev, refere
         g = torch.Generator().manual_seed(n)
         x = ((torch.randint(0, 2, (n,), generator=g) * 2 - 1) * (L + 0.5)).float().to(dev)
         got = comp.encode_packed(x, scale)
-        want = reference(lambda: comp.encode_packed(x, scale))
+        want = reference(lambda x=x: comp.encode_packed(x, scale))
         assert got.dtype == torch.uint8 and got.shape == want.shape == (-(-n * bits // 8),), (n, bits)
         assert torch.equal(got, want), (n, bits)
         x = torch.randint(-L, L + 1, (n,), generator=g).float().to(dev)
@@ -122,7 +126,7 @@ def test_qsgd_packed_payload_equals_the_reference_bytes(dev, reference, levels, 
     for n in (bucket * 3 + 7, bucket * 2):
         x = _one_spike_per_bucket(n, bucket, dev, seed=n)
         got, _ = comp.compress(x, 1)
-        want, _ = reference(lambda: comp.compress(x, 1))
+        want, _ = reference(lambda x=x: comp.compress(x, 1))
         assert [(t.shape, t.dtype) for t in got] == [(t.shape, t.dtype) for t in want]
         assert torch.equal(got[0], want[0]), "bucket norms"
         assert torch.equal(got[1], want[1]), (levels, bucket, n)
