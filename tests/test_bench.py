@@ -407,7 +407,9 @@ def test_sign_codecs_equal_reference(dev, reference, name, world_size):
     fast = [comp.compress(x, world_size) for x in xs]
     ref = reference(lambda: [comp.compress(x, world_size) for x in xs])
     for (p, _), (r, _) in zip(fast, ref):
-        assert all(torch.equal(a, b) for a, b in zip(p, r))
+        assert torch.equal(p[0], r[0])  # the signs
+        # EF-SignSGD's scale ||g||_1 / d: the kernel sums per block, then the blocks (another order)
+        assert all(torch.allclose(a, b, rtol=1e-6, atol=0) for a, b in zip(p[1:], r[1:]))
     payloads = [p for p, _ in fast]
     assert torch.allclose(comp.combine(payloads, n), reference(lambda: comp.combine(payloads, n)), atol=1e-6)
     assert torch.equal(comp.decompress(payloads[0], n), reference(lambda: comp.decompress(payloads[0], n)))

@@ -309,7 +309,7 @@ class _KernelCalled(Exception):
 
 #: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
 FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
-                "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_levels",
+                "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_pack",
                 "thc": "thc_sign", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk"}
 
 
@@ -326,7 +326,8 @@ def test_the_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch,
 
     monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
     for kernel in set(FIRST_KERNEL.values()) | {"signs_decode", "row_scatter", "qsgd_decode", "natural_decode",
-                                                  "terngrad_decode", "quantize_decode", "thc_levels", "thc_decode"}:
+                                                  "terngrad_decode", "quantize_decode", "quantize_unpack", "thc_levels",
+                                                  "thc_decode"}:
         monkeypatch.setattr(_fast, kernel, fake(kernel))
     with pytest.raises(_KernelCalled, match=f"^{FIRST_KERNEL[name]}$"):
         C.get(name, error_feedback=False).reduce(torch.randn(4096, generator=torch.Generator().manual_seed(0)))

@@ -10,7 +10,16 @@ A kernel computes the same function on the same inputs, with two documented diff
   numbers differ from ``torch.rand``'s but have the same distribution, and shared randomness
   (same seed on every worker) is still shared;
 * exact ties at a top-k threshold are broken by position (``torch.topk`` breaks them its own
-  way); the multiset of selected magnitudes is the same.
+  way); the multiset of selected magnitudes is the same;
+* EF-SignSGD's scale ``||g||_1 / d`` is summed per block and then over the blocks (a fixed
+  order, so deterministic), which rounds differently from ``g.abs().sum()`` in the last bits.
+
+Payloads keep the reference's wire format byte for byte (bit-packed fields as
+:func:`~studykit.compressors.quantization.pack_fields` lays them out), so a payload from either
+path decodes on the other (``tests/test_fast_elementwise.py``). The elementwise kernels are one
+launch each (:func:`_launch1`: the bounds masks in the last program only) and draw four Philox
+numbers per call (:func:`_randint8`): these codecs were launch- and Philox-bound, not only
+memory-bound.
 
 Why kernels: a codec written as PyTorch ops makes one pass over memory per op (noise tensor,
 scale, floor, clamp, cast, pack...) and a launch per op; a fused kernel reads the fp32 gradient
@@ -88,7 +97,9 @@ def _launch(kernel, full_units: int, total_units: int, block: int, *args, **meta
 
 
 if HAVE_TRITON:
-    _jit_seeded = triton.jit(do_not_specialize=["seed"])
+    _jit_seeded = triton.jit(do_not_specialize=["seed", "levels", "L"])
+    # integer arguments equal to 1 are compile-time constants to Triton unless listed here (levels = 1, L = 1)
+    _jit_levels = triton.jit(do_not_specialize=["levels", "L"])
 
     @triton.jit
     def _ld(ptr, m, other, MASKED: tl.constexpr):
@@ -103,6 +114,78 @@ if HAVE_TRITON:
             tl.store(ptr, v, mask=m)
         else:
             tl.store(ptr, v)
+
+    # ------------------------------------------------------------------ one launch, bounds masks in one program
+    @triton.jit
+    def _program(REVERSE: tl.constexpr):
+        """This program's block; with REVERSE the blocks are handed out from the end, so the first
+        programs to run read what a preceding forward pass over the same tensor left in L2."""
+        pid = tl.program_id(0)
+        if REVERSE:
+            pid = tl.num_programs(0) - 1 - pid
+        return pid
+
+    # ------------------------------------------------------------------ Philox, four numbers per call
+    @triton.jit
+    def _randint8(seed, group, G: tl.constexpr):
+        """(G,) group indices -> (G, 8) uint32 Philox numbers, element (g, k) for element 8 g + k:
+        one Philox-4x32 call per 4 elements (``tl.rand`` runs one per element and keeps 1 of its 4)."""
+        off = group[:, None] * 2 + tl.arange(0, 2)[None, :]
+        r0, r1, r2, r3 = tl.randint4x(seed, off)
+        return tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (G, 8))
+
+    @triton.jit
+    def _uniform8(seed, group, G: tl.constexpr):
+        """(G, 8) U[0, 1) float32 (see :func:`_randint8`)."""
+        return tl.uint_to_uniform_float(_randint8(seed, group, G))
+
+    # ------------------------------------------------------------------ b-bit fields (pack_fields' layout)
+    @triton.jit
+    def _store_fields(out_ptr, v, g0, n, nbytes, MASKED: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
+                      G: tl.constexpr):
+        """(G, 8) int32 fields (< 2^W) of elements 8 (g0 + g) + k -> the little-endian bit stream of
+        :func:`~studykit.compressors.quantization.pack_fields` (element i on bits [i W, (i + 1) W)): a
+        group of 8 elements is exactly W bytes. W = 16: ``out_ptr`` is int16 (two bytes, little-endian)."""
+        if W == 16:
+            idx = (g0 + tl.arange(0, G))[:, None] * 8 + tl.arange(0, 8)[None, :]
+            _st(out_ptr + idx, v.to(tl.int16), idx < n, MASKED)
+        elif 8 % W == 0:  # 8 / W whole fields per byte
+            P: tl.constexpr = 8 // W
+            f = tl.reshape(v, (G * W, P))
+            byte = tl.sum(f << (tl.arange(0, P) * W)[None, :], axis=1)
+            pos = g0 * W + tl.arange(0, G * W)
+            _st(out_ptr + pos, byte.to(tl.uint8), pos < nbytes, MASKED)
+        else:  # two int64 words of 4 fields (4 W <= 60 bits); byte j takes bits [8 j, 8 j + 8) of the pair
+            k = tl.arange(0, 4)
+            words = tl.sum(tl.reshape(v.to(tl.int64), (G, 2, 4)) << (k * W)[None, None, :], axis=2)
+            lo, hi = tl.split(words)
+            j = tl.arange(0, WP)[None, :]
+            d = 4 * W - 8 * j  # where hi's bit 0 lands relative to byte j's bit 0
+            byte = ((lo[:, None] >> tl.minimum(8 * j, 63))
+                    | ((hi[:, None] << tl.minimum(tl.maximum(d, 0), 8)) >> tl.minimum(tl.maximum(-d, 0), 63))) & 0xFF
+            pos = (g0 + tl.arange(0, G)).to(tl.int64)[:, None] * W + j
+            ok = j < W
+            if MASKED:
+                ok = ok & (pos < nbytes)
+            tl.store(out_ptr + pos, byte.to(tl.uint8), mask=ok)
+
+    @triton.jit
+    def _load_fields(p_ptr, idx, m, nbytes, MASKED: tl.constexpr, W: tl.constexpr):
+        """The W-bit fields of elements ``idx`` (any shape) from a :func:`_store_fields` stream, int32.
+        W = 16: ``p_ptr`` is int16."""
+        if W == 16:
+            return _ld(p_ptr + idx, m, 0, MASKED).to(tl.int32) & 0xFFFF
+        elif 8 % W == 0:
+            P: tl.constexpr = 8 // W
+            b = _ld(p_ptr + idx // P, m, 0, MASKED).to(tl.int32)
+            return (b >> ((idx % P) * W)) & ((1 << W) - 1)
+        else:  # a field spans at most 3 bytes (W <= 15, offset <= 7)
+            bit = idx.to(tl.int64) * W
+            b0 = bit >> 3
+            word = _ld(p_ptr + b0, m, 0, MASKED).to(tl.int32)
+            word |= tl.load(p_ptr + b0 + 1, mask=m & (b0 + 1 < nbytes), other=0).to(tl.int32) << 8
+            word |= tl.load(p_ptr + b0 + 2, mask=m & (b0 + 2 < nbytes), other=0).to(tl.int32) << 16
+            return (word >> (bit & 7).to(tl.int32)) & ((1 << W) - 1)
 
     # ------------------------------------------------------------------ bit packing
     @triton.jit
@@ -121,8 +204,9 @@ if HAVE_TRITON:
         return tl.sum(bits.to(tl.int32) * weights[None, :], axis=1).to(tl.uint8)
 
     @triton.jit
-    def _pack_kernel(x_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr, MODE: tl.constexpr, NB: tl.constexpr):
-        byte = start + tl.program_id(0) * NB + tl.arange(0, NB)
+    def _pack_body(x_ptr, out_ptr, sum_ptr, n, nbytes, pid, MASKED: tl.constexpr, MODE: tl.constexpr,
+                   SUM: tl.constexpr, NB: tl.constexpr):
+        byte = pid * NB + tl.arange(0, NB)
         idx = byte[:, None] * 8 + tl.arange(0, 8)[None, :]
         m = idx < n
         x = _ld(x_ptr + idx, m, 0.0, MASKED)
@@ -130,6 +214,17 @@ if HAVE_TRITON:
         if MASKED:
             bit = bit & m
         _st(out_ptr + byte, _pack_rows(bit), byte < nbytes, MASKED)
+        if SUM:  # this block's sum of |x| (padding reads 0), summed on the host side in a fixed order
+            tl.store(sum_ptr + pid, tl.sum(tl.sum(tl.abs(x), axis=1), axis=0))
+
+    @triton.jit
+    def _pack_kernel(x_ptr, out_ptr, sum_ptr, n, nbytes, n_full, REVERSE: tl.constexpr, MODE: tl.constexpr,
+                     SUM: tl.constexpr, NB: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _pack_body(x_ptr, out_ptr, sum_ptr, n, nbytes, pid, False, MODE, SUM, NB)
+        else:
+            _pack_body(x_ptr, out_ptr, sum_ptr, n, nbytes, pid, True, MODE, SUM, NB)
 
     @triton.jit
     def _bit_at(bits_ptr, idx, m, MASKED: tl.constexpr):
@@ -152,10 +247,9 @@ if HAVE_TRITON:
 
     # ------------------------------------------------------------------ signSGD family
     @triton.jit
-    def _signs_decode_kernel(bits_ptr, scale_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr,
-                             W: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
-        """MODE 0: majority vote sign(sum_w (2 b_w - 1)); MODE 1: mean_w scale_w (2 b_w - 1)."""
-        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    def _signs_decode_body(bits_ptr, scale_ptr, out_ptr, n, nbytes, pid, MASKED: tl.constexpr, W: tl.constexpr,
+                           MODE: tl.constexpr, BLOCK: tl.constexpr):
+        idx = pid * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for w in range(W):
@@ -172,26 +266,45 @@ if HAVE_TRITON:
             out = acc / W  # exact for W = 1
         _st(out_ptr + idx, out, m, MASKED)
 
+    @triton.jit
+    def _signs_decode_kernel(bits_ptr, scale_ptr, out_ptr, n, nbytes, n_full, REVERSE: tl.constexpr,
+                             W: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
+        """MODE 0: majority vote sign(sum_w (2 b_w - 1)); MODE 1: mean_w scale_w (2 b_w - 1)."""
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _signs_decode_body(bits_ptr, scale_ptr, out_ptr, n, nbytes, pid, False, W, MODE, BLOCK)
+        else:
+            _signs_decode_body(bits_ptr, scale_ptr, out_ptr, n, nbytes, pid, True, W, MODE, BLOCK)
+
     # ------------------------------------------------------------------ TernGrad
-    @_jit_seeded
-    def _terngrad_encode_kernel(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, start,
-                                MASKED: tl.constexpr, NB: tl.constexpr):
-        byte = start + tl.program_id(0) * NB + tl.arange(0, NB)
+    @triton.jit
+    def _terngrad_encode_body(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, pid, MASKED: tl.constexpr,
+                              NB: tl.constexpr):
+        byte = pid * NB + tl.arange(0, NB)
         idx = byte[:, None] * 8 + tl.arange(0, 8)[None, :]
         m = idx < n
         x = _ld(x_ptr + idx, m, 0.0, MASKED)
         s = tl.load(scale_ptr)
-        u = tl.rand(seed, idx)
+        u = _uniform8(seed, byte, NB)
         keep = u * s < tl.abs(x)  # never true for padding (|0| = 0)
         neg = x < 0
         bm = byte < nbytes
         _st(keep_ptr + byte, _pack_rows(keep), bm, MASKED)
         _st(neg_ptr + byte, _pack_rows(neg), bm, MASKED)
 
+    @_jit_seeded
+    def _terngrad_encode_kernel(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, n_full, REVERSE: tl.constexpr,
+                                NB: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _terngrad_encode_body(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, pid, False, NB)
+        else:
+            _terngrad_encode_body(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, pid, True, NB)
+
     @triton.jit
-    def _terngrad_decode_kernel(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr,
-                                W: tl.constexpr, BLOCK: tl.constexpr):
-        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    def _terngrad_decode_body(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, pid, MASKED: tl.constexpr,
+                              W: tl.constexpr, BLOCK: tl.constexpr):
+        idx = pid * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for w in range(W):
@@ -201,26 +314,44 @@ if HAVE_TRITON:
             acc += k * (1 - 2 * g) * s
         _st(out_ptr + idx, acc / W, m, MASKED)
 
+    @triton.jit
+    def _terngrad_decode_kernel(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, n_full, REVERSE: tl.constexpr,
+                                W: tl.constexpr, BLOCK: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _terngrad_decode_body(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, pid, False, W, BLOCK)
+        else:
+            _terngrad_decode_body(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, pid, True, W, BLOCK)
+
     # ------------------------------------------------------------------ natural compression
-    @_jit_seeded
-    def _natural_encode_kernel(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, start, MASKED: tl.constexpr,
-                               NB: tl.constexpr):
-        byte = start + tl.program_id(0) * NB + tl.arange(0, NB)
+    @triton.jit
+    def _natural_encode_body(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, pid, MASKED: tl.constexpr,
+                             NB: tl.constexpr):
+        byte = pid * NB + tl.arange(0, NB)
         idx = byte[:, None] * 8 + tl.arange(0, 8)[None, :]
         m = idx < n
         x = _ld(x_ptr + idx, m, 0.0, MASKED)
         bits = x.to(tl.int32, bitcast=True)
         exponent = (bits >> 23) & 0xFF
         mantissa = bits & 0x7FFFFF
-        r = (tl.randint(seed, idx) & 0x7FFFFF).to(tl.int32)
+        r = (_randint8(seed, byte, NB) & 0x7FFFFF).to(tl.int32)
         up = (r < mantissa) & (exponent < 254)
         _st(exp_ptr + idx, (exponent + up.to(tl.int32)).to(tl.uint8), m, MASKED)
         _st(sign_ptr + byte, _pack_rows(bits < 0), byte < nbytes, MASKED)
 
+    @_jit_seeded
+    def _natural_encode_kernel(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, n_full, REVERSE: tl.constexpr,
+                               NB: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _natural_encode_body(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, pid, False, NB)
+        else:
+            _natural_encode_body(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, pid, True, NB)
+
     @triton.jit
-    def _natural_decode_kernel(exp_ptr, sign_ptr, out_ptr, n, nbytes, start, MASKED: tl.constexpr,
-                               W: tl.constexpr, BLOCK: tl.constexpr):
-        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    def _natural_decode_body(exp_ptr, sign_ptr, out_ptr, n, nbytes, pid, MASKED: tl.constexpr, W: tl.constexpr,
+                             BLOCK: tl.constexpr):
+        idx = pid * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for w in range(W):
@@ -230,35 +361,126 @@ if HAVE_TRITON:
             acc += tl.where(neg != 0, -mag, mag)
         _st(out_ptr + idx, acc / W, m, MASKED)
 
-    # ------------------------------------------------------------------ QSGD
-    @_jit_seeded
-    def _qsgd_encode_kernel(x_ptr, norm_ptr, q_ptr, n, n_buckets, levels, tiny, seed, start,
-                            MASKED: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr):
-        bucket = start + tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    @triton.jit
+    def _natural_decode_kernel(exp_ptr, sign_ptr, out_ptr, n, nbytes, n_full, REVERSE: tl.constexpr,
+                               W: tl.constexpr, BLOCK: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _natural_decode_body(exp_ptr, sign_ptr, out_ptr, n, nbytes, pid, False, W, BLOCK)
+        else:
+            _natural_decode_body(exp_ptr, sign_ptr, out_ptr, n, nbytes, pid, True, W, BLOCK)
+
+    # ------------------------------------------------------------------ QSGD: levels packed in the same pass
+    @triton.jit
+    def _qsgd_encode_body(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed, pid,
+                          MASKED: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr, W: tl.constexpr,
+                          WP: tl.constexpr):
+        G: tl.constexpr = ROWS * BS // 8
+        bucket = pid * ROWS + tl.arange(0, ROWS)
         idx = bucket[:, None] * BS + tl.arange(0, BS)[None, :]
         m = idx < n
         x = _ld(x_ptr + idx, m, 0.0, MASKED)
         norm = tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), tiny)
-        scale = levels / norm
-        u = tl.rand(seed, idx)
-        level = tl.minimum(tl.floor(u + tl.abs(x) * scale[:, None]), levels)
-        q = tl.where(x < 0, -level, level)
-        _st(q_ptr + idx, q.to(tl.int8), m, MASKED)
+        lf = levels.to(tl.float32)
+        scale = lf / norm
+        g0 = pid * G
+        u = tl.reshape(_uniform8(seed, g0 + tl.arange(0, G), G), (ROWS, BS))
+        level = tl.minimum(tl.floor(u + tl.abs(x) * scale[:, None]), lf)
+        field = (tl.where(x < 0, -level, level) + lf).to(tl.int32)  # offset to [0, 2 levels]
+        if MASKED:
+            field = tl.where(m, field, 0)  # pack_fields pads with zero fields
+        _store_fields(out_ptr, tl.reshape(field, (G, 8)), g0, n, nbytes, MASKED, W, WP, G)
         _st(norm_ptr + bucket, norm, bucket < n_buckets, MASKED)
 
+    @_jit_seeded
+    def _qsgd_encode_kernel(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed, n_full,
+                            REVERSE: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr, W: tl.constexpr,
+                            WP: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _qsgd_encode_body(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed, pid, False,
+                              ROWS, BS, W, WP)
+        else:
+            _qsgd_encode_body(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed, pid, True,
+                              ROWS, BS, W, WP)
+
     @triton.jit
-    def _qsgd_decode_kernel(norm_ptr, q_ptr, out_ptr, n, n_buckets, levels, start, MASKED: tl.constexpr,
-                            W: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr):
-        bucket = start + tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    def _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, pid, MASKED: tl.constexpr,
+                          NW: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr, W: tl.constexpr):
+        bucket = pid * ROWS + tl.arange(0, ROWS)
         idx = bucket[:, None] * BS + tl.arange(0, BS)[None, :]
         m = idx < n
         bm = bucket < n_buckets
+        lf = levels.to(tl.float32)
         acc = tl.zeros([ROWS, BS], dtype=tl.float32)
-        for w in range(W):
-            q = _ld(q_ptr + w * n + idx, m, 0, MASKED).to(tl.float32)
-            norm = _ld(norm_ptr + w * n_buckets + bucket, bm, 0.0, MASKED)
-            acc += q * (norm / levels)[:, None]
-        _st(out_ptr + idx, acc / W, m, MASKED)
+        for w in range(NW):
+            q = (_load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W) - levels).to(tl.float32)
+            norm = _ld(norm_ptr + w * n_buckets + bucket, bm, 1.0, MASKED)
+            acc += q * tl.math.div_rn(norm, lf)[:, None]  # the reference's levels * (norm / s), IEEE division
+        if NW > 1:
+            acc = tl.math.div_rn(acc, tl.full([ROWS, BS], NW, tl.float32))
+        _st(out_ptr + idx, acc, m, MASKED)
+
+    @_jit_levels
+    def _qsgd_decode_kernel(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, n_full,
+                            REVERSE: tl.constexpr, NW: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr,
+                            W: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, pid, False, NW, ROWS,
+                              BS, W)
+        else:
+            _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, pid, True, NW, ROWS,
+                              BS, W)
+
+    # ------------------------------------------------------------------ quantize: levels packed in the same pass
+    @triton.jit
+    def _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, MASKED: tl.constexpr,
+                            W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
+        g0 = pid * G
+        group = g0 + tl.arange(0, G)
+        idx = group[:, None] * 8 + tl.arange(0, 8)[None, :]
+        m = idx < n
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        lf = L.to(tl.float32)
+        f = lf / tl.load(scale_ptr)
+        v = tl.floor(_uniform8(seed, group, G) + x * f)
+        field = (tl.minimum(tl.maximum(v, -lf), lf) + lf).to(tl.int32)  # level in [-L, L], offset to [0, 2 L]
+        if MASKED:
+            field = tl.where(m, field, 0)
+        _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G)
+
+    @_jit_seeded
+    def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, n_full, REVERSE: tl.constexpr,
+                              W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, False, W, WP, G)
+        else:
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, True, W, WP, G)
+
+    @triton.jit
+    def _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, pid, MASKED: tl.constexpr,
+                              NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
+        idx = pid * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        total = tl.zeros([BLOCK], dtype=tl.int32)
+        for w in range(NW):
+            total += _load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W)
+        step = tl.math.div_rn(tl.load(scale_ptr), L.to(tl.float32))  # the reference's scale / L
+        out = (total - NW * L).to(tl.float32) * step
+        if NW > 1:
+            out = tl.math.div_rn(out, tl.full([BLOCK], NW, tl.float32))
+        _st(out_ptr + idx, out, m, MASKED)
+
+    @_jit_levels
+    def _quantize_unpack_kernel(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, n_full, REVERSE: tl.constexpr,
+                                NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
+        pid = _program(REVERSE)
+        if pid < n_full:
+            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, pid, False, NW, W, BLOCK)
+        else:
+            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, pid, True, NW, W, BLOCK)
 
     # ------------------------------------------------------------------ shared-scale quantizers
     @_jit_seeded
@@ -469,14 +691,36 @@ def pick(key, candidates) -> int:
 
 
 # ====================================================================== wrappers
-def pack(x: torch.Tensor, mode: int) -> torch.Tensor:
+def _launch1(kernel, full_units: int, total_units: int, block: int, *args, reverse: bool = False, **meta) -> None:
+    """Launch ``kernel`` once over ``total_units`` in programs of ``block`` units: the programs whose
+    units are all complete (the first ``full_units // block``, the kernel's last runtime argument)
+    take a branch without bounds masks, so Triton can vectorise their loads and stores, the last
+    one the masked branch (:func:`_launch` launches twice for the same effect; each Triton launch
+    costs the host some 10-25 us, and these codecs are launch-bound). ``reverse``: blocks handed
+    out from the end (:func:`_program`)."""
+    grid = triton.cdiv(total_units, block)
+    if grid:
+        kernel[(grid,)](*args, full_units // block, REVERSE=reverse, **meta)
+
+
+def abs_max(x: torch.Tensor) -> torch.Tensor:
+    """``x.abs().amax()`` as a 1-element tensor in one reduction pass (no ``|x|`` temporary); exact."""
+    return torch.linalg.vector_norm(x, float("inf")).reshape(1)
+
+
+def pack(x: torch.Tensor, mode: int, *, abs_mean: bool = False):
     """Packed bits of a flat fp32 tensor, as :func:`~studykit.compressors.quantization.pack_bits`:
-    mode 0: x >= 0, 1: x < 0, 2: sign bit set."""
+    mode 0: x >= 0, 1: x < 0, 2: sign bit set. ``abs_mean``: also ``mean |x|`` (1-element fp32)
+    from the same pass (per-block sums, then their sum in a fixed order: deterministic, but
+    rounded differently from ``x.abs().sum()``), returned as ``(bits, mean)``."""
     n = x.numel()
     nbytes = -(-n // 8)
     out = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
-    _launch(_pack_kernel, n // 8, nbytes, _NB, x, out, n, nbytes, MODE=mode, NB=_NB)
-    return out
+    sums = torch.empty(triton.cdiv(nbytes, _NB) if abs_mean else 1, dtype=torch.float32, device=x.device)
+    _launch1(_pack_kernel, n // 8, nbytes, _NB, x, out, sums, n, nbytes, MODE=mode, SUM=abs_mean, NB=_NB)
+    if not abs_mean:
+        return out
+    return out, (sums.sum() / n).reshape(1)
 
 
 def cast(x: torch.Tensor, dtype: torch.dtype, *, divide: float | None = None, multiply: float | None = None):
@@ -488,23 +732,42 @@ def cast(x: torch.Tensor, dtype: torch.dtype, *, divide: float | None = None, mu
     return out
 
 
+def rows(gathered, i: int) -> torch.Tensor:
+    """Payload ``i`` of every worker as one ``(world_size, ...)`` tensor, without a copy where
+    the workers' tensors already lie back to back in one buffer (one worker; a
+    :class:`~studykit.comm.TorchComm` all-gather), else stacked (as ``quantization._stack``)."""
+    first = gathered[0][i]
+    if len(gathered) == 1:
+        return first.unsqueeze(0)
+    if first.is_contiguous():
+        step = first.numel() * first.element_size()
+        ptr = first.data_ptr()
+        if all(p[i].is_contiguous() and p[i].dtype == first.dtype and p[i].shape == first.shape
+               and p[i].device == first.device and p[i].untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+               and p[i].data_ptr() == ptr + w * step for w, p in enumerate(gathered)):
+            return first.as_strided((len(gathered), *first.shape), (first.numel(), *first.stride()))
+    return torch.stack([p[i] for p in gathered])
+
+
 def signs_decode(bits: torch.Tensor, scales: torch.Tensor | None, n: int, vote: bool) -> torch.Tensor:
     """``bits`` (W, nbytes) -> majority vote (``vote``) or mean of scale_w * sign_w, float32 (n,)."""
     bits = bits.contiguous()
     w, nbytes = bits.shape
     out = torch.empty(n, dtype=torch.float32, device=bits.device)
     scales = bits if scales is None else scales.reshape(-1).float().contiguous()
-    _launch(_signs_decode_kernel, n, n, _BLOCK, bits, scales, out, n, nbytes, W=w, MODE=0 if vote else 1,
-            BLOCK=_BLOCK)
+    _launch1(_signs_decode_kernel, n, n, _BLOCK, bits, scales, out, n, nbytes, W=w, MODE=0 if vote else 1,
+             BLOCK=_BLOCK)
     return out
 
 
 def terngrad_encode(x: torch.Tensor, scale: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """TernGrad's two bitmaps in one pass; blocks from the end (the scale's pass just read ``x`` forward)."""
     n = x.numel()
     nbytes = -(-n // 8)
     keep = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     neg = torch.empty_like(keep)
-    _launch(_terngrad_encode_kernel, n // 8, nbytes, _NB, x, scale, keep, neg, n, nbytes, seed, NB=_NB)
+    _launch1(_terngrad_encode_kernel, n // 8, nbytes, _NB, x, scale, keep, neg, n, nbytes, seed, reverse=True,
+             NB=_NB)
     return keep, neg
 
 
@@ -512,8 +775,8 @@ def terngrad_decode(keep: torch.Tensor, neg: torch.Tensor, scales: torch.Tensor,
     keep, neg = keep.contiguous(), neg.contiguous()
     w, nbytes = keep.shape
     out = torch.empty(n, dtype=torch.float32, device=keep.device)
-    _launch(_terngrad_decode_kernel, n, n, _BLOCK, keep, neg, scales.reshape(-1).float().contiguous(), out, n,
-            nbytes, W=w, BLOCK=_BLOCK)
+    _launch1(_terngrad_decode_kernel, n, n, _BLOCK, keep, neg, scales.reshape(-1).float().contiguous(), out, n,
+             nbytes, W=w, BLOCK=_BLOCK)
     return out
 
 
@@ -522,7 +785,7 @@ def natural_encode(x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tens
     nbytes = -(-n // 8)
     exponent = torch.empty(n, dtype=torch.uint8, device=x.device)
     signs = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
-    _launch(_natural_encode_kernel, n // 8, nbytes, _NB, x, exponent, signs, n, nbytes, seed, NB=_NB)
+    _launch1(_natural_encode_kernel, n // 8, nbytes, _NB, x, exponent, signs, n, nbytes, seed, NB=_NB)
     return exponent, signs
 
 
@@ -530,8 +793,18 @@ def natural_decode(exponent: torch.Tensor, signs: torch.Tensor, n: int) -> torch
     exponent, signs = exponent.contiguous(), signs.contiguous()
     w, nbytes = signs.shape
     out = torch.empty(n, dtype=torch.float32, device=signs.device)
-    _launch(_natural_decode_kernel, n, n, _BLOCK, exponent, signs, out, n, nbytes, W=w, BLOCK=_BLOCK)
+    _launch1(_natural_decode_kernel, n, n, _BLOCK, exponent, signs, out, n, nbytes, W=w, BLOCK=_BLOCK)
     return out
+
+
+def _fields_nbytes(n: int, width: int) -> int:
+    """Bytes of ``n`` fields of ``width`` bits (:func:`~studykit.compressors.quantization.pack_fields`)."""
+    return -(-n * width // 8)
+
+
+def _field_view(packed: torch.Tensor, width: int) -> torch.Tensor:
+    """What the field kernels address: bytes, or little-endian int16 pairs for 16-bit fields."""
+    return packed.view(torch.int16) if width == 16 else packed
 
 
 def qsgd_ok(bucket_size: int) -> bool:
@@ -539,24 +812,56 @@ def qsgd_ok(bucket_size: int) -> bool:
     return 16 <= bucket_size <= 4096 and bucket_size & (bucket_size - 1) == 0
 
 
-def qsgd_encode(x: torch.Tensor, levels: int, bucket: int, tiny: float, seed: int):
+def qsgd_encode(x: torch.Tensor, levels: int, bucket: int, width: int, tiny: float, seed: int):
+    """QSGD's payload in one pass: bucket norms (fp32) and the signed levels offset by ``levels`` and
+    packed in ``width``-bit fields (the bytes of ``pack_fields(q + levels, width)``)."""
     n = x.numel()
     n_buckets = -(-n // bucket)
-    rows = max(1, _BLOCK // bucket)
+    rows_ = max(1, _BLOCK // bucket)
+    nbytes = _fields_nbytes(n, width)
     norms = torch.empty(n_buckets, dtype=torch.float32, device=x.device)
-    q = torch.empty(n, dtype=torch.int8, device=x.device)
-    _launch(_qsgd_encode_kernel, n // bucket, n_buckets, rows, x, norms, q, n, n_buckets, float(levels), tiny, seed,
-            ROWS=rows, BS=bucket)
-    return norms, q
+    packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    _launch1(_qsgd_encode_kernel, n // (rows_ * bucket) * rows_, n_buckets, rows_, x, norms, _field_view(packed, width),
+             n, n_buckets, nbytes, levels, tiny, seed, ROWS=rows_, BS=bucket, W=width,
+             WP=triton.next_power_of_2(width))
+    return norms, packed
 
 
-def qsgd_decode(norms: torch.Tensor, q: torch.Tensor, levels: int, bucket: int, n: int) -> torch.Tensor:
-    norms, q = norms.contiguous(), q.contiguous()
+def qsgd_decode(norms: torch.Tensor, packed: torch.Tensor, levels: int, bucket: int, width: int, n: int) -> torch.Tensor:
+    """Every worker's norms ``(W, n_buckets)`` and packed levels ``(W, nbytes)`` -> the mean of their
+    decodings (one worker: its decoding), float32 ``(n,)``; unpacking in the same pass."""
+    norms, packed = norms.contiguous(), packed.contiguous()
     w, n_buckets = norms.shape
-    rows = max(1, _BLOCK // bucket)
-    out = torch.empty(n, dtype=torch.float32, device=q.device)
-    _launch(_qsgd_decode_kernel, n // bucket, n_buckets, rows, norms, q, out, n, n_buckets, float(levels), W=w,
-            ROWS=rows, BS=bucket)
+    nbytes = packed.shape[1]
+    rows_ = max(1, _BLOCK // bucket)
+    out = torch.empty(n, dtype=torch.float32, device=packed.device)
+    _launch1(_qsgd_decode_kernel, n // (rows_ * bucket) * rows_, n_buckets, rows_, norms, _field_view(packed, width),
+             out, n, n_buckets, nbytes, n if width == 16 else nbytes, levels, NW=w, ROWS=rows_, BS=bucket,
+             W=width)
+    return out
+
+
+def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, seed: int) -> torch.Tensor:
+    """Quantize's all-gather payload in one pass: floor(u + x L / scale) clamped to [-L, L], offset
+    by L and packed in ``width``-bit fields (the bytes of ``pack_fields(levels + L, width)``). Blocks
+    from the end: the scale's pass just read ``x`` forward, so the first blocks find it in L2."""
+    n = x.numel()
+    nbytes = _fields_nbytes(n, width)
+    packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+    g = _BLOCK // 8
+    _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, x, scale.reshape(1).float(), _field_view(packed, width), n,
+             nbytes, max_level, seed, reverse=True, W=width, WP=triton.next_power_of_2(width), G=g)
+    return packed
+
+
+def quantize_unpack(packed: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, n: int) -> torch.Tensor:
+    """Every worker's packed levels ``(W, nbytes)`` -> ``(sum_w field_w - W L) * (scale / L)``, divided
+    by W where W > 1 (the reference's integer sum, then :meth:`Quantize.decode`), float32 ``(n,)``."""
+    packed = packed.contiguous()
+    w, nbytes = packed.shape
+    out = torch.empty(n, dtype=torch.float32, device=packed.device)
+    _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), scale.reshape(1).float(), out, n,
+             nbytes, n if width == 16 else nbytes, max_level, NW=w, W=width, BLOCK=_BLOCK)
     return out
 
 

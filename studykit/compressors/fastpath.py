@@ -13,9 +13,10 @@ method it replaces::
 holds (CUDA tensors, triton importable, ``STUDYKIT_FAST`` not 0, sizes in range: see
 :func:`studykit.compressors._fast.enabled`) and the reference otherwise. :data:`OVERRIDES`
 lists them by (class, method); :func:`reference` gives back the plain method. The kernels'
-two documented differences (in-kernel Philox noise, ties broken by position) are in
-:mod:`studykit.compressors._fast`; ``tests/test_bench.py`` compares each kernel with its
-reference on a GPU.
+documented differences (in-kernel Philox noise, ties broken by position, EF-SignSGD's scale
+summed in another order) are in :mod:`studykit.compressors._fast`; ``tests/test_bench.py`` and
+``tests/test_fast_elementwise.py`` compare each kernel with its reference on a GPU (or on the CPU
+through Triton's interpreter), the bit-packed payloads byte for byte.
 """
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ from studykit.compressors.quantization import (
     SignSGD,
     TernGrad,
     _Signs,
-    _stack,
 )
 from studykit.compressors.sparsification import DGC, MSTopK, TopK, TopKChunked
 from studykit.compressors.thc import THC, rotate, unrotate
@@ -119,6 +119,8 @@ def _(self, summed, ctx, world_size):
 
 
 # ------------------------------------------------------------------ sign codecs: read fp32, write bits
+# Decoding takes every worker's payload as one (world_size, ...) tensor: _fast.rows makes it without a
+# copy where the payloads already lie back to back (one worker; TorchComm's all-gather buffer).
 @override(_Signs, "sign_bits", when=lambda self, flat: _fast.enabled(flat))
 def _(self, flat):
     return _fast.pack(flat, 0)
@@ -131,7 +133,13 @@ def _(self, payload, ctx):
 
 @override(SignSGD, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][0]))
 def _(self, gathered, ctx):
-    return _fast.signs_decode(_stack(gathered, 0), None, ctx, vote=True)
+    return _fast.signs_decode(_fast.rows(gathered, 0), None, ctx, vote=True)
+
+
+@override(EFSignSGD, "compress", when=lambda self, flat, world_size: _fast.enabled(flat))
+def _(self, flat, world_size):  # the signs and the scale ||p||_1 / d from one pass
+    bits, scale = _fast.pack(flat, 0, abs_mean=True)
+    return [bits, scale], flat.numel()
 
 
 @override(EFSignSGD, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[0]))
@@ -141,32 +149,39 @@ def _(self, payload, ctx):
 
 @override(EFSignSGD, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][0]))
 def _(self, gathered, ctx):
-    return _fast.signs_decode(_stack(gathered, 0), _stack(gathered, 1), ctx, vote=False)
+    return _fast.signs_decode(_fast.rows(gathered, 0), _fast.rows(gathered, 1), ctx, vote=False)
 
 
-# ------------------------------------------------------------------ QSGD: one pass per bucket
+# ------------------------------------------------------------------ QSGD: levels packed (and unpacked) in the pass
 def _qsgd_ok(self: QSGD, t: torch.Tensor, numel: int) -> bool:
     return _fast.qsgd_ok(self._buckets(numel)[1]) and _fast.enabled(t)
 
 
 @override(QSGD, "compress", when=lambda self, flat, world_size: _qsgd_ok(self, flat, flat.numel()))
-def _(self, flat, world_size):  # norm, noise, level and int8 in one pass per bucket
-    norms, q = _fast.qsgd_encode(flat, self.levels, self._buckets(flat.numel())[1], TINY,
-                                 _fast.seed_of(self, self._rank))
-    return [norms, self._pack(q)], flat.numel()
+def _(self, flat, world_size):  # norm, noise, level, offset and bit fields in one pass per bucket
+    norms, packed = _fast.qsgd_encode(flat, self.levels, self._buckets(flat.numel())[1], self.bits, TINY,
+                                      _fast.seed_of(self, self._rank))
+    return [norms, packed], flat.numel()
 
 
-@override(QSGD, "_decode", when=lambda self, norms, q, numel: q.dim() == 1 and _qsgd_ok(self, q, numel))
-def _(self, norms, q, numel):  # one worker's payload, one pass
-    return _fast.qsgd_decode(norms.view(1, -1), q.view(1, -1), self.levels, self._buckets(numel)[1], numel)
+@override(QSGD, "decompress", when=lambda self, payload, ctx: _qsgd_ok(self, payload[1], ctx))
+def _(self, payload, ctx):  # unpack and decode in one pass
+    return _fast.qsgd_decode(payload[0].view(1, -1), payload[1].view(1, -1), self.levels, self._buckets(ctx)[1],
+                             self.bits, ctx)
 
 
-@override(QSGD, "_decode_mean", when=lambda self, norms, q, numel: _qsgd_ok(self, q, numel))
-def _(self, norms, q, numel):
-    return _fast.qsgd_decode(norms, q, self.levels, self._buckets(numel)[1], numel)
+@override(QSGD, "combine", when=lambda self, gathered, ctx: _qsgd_ok(self, gathered[0][1], ctx))
+def _(self, gathered, ctx):
+    return _fast.qsgd_decode(_fast.rows(gathered, 0), _fast.rows(gathered, 1), self.levels, self._buckets(ctx)[1],
+                             self.bits, ctx)
 
 
 # ------------------------------------------------------------------ TernGrad: noise drawn in the kernel
+@override((TernGrad, Quantize), "peak", when=lambda self, flat: _fast.enabled(flat))
+def _(self, flat):  # one reduction pass, no |g| temporary
+    return _fast.abs_max(flat)
+
+
 @override(TernGrad, "bitmaps", when=lambda self, flat, scale: _fast.enabled(flat))
 def _(self, flat, scale):  # one pass, two bitmaps out
     return _fast.terngrad_encode(flat, scale, _fast.seed_of(self, self._rank))
@@ -179,7 +194,7 @@ def _(self, payload, ctx):
 
 @override(TernGrad, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][1]))
 def _(self, gathered, ctx):
-    return _fast.terngrad_decode(_stack(gathered, 1), _stack(gathered, 2), _stack(gathered, 0), ctx)
+    return _fast.terngrad_decode(_fast.rows(gathered, 1), _fast.rows(gathered, 2), _fast.rows(gathered, 0), ctx)
 
 
 # ------------------------------------------------------------------ natural compression
@@ -196,18 +211,28 @@ def _(self, payload, ctx):
 
 @override(Natural, "combine", when=lambda self, gathered, ctx: _fast.enabled(gathered[0][0]))
 def _(self, gathered, ctx):
-    return _fast.natural_decode(_stack(gathered, 0), _stack(gathered, 1), ctx)
+    return _fast.natural_decode(_fast.rows(gathered, 0), _fast.rows(gathered, 1), ctx)
 
 
-# ------------------------------------------------------------------ quantize: noise, scale, floor, clamp, cast
+# ------------------------------------------------------------------ quantize: noise, scale, floor, clamp, offset, pack
 @override(Quantize, "encode", when=lambda self, flat, scale, world_size, rank=0: _fast.enabled(flat))
-def _(self, flat, scale, world_size, rank=0):
+def _(self, flat, scale, world_size, rank=0):  # the all-reduce protocol's levels
     return _fast.quantize_levels(flat, scale, self.max_level, torch.int32, _fast.seed_of(self, rank))
 
 
 @override(Quantize, "decode", when=lambda self, levels, scale, world_size=1: _fast.enabled(levels))
 def _(self, levels, scale, world_size=1):
     return _fast.quantize_decode(levels, scale, self.max_level, world_size)
+
+
+@override(Quantize, "encode_packed", when=lambda self, flat, scale, rank=0: _fast.enabled(flat))
+def _(self, flat, scale, rank=0):  # the all-gather protocol's payload: one pass, fp32 in, b-bit fields out
+    return _fast.quantize_pack(flat, scale, self.max_level, self.bits, _fast.seed_of(self, rank))
+
+
+@override(Quantize, "decode_gathered", when=lambda self, packed, scale, numel: _fast.enabled(packed[0]))
+def _(self, packed, scale, numel):  # unpack, integer sum over workers and scale in one pass
+    return _fast.quantize_unpack(_fast.rows([[p] for p in packed], 0), scale, self.max_level, self.bits, numel)
 
 
 # ------------------------------------------------------------------ THC: the diagonal and the levels in kernels

@@ -29,6 +29,7 @@ big collective):
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -547,8 +548,12 @@ class TernGrad(_PrivateRandomness):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
 
     def compress(self, flat, world_size):
-        scale = flat.abs().amax().reshape(1)
+        scale = self.peak(flat)
         return [scale, *self.bitmaps(flat, scale)], flat.numel()
+
+    def peak(self, flat: torch.Tensor) -> torch.Tensor:
+        """The scaler ``s = max|g|`` (Eq. 2), a 1-element float32 tensor."""
+        return flat.abs().amax().reshape(1)
 
     def bitmaps(self, flat: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The packed bitmaps ``b`` (``b_i ~ Bernoulli(|g_i| / s)``) and ``g < 0``."""
@@ -676,19 +681,36 @@ class Quantize(Compressor):
         out = levels.float() * (scale / self.max_level)
         return out if world_size == 1 else out / world_size
 
+    def peak(self, flat: torch.Tensor) -> torch.Tensor:
+        """This worker's ``max|g|`` (round 1 of the protocol), a 1-element float32 tensor."""
+        return flat.abs().amax().reshape(1)
+
+    def encode_packed(self, flat: torch.Tensor, scale: torch.Tensor, rank: int = 0) -> torch.Tensor:
+        """The ``allgather`` protocol's payload: :meth:`encode`'s levels offset to ``[0, 2L]`` and packed
+        in ``bits``-bit fields (:func:`pack_fields`), ``ceil(numel * bits / 8)`` uint8."""
+        return pack_fields(self.encode(flat, scale, 1, rank) + self.max_level, self.bits)
+
+    def decode_gathered(self, packed: Sequence[torch.Tensor], scale: torch.Tensor, numel: int) -> torch.Tensor:
+        """Every worker's :meth:`encode_packed` payload (rank order) -> the average: the integer sum of
+        the levels, then :meth:`decode`. One payload: that worker's own decoding."""
+        world_size = len(packed)
+        total = unpack_fields(torch.stack(list(packed)), self.bits, numel).sum(0, dtype=torch.int32)
+        return self.decode(total - world_size * self.max_level, scale, world_size)
+
     def _reduce(self, tensors, comm, key, return_local):
         flat = flatten(tensors)
         world_size = comm.world_size
-        scale = torch.cat(comm.all_gather(flat.abs().amax().reshape(1))).amax().clamp_min(TINY)
-        q = self.encode(flat, scale, world_size, comm.rank)
-        local = self.decode(q, scale) if return_local else None
+        scale = torch.cat(comm.all_gather(self.peak(flat))).amax().clamp_min(TINY)
         L, numel = self.max_level, flat.numel()
         if self.protocol_for(world_size) == "allgather":
-            packed = torch.stack(comm.all_gather(pack_fields(q + L, self.bits)))
-            total = unpack_fields(packed, self.bits, numel).sum(0, dtype=torch.int32)
-        else:
-            width = self.lane_width(world_size)
-            total = unpack_lanes(comm.all_reduce(pack_lanes(q + L, width)), width, numel).to(torch.int32)
+            packed = self.encode_packed(flat, scale, comm.rank)
+            local = self.decode_gathered([packed], scale, numel) if return_local else None
+            avg = self.decode_gathered(comm.all_gather(packed), scale, numel)
+            return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
+        q = self.encode(flat, scale, world_size, comm.rank)
+        local = self.decode(q, scale) if return_local else None
+        width = self.lane_width(world_size)
+        total = unpack_lanes(comm.all_reduce(pack_lanes(q + L, width)), width, numel).to(torch.int32)
         avg = self.decode(total - world_size * L, scale, world_size)
         return unflatten(avg, tensors), (unflatten(local, tensors) if return_local else None)
 

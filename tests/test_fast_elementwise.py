@@ -1,0 +1,150 @@
+"""The fused elementwise kernels of :mod:`studykit.compressors._fast` that write (and read) bit-packed
+payloads: quantize's levels + offset + pack and unpack + sum + decode, QSGD's levels + pack and
+unpack + decode. The wire format is :func:`~studykit.compressors.quantization.pack_fields`'s, so a
+payload made on the fast path decodes on the reference path and the other way round (one rank on a
+CPU, one on a GPU agree): tested here byte for byte on inputs whose rounding is exact whatever the
+noise (the kernels draw Philox noise in-kernel, the reference ``torch.rand``), and value for value on
+random inputs. Needs a CUDA GPU with triton, or Triton's interpreter on the CPU::
+
+    TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1 PYTHONPATH=$PWD:/path/to/triton python -m pytest -q tests/test_fast_elementwise.py
+
+Without either, the kernel tests skip (CI); the payload-row helper test runs everywhere.
+"""
+# ruff: noqa: F811
+import pytest
+import torch
+
+from studykit import compressors as C
+from studykit.compressors import _fast
+from studykit.compressors import quantization as Q
+
+# the kernel tests' fixtures: dev (a GPU, or the CPU under Triton's interpreter; else skip) and reference
+# (a call with the fast path off); as parameters they shadow the imports (F811)
+from tests.test_bench import _x, dev, reference  # noqa: F401
+
+
+# ------------------------------------------------------------------ payload rows without a copy (any machine)
+def test_rows_are_a_view_where_payloads_lie_back_to_back_and_a_copy_otherwise():
+    buf = torch.arange(12, dtype=torch.uint8)
+    gathered = [[t] for t in buf.view(3, 4).unbind(0)]  # what TorchComm.all_gather hands back
+    rows = _fast.rows(gathered, 0)
+    assert rows.shape == (3, 4) and torch.equal(rows, buf.view(3, 4))
+    assert rows.data_ptr() == buf.data_ptr()  # no copy
+    one = _fast.rows(gathered[:1], 0)
+    assert one.shape == (1, 4) and one.data_ptr() == buf.data_ptr()
+    apart = [[torch.arange(4, dtype=torch.uint8) + 4 * w] for w in range(3)]  # separate allocations
+    rows = _fast.rows(apart, 0)
+    assert torch.equal(rows, buf.view(3, 4)) and rows.data_ptr() != apart[0][0].data_ptr()
+    backwards = list(reversed(gathered))  # back to back, but not in rank order
+    assert torch.equal(_fast.rows(backwards, 0), buf.view(3, 4).flip(0))
+
+
+# ------------------------------------------------------------------ quantize
+BITS = list(range(2, 17))
+SIZES = [1, 13, 2 * 4096 + 5]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", BITS)
+def test_quantize_packed_payload_is_pack_fields_bytes_at_every_width(dev, reference, bits):
+    """Inputs +-(L + 1/2) against scale = L clamp to the levels +-L whatever the noise: the fused
+    kernel's bytes must then be exactly the reference's. Integer inputs in [-L, L] give the level
+    itself but for float32's rounding of u + x up to x + 1 (u within half an ulp of 1): the fields
+    read back by the reference's unpack_fields are x + L, or x + L + 1 for a rare few."""
+    comp = C.get("quantize", bits=bits)
+    L = comp.max_level
+    scale = torch.tensor(float(L), device=dev)
+    for n in SIZES:
+        g = torch.Generator().manual_seed(n)
+        x = ((torch.randint(0, 2, (n,), generator=g) * 2 - 1) * (L + 0.5)).float().to(dev)
+        got = comp.encode_packed(x, scale)
+        want = reference(lambda x=x: comp.encode_packed(x, scale))
+        assert got.dtype == torch.uint8 and got.shape == want.shape == (-(-n * bits // 8),), (n, bits)
+        assert torch.equal(got, want), (n, bits)
+        x = torch.randint(-L, L + 1, (n,), generator=g).float().to(dev)
+        x[: min(n, 2)] = torch.tensor([-L, L], dtype=torch.float32)[: min(n, 2)].to(dev)
+        extra = Q.unpack_fields(comp.encode_packed(x, scale), bits, n).long().cpu() - (x.long().cpu() + L)
+        assert set(extra.unique().tolist()) <= {0, 1} and extra.float().mean() < 0.01, (n, bits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_quantize_payloads_decode_the_same_on_both_paths(dev, reference, bits, world_size):
+    """Random payloads (any bytes) and random inputs: the fused unpack + integer sum + decode gives
+    the reference's floats bit for bit, and a fast payload decodes identically on either path."""
+    comp = C.get("quantize", bits=bits)
+    n = 2 * 4096 + 5
+    nbytes = -(-n * bits // 8)
+    x = _x(n, dev)
+    scale = x.abs().max()
+    g = torch.Generator().manual_seed(bits)
+    packed = [torch.randint(0, 256, (nbytes,), generator=g, dtype=torch.uint8).to(dev) for _ in range(world_size)]
+    assert torch.equal(comp.decode_gathered(packed, scale, n), reference(lambda: comp.decode_gathered(packed, scale, n)))
+    fast = [comp.encode_packed(x, scale, rank) for rank in range(world_size)]
+    got = comp.decode_gathered(fast, scale, n)
+    assert torch.equal(got, reference(lambda: comp.decode_gathered(fast, scale, n)))
+    # each worker's own decoding is one of the two grid points around its input (stochastic rounding)
+    own = comp.decode_gathered(fast[:1], scale, n)
+    step = scale.item() / comp.max_level
+    assert ((own - x).abs() <= step * 1.1).all()  # float32 rounding of u + x L / scale at L = 2^15 - 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", [2, 3, 8, 16])
+def test_quantize_reduce_on_the_fast_path_is_close_to_the_reference(dev, reference, bits):
+    x = _x(20_011, dev)
+    comp = C.get("quantize", bits=bits)
+    fast = comp.reduce(x)
+    ref = reference(lambda: C.get("quantize", bits=bits).reduce(x))
+    step = x.abs().max().item() / comp.max_level
+    assert ((fast - x).abs() <= step * 1.1).all() and ((ref - x).abs() <= step * 1.1).all()
+    assert not torch.equal(fast, ref)  # other noise (Philox in the kernel), same grid
+
+
+# ------------------------------------------------------------------ QSGD
+#: levels -> packed bits: 2, 3, 4, 5, 8 (both packing layouts of the kernel)
+LEVELS = [1, 3, 4, 8, 127]
+
+
+def _one_spike_per_bucket(n, bucket, dev, seed=0):
+    """Zeros but one power of two per bucket: norm = |spike|, level = s exactly (no rounding to draw)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(n)
+    for b in range(-(-n // bucket)):
+        lo, hi = b * bucket, min(n, (b + 1) * bucket)
+        pos = lo + int(torch.randint(0, hi - lo, (1,), generator=g))
+        x[pos] = (-1) ** b * 2.0 ** int(torch.randint(-20, 20, (1,), generator=g))
+    return x.to(dev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("levels", LEVELS)
+@pytest.mark.parametrize("bucket", [16, 512, 4096])
+def test_qsgd_packed_payload_equals_the_reference_bytes(dev, reference, levels, bucket):
+    comp = C.get("qsgd", levels=levels, bucket_size=bucket)
+    for n in (bucket * 3 + 7, bucket * 2):
+        x = _one_spike_per_bucket(n, bucket, dev, seed=n)
+        got, _ = comp.compress(x, 1)
+        want, _ = reference(lambda x=x: comp.compress(x, 1))
+        assert [(t.shape, t.dtype) for t in got] == [(t.shape, t.dtype) for t in want]
+        assert torch.equal(got[0], want[0]), "bucket norms"
+        assert torch.equal(got[1], want[1]), (levels, bucket, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("levels", LEVELS)
+def test_qsgd_payloads_decode_the_same_on_both_paths(dev, reference, levels):
+    comp = C.get("qsgd", levels=levels)
+    n = 512 * 9 + 33
+    xs = [_x(n, dev, s) for s in range(3)]
+    fast = [comp.compress(x, 3)[0] for x in xs]
+    ref = reference(lambda: [comp.compress(x, 3)[0] for x in xs])
+    for payload in (fast[0], ref[0]):  # one payload, either origin: bit for bit
+        assert torch.equal(comp.decompress(payload, n), reference(lambda p=payload: comp.decompress(p, n)))
+    for payloads in (fast, ref):  # the mean of three: the same sums, perhaps in another order
+        assert torch.allclose(comp.combine(payloads, n), reference(lambda p=payloads: comp.combine(p, n)),
+                              rtol=1e-6, atol=1e-7)
+    # the fast levels are the reference's or a neighbour (same norms, other noise)
+    assert torch.allclose(fast[0][0], ref[0][0], rtol=1e-6)
+    assert (comp._unpack(fast[0][1], n).int() - comp._unpack(ref[0][1], n).int()).abs().max() <= 1
