@@ -323,3 +323,13 @@ def test_metric_vs_time_draws_every_run_and_says_how_many():
     plt.close(fig)
     assert labels == ["none (2 runs)", "fp16 (2 runs)", "target 1"]
     assert lines == 4 and found == []
+
+
+def test_checker_sees_a_figure_legend_over_an_axis_label():
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2], [1, 2], label="a method")
+    ax.set(xlabel="bandwidth (Gbit/s)", ylabel="time (ms)", title="Does it?")
+    fig.legend(loc="lower right", fontsize="large")  # over the x axis's tick labels and label
+    found = "\n".join(check.problems(fig))
+    plt.close(fig)
+    assert "figure legend covers axis text" in found, found

@@ -130,10 +130,18 @@ def problems(fig, max_entries: int = MAX_LEGEND_ENTRIES, max_legend_fraction: fl
               for t in (ax.title, ax.xaxis.label, ax.yaxis.label)]
     for a, b in _texts_overlap(labels, renderer):
         out.append(f"axis labels or titles {a[:40]!r} and {b[:40]!r} overlap")
+    axis_texts = [t for ax in fig.axes if ax.get_visible() and ax.axison
+                  for t in (ax.title, ax.xaxis.label, ax.yaxis.label, *_ticklabels(ax.xaxis), *_ticklabels(ax.yaxis))
+                  if t.get_visible() and t.get_text().strip()]
     for leg in fig.legends:
         n = len([t for t in leg.get_texts() if t.get_text()])
         if n > max_entries:
             out.append(f"figure legend: {n} entries (at most {max_entries})")
+        lbox = leg.get_window_extent(renderer)
+        hidden = [t.get_text() for t in axis_texts if _overlap(lbox, t.get_window_extent(renderer)) > TOLERANCE_PX ** 2]
+        if hidden:
+            out.append(f"figure legend covers axis text {hidden[0][:40]!r}" + (f" (and {len(hidden) - 1} more)"
+                                                                                 if len(hidden) > 1 else ""))
     if not any("?" in t for t in titles):
         out.append("no title asks the figure's question (a '?' in a title or the suptitle)")
     for t in _drawn_texts(fig):
