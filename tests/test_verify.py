@@ -511,3 +511,33 @@ def test_pool_is_one_platform_of_every_folders_records():
     a, b = verify.load_platform(bw / "h200_p2"), verify.load_platform(bw / "h200_p2b")
     assert plat.name == "both" and set(plat.ddp["model"]) == set(a.ddp["model"]) | set(b.ddp["model"])
     assert len(plat.sweep) == len(a.sweep) and len(plat.ddp) == len(a.ddp) + len(b.ddp)
+
+
+# ------------------------------------------------------------------ measured bucket ready times
+def test_ready_fractions_come_from_other_rates_only():
+    """``buckets`` records stand in for the bytes assumption: the element-wise median over the *other* rates of
+    the same model, batch, bucket size and world size (the scored run's own record is never read)."""
+    b = pd.DataFrame([{"model": "m", "batch_size": 8, "bucket_mb": None, "world_size": 2, "rate_gbps": x,
+                       "ready_fraction": fr} for x, fr in ((1.0, [0.1, 1.0]), (5.0, [0.3, 1.0]), (10.0, [0.9, 1.0]),
+                                                           (25.0, [0.2, 1.0]))])
+
+    class Inp:
+        ready = verify._ready_table(b)
+
+    r = {"model": "m", "batch_size": 8, "world_size": 2, "rate_gbps": 10.0}
+    got, how = verify._ready_fractions(Inp, r, None)
+    assert got == (0.2, 1.0) and "3 buckets records at other rates" in how  # 1, 5 and 25 Gbit/s, not 10's 0.9
+    assert verify._ready_fractions(Inp, r, 100.0) == (None, "")  # no records of that bucket size
+
+    class Mixed:  # the other rates disagree on the number of buckets: no measured times, the bytes assumption
+        ready = verify._ready_table(pd.concat([b, b.assign(rate_gbps=2.5, ready_fraction=[[0.2, 0.5, 1.0]] * 4)]))
+
+    assert verify._ready_fractions(Mixed, r, None) == (None, "")
+
+
+def test_verify_uses_measured_ready_times_where_recorded():
+    rows = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2b" / "predictions.csv")
+    sync = rows[(rows["variant"] == "extended") & (rows["mode"] == "syncsgd")]
+    assert sync["inputs"].str.contains("bucket ready times measured").all()
+    p2 = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv")
+    assert not p2["inputs"].str.contains("bucket ready times measured").any()  # h200_p2 has no buckets records

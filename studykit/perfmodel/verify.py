@@ -299,6 +299,8 @@ class Platform:
     sweep: pd.DataFrame
     profile: pd.DataFrame
     device: str = ""
+    #: ``buckets`` records (``ddp --bucket-times``): when each DDP bucket was ready in the backward pass
+    buckets: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list = field(default_factory=list)
 
 
@@ -365,7 +367,8 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     return Platform(name=name or (src.name if src.is_dir() else src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
                     sweep=df[df["kind"] == "sweep"].copy(), profile=df[df["kind"] == "profile"].copy(),
-                    device=", ".join(dev[:2]), notes=_read_notes(loaded.report) + borrowed)
+                    device=", ".join(dev[:2]), notes=_read_notes(loaded.report) + borrowed,
+                    buckets=df[df["kind"] == "buckets"].copy())
 
 
 def _read_notes(rep) -> list[str]:
@@ -398,8 +401,39 @@ def _isnull(x) -> bool:
 
 def _inputs(plat: Platform, max_p: int | None = None, network_from: str = "sweep") -> RecordInputs:
     """The platform's single-device constants and networks (:class:`studykit.perfmodel.fit.RecordInputs`)."""
-    return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
-                        network_from=network_from)
+    inp = RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
+                       network_from=network_from)
+    inp.ready = _ready_table(plat.buckets)
+    return inp
+
+
+def _ready_table(buckets: pd.DataFrame) -> dict:
+    """``{(model, batch, bucket_mb or None, world_size): [(rate, ready fractions), ...]}`` of ``buckets`` records."""
+    out: dict = {}
+    if buckets is None or buckets.empty or "ready_fraction" not in buckets.columns:
+        return out
+    for r in buckets.to_dict("records"):
+        fr = r.get("ready_fraction")
+        if not isinstance(fr, (list, tuple)) or not fr:
+            continue
+        key = (r["model"], int(r["batch_size"]), None if _isnull(r.get("bucket_mb")) else float(r["bucket_mb"]),
+               int(r["world_size"]))
+        out.setdefault(key, []).append((r.get("rate_gbps"), tuple(float(x) for x in fr)))
+    return out
+
+
+def _ready_fractions(inp: RecordInputs, r, bucket_mb) -> tuple[tuple | None, str]:
+    """The measured fraction of the backward pass done when each DDP bucket is ready (``buckets`` records of
+    the same model, batch, bucket size and world size), element-wise median over the records at the *other*
+    rates (never the scored record's own run: holdout-safe), or None (the bytes assumption)."""
+    key = (r["model"], int(r["batch_size"]), None if _isnull(bucket_mb) else float(bucket_mb), int(r["world_size"]))
+    rate = r.get("rate_gbps")
+    rows = [fr for x, fr in getattr(inp, "ready", {}).get(key, []) if _isnull(rate) or _isnull(x) or x != rate]
+    n = {len(fr) for fr in rows}
+    if not rows or len(n) != 1:
+        return None, ""
+    med = tuple(float(v) for v in np.median(np.asarray(rows, dtype=float), axis=0))
+    return med, f"; bucket ready times measured ({len(rows)} buckets records at other rates)"
 
 
 def _network(inp: RecordInputs, r):
@@ -429,8 +463,11 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                   incast_coeff=net.incast_coeff, sync_delta_s=terms.delta_s, per_bucket_s=terms.per_bucket_s,
                   per_tensor_s=terms.per_tensor_s, cpu_slowdown=kappa, collective_table=net.table)
     cap = None if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]) * MIB
+    ready, how_ready = (None, "")
+    if opts.overlap == "timeline" and r["mode"] in ("syncsgd", "hook"):  # a hook runs on DDP's default buckets
+        ready, how_ready = _ready_fractions(inp, r, r["bucket_mb"] if r["mode"] == "syncsgd" else None)
     w = Workload(m, bs, t_comp_s=tc, bucket_bytes=DEFAULT_BUCKET_BYTES if cap is None else cap,
-                 first_bucket_bytes=cap, overhead_s=o, path_overhead_s=path_overhead_s)
+                 first_bucket_bytes=cap, overhead_s=o, path_overhead_s=path_overhead_s, bucket_ready=ready)
     how_o += _kk(kappa)
     where = f"alpha={net.alpha_s * 1e6:.1f}us BW={net.bandwidth_gbps:.3g}Gbps"
     if r["mode"] == "syncsgd":
@@ -447,7 +484,7 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                 "_s": sy["iteration_s"] - sy["total_s"], "_overlapped": sy["overlapped_comm_s"],
                 "_last": sy["last_comm_s"], "_k": sy["k"], "_t_comp": tc, "_n_tensors": w.n_tensors,
                 "inputs": f"{how_o}; {how_tc}; {where} ({net.fitted_on}"
-                          f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''})"}
+                          f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''}){how_ready}"}
     ed, how_ed = _encode_decode(inp, r, p)
     how_ed += _kk(kappa)
     scale, how_wire = _wire_scale(r, w)
@@ -459,7 +496,7 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
             "t_encode_decode_ms": c["encode_decode_s"] * 1e3, "gamma": float("nan"),
             "k_buckets": int(c.get("k", 1)), "bound": "", "predicted_ms": c["iteration_s"] * 1e3,
             "inputs": f"{how_o}; {how_tc}; {how_ed}; {where} incast={net.incast_coeff:.2f} ({net.fitted_on}"
-                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''}){how_wire}"}
+                      f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''}){how_wire}{how_ready}"}
 
 
 def _encode_decode(inp: RecordInputs, r, p: int) -> tuple[float, str]:
