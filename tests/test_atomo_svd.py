@@ -102,6 +102,15 @@ def test_gram_atomo_is_unbiased_on_an_ill_conditioned_matrix():
     assert_unbiased(C.get("atomo", rank=2, svd="gram"), grad, min_std=0.01)
 
 
+@pytest.mark.parametrize("shape", [(6, 5), (5, 8), (4, 3, 2, 2)])
+def test_gram_full_rank_is_exact(shape):
+    """At rank min(n, m) every p_i = 1: every atom u_i u_i^T M (or M v_i v_i^T) is sent, and they sum to M."""
+    grads = worker_grads(3, shapes=(shape, (7,)))
+    out = C.simulate("atomo", grads, rank=min(shape[0], math.prod(shape[1:])), min_compression=0, svd="gram")
+    for i in range(2):
+        assert torch.allclose(out[1][i], sum(g[i] for g in grads) / 3, atol=1e-5)
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_gram_gives_the_exact_paths_estimate_for_the_same_seed(world_size):
     """Same seed, same draws: where the spectrum is well separated both options pick the same
@@ -197,3 +206,23 @@ def test_bad_svd_option_names_the_valid_ones(bad):
 def test_svd_option_default_is_exact_and_is_recorded():
     assert C.parameters("atomo")["svd"] == "exact"
     assert C.get("atomo").svd == "exact" and C.get("atomo", svd="gram").svd == "gram"
+
+
+# ------------------------------------------------------------------- CUDA
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_gram_matches_the_cpu_spectrum_and_full_rank_is_exact():
+    """The GPU run of the same code (fp32 there too): same singular values as on CPU, full rank
+    exact, workers agree, hostile scales finite. CUDA draws other numbers, so no seed-for-seed check."""
+    mat = ill_conditioned(64, 576, torch.logspace(0, -6, 64, dtype=torch.float64)).float().unsqueeze(0)
+    cpu = gram_svd(mat)
+    cuda = gram_svd(mat.cuda())
+    assert torch.allclose(cuda[0].cpu(), cpu[0], rtol=1e-4, atol=2 * math.sqrt(EPS32) * cpu[0].max())
+    grads = [[t.cuda() for t in w] for w in worker_grads(2, shapes=MIXED)]
+    out = C.simulate("atomo", grads, rank=100, min_compression=0, svd="gram")  # rank min(n, m) everywhere
+    for i, t in enumerate(out[0]):
+        want = (grads[0][i] + grads[1][i]) / 2
+        assert t.device.type == "cuda" and torch.allclose(t, want, atol=1e-4)
+    out = C.simulate("atomo", [[t * 1e30 for t in w] for w in grads], rank=2, svd="gram")
+    assert all(torch.equal(a, b) for a, b in zip(out[0], out[1]))
+    assert all(torch.isfinite(t).all() for t in out[0])
