@@ -23,7 +23,7 @@ ResNet-50 on a GPU, reported but not judged elsewhere.
 Default codecs: every registered compressor with its default parameters, ``quantize`` at every
 b it accepts (2..16 today; "quantize at every b" in the issue), PowerSGD's low-overhead variants
 (:data:`VARIANTS`: one Gram-Schmidt pass, the subspace reused for 4 steps, both; issue 14 item 5), the slow
-ATOMO last (so a run cut by its deadline loses least). Default phase: ``encdec`` (encode+decode, the number the targets judge).
+ATOMO last (so a run cut by its deadline loses least), with its exact SVD then ``svd=gram`` (issue 19 item 2). Default phase: ``encdec`` (encode+decode, the number the targets judge).
 """
 from __future__ import annotations
 
@@ -48,7 +48,10 @@ SLOW_LAST = ("atomo",)
 #: timed after a codec's defaults: PowerSGD's low-overhead options (Han et al. 2024, https://arxiv.org/abs/2407.01378,
 #: the PowerSGD case study; ``studykit.compressors.lowrank.PowerSGD``): one Gram-Schmidt pass, the P subspace reused.
 #: With ``reuse=4`` three calls in four skip the P round: the median is the cheap call, the IQR shows both.
-VARIANTS = {"powersgd": [(("orthogonalize", "once"),), (("reuse", 4),), (("orthogonalize", "once"), ("reuse", 4))]}
+#: ATOMO's SVD from the eigendecomposition of the smaller Gram matrix (``studykit.compressors.lowrank.Atomo``,
+#: ``svd="gram"``; issue 19 item 2), timed after the exact SVD.
+VARIANTS = {"powersgd": [(("orthogonalize", "once"),), (("reuse", 4),), (("orthogonalize", "once"), ("reuse", 4))],
+            "atomo": [(("svd", "gram"),)]}
 
 
 def _accepted_bits(name: str, candidates=range(1, 33)) -> list[int]:

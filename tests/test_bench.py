@@ -561,6 +561,9 @@ def test_codec_repeat_default_codecs_are_every_one_with_quantize_at_every_b_and_
     assert psgd == [{}, {"orthogonalize": "once"}, {"reuse": 4}, {"orthogonalize": "once", "reuse": 4}]
     for v in psgd:
         C.get("powersgd", **v)  # each is a valid setting
+    atomo = [dict(s.params) for s in specs if s.name == "atomo"]  # the exact SVD, then the Gram route, both last
+    assert atomo == [{}, {"svd": "gram"}] and [s.name for s in specs[-2:]] == ["atomo", "atomo"]
+    C.get("atomo", **atomo[1])
 
 
 def test_codec_repeat_times_every_codec_twice_and_reports_both(tmp_path, fake_clock, capsys):
