@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 
 from studykit import compressors as C  # noqa: E402
 from studykit import models as M  # noqa: E402
-from studykit import paths  # noqa: E402
 from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import RecordError, RecordWriter, load_records  # noqa: E402
 from studykit.measure.runtime import CompressorSpec, parse_compressor_specs, pick_device  # noqa: E402
@@ -112,13 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--components", action="store_true",
                     help="also time the building blocks (torch.topk alone, THC's rotation, ...) in the first run")
     bench.add_policy_args(ap)
-    ap.add_argument("--out", default=str(paths.REPORTS / "benchmarks" / "codec_repeat.jsonl"),
-                    help="records of both runs, JSON Lines (default reports/benchmarks/codec_repeat.jsonl); the "
-                         f"tables go beside it as .md; inside the committed data/ only with {paths.OVERWRITE_FLAG}")
-    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
-    ap.add_argument("--overwrite", action="store_true", help="start --out afresh (else: resume)")
-    ap.add_argument("--report-only", action="store_true", help="only print and write the tables of --out")
-    ap.add_argument("--quiet", action="store_true", help="no per-codec lines (the tables are still printed)")
+    bench.add_output_args(ap, "codec_repeat.jsonl", "tables")
     return ap
 
 
@@ -126,29 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     policy = bench.policy_from_args(ap, args)
-    try:
-        out = paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
-        paths.check_writable_output(out.with_suffix(".md"), args.overwrite_committed, what="--out", file=True)
-    except paths.OutputError as exc:
-        ap.error(str(exc))
-    if out.suffix != ".jsonl":
-        ap.error(f"--out {args.out}: give a .jsonl file (the tables are written beside it as .md)")
-    if args.report_only:
-        if not out.exists():
-            ap.error(f"--report-only: no records at {out}")
-        try:
-            report(out)
-        except RecordError as exc:
-            ap.error(str(exc))
+    out = bench.output_from_args(ap, args, report)
+    if out is None:  # --report-only
         return 0
     try:
         device = pick_device(args.device)
         specs = parse_compressor_specs(args.compressors) if args.compressors else default_specs()
     except ValueError as exc:
         ap.error(str(exc))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.overwrite:
-        out.unlink(missing_ok=True)
     writer = RecordWriter(out)
     # the slow codecs (ATOMO's SVD) of both runs go after every other codec of both runs: in the first H200 run
     # (data/measurements/codec_repeat_h200) the codecs timed right after ATOMO were the ones whose runs disagreed

@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studykit import argtypes, paths  # noqa: E402
+from studykit import argtypes  # noqa: E402
 from studykit.compressors.quantization import (MAX_FIELD_WIDTH, pack_bits, pack_fields, unpack_bits,  # noqa: E402
                                                unpack_fields)
 from studykit.measure import bench  # noqa: E402
@@ -177,13 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS,
                     help="kit (the package's code) and/or bitwise (the definition, bit by bit); default both")
     bench.add_policy_args(ap)
-    ap.add_argument("--out", default=str(paths.REPORTS / "benchmarks" / "pack_fields.jsonl"),
-                    help="records, JSON Lines (default reports/benchmarks/pack_fields.jsonl); the table goes beside "
-                         f"it as .md; inside the committed data/ only with {paths.OVERWRITE_FLAG}")
-    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
-    ap.add_argument("--overwrite", action="store_true", help="start --out afresh (else: resume)")
-    ap.add_argument("--report-only", action="store_true", help="only print and write the table of --out")
-    ap.add_argument("--quiet", action="store_true", help="no per-width lines (the table is still printed)")
+    bench.add_output_args(ap, "pack_fields.jsonl", "table")
     return ap
 
 
@@ -191,28 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     policy = bench.policy_from_args(ap, args)
-    try:
-        out = paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
-        paths.check_writable_output(out.with_suffix(".md"), args.overwrite_committed, what="--out", file=True)
-    except paths.OutputError as exc:
-        ap.error(str(exc))
-    if out.suffix != ".jsonl":
-        ap.error(f"--out {args.out}: give a .jsonl file (the table is written beside it as .md)")
-    if args.report_only:
-        if not out.exists():
-            ap.error(f"--report-only: no records at {out}")
-        try:
-            report(out)
-        except RecordError as exc:
-            ap.error(str(exc))
+    out = bench.output_from_args(ap, args, report)
+    if out is None:  # --report-only
         return 0
     try:
         device = pick_device(args.device)
     except ValueError as exc:
         ap.error(str(exc))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.overwrite:
-        out.unlink(missing_ok=True)
     run(args.widths, args.impls, RecordWriter(out), device=device, numel=args.numel, policy=policy,
         verbose=not args.quiet)
     report(out)

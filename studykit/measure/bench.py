@@ -69,7 +69,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -80,7 +80,8 @@ from studykit.comm import LocalComm
 from studykit.compressors import _fast, fastpath
 from studykit.measure.profile import (_plan, _timed_call, effective_params, measure_copy_bandwidth, memory_floor_ms,
                                       single_round)
-from studykit.measure.records import RecordWriter, config_id, load_records, loadavg_1m, make_record, provenance
+from studykit.measure.records import (RecordError, RecordWriter, config_id, load_records, loadavg_1m, make_record,
+                                      provenance)
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs
 from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, time_fn
 
@@ -836,6 +837,43 @@ def policy_from_args(ap: argparse.ArgumentParser, args) -> RepPolicy:
     except ValueError as exc:
         ap.error(str(exc).replace("RepPolicy: ", "").replace("budget_s", "--budget-s")
                  .replace("min_time_s", "--min-time-s"))
+
+
+def add_output_args(ap: argparse.ArgumentParser, default_name: str, what: str) -> None:
+    """The record-file options of a benchmark script that writes one ``.jsonl`` and its generated ``.md`` beside
+    it (``benchmarks/codec_repeat.py``, ``benchmarks/pack_fields.py``): ``--out``, the overwrite flags,
+    ``--report-only``, ``--quiet``. ``what``: what the ``.md`` holds ("tables", "table")."""
+    ap.add_argument("--out", default=str(paths.REPORTS / "benchmarks" / default_name),
+                    help=f"records, JSON Lines (default reports/benchmarks/{default_name}); the {what} go(es) beside "
+                         f"it as .md; inside the committed data/ only with {paths.OVERWRITE_FLAG}")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
+    ap.add_argument("--overwrite", action="store_true", help="start --out afresh (else: resume)")
+    ap.add_argument("--report-only", action="store_true", help=f"only print and write the {what} of --out")
+    ap.add_argument("--quiet", action="store_true", help=f"no per-configuration lines (the {what} still printed)")
+
+
+def output_from_args(ap: argparse.ArgumentParser, args, report: Callable[[Path], object]) -> Optional[Path]:
+    """The checked ``--out`` of :func:`add_output_args` (refusals: ``ap.error``), ready to write (``--overwrite``
+    applied); None when ``--report-only`` has done its job (``report(out)`` ran)."""
+    try:
+        out = paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
+        paths.check_writable_output(out.with_suffix(".md"), args.overwrite_committed, what="--out", file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+    if out.suffix != ".jsonl":
+        ap.error(f"--out {args.out}: give a .jsonl file (the generated tables are written beside it as .md)")
+    if args.report_only:
+        if not out.exists():
+            ap.error(f"--report-only: no records at {out}")
+        try:
+            report(out)
+        except RecordError as exc:
+            ap.error(str(exc))
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.overwrite:
+        out.unlink(missing_ok=True)
+    return out
 
 
 def _write_summary(records: list[dict], out_dir: Optional[Path], verbose: bool) -> pandas.DataFrame:
