@@ -629,37 +629,65 @@ if HAVE_TRITON:
 
     # ------------------------------------------------------------------ MSTopK's threshold search
     @triton.jit
-    def _count_ge_kernel(mag_ptr, n, st_ptr, cnt_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr,
-                         ITERS: tl.constexpr):
-        """cnt += #(mag >= (lo + hi) / 2), lo = st[0], hi = st[1]."""
+    def _mstopk_hist_kernel(mag_ptr, n, st_ptr, hist_ptr, start, MASKED: tl.constexpr, BITS: tl.constexpr,
+                            BLOCK: tl.constexpr, ITERS: tl.constexpr):
+        """Histogram over the 2**BITS leaves of the binary-search tree below [lo, hi] = st[0:2]: each
+        entry descends BITS levels by the same fp32 midpoints (l + h) / 2 the search computes, right
+        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf)."""
         lo = tl.load(st_ptr)
         hi = tl.load(st_ptr + 1)
-        mid = (lo + hi) / 2
         base = start + tl.program_id(0) * (BLOCK * ITERS)
-        acc = tl.zeros([BLOCK], dtype=tl.int32)
+        acc = tl.zeros([1 << BITS], dtype=tl.int32)
         for it in range(ITERS):
             idx = base + it * BLOCK + tl.arange(0, BLOCK)
-            v = _ld(mag_ptr + idx, idx < n, -1.0, MASKED)
-            acc += (v >= mid).to(tl.int32)
-        tl.atomic_add(cnt_ptr, tl.sum(acc, axis=0), sem="relaxed")
+            m = idx < n
+            v = _ld(mag_ptr + idx, m, 0.0, MASKED)
+            lo_v = tl.zeros([BLOCK], dtype=tl.float32) + lo
+            hi_v = tl.zeros([BLOCK], dtype=tl.float32) + hi
+            leaf = tl.zeros([BLOCK], dtype=tl.int32)
+            for _ in tl.static_range(BITS):
+                mid = (lo_v + hi_v) * 0.5  # == (lo + hi) / 2: halving is exact
+                right = v >= mid
+                lo_v = tl.where(right, mid, lo_v)
+                hi_v = tl.where(right, hi_v, mid)
+                leaf = leaf * 2 + right.to(tl.int32)
+            if MASKED:
+                acc += tl.histogram(leaf, 1 << BITS, mask=m)
+            else:
+                acc += tl.histogram(leaf, 1 << BITS)
+        tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
 
     @triton.jit
-    def _mstopk_step_kernel(st_ptr, cnt_ptr, k):
-        """One binary-search step on st = [lo, hi, t1, t2] and cnt = [count, c1] (count reset)."""
+    def _mstopk_walk_kernel(st_ptr, cnt_ptr, hist_ptr, k, BITS: tl.constexpr):
+        """BITS binary-search steps on st = [lo, hi, t1, t2], cnt = [c1, c2], each step's count
+        #(mag >= mid) read from the leaf histogram: the entries in the leaves right of the split."""
         lo = tl.load(st_ptr)
         hi = tl.load(st_ptr + 1)
         t1 = tl.load(st_ptr + 2)
         t2 = tl.load(st_ptr + 3)
-        count = tl.load(cnt_ptr)
-        c1 = tl.load(cnt_ptr + 1)
-        mid = (lo + hi) / 2
-        few = count <= k
-        tl.store(st_ptr, tl.where(few, lo, mid))
-        tl.store(st_ptr + 1, tl.where(few, mid, hi))
-        tl.store(st_ptr + 2, tl.where(few, mid, t1))
-        tl.store(st_ptr + 3, tl.where(few, t2, mid))
-        tl.store(cnt_ptr + 1, tl.where(few, count, c1))
-        tl.store(cnt_ptr, 0)
+        c1 = tl.load(cnt_ptr)
+        c2 = tl.load(cnt_ptr + 1)
+        leaves = tl.arange(0, 1 << BITS)
+        at_least = tl.cumsum(tl.load(hist_ptr + leaves), axis=0, reverse=True)  # entries in leaves >= j
+        first = 0  # first leaf of the current node
+        for d in tl.static_range(BITS):
+            half: tl.constexpr = 1 << (BITS - 1 - d)
+            mid = (lo + hi) * 0.5
+            count = tl.sum(tl.where(leaves == first + half, at_least, 0), axis=0)
+            few = count <= k
+            hi = tl.where(few, mid, hi)
+            lo = tl.where(few, lo, mid)
+            t1 = tl.where(few, mid, t1)
+            c1 = tl.where(few, count, c1)
+            t2 = tl.where(few, t2, mid)
+            c2 = tl.where(few, c2, count)
+            first = tl.where(few, first, first + half)
+        tl.store(st_ptr, lo)
+        tl.store(st_ptr + 1, hi)
+        tl.store(st_ptr + 2, t1)
+        tl.store(st_ptr + 3, t2)
+        tl.store(cnt_ptr, c1)
+        tl.store(cnt_ptr + 1, c2)
 
 
 # ====================================================================== choosing
@@ -995,17 +1023,27 @@ def row_scatter(values: torch.Tensor, offsets: torch.Tensor, n: int, length: int
     return out
 
 
+#: binary-search steps MSTopK's fused search resolves per pass over |g| (a 2**10-leaf histogram)
+_MSTOPK_BITS = 10
+
+
 def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype):
-    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) with two launches a step:
-    one counting pass and one scalar update, instead of about a dozen small ops. Returns the 0-d
-    tensors (t1, c1, t2) of :class:`~studykit.compressors.sparsification.MSTopK`'s reference loop
-    (same arithmetic: mid = (lo + hi) / 2 in fp32, exact integer counts)."""
+    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / 10)
+    passes over ``mag`` and two launches a pass, instead of a pass and two launches a step: each
+    pass histograms every entry into the 2**10 leaves of the next ten steps' midpoint tree, and a
+    one-program kernel then takes the ten steps with the counts read from the histogram. Returns
+    the 0-d tensors (t1, c1, t2, c2) of :class:`~studykit.compressors.sparsification.MSTopK`'s
+    reference loop, bit for bit (the same fp32 midpoints (lo + hi) / 2, exact integer counts)."""
     n = mag.numel()
     dev = mag.device
     st = torch.stack([lo.float(), hi.float(), torch.full((), float("inf"), device=dev), torch.zeros((), device=dev)])
-    cnt = torch.zeros(2, dtype=torch.int32, device=dev)
-    block, iters = 4096, 4
-    for _ in range(rounds):
-        _launch(_count_ge_kernel, n, n, block * iters, mag, n, st, cnt, BLOCK=block, ITERS=iters)
-        _mstopk_step_kernel[(1,)](st, cnt, k)
-    return st[2], cnt[1].to(count_dtype), st[3]
+    cnt = torch.arange(2, dtype=torch.int32, device=dev) * n  # [c1, c2] = [0, n], made on the device
+    steps = [min(_MSTOPK_BITS, rounds - i) for i in range(0, rounds, _MSTOPK_BITS)]
+    hists = torch.zeros(sum(1 << b for b in steps), dtype=torch.int32, device=dev)
+    block, iters, start = 1024, 8, 0
+    for bits in steps:
+        hist = hists[start:start + (1 << bits)]
+        _launch(_mstopk_hist_kernel, n, n, block * iters, mag, n, st, hist, BITS=bits, BLOCK=block, ITERS=iters)
+        _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=bits)
+        start += 1 << bits
+    return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)

@@ -264,7 +264,7 @@ def _(self, flat, k):  # radix select: no sort, no host sync
 
 
 @override(MSTopK, "_search", when=lambda self, mag, k, lo, hi, count_dtype: _fast.enabled(mag))
-def _(self, mag, k, lo, hi, count_dtype):  # the same search, two launches a step instead of about a dozen
+def _(self, mag, k, lo, hi, count_dtype):  # the same search, ten steps per pass over |g| (a 2**10-leaf histogram)
     return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
 
 

@@ -244,12 +244,18 @@ class MSTopK(_GatherSparse):
     Instead of a sort, ``samplings`` rounds of binary search for a magnitude threshold
     between mean(|g|) and max(|g|): each round counts the entries at or above the
     midpoint. The search keeps the lowest threshold t1 reached with at most k entries
-    (count c1) and the highest t2 with more than k. All c1 entries >= t1 are sent, then
-    k - c1 entries drawn at random from those in [t2, t1) (Shi et al., Algorithm 1: "randomly
-    select"; uniform without replacement: the band entries with the largest random keys,
-    keys from the generator of (seed, step)): exactly k values and int32 positions,
-    8k bytes, as in the paper. Fixed shapes throughout (``torch.nonzero_static``, ``topk``),
-    so it is meta-safe. Cost: ``samplings`` + ~5 passes over |g| and one top-k of random keys.
+    (count c1) and the highest t2 with more than k (count c2). All c1 entries >= t1 are
+    sent, then k - c1 entries drawn at random from the c2 - c1 in [t2, t1) (Shi et al.,
+    Algorithm 1: "randomly select"; uniform without replacement: the band entries with the
+    largest random keys, keys from the generator of (seed, step); :meth:`band_fill`):
+    exactly k values and int32 positions, 8k bytes, as in the paper.
+
+    No host synchronisation and fixed shapes throughout (bracket, counts and thresholds stay
+    0-d device tensors moved by ``torch.where``; ``torch.nonzero_static``; a sort of a bounded
+    candidate set), so it is meta-safe and a GPU never waits for the host. Cost: ``samplings``
+    + ~8 passes over |g| and a sort of about k random keys (the fused search of
+    :mod:`studykit.compressors.fastpath` does the ``samplings`` rounds in ceil(samplings / 10)
+    passes).
     """
 
     name = "mstopk"
@@ -269,32 +275,56 @@ class MSTopK(_GatherSparse):
         mag = flat.abs()
         lo, hi = mag.mean(), mag.max()
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
-        t1, c1, t2 = self._search(mag, k, lo, hi, count_dtype)
-        above = mag >= t1
-        band = (mag >= t2) & ~above
-        # first k positions of each set; the fill value numel marks "none"
-        idx_above = torch.nonzero_static(above, size=k, fill_value=numel).view(-1)
-        # k - c1 band entries at random: the k largest random keys among the band (others -1)
-        keys = torch.rand(numel, generator=self.generator(flat.device), device=flat.device)
-        ranked = torch.topk(torch.where(band, keys, -1.0), k, sorted=True)
-        idx_band = torch.where(ranked.values >= 0, ranked.indices, numel)
+        t1, c1, t2, c2 = self._search(mag, k, lo, hi, count_dtype)
+        # first k positions at or above t1 (there are c1 <= k); the fill value numel marks "none"
+        idx_above = torch.nonzero_static(mag >= t1, size=k, fill_value=numel).view(-1)
+        idx_band = self.band_fill(mag, t1, t2, k - c1, c2 - c1, k)
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
         return _drop_fill(flat, indices)
 
     def _search(self, mag, k, lo, hi, count_dtype):
-        """``samplings`` rounds of binary search for the threshold; returns (t1, c1, t2)."""
-        # t1: count(mag >= t1) = c1 <= k (starts at +inf, count 0); t2: count > k (0 counts all)
+        """``samplings`` rounds of binary search for the threshold (Shi et al. 2021, Algorithm 1);
+        returns the 0-d tensors (t1, c1, t2, c2): c1 = #(mag >= t1) <= k < c2 = #(mag >= t2)."""
+        # t1 starts at +inf (count 0); t2 at 0, which every entry but NaN reaches (count taken as numel)
         t1 = torch.full((), math.inf, device=mag.device)
         c1 = torch.zeros((), dtype=count_dtype, device=mag.device)
         t2 = torch.zeros((), device=mag.device)
+        c2 = torch.full((), mag.numel(), dtype=count_dtype, device=mag.device)
         for _ in range(self.samplings):
             mid = (lo + hi) / 2
             count = (mag >= mid).sum(dtype=count_dtype)
             few = count <= k
             hi, lo = torch.where(few, mid, hi), torch.where(few, lo, mid)
-            t1, c1, t2 = torch.where(few, mid, t1), torch.where(few, count, c1), torch.where(few, t2, mid)
-        return t1, c1, t2
+            t1, c1 = torch.where(few, mid, t1), torch.where(few, count, c1)
+            t2, c2 = torch.where(few, t2, mid), torch.where(few, c2, count)
+        return t1, c1, t2, c2
+
+    def band_fill(self, mag, t1, t2, want, band_size, k: int) -> torch.Tensor:
+        """Positions (int64, k slots) of the band [t2, t1) entries with the largest random keys,
+        largest first: the first ``want`` (0-d tensor, at most k) are a uniform random
+        ``want``-subset of the band (Shi et al. 2021, Algorithm 1's random selection); slots
+        without a band entry hold ``numel``.
+
+        Every entry draws a key (``torch.rand`` from the generator of (seed, step)); only band
+        entries whose key is in the top (want + margin) / band_size fraction become candidates,
+        at most ``k + 2 margin`` of them (margin = 8 sqrt(k) + 16: the candidate count is a binomial
+        with mean want + margin, so fewer than ``want`` or more than the capacity lie 8 standard
+        deviations out, probability below 1e-14), and the candidates are sorted by key. The
+        candidates hold the band's ``want`` largest keys, so the pick is that of a top-k of the keys
+        over the whole band, without a top-k over all n entries (11.5x the memory floor on an H200).
+        """
+        numel = mag.numel()
+        keys = torch.rand(numel, generator=self.generator(mag.device), device=mag.device)
+        margin = 8 * math.sqrt(k) + 16
+        capacity = min(numel, k + 2 * math.ceil(margin))
+        # band_size >= want + 1 (c2 > k >= ... ) except with NaNs, where a small q only adds candidates
+        q = 1 - (want + margin) / band_size.clamp(min=1)
+        candidate = (mag >= t2) & (mag < t1) & (keys >= q)
+        idx = torch.nonzero_static(candidate, size=capacity, fill_value=numel).view(-1)
+        ckeys = torch.where(idx < numel, keys[idx.clamp(max=numel - 1)], -1.0)
+        ordered, order = torch.sort(ckeys, descending=True)
+        return torch.where(ordered >= 0, idx[order], numel)[:k]  # capacity >= k as numel >= k
 
 
 def _drop_fill(flat: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
