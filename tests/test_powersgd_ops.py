@@ -1,0 +1,122 @@
+"""PowerSGD's encode/decode with fewer tensor operations (issue 19 item 2): same bits, fewer ops.
+
+The outputs of ``PowerSGD.reduce`` (the estimate, and this worker's decoding where asked) over several
+steps, seeds, world sizes (1, and 2 through :class:`~studykit.comm.SimGroup`), ranks, warm start on and
+off, the low-overhead variants and error feedback are hashed and compared with the digests the kit gave
+at commit ``531fb59`` (before the op cuts), float32 on CPU. BLAS libraries may round differently on
+another CPU (another kernel for the same product): a canary product is hashed first, and where it
+differs from the recording machine's the comparison is skipped (it says so), not failed.
+"""
+import hashlib
+import importlib.util
+import os
+import threading
+
+import pytest
+import torch
+
+from studykit import compressors as C
+from studykit import models
+from studykit.comm import LocalComm, SimGroup
+
+RESNET50 = tuple(models.param_shapes("resnet50"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: compressed at rank 2 and 4: several row counts (P is padded for Gram-Schmidt), a group whose
+#: tensors have different shapes but one matrix shape ((8, 4, 3, 3) and (8, 36)), ranks clipped by
+#: the matrix ((64, 3, 3, 3) at rank 4 is 64 x 27; (5, 5, 3, 3) is 5 x 45), groups of one and of
+#: several matrices; dense: a bias and (3, 2)
+SHAPES = ((24, 16), (7,), (8, 4, 3, 3), (8, 4, 3, 3), (8, 36), (40, 12), (3, 2), (40, 12), (24, 20),
+          (16, 8, 1, 1), (5, 5, 3, 3), (64, 3, 3, 3), (16,), (40, 12))
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("powersgd_ops_bench", os.path.join(ROOT, "benchmarks", "powersgd_ops.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _grads(shapes, seed: int, step: int, rank: int, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed * 1000 + step * 10 + rank)
+    return [torch.randn(s, generator=g).to(dtype) for s in shapes]
+
+
+def _digest(tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def run_protocol(shapes=SHAPES, *, world_size=1, steps=4, seed=0, keys=("k",), dtype=torch.float32,
+                 return_local=False, **params) -> str:
+    """Digest of every worker's outputs over ``steps`` calls per key (keys interleaved)."""
+    comps = [C.get("powersgd", seed=seed, **params) for _ in range(world_size)]
+    out: list = [[] for _ in range(world_size)]
+    group = SimGroup(world_size) if world_size > 1 else None
+    for step in range(steps):
+        for key in keys:
+            grads = [_grads(shapes, seed, step, r, dtype) for r in range(world_size)]
+
+            def call(r):
+                comm = group.comm(r) if group else LocalComm()
+                res = comps[r].reduce(grads[r], comm, key=key, return_local=return_local)
+                out[r].extend([*res[0], *res[1]] if return_local else res)
+
+            if group is None:
+                call(0)
+            else:
+                threads = [threading.Thread(target=call, args=(r,)) for r in range(world_size)]
+                [t.start() for t in threads]
+                [t.join() for t in threads]
+    return _digest([t for per in out for t in per])
+
+
+#: name -> (run_protocol arguments, digest at commit 531fb59 on the recording machine)
+CASES = {
+    "default_r2_ws1": (dict(rank=2), "0fd13e579813c793"),
+    "default_r4_ws1_seed3": (dict(rank=4, seed=3), "c5d5681ed1cd356e"),
+    "default_r2_ws2": (dict(rank=2, world_size=2), "2db7c8e40aeeeb18"),
+    "default_r4_ws2_local": (dict(rank=4, world_size=2, return_local=True), "df6fe11f90eb9e43"),
+    "cold_r2_ws2": (dict(rank=2, world_size=2, warm_start=False), "1c546a7e5c6e4737"),
+    "cold_r4_ws1_no_ef": (dict(rank=4, warm_start=False, error_feedback=False, return_local=True), "e9b72ca718313d05"),
+    "once_reuse3_ws1": (dict(rank=2, orthogonalize="once", reuse=3, steps=5), "e0e50e0d1809a8c6"),
+    "once_reuse3_ws2": (dict(rank=4, orthogonalize="once", reuse=3, steps=5, world_size=2), "6c18eb0d8588a8b3"),
+    "reuse2_cold_ws2": (dict(rank=2, reuse=2, warm_start=False, steps=5, world_size=2), "001b303e1da40cfa"),
+    "two_keys_ws2": (dict(rank=2, world_size=2, keys=("a", "b"), steps=3), "18a1d5f47f18ba05"),
+    "bf16_ws2": (dict(rank=2, world_size=2, dtype=torch.bfloat16), "7437140e2bcb628c"),
+    "no_ef_ws1": (dict(rank=4, error_feedback=False), "87b33c3f3335ccab"),
+    "resnet50_ws1": (dict(shapes=RESNET50, rank=4, steps=2), "19b7c38edfbe9314"),
+    "resnet50_once_reuse4_ws1": (dict(shapes=RESNET50, rank=4, orthogonalize="once", reuse=4, steps=5), "6f957bf9dbf3e6e3"),
+    "resnet50_ws2": (dict(shapes=RESNET50, rank=4, steps=2, world_size=2), "e717741a2d3193cd"),
+}
+
+
+#: the canary's digest on the recording machine (2-core AMD EPYC VM, torch 2.13 CPU, 2 threads)
+CANARY = "4c0c452e16b003b8"
+
+
+def _canary() -> str:
+    g = torch.Generator().manual_seed(0)
+    outs = []
+    for b, n, m, r in ((1, 1000, 2048, 4), (3, 40, 12, 2), (2, 256, 576, 4), (4, 64, 27, 4)):
+        a, q = torch.randn(b, n, m, generator=g), torch.randn(b, m, r, generator=g)
+        outs += [torch.bmm(a, q), torch.bmm(a.transpose(1, 2), torch.bmm(a, q))]
+    return _digest(outs)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_outputs_are_bit_identical_to_the_committed_code(name):
+    if _canary() != CANARY:
+        pytest.skip("this CPU's BLAS rounds the canary product differently from the recording machine: "
+                    "the digests of commit 531fb59 do not apply here")
+    kw, want = CASES[name]
+    assert run_protocol(**kw) == want, f"{name}: PowerSGD's outputs changed bits against commit 531fb59"
+
+
+if __name__ == "__main__":  # print the digests of this checkout (how CASES was filled)
+    print("CANARY =", repr(_canary()))
+    for name, (kw, _) in CASES.items():
+        print(f"    {name!r}: {run_protocol(**kw)!r},")
