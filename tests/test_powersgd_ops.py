@@ -120,3 +120,90 @@ if __name__ == "__main__":  # print the digests of this checkout (how CASES was 
     print("CANARY =", repr(_canary()))
     for name, (kw, _) in CASES.items():
         print(f"    {name!r}: {run_protocol(**kw)!r},")
+
+
+# ------------------------------------------------------------------ fewer operations
+def test_orthonormalize_issues_the_documented_number_of_operations():
+    from studykit.compressors.lowrank import orthonormalize_
+    count_ops = _bench().count_ops
+    for r, passes, want in ((4, 2, 34), (4, 1, 28), (1, 2, 4), (3, 2, 24)):
+        x = torch.randn(5, 12, r)
+        total, by_op, _ = count_ops(lambda x=x, passes=passes: orthonormalize_(x, passes))
+        assert total == 4 + (6 + 2 * passes) * (r - 1) == want, (r, passes, by_op)
+
+
+def test_resnet50_call_issues_at_most_about_two_fifths_of_the_former_operations():
+    """531fb59 dispatched 515 aten operations per default call on ResNet-50 (records in
+    data/benchmarks/powersgd_ops_cpu/, mode 'before'); the op cuts bring it to about 200:
+    per group at most 8 (stack, P, Q, decode, their views) plus one batched Gram-Schmidt."""
+    count_ops = _bench().count_ops
+    comp = C.get("powersgd", rank=4)
+    grads = [torch.randn(s) for s in RESNET50]
+    comp.reduce(grads, key="k")
+    total, by_op, _ = count_ops(lambda: comp.reduce(grads, key="k"))
+    groups = len(comp.layout(RESNET50).groups)
+    assert total <= 8 * groups + 34 + 30, by_op
+    assert by_op["bmm"] == 3 * groups + 6  # P, Q and the decode per group; Gram-Schmidt's 6 at r = 4
+    assert "slice" not in by_op or by_op["slice"] <= 8  # Gram-Schmidt's columns only
+
+
+def test_committed_after_records_count_what_the_code_issues():
+    """The committed 'after' op counts are this code's (a change of the code must rerun the benchmark)."""
+    from studykit.measure.records import load_records
+    bench = _bench()
+    recs = [r for r in load_records(os.path.join(ROOT, "data", "benchmarks", "powersgd_ops_cpu", "powersgd_ops.jsonl"),
+                                    quiet=True) if r["mode"] == "after" and r["model"] == "resnet50"]
+    assert {r["phase"] for r in recs} == set(bench.VARIANTS)
+    if any(r["torch"] != torch.__version__ for r in recs):
+        pytest.skip("the records were counted with another torch version")
+    grads = [torch.randn(s) for s in RESNET50]
+    for r in recs:
+        comp = C.get("powersgd", rank=bench.RANK, **bench.VARIANTS[r["phase"]])
+        for _ in range(bench.SETTLE_CALLS):
+            comp.reduce(grads, key="grads")
+        total, _, _ = bench.count_ops(lambda comp=comp: comp.reduce(grads, key="grads"), calls=r["calls_counted"])
+        assert total == r["ops_per_call"], r["phase"]
+
+
+def test_committed_table_is_generated_from_the_records(tmp_path):
+    bench = _bench()
+    folder = os.path.join(ROOT, "data", "benchmarks", "powersgd_ops_cpu")
+    copy = tmp_path / "powersgd_ops.jsonl"
+    copy.write_bytes(open(os.path.join(folder, "powersgd_ops.jsonl"), "rb").read())
+    assert bench.report(copy, verbose=False) == open(os.path.join(folder, "powersgd_ops.md"), encoding="utf-8").read()
+
+
+# ------------------------------------------------------------------ the workspace is safe to keep
+def test_returned_tensors_are_not_overwritten_by_the_next_call():
+    for params in ({"rank": 2}, {"rank": 2, "reuse": 2, "error_feedback": False}):
+        comp = C.get("powersgd", **params)
+        first = comp.reduce(_grads(SHAPES, 0, 0, 0), key="k", return_local=True)
+        kept = [t.clone() for part in first for t in part]
+        for step in range(1, 4):
+            comp.reduce(_grads(SHAPES, 0, step, 0), key="k", return_local=True)
+        assert all(torch.equal(a, b) for a, b in zip(kept, [t for part in first for t in part]))
+
+
+def test_nonfinite_call_leaves_no_trace_in_the_padding():
+    """The zero padding of the Gram-Schmidt batches is rewritten every call: after a NaN gradient
+    (allowed), a cold-start call gives what it gives after a finite one."""
+    outs = []
+    for first in (float("nan"), 1.0):
+        comp = C.get("powersgd", rank=2, warm_start=False, error_feedback=False, allow_nonfinite=True)
+        comp.reduce([torch.full(s, first) for s in SHAPES], key="k")
+        outs.append(comp.reduce(_grads(SHAPES, 1, 1, 0), key="k"))
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+    assert all(torch.isfinite(t).all() for t in outs[0])
+
+
+def test_workspace_follows_shapes():
+    """Other shapes under the same key: new buffers and a cold start (as the former state's shape check)."""
+    comp = C.get("powersgd", rank=2, error_feedback=False)
+    a, b = _grads(SHAPES, 0, 0, 0), _grads(SHAPES[:6], 0, 1, 0)
+    comp.reduce(a, key="k")
+    got = comp.reduce(b, key="k")
+    fresh = C.get("powersgd", rank=2, error_feedback=False)
+    fresh.step = 1  # the same shared random Q as the second call's
+    want = fresh.reduce(b, key="k")
+    assert all(torch.equal(x, y) for x, y in zip(got, want))
+    assert comp.state["k"]["ws"].shapes == tuple(map(tuple, SHAPES[:6]))
