@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,8 +170,8 @@ def test_committed_table_is_generated_from_the_records(tmp_path):
     bench = _bench()
     folder = os.path.join(ROOT, "data", "benchmarks", "powersgd_ops_cpu")
     copy = tmp_path / "powersgd_ops.jsonl"
-    copy.write_bytes(open(os.path.join(folder, "powersgd_ops.jsonl"), "rb").read())
-    assert bench.report(copy, verbose=False) == open(os.path.join(folder, "powersgd_ops.md"), encoding="utf-8").read()
+    copy.write_bytes(Path(folder, "powersgd_ops.jsonl").read_bytes())
+    assert bench.report(copy, verbose=False) == Path(folder, "powersgd_ops.md").read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------ the workspace is safe to keep
@@ -207,3 +208,19 @@ def test_workspace_follows_shapes():
     want = fresh.reduce(b, key="k")
     assert all(torch.equal(x, y) for x, y in zip(got, want))
     assert comp.state["k"]["ws"].shapes == tuple(map(tuple, SHAPES[:6]))
+
+
+def test_a_deep_copy_carries_its_own_workspace():
+    """``copy.deepcopy`` (the training loop's shadow compressor) keeps the views inside the copy's own
+    buffers: the copy and the original go on alike and independently."""
+    import copy
+    comp = C.get("powersgd", rank=2, reuse=2)
+    comp.reduce(_grads(SHAPES, 0, 0, 0), key="k")
+    twin = copy.deepcopy(comp)
+    ws = twin.state["k"]["ws"]
+    assert ws.ps[0].untyped_storage().data_ptr() == ws.ortho.untyped_storage().data_ptr()
+    assert ws.ortho.untyped_storage().data_ptr() != comp.state["k"]["ws"].ortho.untyped_storage().data_ptr()
+    for step in range(1, 4):
+        grads = _grads(SHAPES, 0, step, 0)
+        a, b = comp.reduce(grads, key="k"), twin.reduce(grads, key="k")
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), step
