@@ -68,11 +68,13 @@ class _OpCounter(TorchDispatchMode):
     def __init__(self, sites: bool):
         super().__init__()
         self.ops: collections.Counter = collections.Counter()
+        self.views = 0  # operations whose output aliases an input (no kernel on a GPU)
         self.sites: collections.Counter = collections.Counter()
         self._want_sites = sites
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[func.overloadpacket.__name__] += 1
+        self.views += bool(func.is_view)
         if self._want_sites:
             kit = [f for f in traceback.extract_stack() if "studykit" in Path(f.filename).parts]
             f = kit[-1] if kit else None
@@ -81,15 +83,17 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count_ops(fn, calls: int = 1, sites: bool = False) -> tuple[float, dict, dict]:
+def count_ops(fn, calls: int = 1, sites: bool = False, views: bool = False) -> tuple:
     """Aten operations that ``calls`` calls of ``fn`` dispatch, per call: ``(total, by op name, by site)``
-    (the per-call mean; ``sites=True`` also attributes each operation to the kit's innermost line)."""
+    (the per-call mean; ``sites=True`` also attributes each operation to the kit's innermost line;
+    ``views=True`` appends the number of them that are views, ``OpOverload.is_view``)."""
     counter = _OpCounter(sites)
     with counter:
         for _ in range(calls):
             fn()
     per = {k: v / calls for k, v in counter.ops.most_common()}
-    return sum(counter.ops.values()) / calls, per, {k: v / calls for k, v in counter.sites.most_common()}
+    out = (sum(counter.ops.values()) / calls, per, {k: v / calls for k, v in counter.sites.most_common()})
+    return (*out, counter.views / calls) if views else out
 
 
 def _grads(model: str) -> list[torch.Tensor]:
@@ -123,12 +127,12 @@ def run(model_names, variants, label: str, writer: RecordWriter, *, policy: benc
             for _ in range(SETTLE_CALLS):
                 call()
             cycle = int(params.get("reuse", 1))
-            total, by_op, by_site = count_ops(call, calls=cycle, sites=True)
+            total, by_op, by_site, n_views = count_ops(call, calls=cycle, sites=True, views=True)
             timing = time_fn(call, device="cpu", **policy.timing_kw("cpu"))
             lay = comp.layout([t.shape for t in grads])
             rec = make_record(KIND, _cid(model, variant, label), device="cpu", timing=timing, model=model,
                               compressor="powersgd", mode=label, phase=variant, params={"rank": RANK, **params},
-                              ops_per_call=total, ops_by_name=by_op, ops_by_site=by_site, calls_counted=cycle,
+                              ops_per_call=total, views_per_call=n_views, ops_by_name=by_op, ops_by_site=by_site, calls_counted=cycle,
                               n_tensors=len(grads), n_dense=len(lay.dense), n_groups=len(lay.groups),
                               n_ortho_batches=len(lay.ortho), reps_capped=policy.capped(timing),
                               loadavg_1m=loadavg_1m(), **policy.fields("cpu"))
@@ -147,7 +151,7 @@ def table(records) -> str:
     by = {(r["model"], r["phase"], r["mode"]): r for r in records if r.get("kind") == KIND and r.get("status") == "ok"}
     labels = [x for x in ("before", "after") if any(k[2] == x for k in by)]
     labels += sorted({k[2] for k in by} - set(labels))
-    head = " | ".join(f"ops/call {x} | ms {x} [q25-q75] n" for x in labels)
+    head = " | ".join(f"ops/call {x} (not views) | ms {x} [q25-q75] n" for x in labels)
     lines = [f"| model | variant | groups (tensors) | {head} | ops before / after | load 1 min |",
              "|---|---|---:|" + "---:|---|" * len(labels) + "---:|---|"]
     for model in [m for m in MODELS if any(k[0] == m for k in by)] + sorted({k[0] for k in by} - set(MODELS)):
@@ -157,7 +161,7 @@ def table(records) -> str:
             cells = []
             for r in recs:
                 cells += (["—", "—"] if r is None else
-                          [f"{r['ops_per_call']:.0f}", f"{r['ms_median']:.1f} [{r['ms_q25']:.1f}-{r['ms_q75']:.1f}] {r['n_iter']}"])
+                          [f"{r['ops_per_call']:.0f} ({r['ops_per_call'] - r['views_per_call']:.0f})", f"{r['ms_median']:.1f} [{r['ms_q25']:.1f}-{r['ms_q75']:.1f}] {r['n_iter']}"])
             b, a = by.get((model, variant, "before")), by.get((model, variant, "after"))
             ratio = f"{b['ops_per_call'] / a['ops_per_call']:.2f}" if a and b else "—"
             load = ", ".join("—" if r is None or r.get("loadavg_1m") is None else f"{r['loadavg_1m']:.2f}" for r in recs)
@@ -196,7 +200,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"policy: at least {first['min_reps']} repetitions and {first['min_time_s']:g} s of timed calls, "
             f"at most {first['budget_s']:g} s, timer {first['timer']}; world size 1 (`LocalComm`).\n\n"
             f"`ops/call`: aten operations dispatched per call (views included), mean over `reuse` consecutive "
-            f"calls; `ms`: median wall time per call on the CPU; `load 1 min`: the machine's load average "
+            f"calls, in brackets those that are not views (each launches one or more kernels on a GPU); `ms`: median wall time per call on the CPU; `load 1 min`: the machine's load average "
             f"when each was timed.\n\n{table(records)}\n\n## Where they go: ResNet-50, default variant\n\n"
             f"{sites_table(records)}\n")
     out.with_suffix(".md").write_text(text, encoding="utf-8")
