@@ -21,7 +21,12 @@ Speed: matrices of the same shape are stacked and handled by batched matmuls
 (``torch.bmm``), and PowerSGD orthogonalizes all P factors of equal row count (or
 rows padded with zeros up to a common count, while the padding stays cheap) in one
 batched Gram-Schmidt, so the number of kernels grows with the number of distinct
-shapes, not with the number of tensors.
+shapes, not with the number of tensors. PowerSGD is launch-bound on a GPU (issue 19 item 2:
+host time above device time), so its per-call operations are few: its buffers and every
+per-group view of them are made once per ``key`` (:class:`_Workspace`), the Ps go into their
+padded Gram-Schmidt batches by one ``index_copy_``, and a round is one ``bmm`` per group
+(``benchmarks/powersgd_ops.py`` counts them, before and after: ``data/benchmarks/powersgd_ops_cpu/``;
+the results are bit-identical to the former code's, ``tests/test_powersgd_ops.py``).
 
 Everything is meta-safe: payload sizes depend on shapes alone and nothing branches
 on tensor values, so :meth:`Compressor.plan` runs the real protocol on ``meta`` tensors.
@@ -34,7 +39,6 @@ from numbers import Real
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from studykit.compressors.base import Compressor
 from studykit.compressors.registry import register
@@ -112,6 +116,21 @@ class _Layout:
         self.p_offset = _offsets(self.p_numel)
         self.q_offset = _offsets(self.q_numel)
         self.ortho = self._ortho_batches()
+        # the Gram-Schmidt buffer: every ortho batch (total, rows, r) back to back; group j's P is
+        # rows [:n] of batch entries ortho_start[j] .. + batch of ortho batch ortho_of[j]
+        self.any_padded = any(ob.padded for ob in self.ortho)
+        self.ortho_numel, self.ortho_offset = [], []
+        self.ortho_of, self.ortho_start = [0] * len(self.groups), [0] * len(self.groups)
+        acc = 0
+        for b, ob in enumerate(self.ortho):
+            start = 0
+            for j in ob.groups:
+                self.ortho_of[j], self.ortho_start[j] = b, start
+                start += self.groups[j].batch
+            self.ortho_offset.append(acc)
+            self.ortho_numel.append(start * ob.rows * self.groups[ob.groups[0]].r)
+            acc += self.ortho_numel[-1]
+        self.ortho_offset.append(acc)
 
     def _ortho_batches(self) -> tuple[_OrthoBatch, ...]:
         out: list[_OrthoBatch] = []
@@ -144,7 +163,12 @@ def _scatter(out: torch.Tensor, group: _Group, tensors: Sequence[torch.Tensor], 
     """Put the rows of the batch ``out`` (B, n, m) into ``dest`` at the group's positions,
     shaped like the gradients (views, no copies)."""
     if group.shape is not None:
-        for i, x in zip(group.index, out.view(group.batch, *group.shape).unbind(0)):
+        if group.batch == 1:  # one view, not a view and an unbind (host time counts)
+            dest[group.index[0]] = out.view(group.shape)
+            return
+        if len(group.shape) != 2:  # a 2-D gradient is already (n, m): unbind the batch as it is
+            out = out.view(group.batch, *group.shape)
+        for i, x in zip(group.index, out.unbind(0)):
             dest[i] = x
     else:
         for i, x in zip(group.index, out.unbind(0)):
@@ -204,9 +228,13 @@ class _LowRank(Compressor):
         input itself (sent exactly, so error feedback keeps no residual for them)."""
         if not lay.dense:
             return
-        # cat copies, so the all-reduce may work in place; one cast for all
-        flat = torch.cat([tensors[i].reshape(-1) for i in lay.dense]).float()
-        flat = comm.all_reduce(flat) / comm.world_size
+        # cat copies, so the all-reduce may work in place; one cast for all; a 1-D tensor (a bias,
+        # a norm weight: most of them) goes in as it is, without a reshape (an op each: host time)
+        flat = torch.cat([tensors[i] if len(lay.shapes[i]) == 1 else tensors[i].reshape(-1)
+                          for i in lay.dense]).float()
+        flat = comm.all_reduce(flat)
+        if comm.world_size > 1:  # x / 1 == x: no pass at world size 1
+            flat = flat / comm.world_size
         for i, piece in zip(lay.dense, flat.split(lay.dense_numel)):
             shape = tensors[i].shape
             avg[i] = piece if piece.shape == shape else piece.view(shape)
@@ -222,17 +250,72 @@ def orthonormalize_(x: torch.Tensor, passes: int = 2) -> torch.Tensor:
     is projected off the previous ones twice, so columns stay orthogonal to working
     precision even when P is rank-deficient (a zero gradient, rank above the
     gradient's own rank); a column that is (numerically) zero stays zero. Rows of
-    zeros (padding) stay zero and do not change the result. About ``7 * r`` kernels
-    for the whole batch, where ``torch.linalg.qr`` on CUDA loops over the batch.
+    zeros (padding) stay zero and do not change the result. ``F.normalize(col, dim=1,
+    eps=_NORM_EPS)`` written out (norm, clamp, one division straight into ``x``: the same
+    arithmetic, two operations fewer per column). ``4 + (6 + 2 * passes) * (r - 1)``
+    operations for the whole batch (34 at r = 4 with two passes, 28 with one), where
+    ``torch.linalg.qr`` on CUDA loops over the batch.
     """
     for i in range(x.shape[-1]):
-        col = x[:, :, i:i + 1]
+        dst = col = x[:, :, i:i + 1]
         if i:
             prev = x[:, :, :i]
+            prev_t = prev.transpose(1, 2)
             for _ in range(passes):  # 2: "twice is enough"; 1: classical Gram-Schmidt
-                col = torch.baddbmm(col, prev, torch.bmm(prev.transpose(1, 2), col), alpha=-1)
-        x[:, :, i:i + 1] = F.normalize(col, dim=1, eps=_NORM_EPS)
+                col = torch.baddbmm(col, prev, torch.bmm(prev_t, col), alpha=-1)
+        norm = torch.linalg.vector_norm(col, dim=1, keepdim=True).clamp_min_(_NORM_EPS)
+        torch.div(col, norm, out=dst)
     return x
+
+
+class _Workspace:
+    """PowerSGD's buffers for one ``key`` (Vogels et al. 2019, Algorithm 1: P, Q and the mean Q), with
+    every per-group view made once: a call then issues one ``bmm`` per group and round instead of
+    a slice, a view and a ``bmm`` (issue 19 item 2: the codec is launch-bound, views cost host time).
+
+    ``q`` is the all-reduced Q of the last call (the warm start of the next, ``state[key]["q"]``);
+    ``ps`` the orthonormalized P of each group (views of ``ortho``, kept for ``reuse``). Nothing
+    here is handed to the caller: the estimates are fresh tensors every call.
+    """
+
+    def __init__(self, lay: _Layout, device: torch.device):
+        g = lay.groups
+        self.shapes, self.device = lay.shapes, device
+        self.p = torch.empty(lay.p_offset[-1], device=device)
+        self.q = torch.empty(lay.q_offset[-1], device=device)
+        self.has_q = False  # q holds a finished Q round (a warm start)
+        self.p_views = [v.view(x.batch, x.n, x.r) for x, v in zip(g, self.p.split(lay.p_numel))]
+        self.q_views = [v.view(x.batch, x.m, x.r) for x, v in zip(g, self.q.split(lay.q_numel))]
+        self.q_t = [v.transpose(1, 2) for v in self.q_views]
+        self._q_mean: torch.Tensor | None = None
+        self.q_mean_t: list[torch.Tensor] = []
+        # Gram-Schmidt runs in place on p where no batch is padded, else on a zero-padded copy
+        self.ortho = torch.zeros(lay.ortho_offset[-1], device=device) if lay.any_padded else self.p
+        self.ortho_views = [self.ortho[lay.ortho_offset[b]:lay.ortho_offset[b + 1]].view(-1, ob.rows, g[ob.groups[0]].r)
+                            for b, ob in enumerate(lay.ortho)]
+        self.ps = [self.ortho_views[lay.ortho_of[j]][lay.ortho_start[j]:lay.ortho_start[j] + x.batch, :x.n]
+                   for j, x in enumerate(g)]
+        self.index = None
+        if lay.any_padded:  # p's element -> its place in ortho, for one index_copy_ per call
+            parts = []
+            for j, x in enumerate(g):
+                b = lay.ortho_of[j]
+                rows = lay.ortho[b].rows
+                base = (lay.ortho_offset[b] + torch.arange(lay.ortho_start[j], lay.ortho_start[j] + x.batch)
+                        .view(-1, 1, 1) * rows * x.r)
+                parts.append((base + torch.arange(x.n).view(1, -1, 1) * x.r + torch.arange(x.r)).reshape(-1))
+            self.index = torch.cat(parts).to(device)
+
+    def q_mean(self, world_size: int) -> list[torch.Tensor]:
+        """``Q / world_size`` of each group, transposed (B, r, m): the views of q at world size 1."""
+        if world_size == 1:
+            return self.q_t
+        if self._q_mean is None:
+            self._q_mean = torch.empty_like(self.q)
+            self.q_mean_t = [v.view(t.shape[0], t.shape[2], t.shape[1]).transpose(1, 2)
+                             for v, t in zip(self._q_mean.split([t.numel() for t in self.q_t]), self.q_t)]
+        torch.div(self.q, world_size, out=self._q_mean)
+        return self.q_mean_t
 
 
 @register
@@ -295,12 +378,14 @@ class PowerSGD(_LowRank):
             raise self.error(f"reuse must be an integer >= 1, got {reuse!r}")
         self.reuse = int(reuse)
 
-    def _initial_q(self, lay: _Layout, key: Any, device: torch.device) -> torch.Tensor:
-        prev = self.state.get(key) if self.warm_start else None
-        if prev is not None and prev["shapes"] == lay.shapes and prev["q"].device == device:
-            return prev["q"]
-        # shared randomness (no rank): every worker draws the same Q
-        return torch.randn(lay.q_offset[-1], generator=self.generator(device), device=device)
+    def _workspace(self, lay: _Layout, key: Any, device: torch.device) -> tuple[dict, _Workspace]:
+        """This key's state and buffers; new ones (no warm start, no kept P) where the shapes or the
+        device changed."""
+        st = self.state.get(key)
+        if st is None or st["ws"].shapes != lay.shapes or st["ws"].device != device:
+            st = self.state[key] = {"shapes": lay.shapes, "q": None, "ps": None, "age": 0,
+                                    "ws": _Workspace(lay, device)}
+        return st, st["ws"]
 
     def _reduce(self, tensors, comm, key, return_local):
         lay = self.layout([t.shape for t in tensors])
@@ -311,77 +396,46 @@ class PowerSGD(_LowRank):
             return avg, local
         device = tensors[0].device
         mats = [_stack(tensors, g) for g in lay.groups]
-        prev = self.state.get(key)
-        if (self.reuse > 1 and prev is not None and prev.get("ps") is not None and prev["shapes"] == lay.shapes
-                and prev["age"] + 1 < self.reuse):
-            ps, age = prev["ps"], prev["age"] + 1  # reuse the subspace: no P round, no orthogonalization
+        st, ws = self._workspace(lay, key, device)
+        if self.reuse > 1 and st["ps"] is not None and st["age"] + 1 < self.reuse:
+            age = st["age"] + 1  # reuse the subspace (ws.ps): no P round, no orthogonalization
         else:
-            q_flat = self._initial_q(lay, key, device)
+            if not (self.warm_start and ws.has_q):
+                # shared randomness (no rank): every worker draws the same Q
+                torch.randn(lay.q_offset[-1], generator=self.generator(device), out=ws.q)
             # P = M Q for every group, written straight into the buffer that is all-reduced
-            # (one split per buffer instead of a slice per group: host time counts here)
-            p_flat = torch.empty(lay.p_offset[-1], device=device)
-            for g, mat, q, p in zip(lay.groups, mats, q_flat.split(lay.q_numel), p_flat.split(lay.p_numel)):
-                torch.bmm(mat, q.view(g.batch, g.m, g.r), out=p.view(g.batch, g.n, g.r))
-            p_flat = comm.all_reduce(p_flat)
-            ps, age = self._orthonormalized_ps(p_flat, lay, 2 if self.orthogonalize == "twice" else 1), 0
+            for mat, q, p in zip(mats, ws.q_views, ws.p_views):
+                torch.bmm(mat, q, out=p)
+            _all_reduce_into(comm, ws.p)
+            if lay.any_padded:  # the Ps into their zero-padded Gram-Schmidt batches, one copy
+                ws.ortho.zero_()
+                ws.ortho.index_copy_(0, ws.index, ws.p)
+            passes = 2 if self.orthogonalize == "twice" else 1
+            for block in ws.ortho_views:
+                orthonormalize_(block, passes)
+            age = 0
 
         # Q = M^T P, again straight into the all-reduce buffer
-        q_flat = torch.empty(lay.q_offset[-1], device=device)
-        for g, mat, p, q in zip(lay.groups, mats, ps, q_flat.split(lay.q_numel)):
-            torch.bmm(mat.transpose(1, 2), p, out=q.view(g.batch, g.m, g.r))
-        q_flat = comm.all_reduce(q_flat)
-        if self.warm_start or self.reuse > 1:
-            self.state[key] = {"shapes": lay.shapes, "q": q_flat, "ps": ps if self.reuse > 1 else None, "age": age}
-        q_mean = q_flat if comm.world_size == 1 else q_flat / comm.world_size  # read-only below
+        for mat, p, q in zip(mats, ws.ps, ws.q_views):
+            torch.bmm(mat.transpose(1, 2), p, out=q)
+        _all_reduce_into(comm, ws.q)
+        ws.has_q = True
+        st.update(q=ws.q, ps=ws.ps if self.reuse > 1 else None, age=age)
 
-        for g, p, q in zip(lay.groups, ps, q_mean.split(lay.q_numel)):
-            _scatter(torch.bmm(p, q.view(g.batch, g.m, g.r).transpose(1, 2)), g, tensors, avg)
+        for g, p, q_t in zip(lay.groups, ws.ps, ws.q_mean(comm.world_size)):
+            _scatter(torch.bmm(p, q_t), g, tensors, avg)
         if local is not None:  # the aggregated estimate (see the class docstring)
             for g in lay.groups:
                 for i in g.index:
                     local[i] = avg[i]
         return avg, local
 
-    @staticmethod
-    def _orthonormalized_ps(p_flat: torch.Tensor, lay: _Layout, passes: int = 2) -> list[torch.Tensor]:
-        """Each group's P (B, n, r), orthonormalized in one batched call per ortho batch."""
-        ps: list = [None] * len(lay.groups)
-        for ob in lay.ortho:
-            first, last = ob.groups[0], ob.groups[-1]
-            if not ob.padded:  # same n: the groups are one contiguous run of p_flat
-                total = sum(lay.groups[j].batch for j in ob.groups)
-                block = p_flat[lay.p_offset[first]:lay.p_offset[last + 1]]
-                orthonormalize_(block.view(total, ob.rows, lay.groups[first].r), passes)
-                for j in ob.groups:
-                    g = lay.groups[j]
-                    ps[j] = p_flat[lay.p_offset[j]:lay.p_offset[j + 1]].view(g.batch, g.n, g.r)
-                continue
-            # different n: copy runs of equal n into a zero-padded (B, rows, r) batch
-            r = lay.groups[first].r
-            total = sum(lay.groups[j].batch for j in ob.groups)
-            buf = p_flat.new_zeros(total, ob.rows, r)
-            b0, k = 0, 0
-            rows_at: dict[int, int] = {}  # group -> its first batch position in buf
-            runs = []
-            while k < len(ob.groups):  # runs of consecutive groups with the same n
-                k1 = k
-                while k1 + 1 < len(ob.groups) and lay.groups[ob.groups[k1 + 1]].n == lay.groups[ob.groups[k]].n:
-                    k1 += 1
-                runs.append(ob.groups[k:k1 + 1])
-                k = k1 + 1
-            for run in runs:
-                n = lay.groups[run[0]].n
-                nb = sum(lay.groups[j].batch for j in run)
-                src = p_flat[lay.p_offset[run[0]]:lay.p_offset[run[-1] + 1]].view(nb, n, r)
-                buf[b0:b0 + nb, :n].copy_(src)
-                for j in run:
-                    rows_at[j] = b0
-                    b0 += lay.groups[j].batch
-            orthonormalize_(buf, passes)
-            for j in ob.groups:
-                g = lay.groups[j]
-                ps[j] = buf[rows_at[j]:rows_at[j] + g.batch, :g.n]
-        return ps
+
+def _all_reduce_into(comm, buf: torch.Tensor) -> None:
+    """Sum ``buf`` over workers, the result in ``buf`` (a communicator may return another tensor)."""
+    out = comm.all_reduce(buf)
+    if out is not buf:
+        buf.copy_(out)
 
 
 # ------------------------------------------------------------------- ATOMO
