@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studykit import compressors, models, paths
+from studykit import compressors, models
 from studykit.comm import LocalComm
 from studykit.measure import bench
 from studykit.measure.records import (
@@ -223,13 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "records were taken at commit 531fb59)")
     bench.add_policy_args(ap)
     ap.set_defaults(min_reps=20, budget_s=10.0)
-    ap.add_argument("--out", default=str(paths.REPORTS / "benchmarks" / "powersgd_ops.jsonl"),
-                    help="records, JSON Lines (default reports/benchmarks/powersgd_ops.jsonl); the table goes beside "
-                         f"it as .md; inside the committed data/ only with {paths.OVERWRITE_FLAG}")
-    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
-    ap.add_argument("--overwrite", action="store_true", help="start --out afresh (else: resume)")
-    ap.add_argument("--report-only", action="store_true", help="only print and write the table of --out")
-    ap.add_argument("--quiet", action="store_true", help="no per-configuration lines (the table is still printed)")
+    bench.add_output_args(ap, "powersgd_ops.jsonl", "table")
     return ap
 
 
@@ -237,24 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     policy = bench.policy_from_args(ap, args)
-    try:
-        out = paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
-        paths.check_writable_output(out.with_suffix(".md"), args.overwrite_committed, what="--out", file=True)
-    except paths.OutputError as exc:
-        ap.error(str(exc))
-    if out.suffix != ".jsonl":
-        ap.error(f"--out {args.out}: give a .jsonl file (the table is written beside it as .md)")
-    if args.report_only:
-        if not out.exists():
-            ap.error(f"--report-only: no records at {out}")
-        try:
-            report(out)
-        except RecordError as exc:
-            ap.error(str(exc))
+    out = bench.output_from_args(ap, args, report)
+    if out is None:  # --report-only
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.overwrite:
-        out.unlink(missing_ok=True)
     run(args.models, args.variants, args.label, RecordWriter(out), policy=policy, verbose=not args.quiet)
     report(out)
     return 0
