@@ -517,22 +517,23 @@ def test_pool_is_one_platform_of_every_folders_records():
 def test_ready_fractions_come_from_other_rates_only():
     """``buckets`` records stand in for the bytes assumption: the element-wise median over the *other* rates of
     the same model, batch, bucket size and world size (the scored run's own record is never read)."""
+    from studykit.perfmodel.fit import RecordInputs
+
     b = pd.DataFrame([{"model": "m", "batch_size": 8, "bucket_mb": None, "world_size": 2, "rate_gbps": x,
                        "ready_fraction": fr} for x, fr in ((1.0, [0.1, 1.0]), (5.0, [0.3, 1.0]), (10.0, [0.9, 1.0]),
                                                            (25.0, [0.2, 1.0]))])
+    plat = verify.load_platform(paths.MEASUREMENTS / "bandwidth" / "h200_p4")  # any platform: only its buckets vary
 
-    class Inp:
-        ready = verify._ready_table(b)
+    def inputs(buckets):
+        return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, "ms_median", buckets=buckets)
 
-    r = {"model": "m", "batch_size": 8, "world_size": 2, "rate_gbps": 10.0}
-    got, how = verify._ready_fractions(Inp, r, None)
+    got, how = inputs(b).ready_fractions("m", 8, None, 2, 10.0)
     assert got == (0.2, 1.0) and "3 buckets records at other rates" in how  # 1, 5 and 25 Gbit/s, not 10's 0.9
-    assert verify._ready_fractions(Inp, r, 100.0) == (None, "")  # no records of that bucket size
-
-    class Mixed:  # the other rates disagree on the number of buckets: no measured times, the bytes assumption
-        ready = verify._ready_table(pd.concat([b, b.assign(rate_gbps=2.5, ready_fraction=[[0.2, 0.5, 1.0]] * 4)]))
-
-    assert verify._ready_fractions(Mixed, r, None) == (None, "")
+    assert inputs(b).ready_fractions("m", 8, float("nan"), 2, 10.0)[0] == (0.2, 1.0)  # NaN bucket: DDP's default
+    assert inputs(b).ready_fractions("m", 8, 100.0, 2, 10.0) == (None, "")  # no records of that bucket size
+    # the other rates disagree on the number of buckets: no measured times, the bytes assumption
+    mixed = pd.concat([b, b.assign(rate_gbps=2.5, ready_fraction=[[0.2, 0.5, 1.0]] * 4)])
+    assert inputs(mixed).ready_fractions("m", 8, None, 2, 10.0) == (None, "")
 
 
 def test_verify_uses_measured_ready_times_where_recorded():

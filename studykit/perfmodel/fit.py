@@ -27,6 +27,7 @@ Records may use the measurement module's schema (``kind`` = sweep / profile / tc
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -938,6 +939,15 @@ def _workers(n) -> int | None:
     return int(n["workers"]) if isinstance(n, dict) and n.get("workers") is not None else None
 
 
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _mb(bucket_mb) -> float | None:
+    """A bucket size in MB as a key: None for DDP's default (missing / NaN)."""
+    return None if _missing(bucket_mb) else float(bucket_mb)
+
+
 class RecordInputs:
     """The single-device constants of one platform's records, per configuration: ``T_comp`` (alone, and
     contended), the non-backward overhead ``O``, the CPU slowdown ``kappa``, ``T_encode_decode`` and the
@@ -959,10 +969,20 @@ class RecordInputs:
     ``rate_gbps`` and ``params_key`` columns, as :func:`studykit.perfmodel.verify.load_platform` builds)."""
 
     def __init__(self, tcomp: pd.DataFrame, ddp: pd.DataFrame, sweep: pd.DataFrame, profile: pd.DataFrame,
-                 stat: str, max_p: int | None = None, network_from: str = "sweep"):
+                 stat: str, max_p: int | None = None, network_from: str = "sweep",
+                 buckets: pd.DataFrame | None = None):
         if network_from not in NETWORK_SOURCES:
             raise ValueError(f"network_from must be one of {NETWORK_SOURCES}, got {network_from!r}")
         self.stat, self.max_p, self.sweep, self.network_from = stat, max_p, sweep, network_from
+        #: (model, batch, bucket_mb or None, world_size) -> [(rate, ready fractions), ...] of ``buckets`` records
+        self.ready: dict = {}
+        if buckets is not None and not buckets.empty and "ready_fraction" in buckets.columns:
+            for r in buckets.to_dict("records"):
+                fr = r.get("ready_fraction")
+                if isinstance(fr, (list, tuple)) and fr:
+                    self.ready.setdefault((r["model"], int(r["batch_size"]), _mb(r.get("bucket_mb")),
+                                           int(r["world_size"])), []).append(
+                        (r.get("rate_gbps"), tuple(float(x) for x in fr)))
         st = stat
         t = tcomp.assign(_w=tcomp["network"].map(_workers))
         if max_p is not None:
@@ -1026,6 +1046,18 @@ class RecordInputs:
             return pool_stat(exact[st], st) / 1e3, f"profile {phase} sim_world_size={p}"
         near = int(sws.iloc[(sws - p).abs().argsort().iloc[0]])
         return pool_stat(g[sws == near][st], st) / 1e3, f"profile {phase} sim_world_size={near} (run has p={p})"
+
+    def ready_fractions(self, model: str, batch_size: int, bucket_mb, world_size: int, rate) -> tuple[tuple | None, str]:
+        """When each DDP bucket is ready, as a fraction of the backward pass (``buckets`` records of the same model,
+        batch, bucket size and world size): the element-wise median over the records at the *other* rates (never
+        the scored run's own record), with how it was got; ``(None, "")`` without such records or when they
+        disagree on the number of buckets (the model then assumes the bytes: ``bucket_ready_fractions``)."""
+        rows = [fr for x, fr in self.ready.get((model, int(batch_size), _mb(bucket_mb), int(world_size)), [])
+                if _missing(rate) or _missing(x) or float(x) != float(rate)]
+        if not rows or len({len(fr) for fr in rows}) != 1:
+            return None, ""
+        med = tuple(float(v) for v in np.median(np.asarray(rows, dtype=float), axis=0))
+        return med, f"; bucket ready times measured ({len(rows)} buckets records at other rates)"
 
     def network(self, p: int, rate, probe_gbps: float | None = None, probe_bytes: float | None = None) -> Network:
         """The :class:`Network` of world size ``p`` at link ``rate`` (None: a real network); ``probe_gbps``

@@ -401,39 +401,8 @@ def _isnull(x) -> bool:
 
 def _inputs(plat: Platform, max_p: int | None = None, network_from: str = "sweep") -> RecordInputs:
     """The platform's single-device constants and networks (:class:`studykit.perfmodel.fit.RecordInputs`)."""
-    inp = RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
-                       network_from=network_from)
-    inp.ready = _ready_table(plat.buckets)
-    return inp
-
-
-def _ready_table(buckets: pd.DataFrame) -> dict:
-    """``{(model, batch, bucket_mb or None, world_size): [(rate, ready fractions), ...]}`` of ``buckets`` records."""
-    out: dict = {}
-    if buckets is None or buckets.empty or "ready_fraction" not in buckets.columns:
-        return out
-    for r in buckets.to_dict("records"):
-        fr = r.get("ready_fraction")
-        if not isinstance(fr, (list, tuple)) or not fr:
-            continue
-        key = (r["model"], int(r["batch_size"]), None if _isnull(r.get("bucket_mb")) else float(r["bucket_mb"]),
-               int(r["world_size"]))
-        out.setdefault(key, []).append((r.get("rate_gbps"), tuple(float(x) for x in fr)))
-    return out
-
-
-def _ready_fractions(inp: RecordInputs, r, bucket_mb) -> tuple[tuple | None, str]:
-    """The measured fraction of the backward pass done when each DDP bucket is ready (``buckets`` records of
-    the same model, batch, bucket size and world size), element-wise median over the records at the *other*
-    rates (never the scored record's own run: holdout-safe), or None (the bytes assumption)."""
-    key = (r["model"], int(r["batch_size"]), None if _isnull(bucket_mb) else float(bucket_mb), int(r["world_size"]))
-    rate = r.get("rate_gbps")
-    rows = [fr for x, fr in getattr(inp, "ready", {}).get(key, []) if _isnull(rate) or _isnull(x) or x != rate]
-    n = {len(fr) for fr in rows}
-    if not rows or len(n) != 1:
-        return None, ""
-    med = tuple(float(v) for v in np.median(np.asarray(rows, dtype=float), axis=0))
-    return med, f"; bucket ready times measured ({len(rows)} buckets records at other rates)"
+    return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
+                        network_from=network_from, buckets=plat.buckets)
 
 
 def _network(inp: RecordInputs, r):
@@ -465,7 +434,8 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
     cap = None if _isnull(r["bucket_mb"]) else float(r["bucket_mb"]) * MIB
     ready, how_ready = (None, "")
     if opts.overlap == "timeline" and r["mode"] in ("syncsgd", "hook"):  # a hook runs on DDP's default buckets
-        ready, how_ready = _ready_fractions(inp, r, r["bucket_mb"] if r["mode"] == "syncsgd" else None)
+        ready, how_ready = inp.ready_fractions(m, bs, r["bucket_mb"] if r["mode"] == "syncsgd" else None, p,
+                                               r.get("rate_gbps"))
     w = Workload(m, bs, t_comp_s=tc, bucket_bytes=DEFAULT_BUCKET_BYTES if cap is None else cap,
                  first_bucket_bytes=cap, overhead_s=o, path_overhead_s=path_overhead_s, bucket_ready=ready)
     how_o += _kk(kappa)
