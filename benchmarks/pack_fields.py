@@ -155,8 +155,7 @@ def report(out: Path, verbose: bool = True) -> str:
     commits = sorted({str(r.get("git_commit")) for r in records})
     text = (f"# pack_fields / unpack_fields: pack+unpack per width, median ms\n\n"
             f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commit: "
-            f"{', '.join(commits)}; policy: at least {first['min_reps']} repetitions and {first['min_time_s']:g} s "
-            f"of timed calls, at most {first['budget_s']:g} s, timer {first['timer']}.\n\n"
+            f"{', '.join(commits)}; policy: {bench.policy_text(first)}.\n\n"
             f"`kit`: `studykit.compressors.quantization.pack_fields` + `unpack_fields`; `bitwise`: the layout's "
             f"definition bit by bit (`benchmarks/pack_fields.py`). `same bytes`: both gave the same packed bytes "
             f"and both unpacks gave the values back; `load 1 min`: the machine's load average when each was timed.\n\n{table(records)}\n")

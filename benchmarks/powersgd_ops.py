@@ -197,8 +197,7 @@ def report(out: Path, verbose: bool = True) -> str:
                         for label in sorted({r["mode"] for r in records}))
     text = (f"# PowerSGD rank {RANK}: aten operations and CPU time per `reduce` call\n\n"
             f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commits ({commits}); "
-            f"policy: at least {first['min_reps']} repetitions and {first['min_time_s']:g} s of timed calls, "
-            f"at most {first['budget_s']:g} s, timer {first['timer']}; world size 1 (`LocalComm`).\n\n"
+            f"policy: {bench.policy_text(first)}; world size 1 (`LocalComm`).\n\n"
             f"`ops/call`: aten operations dispatched per call (views included), mean over `reuse` consecutive "
             f"calls, in brackets those that are not views (each launches one or more kernels on a GPU); `ms`: median wall time per call on the CPU; `load 1 min`: the machine's load average "
             f"when each was timed.\n\n{table(records)}\n\n## Where they go: ResNet-50, default variant\n\n"

@@ -839,6 +839,12 @@ def policy_from_args(ap: argparse.ArgumentParser, args) -> RepPolicy:
                  .replace("min_time_s", "--min-time-s"))
 
 
+def policy_text(record: dict) -> str:
+    """The repetition policy a record was timed under, as the generated tables state it."""
+    return (f"at least {record['min_reps']} repetitions and {record['min_time_s']:g} s of timed calls, "
+            f"at most {record['budget_s']:g} s, timer {record['timer']}")
+
+
 def add_output_args(ap: argparse.ArgumentParser, default_name: str, what: str) -> None:
     """The record-file options of a benchmark script that writes one ``.jsonl`` and its generated ``.md`` beside
     it (``benchmarks/codec_repeat.py``, ``benchmarks/pack_fields.py``): ``--out``, the overwrite flags,
