@@ -25,10 +25,11 @@ PHASES=${PHASES:-"kernels buckets nvlink hooks ps"}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base"}
 BUCKET_COMPRESSORS=${BUCKET_COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 HOOK_RATE=${HOOK_RATE:-10}
+GIL_AB=${GIL_AB-0.5}   # the hooks phase again at these GIL switch intervals (ms); GIL_AB= skips the A/B
 TOTAL_S=${TOTAL_S:-560}
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
-machine_summary gpu_checks.sh "PHASES=$PHASES MODELS=$MODELS HOOK_RATE=$HOOK_RATE TOTAL_S=$TOTAL_S" \
+machine_summary gpu_checks.sh "PHASES=$PHASES MODELS=$MODELS HOOK_RATE=$HOOK_RATE GIL_AB=$GIL_AB TOTAL_S=$TOTAL_S" \
   "BUCKET_COMPRESSORS=$BUCKET_COMPRESSORS"
 
 want() { case " $PHASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -48,7 +49,7 @@ want nvlink && phase nvlink 150 "${TORCHRUN[@]}" "${DDP[@]}" --models $MODELS --
   --builtin torch_fp16 torch_powersgd --compressors fp16 powersgd:rank=4 --out "$OUT/nvlink.jsonl"
 want nvlink && phase batches 90 "${TORCHRUN[@]}" "${DDP[@]}" --models resnet50 --batch-sizes 8 16 32 64 \
   --modes syncsgd --compressors --bucket-times --out "$OUT/nvlink.jsonl"
-for si in "" 0.5; do
+for si in "" $GIL_AB; do
   want hooks && phase "hooks${si:+@gil$si}" 150 $PY -m studykit throttle --gpus --workers 2 "${IPR[@]}" \
     --rate-gbps "$HOOK_RATE" --timeout-s 140 --out "$OUT/hooks.jsonl" -- "${DDP[@]}" --models resnet50 \
     --modes syncsgd hook post --compressors none powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 \

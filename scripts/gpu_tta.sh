@@ -7,6 +7,8 @@
 #
 #   OUT=/path/to/out STUDYKIT_GIT_COMMIT=<sha> RATES=10 bash scripts/gpu_tta.sh     # call 1
 #   OUT=/path/to/out STUDYKIT_GIT_COMMIT=<sha> RATES=2.5 bash scripts/gpu_tta.sh    # call 2
+#   # or both in one call on a 4-GPU machine, side by side (separate GPUs, namespaces and links):
+#   OUT=$O/a RATES=10 bash scripts/gpu_tta.sh & OUT=$O/b RATES=2.5 GPUS="2 3" bash scripts/gpu_tta.sh; wait
 #
 # The plan (one call per bandwidth, about 9 minutes each; a call cut by its deadline is finished by
 # running it again with the same OUT, or with RESUME_FROM=<folder of earlier records>: complete runs
@@ -45,6 +47,8 @@ LR=${LR:-0.002}
 VAL_BYTES=${VAL_BYTES:-262144}
 ACC_THRESHOLDS=${ACC_THRESHOLDS:-"0.35 0.45 0.55"}   # dynamic: next-byte validation accuracy steps
 TOTAL_S=${TOTAL_S:-530}                        # whole-run deadline (seconds)
+GPUS=${GPUS:-}                                 # the two GPU ids (default 0 1); "2 3" runs a second rate beside
+                                               # a first one on a 4-GPU machine (each in its own OUT)
 RESUME_FROM=${RESUME_FROM:-}
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
@@ -60,7 +64,8 @@ if [ -n "$RESUME_FROM" ] && [ -d "$RESUME_FROM" ]; then
 fi
 machine_summary gpu_tta.sh \
   "RATES=$RATES METHODS=$METHODS SEEDS=$SEEDS MODEL=$MODEL STEPS=$STEPS EVAL_EVERY=$EVAL_EVERY BATCH=$BATCH" \
-  "SEQ_LEN=$SEQ_LEN LR=$LR VAL_BYTES=$VAL_BYTES ACC_THRESHOLDS=$ACC_THRESHOLDS TOTAL_S=$TOTAL_S RESUME_FROM=$RESUME_FROM"
+  "SEQ_LEN=$SEQ_LEN LR=$LR VAL_BYTES=$VAL_BYTES ACC_THRESHOLDS=$ACC_THRESHOLDS TOTAL_S=$TOTAL_S RESUME_FROM=$RESUME_FROM" \
+  "GPUS=${GPUS:-0 1}"
 
 for rate in $RATES; do
   limit=$(left)
@@ -72,7 +77,7 @@ for rate in $RATES; do
   echo "== tta@${rate}G (limit ${limit}s)" >> "$LOG"
   # shellcheck disable=SC2086
   timeout --signal=TERM --kill-after=20 "$limit" \
-    $PY -m studykit throttle --gpus --workers 2 "${IPR[@]}" --rate-gbps "$rate" \
+    $PY -m studykit throttle --gpus $GPUS --workers 2 "${IPR[@]}" --rate-gbps "$rate" \
       --timeout-s $(( limit > 40 ? limit - 20 : 20 )) --out "$OUT/tta_${rate}g" -- \
       train --dataset text --model "$MODEL" --optimizer adamw --lr "$LR" --lr-warmup-steps 20 --lr-schedule cosine \
       --steps "$STEPS" --eval-every "$EVAL_EVERY" --batch-size "$BATCH" --seq-len "$SEQ_LEN" --limit-test "$VAL_BYTES" \
