@@ -173,6 +173,14 @@ class ParameterServerComm:
         self.sent_bytes += sum(t.numel() * t.element_size() for t, _ in sends)
         self.received_bytes += sum(t.numel() * t.element_size() for t, _ in recvs)
 
+    def _send_then_receive(self, payload: torch.Tensor, out: torch.Tensor) -> None:
+        """A worker's side: its payload to the server, then the server's reply, in two batches that mirror
+        the server's two (receive everything, then send everything). One batch holding both (the server
+        cannot reply before it has every payload, so nothing overlaps) failed on NCCL 2.28 over sockets
+        (NET/Socket, 2 ranks on H200s): "ncclInternalError ... Message truncated"."""
+        self._exchange([(payload, self.server)], [])
+        self._exchange([], [(out, self.server)])
+
     def _others(self) -> list[int]:
         return [r for r in range(self.world_size) if r != self.server]
 
@@ -182,7 +190,7 @@ class ParameterServerComm:
             return tensor
         if self.rank != self.server:
             out = torch.empty_like(tensor)
-            self._exchange([(tensor, self.server)], [(out, self.server)])
+            self._send_then_receive(tensor, out)
             return out
         slots = {r: torch.empty_like(tensor) for r in self._others()}
         self._exchange([], [(t, r) for r, t in slots.items()])
@@ -200,7 +208,7 @@ class ParameterServerComm:
         if p == 1:
             out.copy_(flat)
         elif self.rank != self.server:
-            self._exchange([(flat, self.server)], [(out, self.server)])
+            self._send_then_receive(flat, out)
         else:
             self._exchange([], [(out[r * n:(r + 1) * n], r) for r in self._others()])
             out[self.server * n:(self.server + 1) * n].copy_(flat)

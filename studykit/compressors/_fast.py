@@ -36,6 +36,8 @@ import os
 
 import torch
 
+from studykit.compressors.base import reciprocal
+
 try:  # triton ships with CUDA builds of torch; CPU machines usually lack it
     import triton
     import triton.language as tl
@@ -405,32 +407,32 @@ if HAVE_TRITON:
                               ROWS, BS, W, WP)
 
     @triton.jit
-    def _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, pid, MASKED: tl.constexpr,
+    def _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, inv_levels, inv_w, pid,
+                          MASKED: tl.constexpr,
                           NW: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr, W: tl.constexpr):
         bucket = pid * ROWS + tl.arange(0, ROWS)
         idx = bucket[:, None] * BS + tl.arange(0, BS)[None, :]
         m = idx < n
         bm = bucket < n_buckets
-        lf = levels.to(tl.float32)
         acc = tl.zeros([ROWS, BS], dtype=tl.float32)
         for w in range(NW):
             q = (_load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W) - levels).to(tl.float32)
             norm = _ld(norm_ptr + w * n_buckets + bucket, bm, 1.0, MASKED)
-            acc += q * tl.math.div_rn(norm, lf)[:, None]  # the reference's levels * (norm / s), IEEE division
+            acc += q * (norm * inv_levels)[:, None]  # the reference's levels * (norm * reciprocal(s))
         if NW > 1:
-            acc = tl.math.div_rn(acc, tl.full([ROWS, BS], NW, tl.float32))
+            acc = acc * inv_w
         _st(out_ptr + idx, acc, m, MASKED)
 
     @_jit_levels
-    def _qsgd_decode_kernel(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, n_full,
+    def _qsgd_decode_kernel(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, inv_levels, inv_w, n_full,
                             REVERSE: tl.constexpr, NW: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr,
                             W: tl.constexpr):
         pid = _program(REVERSE)
         if pid < n_full:
-            _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, pid, False, NW, ROWS,
+            _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, inv_levels, inv_w, pid, False, NW, ROWS,
                               BS, W)
         else:
-            _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, pid, True, NW, ROWS,
+            _qsgd_decode_body(norm_ptr, p_ptr, out_ptr, n, n_buckets, nbytes, row, levels, inv_levels, inv_w, pid, True, NW, ROWS,
                               BS, W)
 
     # ------------------------------------------------------------------ quantize: levels packed in the same pass
@@ -460,27 +462,28 @@ if HAVE_TRITON:
             _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, True, W, WP, G)
 
     @triton.jit
-    def _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, pid, MASKED: tl.constexpr,
+    def _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, pid, MASKED: tl.constexpr,
                               NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
         idx = pid * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         total = tl.zeros([BLOCK], dtype=tl.int32)
         for w in range(NW):
             total += _load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W)
-        step = tl.math.div_rn(tl.load(scale_ptr), L.to(tl.float32))  # the reference's scale / L
+        step = tl.load(scale_ptr) * inv_l  # the reference's scale * reciprocal(L)
         out = (total - NW * L).to(tl.float32) * step
         if NW > 1:
-            out = tl.math.div_rn(out, tl.full([BLOCK], NW, tl.float32))
+            out = out * inv_w  # reciprocal(NW)
         _st(out_ptr + idx, out, m, MASKED)
 
     @_jit_levels
-    def _quantize_unpack_kernel(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, n_full, REVERSE: tl.constexpr,
+    def _quantize_unpack_kernel(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, n_full,
+                                REVERSE: tl.constexpr,
                                 NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
         pid = _program(REVERSE)
         if pid < n_full:
-            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, pid, False, NW, W, BLOCK)
+            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, pid, False, NW, W, BLOCK)
         else:
-            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, pid, True, NW, W, BLOCK)
+            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, pid, True, NW, W, BLOCK)
 
     # ------------------------------------------------------------------ shared-scale quantizers
     @_jit_seeded
@@ -504,15 +507,14 @@ if HAVE_TRITON:
     @triton.jit
     def _dequant_kernel(q_ptr, scale_ptr, out_ptr, n, mult, div, start, MASKED: tl.constexpr, MODE: tl.constexpr,
                         BLOCK: tl.constexpr):
-        """MODE 0 (quantize): q * (scale / mult) / div; MODE 1 (THC): q * (scale * mult / div) - scale."""
+        """MODE 0 (quantize): q * (scale * mult) * div with mult = reciprocal(L), div = reciprocal(world size)
+        (:meth:`Quantize.decode`'s products); MODE 1 (THC): q * (scale * mult / div) - scale."""
         idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         q = _ld(q_ptr + idx, m, 0, MASKED).to(tl.float32)
         s = tl.load(scale_ptr)
         if MODE == 0:
-            out = q * (s / mult)
-            if div != 1:
-                out = out / div
+            out = (q * (s * mult)) * div  # div = 1.0 (one worker): exact
         else:
             out = q * (s * mult / div) - s
         _st(out_ptr + idx, out, m, MASKED)
@@ -671,7 +673,8 @@ if HAVE_TRITON:
         at_least = tl.cumsum(tl.load(hist_ptr + leaves), axis=0, reverse=True)  # entries in leaves >= j
         first = 0  # first leaf of the current node
         for d in tl.static_range(BITS):
-            half: tl.constexpr = 1 << (BITS - 1 - d)
+            half = 1 << (BITS - 1 - d)  # d is a constexpr of static_range: so is half (Triton 3.6 refuses
+            # re-binding a name annotated tl.constexpr in an unrolled loop)
             mid = (lo + hi) * 0.5
             count = tl.sum(tl.where(leaves == first + half, at_least, 0), axis=0)
             few = count <= k
@@ -864,7 +867,8 @@ def qsgd_decode(norms: torch.Tensor, packed: torch.Tensor, levels: int, bucket: 
     rows_ = max(1, _BLOCK // bucket)
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_qsgd_decode_kernel, n // (rows_ * bucket) * rows_, n_buckets, rows_, norms, _field_view(packed, width),
-             out, n, n_buckets, nbytes, n if width == 16 else nbytes, levels, NW=w, ROWS=rows_, BS=bucket,
+             out, n, n_buckets, nbytes, n if width == 16 else nbytes, levels, reciprocal(levels), reciprocal(w),
+             NW=w, ROWS=rows_, BS=bucket,
              W=width)
     return out
 
@@ -889,7 +893,8 @@ def quantize_unpack(packed: torch.Tensor, scale: torch.Tensor, max_level: int, w
     w, nbytes = packed.shape
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), scale.reshape(1).float(), out, n,
-             nbytes, n if width == 16 else nbytes, max_level, NW=w, W=width, BLOCK=_BLOCK)
+             nbytes, n if width == 16 else nbytes, max_level, reciprocal(max_level), reciprocal(w), NW=w, W=width,
+             BLOCK=_BLOCK)
     return out
 
 
@@ -904,11 +909,11 @@ def quantize_levels(x: torch.Tensor, scale: torch.Tensor, max_level: int, dtype:
 
 
 def quantize_decode(levels: torch.Tensor, scale: torch.Tensor, max_level: int, div: int = 1) -> torch.Tensor:
-    """levels * (scale / L) / div, float32."""
+    """levels * (scale * reciprocal(L)) * reciprocal(div), float32 (:meth:`Quantize.decode`)."""
     n = levels.numel()
     out = torch.empty(n, dtype=torch.float32, device=levels.device)
-    _launch(_dequant_kernel, n, n, _BLOCK, levels, scale.reshape(1).float(), out, n, float(max_level), div,
-            MODE=0, BLOCK=_BLOCK)
+    _launch(_dequant_kernel, n, n, _BLOCK, levels, scale.reshape(1).float(), out, n, reciprocal(max_level),
+            reciprocal(div), MODE=0, BLOCK=_BLOCK)
     return out
 
 

@@ -252,6 +252,16 @@ class Compressor:
         return dense / self.wire_bytes(shapes, world_size)
 
 
+def reciprocal(k: int) -> float:
+    """``1 / k`` rounded once to float32, as a Python float (exactly representable in float32).
+
+    Decoders write ``x / k`` (``k`` a level count or the world size) as ``x * reciprocal(k)``: CUDA
+    PyTorch itself computes ``x / k`` for a Python-number ``k`` as that product (one rounding of ``1 / k``,
+    then a multiply), the CPU as a true division. The product gives the same bits on every device and
+    in the fused Triton kernels, so a decoder's fast path can be tested bit for bit against its reference."""
+    return float(torch.tensor(1.0, dtype=torch.float32) / torch.tensor(float(k), dtype=torch.float32))
+
+
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """All tensors as one 1-D float32 tensor (inputs may be non-contiguous).
 

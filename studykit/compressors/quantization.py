@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from studykit.compressors.base import Compressor, flatten, unflatten
+from studykit.compressors.base import Compressor, flatten, reciprocal, unflatten
 from studykit.compressors.registry import register
 
 __all__ = ["pack_bits", "unpack_bits", "integer_sum_dtype", "field_width", "pack_fields", "unpack_fields",
@@ -508,7 +508,7 @@ class QSGD(_PrivateRandomness):
         """norms ``(..., n_buckets)``, q ``(..., numel)`` -> decoded ``(..., numel)`` float32."""
         n_buckets, size = self._buckets(numel)
         levels = F.pad(q.float(), (0, n_buckets * size - numel)).view(*q.shape[:-1], n_buckets, size)
-        out = levels * (norms / self.levels).unsqueeze(-1)
+        out = levels * (norms * reciprocal(self.levels)).unsqueeze(-1)
         return out.reshape(*q.shape[:-1], -1)[..., :numel]
 
     def decompress(self, payload, ctx):
@@ -677,9 +677,11 @@ class Quantize(Compressor):
         return level.to(torch.int32)
 
     def decode(self, levels: torch.Tensor, scale: torch.Tensor, world_size: int = 1) -> torch.Tensor:
-        """(Summed) levels -> (summed) float32 values divided by ``world_size``; linear in ``levels``."""
-        out = levels.float() * (scale / self.max_level)
-        return out if world_size == 1 else out / world_size
+        """(Summed) levels -> (summed) float32 values divided by ``world_size``; linear in ``levels``.
+        Divisions as products with :func:`~studykit.compressors.base.reciprocal` (the same bits on every
+        device and in the fused kernel)."""
+        out = levels.float() * (scale * reciprocal(self.max_level))
+        return out if world_size == 1 else out * reciprocal(world_size)
 
     def peak(self, flat: torch.Tensor) -> torch.Tensor:
         """This worker's ``max|g|`` (round 1 of the protocol), a 1-element float32 tensor."""
