@@ -10,7 +10,8 @@
 # and checks that NCCL connected via NET/Socket (nothing bypasses the shaped link); then `ddp` times
 # syncSGD (DDP's default 25 MB bucket and BUCKET2_MB), PyTorch's fp16 and PowerSGD hooks, and every
 # compressor in COMPRESSORS both as a DDP comm hook (overlapped with the backward pass) and after the
-# backward pass (post). Records stream to $OUT as measured; RESUME_FROM (a folder of earlier records,
+# backward pass (post); `none`, the identity, measures the hook and post paths' own cost (verify fits
+# it as `path_overhead`). Records stream to $OUT as measured; RESUME_FROM (a folder of earlier records,
 # e.g. the committed data/measurements/bandwidth/<run>) is copied in first, so a run cut by its
 # deadline resumes where it stopped. Before the throttled phases, LOCAL=1 also measures on one GPU
 # (unthrottled): T_comp (tcomp) and encode/decode (profile) of the same models and compressors; SWEEP=1
@@ -32,7 +33,7 @@ cd "$(dirname "$0")/.."
 NPROC=${NPROC:-2}
 MODELS=${MODELS:-"resnet50 resnet101"}
 RATES=${RATES:-"25 10 5 20 15 2.5 1"}       # Gbit/s; cheap rates first, so a cut run spans the range
-COMPRESSORS=${COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
+COMPRESSORS=${COMPRESSORS:-"none fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 BUILTIN=${BUILTIN:-"torch_fp16 torch_powersgd"}
 MODES=${MODES:-"syncsgd builtin hook post"}
 BUCKET2_MB=${BUCKET2_MB:-100}

@@ -165,3 +165,69 @@ def test_table_reads_a_frame_of_records_and_says_which_list_is_short():
     with pytest.raises(ValueError, match="comm_ms has 2 entries for 3 buckets"):
         mht.hook_timeline_table([_rec(comm_ms=[1.0, 2.0])])
     assert mht.hook_timeline_table([]).empty
+
+
+# ------------------------------------------------------------------ hook_budget_table: the hook's iteration, term by term
+def _ddp(mode, ms, compressor=None, params=None, **kw):
+    r = {"kind": "ddp", "status": "ok", "config_id": f"{mode}-{compressor}-{params}-{kw}", "model": "m", "batch_size": 8,
+         "world_size": 2, "network": {"rate_gbps": 10.0}, "comm": None, "switch_interval_ms": 5.0, "mode": mode,
+         "compressor": compressor, "params": params or {}, "bucket_mb": None, "hook_overlap": True if mode == "hook" else None,
+         "ms_median": ms}
+    r.update(kw)
+    return r
+
+
+def _budget_records():
+    hook = _rec(network={"rate_gbps": 10.0}, switch_interval_ms=5.0, backward_end_ms=12.0, sync_end_ms=15.0,
+                iteration_ms=31.0)
+    buckets = {"kind": "buckets", "status": "ok", "config_id": "bk", "model": "m", "batch_size": 8, "world_size": 2,
+               "network": {"rate_gbps": 10.0}, "comm": None, "bucket_mb": None, "ready_ms": [1.0, 6.0, 10.0],
+               "backward_ms": 40.0}  # no switch_interval_ms: Python's default
+    return [hook, buckets, _ddp("syncsgd", 48.0), _ddp("post", 27.0, "topk", {"ratio": 0.01}),
+            _ddp("hook", 30.0, "topk", {"ratio": 0.01}),
+            _ddp("hook", 99.0, "topk", {"ratio": 0.05}),  # other parameters: not this row's
+            _ddp("syncsgd", 77.0, network={"rate_gbps": 1.0})]  # other network: not this row's
+
+
+def test_budget_splits_the_hooked_iteration_against_syncsgd_by_hand():
+    t = mht.hook_budget_table(_budget_records())
+    assert len(t) == 1
+    r = t.iloc[0]
+    assert (r.syncsgd_ms, r.post_ms, r.hook_ms, r.hook_minus_post_ms) == (48.0, 27.0, 30.0, 3.0)
+    assert r.backward_compute_ms == 10.0          # syncSGD's last bucket ready
+    assert r.backward_slowdown_ms == 2.0          # the hook's backward ended at 12
+    assert r.exposed_ms == 3.0                    # 15 - 12
+    assert r.outside_ms == 16.0                   # 31 - 15
+    assert r.syncsgd_outside_ms == 8.0            # 48 - 40
+    assert r.extra_outside_ms == 8.0
+    md = mht.hook_budget_markdown(t)
+    assert "| m b8 | 2 | 10.0 | topk 0.01 | 48.0 | 27.0 | 30.0 | 3.0 | 10.0 | 2.0 | 3.0 | 8.0 | 8.0 |" in md
+
+
+def test_budget_reads_a_frame_and_leaves_what_was_not_measured_nan():
+    recs = _budget_records()
+    t = mht.hook_budget_table(pd.DataFrame(recs))
+    assert t.iloc[0].extra_outside_ms == 8.0  # NaN cells of the frame match the records' None
+    alone = mht.hook_budget_table([recs[0]])
+    assert alone.iloc[0].exposed_ms == 3.0 and math.isnan(alone.iloc[0].syncsgd_ms)
+    assert math.isnan(alone.iloc[0].backward_slowdown_ms)
+    assert "| — |" in mht.hook_budget_markdown(alone)
+    other_gil = mht.hook_budget_table([dict(recs[0], switch_interval_ms=0.5), *recs[1:]])
+    assert math.isnan(other_gil.iloc[0].syncsgd_ms)  # the A/B half is compared with its own half only
+
+
+def test_the_verification_readme_carries_the_generated_hook_budget():
+    from studykit import paths
+    from studykit.measure.report import load_frame
+    text = (paths.DATA / "verification" / "bandwidth" / "README.md").read_text()
+    a, b = "<!-- hook-budget:begin -->\n", "<!-- hook-budget:end -->"
+    assert a in text and b in text
+    table = mht.hook_budget_table(load_frame(paths.DATA / "measurements" / "gpu_checks_h200" / "hooks.jsonl"))
+    assert len(table) == 4 and table["extra_outside_ms"].notna().all()
+    assert text[text.index(a) + len(a):text.index(b)] == mht.hook_budget_markdown(table), \
+        "regenerate with hook_times.hook_budget_markdown(hook_budget_table(records))"
+    # the README's reading of the table: every hook adds work outside the backward pass (none included),
+    # and every compressing hook lengthens the backward pass itself
+    assert (table["extra_outside_ms"] > 1.0).all(), "the README says every hook adds work outside the backward pass"
+    assert (table.loc[table["compressor"] != "none", "backward_slowdown_ms"] > 1.0).all(), \
+        "the README says the compressing hooks lengthen the backward pass"

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pandas is imported where the table is built
 
     from studykit.measure.ddp import _Config
 
-__all__ = ["HOOK_TIMES_STAMPS", "hook_timeline_table", "measure_hook_times"]
+__all__ = ["HOOK_TIMES_STAMPS", "hook_budget_markdown", "hook_budget_table", "hook_timeline_table", "measure_hook_times"]
 
 # ------------------------------------------------------------------ hook_times: per-bucket stamps of the kit's hook
 #: per-bucket lists of a ``hook_times`` record (besides ``bucket_index`` and ``bucket_bytes``), in bucket index order
@@ -319,3 +319,110 @@ def hook_timeline_table(records) -> pd.DataFrame:
             "bucket_bytes", "ready_ms", "encode_end_ms", "decode_end_ms", "backward_end_ms", "encode_ms", "comm_ms",
             "decode_ms", "exposed_ms"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def hook_budget_table(records) -> pd.DataFrame:
+    """Where a DDP comm hook's iteration time goes, measured: one row per ``hook_times`` record (kit hook,
+    overlapped), set beside the records of the same model, batch, world size, network and GIL switch
+    interval that the same ``ddp`` call wrote: syncSGD (``ddp``, DDP's default buckets), its per-bucket ready
+    times (``buckets``), and the same compressor after the backward pass (``post``) and as the unstamped hook.
+
+    The model of a hook (:func:`studykit.perfmodel.model.bucket_timeline_s`, issue 13 item 3) takes an
+    iteration as syncSGD's work outside the backward pass, plus the backward pass's compute, plus what of the
+    buckets' encode / collectives / decode ends after it. The columns measure each of those, ms:
+
+    * ``backward_compute_ms``: syncSGD's last bucket ready (device clock): the backward pass's compute alone;
+    * ``backward_slowdown_ms = backward_end - backward_compute``: what the hook's own work (encode on a side
+      stream, Python per bucket) adds to the backward pass itself;
+    * ``exposed_ms = sync_end - backward_end``: the buckets' work that ends after the backward pass;
+    * ``outside_ms = iteration - sync_end``: forward, zero_grad and optimizer step with the hook;
+      ``syncsgd_outside_ms``: the same for syncSGD (its iteration minus its synchronised backward);
+      ``extra_outside_ms``: their difference, work the hook path adds outside the backward pass;
+    * ``hook_ms``, ``post_ms``, ``syncsgd_ms``: the unstamped iteration medians (NaN where not measured),
+      and ``hook_minus_post_ms``.
+
+    Records: dicts or a frame (``report.load_frame``); only ``ok`` ones, the latest per ``config_id``."""
+    import json
+    import math
+
+    import pandas as pd
+
+    if isinstance(records, pd.DataFrame):
+        records = records.to_dict("records")
+    latest: dict = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("kind") in ("hook_times", "ddp", "buckets"):
+            latest[r["config_id"]] = r
+    nan = float("nan")
+    f = lambda x: nan if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+    def rate(r):
+        net = r.get("network")
+        return f(net.get("rate_gbps")) if isinstance(net, dict) else nan
+
+    def g(r, k):  # a frame's missing value (NaN) is a record's None
+        x = r.get(k)
+        x = None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+        if k == "switch_interval_ms" and x is None:  # records that do not say ran at Python's default, 5 ms
+            x = 5.0
+        return x
+
+    def same(r, h):
+        ra, rb = rate(r), rate(h)
+        keys = ("model", "batch_size", "world_size", "comm", "switch_interval_ms")
+        return (tuple(g(r, k) for k in keys) == tuple(g(h, k) for k in keys)
+                and (ra == rb or (math.isnan(ra) and math.isnan(rb))))
+
+    def params(r):
+        return json.dumps(r["params"] if isinstance(r.get("params"), dict) else {}, sort_keys=True)
+
+    def one(pred):
+        got = [r for r in latest.values() if pred(r)]
+        return got[-1] if got else None
+
+    rows = []
+    for h in (r for r in latest.values() if r["kind"] == "hook_times"):
+        sync = one(lambda r: r["kind"] == "ddp" and r.get("mode") == "syncsgd" and g(r, "bucket_mb") is None
+                   and same(r, h))
+        bk = one(lambda r: r["kind"] == "buckets" and g(r, "bucket_mb") is None and same(r, h))
+        post = one(lambda r: r["kind"] == "ddp" and r.get("mode") == "post" and r.get("compressor") == h.get("compressor")
+                   and params(r) == params(h) and same(r, h))
+        hook = one(lambda r: r["kind"] == "ddp" and r.get("mode") == "hook" and g(r, "hook_overlap") is not False
+                   and r.get("compressor") == h.get("compressor") and params(r) == params(h) and same(r, h))
+        compute = max(f(x) for x in bk["ready_ms"]) if bk and bk.get("ready_ms") else nan
+        end, synced, it = f(h.get("backward_end_ms")), f(h.get("sync_end_ms")), f(h.get("iteration_ms"))
+        sync_ms = f(sync.get("ms_median")) if sync else nan
+        sync_outside = sync_ms - f(bk.get("backward_ms")) if bk else nan
+        hook_ms, post_ms = (f(x.get("ms_median")) if x else nan for x in (hook, post))
+        rows.append({"model": h.get("model"), "batch_size": h.get("batch_size"), "world_size": h.get("world_size"),
+                     "rate_gbps": rate(h), "compressor": h.get("compressor"), "params": params(h),
+                     "syncsgd_ms": sync_ms, "post_ms": post_ms, "hook_ms": hook_ms,
+                     "hook_minus_post_ms": hook_ms - post_ms, "backward_compute_ms": compute,
+                     "backward_end_ms": end, "backward_slowdown_ms": end - compute, "exposed_ms": synced - end,
+                     "outside_ms": it - synced, "syncsgd_outside_ms": sync_outside,
+                     "extra_outside_ms": (it - synced) - sync_outside})
+    cols = ["model", "batch_size", "world_size", "rate_gbps", "compressor", "params", "syncsgd_ms", "post_ms", "hook_ms",
+            "hook_minus_post_ms", "backward_compute_ms", "backward_end_ms", "backward_slowdown_ms", "exposed_ms",
+            "outside_ms", "syncsgd_outside_ms", "extra_outside_ms"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def hook_budget_markdown(table: pd.DataFrame) -> str:
+    """:func:`hook_budget_table` as the Markdown table the READMEs carry (ms, one decimal)."""
+    import json
+
+    import pandas as pd
+
+    head = ("| model | p | Gbit/s | compressor | syncSGD | post | hook | hook - post | backward compute | "
+            "+ slowdown | + exposed | outside (syncSGD) | + extra outside |\n|---|---:|---:|---|" + "---:|" * 9 + "\n")
+    fmt = lambda x: "—" if pd.isna(x) else f"{x:.1f}"
+    lines = []
+    for r in table.sort_values(["model", "rate_gbps", "compressor", "params"]).itertuples():
+        p = json.loads(r.params)
+        label = r.compressor + (f" rank {p['rank']}" if "rank" in p else "") + \
+            (f" {p['ratio']:g}" if "ratio" in p else "")
+        lines.append(f"| {r.model} b{r.batch_size} | {r.world_size} | {fmt(r.rate_gbps)} | {label} | "
+                     + " | ".join(fmt(x) for x in (r.syncsgd_ms, r.post_ms, r.hook_ms, r.hook_minus_post_ms,
+                                                   r.backward_compute_ms, r.backward_slowdown_ms, r.exposed_ms,
+                                                   r.syncsgd_outside_ms, r.extra_outside_ms)) + " |")
+    return head + "\n".join(lines) + "\n"
