@@ -542,3 +542,31 @@ def test_verify_uses_measured_ready_times_where_recorded():
     assert sync["inputs"].str.contains("bucket ready times measured").all()
     p2 = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv")
     assert not p2["inputs"].str.contains("bucket ready times measured").any()  # h200_p2 has no buckets records
+
+
+def test_implied_encode_decode_by_hand():
+    rows = [{"variant": "extended", "mode": "post", "model": "m", "compressor": "c", "params": '{"rank": 4}',
+             "measured_ms": ms, "overhead_ms": 1.0, "t_comp_ms": 10.0, "t_comm_ms": comm, "t_encode_decode_ms": 6.0,
+             "rel_error": err} for ms, comm, err in ((20.0, 5.0, 0.1), (17.0, 3.0, -0.2), (30.0, 14.0, 0.05))]
+    rows.append(dict(rows[0], variant="paper", measured_ms=99.0))  # another variant: not counted
+    rows.append(dict(rows[0], mode="hook", measured_ms=99.0))      # another mode: not counted
+    t = verify.implied_encode_decode(pd.DataFrame(rows))
+    assert len(t) == 1
+    r = t.iloc[0]
+    assert r.n == 3 and r.profiled_ms == 6.0
+    assert r.implied_ms == 4.0  # median of 20-1-10-5=4, 17-1-10-3=3, 30-1-10-14=5
+    assert r.implied_over_profiled == pytest.approx(4.0 / 6.0) and r.max_abs_rel_error == pytest.approx(0.2)
+    assert "| m | c | rank 4 | 3 | 6.00 | 4.00 | 0.67 | 20.0 % |" in verify.implied_encode_decode_markdown(t)
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['t_comm_ms'\]"):
+        verify.implied_encode_decode(pd.DataFrame(rows).drop(columns="t_comm_ms"))
+
+
+def test_bandwidth_readme_implied_encode_decode_is_the_generated_one():
+    folder = paths.DATA / "verification" / "bandwidth"
+    text = (folder / "README.md").read_text()
+    t = verify.implied_encode_decode(pd.read_csv(folder / "h200_p2_all" / "predictions.csv"), worst=8)
+    assert _marked(text, "implied-ed") == verify.implied_encode_decode_markdown(t), \
+        "regenerate with verify.implied_encode_decode_markdown(implied_encode_decode(..., worst=8))"
+    # the README's reading: the worst rows are PowerSGD, whose profile overstates the iteration's cost 2-3x
+    top = t.head(3)
+    assert (top["compressor"] == "powersgd").all() and (top["implied_over_profiled"] < 0.5).all()

@@ -107,6 +107,7 @@ from studykit.perfmodel.fit import RecordInputs, SyncTerms, fit_path_overhead, f
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, plan_summary, predict
 
 __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size",
+           "implied_encode_decode", "implied_encode_decode_markdown",
            "small_batch_table", "SMALL_BATCH", "load_platform", "ddp_buckets",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
@@ -134,6 +135,54 @@ def rel_error(predicted, measured):
 #: the bandwidth campaign's targets (median, max |relative error|) per group, from the campaign's issue
 TARGETS = {"syncSGD": (0.03, 0.10), "compressors (post)": (0.03, 0.10), "compressors (hook)": (0.05, 0.15),
            "compressors (blocking hook)": (0.05, 0.15)}
+
+
+def implied_encode_decode(predictions: pd.DataFrame, *, variant: str = "extended", mode: str = "post",
+                          worst: int | None = None) -> pd.DataFrame:
+    """The encode/decode time the measured iterations leave room for, beside the profiled one the model used.
+
+    For a post-backward configuration the model's iteration is ``O + T_comp + T_comm + T_encode_decode``
+    (Eq. 1 of Agarwal et al. 2022, https://arxiv.org/abs/2103.00543, Sec. 4.1, with the extended model's
+    overhead ``O``; nothing overlaps after the backward pass), so ``measured - O - T_comp - T_comm`` is the
+    encode/decode the iteration actually paid, if every other term is right. One row per model and
+    compressor configuration of ``predictions`` (a ``verify`` ``predictions.csv``): how many rates, the
+    profiled ``T_encode_decode`` (ms, median), the implied one (ms, median over the rates), their ratio and
+    the largest |relative error| of the iteration time. ``worst``: keep only that many rows, largest error
+    first (default: all, same order)."""
+    need = {"variant", "mode", "model", "compressor", "params", "measured_ms", "overhead_ms", "t_comp_ms",
+            "t_comm_ms", "t_encode_decode_ms", "rel_error"}
+    missing = need - set(predictions.columns)
+    if missing:
+        raise ValueError(f"implied_encode_decode: predictions lack column(s) {sorted(missing)}")
+    e = predictions[(predictions["variant"] == variant) & (predictions["mode"] == mode)].copy()
+    e["implied"] = e["measured_ms"] - e["overhead_ms"] - e["t_comp_ms"] - e["t_comm_ms"]
+    e["abs_err"] = e["rel_error"].abs()
+    g = (e.groupby(["model", "compressor", "params"], dropna=False)
+         .agg(n=("implied", "size"), profiled_ms=("t_encode_decode_ms", "median"), implied_ms=("implied", "median"),
+              max_abs_rel_error=("abs_err", "max")).reset_index())
+    g["implied_over_profiled"] = g["implied_ms"] / g["profiled_ms"]
+    g = g.sort_values("max_abs_rel_error", ascending=False, kind="stable").reset_index(drop=True)
+    return g if worst is None else g.head(worst)
+
+
+def implied_encode_decode_markdown(table: pd.DataFrame) -> str:
+    """:func:`implied_encode_decode` as a Markdown table (ms, two decimals; params shortened to their values)."""
+    import json
+
+    def short(params) -> str:
+        try:
+            p = json.loads(params) if isinstance(params, str) else {}
+        except ValueError:
+            return str(params)
+        keep = {k: v for k, v in p.items() if k in ("rank", "ratio", "bits", "levels", "orthogonalize", "chunk")}
+        return ", ".join(f"{k} {v}" for k, v in keep.items())
+
+    lines = ["| model | compressor | params | rates | profiled encode/decode (ms) | implied by the iterations (ms) | "
+             "implied / profiled | max error |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.model} | {r.compressor} | {short(r.params)} | {r.n} | {r.profiled_ms:.2f} | "
+                     f"{r.implied_ms:.2f} | {r.implied_over_profiled:.2f} | {100 * r.max_abs_rel_error:.1f} % |")
+    return "\n".join(lines) + "\n"
 
 
 def summary_markdown(folders: dict[str, Path | str], targets: dict | None = TARGETS) -> str:
