@@ -14,7 +14,8 @@ Lines, provenance-stamped, ``repeat`` in every record and in its ``config_id``);
 same ``--out`` resumes where a cut run stopped (``--overwrite`` starts afresh).
 
 At the end (and with ``--report-only``, from the file alone) it prints and writes beside
-``--out`` (same name, ``.md``) two tables from :func:`studykit.measure.bench.compare_runs`:
+``--out`` (same name, ``.md``; and a summary into the block of ``README.md`` beside it between
+:data:`README_MARKERS`, where it has them) two tables from :func:`studykit.measure.bench.compare_runs`:
 per configuration both medians with their interquartile ranges and n, their ratio and whether
 they agree within 10 % (issue 19's criterion); and issue 19's speed targets
 (:data:`studykit.measure.bench.SPEED_TARGETS`, the worst of the two runs judged), PASS/MISS on
@@ -77,15 +78,55 @@ def default_specs() -> list[CompressorSpec]:
     return sorted(specs, key=lambda s: s.name in SLOW_LAST)  # stable: registry order otherwise
 
 
+#: a run folder's README.md may hold a block between these markers: :func:`report` rewrites it (summary_block)
+README_MARKERS = ("<!-- codecs-summary:begin -->\n", "<!-- codecs-summary:end -->")
+
+
+def _names(rows, compared) -> str:
+    """`codec` per row, with the parameters that tell its settings in ``compared`` apart (e.g. quantize's bits)."""
+    def split(params: str) -> dict:
+        return dict(kv.split("=", 1) for kv in params.split(",") if "=" in kv) if isinstance(params, str) else {}
+
+    out = []
+    for _, r in rows.iterrows():
+        same = [split(p) for p in compared.loc[compared["compressor"] == r["compressor"], "params"]]
+        mine = split(r.get("params"))
+        varying = [k for k in mine if len({d.get(k) for d in same}) > 1]
+        out.append(f"`{r['compressor']}`" + (f" ({','.join(f'{k}={mine[k]}' for k in varying)})" if varying else ""))
+    return "; ".join(out) or "none"
+
+
+def summary_block(agreement: str, targets: str, compared, target_table) -> str:
+    """The README's summary of a run: the closing line of each table in ``codecs.md``, copied verbatim, and
+    the configurations behind them (those whose runs disagree, those that PASS), from the same tables."""
+    disagree = compared[compared["agree"].eq(False)] if "agree" in compared.columns else compared.iloc[:0]
+    passed = target_table[target_table["verdict"] == "PASS"] if len(target_table) else target_table
+    return (f"- {agreement.splitlines()[-1]}\n  Not within 10 %: {_names(disagree, compared)}.\n"
+            f"- {targets.splitlines()[-1]}\n  PASS: {_names(passed, compared)}.\n")
+
+
+def _refresh_readme(folder: Path, block: str) -> None:
+    """Rewrite the marked block of ``folder``/README.md, where the README has the markers."""
+    readme = folder / "README.md"
+    if not readme.exists():
+        return
+    text = readme.read_text(encoding="utf-8")
+    a, b = README_MARKERS
+    if a in text and b in text:
+        readme.write_text(text[:text.index(a) + len(a)] + block + text[text.index(b):], encoding="utf-8")
+
+
 def report(out: Path, verbose: bool = True) -> tuple[str, str]:
-    """The agreement table and the speed-target table of the records in ``out``; written to ``out``.md."""
+    """The agreement table and the speed-target table of the records in ``out``; written to ``out``.md, and
+    their summary (:func:`summary_block`) into the marked block of the README.md beside ``out``, if it has one."""
     records = load_records(out, quiet=True)
     runs = bench.split_repeats(records)
     if not runs:
         raise RecordError(f"{out}: no bench records (written by benchmarks/codec_repeat.py)")
     compared = bench.compare_runs(runs[:2])
     agreement = bench.compare_markdown(compared)
-    targets = bench.speed_targets_markdown(bench.speed_targets(compared))
+    target_table = bench.speed_targets(compared)
+    targets = bench.speed_targets_markdown(target_table)
     commits = sorted({str(r.get("git_commit")) for r in records})
     devices = sorted({f"{r.get('gpu')} ({r.get('device')})" for r in records if r.get("kind") == "bench"})
     head = (f"# Codec timing, run twice in one process\n\nRecords: `{out.name}` ({len(records)} records, "
@@ -93,6 +134,7 @@ def report(out: Path, verbose: bool = True) -> tuple[str, str]:
     text = (f"{head}\n## Both runs side by side (median ms [q25-q75] n)\n\n{agreement}\n\n"
             f"## Issue 19's speed targets\n\n{targets}\n")
     out.with_suffix(".md").write_text(text, encoding="utf-8")
+    _refresh_readme(out.parent, summary_block(agreement, targets, compared, target_table))
     if verbose:
         print(text)
     return agreement, targets

@@ -7,9 +7,10 @@
 
 The packed layout (``studykit.compressors.quantization.pack_fields``): value ``i`` on bits
 ``[i * width, (i + 1) * width)`` of the little-endian bit stream, ``ceil(numel * width / 8)`` bytes.
-Issue 19 found ``quantize`` 38-146x above the memory floor on an H200 at every b that does not divide 8
-(data/measurements/codec_repeat_h200/codecs.md): those widths were packed by expanding every value
-into ``width`` one-bit elements. This script times pack+unpack (``unpack_fields(pack_fields(v, w),
+Issue 19's first H200 run (kit commit eeab79b; ``git show ee5c3fa^:data/measurements/codec_repeat_h200/codecs.md``)
+found ``quantize`` far above the memory floor at every b that does not divide 8: those widths were packed by
+expanding every value into ``width`` one-bit elements (the rerun at 5a85ad3, now in that folder, packs them as
+below). This script times pack+unpack (``unpack_fields(pack_fields(v, w),
 w, numel)``) of ``--numel`` random int32 values in ``[0, 2^w)`` per width, twice: the kit's code
 (``impl`` ``kit``) and :func:`pack_fields_bitwise` / :func:`unpack_fields_bitwise`, the layout's
 definition bit by bit (``impl`` ``bitwise``; the kit's former general path, kept here as the

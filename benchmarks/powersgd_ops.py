@@ -4,9 +4,10 @@
     python benchmarks/powersgd_ops.py --models resnet50 --variants default  # a subset
     python benchmarks/powersgd_ops.py --report-only --out FILE.jsonl        # the table of earlier records
 
-Issue 19 item 2: PowerSGD rank 4 on ResNet-50's real shapes took 2.65 ms of device time on one H200 and
-3.95 ms of host time per call (``host_ms``, data/measurements/codec_repeat_h200/): the codec is launch-bound,
-so what has to fall is the number of operations per call. This script counts them (every aten operation the
+Issue 19 item 2: in the first H200 run (kit commit eeab79b, before the cuts below; ``git show
+ee5c3fa^:data/measurements/codec_repeat_h200/codecs.jsonl``) PowerSGD rank 4 on ResNet-50's real shapes took
+more host time per call (``host_ms``) than device time: the codec is launch-bound, so what has to fall is the
+number of operations per call (the rerun at 5a85ad3, now in that folder, has the cuts). This script counts them (every aten operation the
 dispatcher runs, views included: each costs host time, each non-view one a kernel launch on a GPU) with a
 ``TorchDispatchMode`` (:func:`count_ops`), and times the call on the CPU.
 

@@ -36,12 +36,14 @@ measured_dir: str = "data/measurements/bandwidth"  # DDP records at emulated rat
 measured_rate_gbps: float = 10.0  # emulated rate of the measured points (Gbit/s)
 collectives_dir: str = "data/measurements/gpu4"  # sweep records with parameter-server emulations (empty: none)
 ps_dir: str = "data/measurements/ps_cpu"  # DDP records with and without --comm ps (repo-relative; empty: none)
+ps_gpu_files: str = "data/measurements/gpu_checks_h200/ps.jsonl data/measurements/gpu_checks_h200/hooks.jsonl"  # GPU runs of the same, space-separated (empty: none)
 
 # %%
 import pandas as pd
 from IPython.display import display
 
 from studykit import paths, plots
+from studykit.measure import report
 from studykit.measure.records import load_records
 from studykit.perfmodel import Calibration, figures, paper
 from studykit.plots import paper as draw
@@ -114,11 +116,17 @@ draw.collectives_plot(col, sweeps, title="Fig. 4: which collective aggregates a 
 # setting; `studykit.comm.ParameterServerComm`), beside the same protocol on gloo's collectives. The committed
 # run is on the shared 2-core CPU machine (`data/measurements/ps_cpu/README.md`): p = 3 is oversubscribed and
 # the times are CPU times. Where every worker's link is shaped to 1 Gbit/s the server's link carries `p - 1`
-# payloads each way, as in Table 1; on one host's unshaped loopback no link is a bottleneck.
+# payloads each way, as in Table 1; on one host's unshaped loopback no link is a bottleneck. The GPU panel
+# is ResNet-50 on 2 H200s, each link shaped to 10 Gbit/s (`data/measurements/gpu_checks_h200/README.md`, which
+# also puts Table 1's predicted ratio beside the measured one); its plain runs only (`report.plain_runs`: no
+# GIL A/B runs). fp16 and SignSGD were measured there through the server only.
 
 # %%
-if ps_dir:
-    ps = figures.measured_ps_iterations(load_records(paths.ROOT / ps_dir, quiet=True))
+if ps_dir or ps_gpu_files:
+    ps_records = load_records(paths.ROOT / ps_dir, quiet=True) if ps_dir else []
+    if ps_gpu_files:
+        ps_records += report.plain_runs(load_records(*[paths.ROOT / f for f in ps_gpu_files.split()], quiet=True))
+    ps = figures.measured_ps_iterations(ps_records)
     draw.ps_iterations_plot(ps, title="Fig. 4 measured in training: does a parameter server slow each iteration?")
     display(ps.pivot_table(index=["network", "payload", "world_size"], columns="scheme", values="ms").round(1))
 

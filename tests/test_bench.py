@@ -686,6 +686,42 @@ def test_the_committed_rerun_tables_are_generated_from_their_records(tmp_path, r
     assert {r["device"] for r in recs} == {device} and {r["repeat"] for r in recs} == {1, 2}
 
 
+def test_the_h200_rerun_readme_summary_is_generated_from_its_records(tmp_path):
+    """The summary block of data/measurements/codec_repeat_h200/README.md is what --report-only writes there
+    (the closing lines of codecs.md's tables, verbatim, and the settings behind them), not a hand edit."""
+    import shutil
+
+    folder = os.path.join(ROOT, "data", "measurements", "codec_repeat_h200")
+    for name in ("codecs.jsonl", "README.md"):
+        shutil.copy(os.path.join(folder, name), tmp_path / name)
+    cr = _codec_repeat()
+    cr.report(tmp_path / "codecs.jsonl", verbose=False)
+    with open(os.path.join(folder, "README.md"), encoding="utf-8") as f:
+        committed = f.read()
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == committed
+    block = committed[committed.index(cr.README_MARKERS[0]):committed.index(cr.README_MARKERS[1])]
+    md = (tmp_path / "codecs.md").read_text(encoding="utf-8").splitlines()
+    summary = [line[2:] for line in block.splitlines() if line.startswith("- ")]
+    assert len(summary) == 2 and all(line in md for line in summary)  # copied verbatim from codecs.md
+
+
+def test_codec_repeat_summary_block_names_the_settings_behind_its_lines(tmp_path, fake_clock):
+    cr = _codec_repeat()
+    out = tmp_path / "r.jsonl"
+    (tmp_path / "README.md").write_text(f"intro\n{cr.README_MARKERS[0]}stale\n{cr.README_MARKERS[1]}\nrest\n")
+    argv = ["--device", "cpu", "--model", "mlp_small", "--compressors", "fp16", "quantize:bits=4", "quantize:bits=8",
+            "--min-reps", "3", "--min-time-s", "0", "--warmup", "1", "--out", str(out), "--quiet"]
+    assert cr.main(argv) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("intro\n") and text.endswith("\nrest\n") and "stale" not in text
+    assert "- 3 of 3 configurations measured twice agree within 10%" in text and "Not within 10 %: none." in text
+    assert "0 of 0 judged target rows PASS" in text and "PASS: none." in text  # CPU: reported, not judged
+    compared = cr.bench.compare_runs(cr.bench.split_repeats(load_records(out)))
+    compared.loc[compared["compressor"] == "quantize", "agree"] = False  # as if both quantize runs disagreed
+    block = cr.summary_block("a\nA.", "t\nT.", compared, compared.assign(verdict="MISS"))
+    assert block == "- A.\n  Not within 10 %: `quantize` (bits=4); `quantize` (bits=8).\n- T.\n  PASS: none.\n"
+
+
 def test_the_benchmark_readme_states_the_policys_real_defaults():
     with open(os.path.join(ROOT, "data", "benchmarks", "README.md"), encoding="utf-8") as f:
         text = f.read()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -20,7 +22,8 @@ from studykit import compressors, paths
 from studykit.measure.records import load_records
 
 __all__ = ["load_frame", "provenance_summary", "label", "encode_decode_table", "table2", "table3",
-           "backward_ms", "paper_table", "ddp_table"]
+           "backward_ms", "paper_table", "ddp_table", "HookTarget", "HOOK_TARGETS", "hook_targets",
+           "hook_targets_markdown", "ps_vs_collective", "ps_vs_collective_markdown", "plain_runs"]
 
 #: the paper's families (Table 2's "Type" column); the kit's other compressors go under "Dense / other"
 _FAMILY_LABEL = {"sparsification": "Sparsification", "quantization": "Quantization", "low-rank": "Low rank",
@@ -246,3 +249,203 @@ def ddp_table(df: pd.DataFrame, model: str = "resnet50") -> pd.DataFrame:
         both = t["post"].notna() & t["hook"].notna()
         t["post_faster"] = (t["post"] < t["hook"]).where(both).astype("boolean").where(both)
     return t.sort_index()
+
+
+# ----------------------------------------------------------------------------- issue 19 item 3: hooks over NVLink
+@dataclass(frozen=True)
+class HookTarget:
+    """One of issue 19's DDP targets (item 3): the kit's overlapped hook ``compressor`` (with ``params``)
+    at most ``limit`` times the iteration of the ``reference`` configuration (a ``ddp`` record's ``mode``
+    and ``compressor``, with ``reference_params``), on 2 GPUs over NVLink, for the same model and batch."""
+
+    key: str
+    compressor: str
+    params: tuple
+    reference_mode: str
+    reference_compressor: str | None
+    reference_params: tuple
+    limit: float
+    text: str
+
+
+#: issue 19 item 3 over NVLink (2 x H100/H200; ResNet-50, ResNet-101, BERT-base): the one copy
+HOOK_TARGETS = (
+    HookTarget("powersgd vs syncSGD", "powersgd", (("rank", 4),), "syncsgd", None, (), 1.1,
+               "the kit's PowerSGD rank-4 hook <= 1.1x syncSGD"),
+    HookTarget("powersgd vs PyTorch's", "powersgd", (("rank", 4),), "builtin", "torch_powersgd", (("rank", 4),), 1.0,
+               "the kit's PowerSGD rank-4 hook <= PyTorch's PowerSGD rank-4 hook"),
+    HookTarget("fp16 vs PyTorch's", "fp16", (), "builtin", "torch_fp16", (), 1.0,
+               "the kit's fp16 hook <= PyTorch's fp16 hook"),
+)
+
+
+def _has(params: dict | None, want: tuple) -> bool:
+    return all((params or {}).get(k) == v for k, v in want)
+
+
+def plain_runs(records: Iterable[dict]) -> list[dict]:
+    """The records of plain configurations: DDP's default bucket, Python's GIL switch interval (not a
+    ``ddp --switch-interval-ms`` A/B run, whose records would otherwise stand in for the plain ones)."""
+    return [r for r in records if r.get("bucket_mb") is None
+            and '"switch_interval_ms"' not in str(r.get("config_id") or "")]
+
+
+def _default_run(r: dict) -> bool:
+    """An ok ``ddp`` record of a plain configuration: DDP's default bucket, Python's GIL switch interval
+    (not a ``--switch-interval-ms`` A/B run), the backend's collectives (not ``--comm ps``)."""
+    return (r.get("kind") == "ddp" and r.get("status") == "ok" and bool(plain_runs([r]))
+            and r.get("comm") in (None, "collective"))
+
+
+def _latest(records: Iterable[dict]) -> list[dict]:
+    return sorted(records, key=lambda r: r.get("timestamp") or "")
+
+
+def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_TARGETS) -> pd.DataFrame:
+    """Issue 19 item 3's NVLink targets judged on ``ddp`` records without an emulated network: per
+    (GPU, world size, model, batch) and target, the kit's overlapped hook (mode ``hook``, ``hook_overlap``
+    true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
+    kit / reference and ``verdict`` PASS (ratio <= limit), MISS, or NOT MEASURED where either record is
+    missing. Nothing is judged at world size 1 or for a model and batch where no kit hook ran (e.g. a batch
+    sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
+    batch_size, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit, verdict."""
+    from studykit.measure.crossover import method_label
+
+    recs = [r for r in _latest(records) if _default_run(r) and not (r.get("network") or {}).get("rate_gbps")]
+    groups: dict[tuple, dict] = {}
+    for r in recs:
+        key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"))
+        groups.setdefault(key, {})[(r.get("mode"), r.get("compressor"), json.dumps(r.get("params") or {},
+                                                                                    sort_keys=True))] = r
+    rows = []
+    for key, by in groups.items():
+        if (key[1] or 1) < 2 or not any(m == "hook" for m, _, _ in by):  # judged where the kit's hooks ran
+            continue
+        for t in targets:
+            kit = [r for (m, c, _), r in by.items() if m == "hook" and c == t.compressor and _has(r.get("params"), t.params)
+                   and r.get("hook_overlap")]
+            ref = [r for (m, c, _), r in by.items() if m == t.reference_mode and c == t.reference_compressor
+                   and _has(r.get("params"), t.reference_params)]
+            k, f = (_latest(kit) or [None])[-1], (_latest(ref) or [None])[-1]
+            ratio = k["ms_median"] / f["ms_median"] if k and f else None
+            verdict = "NOT MEASURED" if ratio is None else ("PASS" if ratio <= t.limit else "MISS")
+            rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3], "target": t.key,
+                         "text": t.text,
+                         "kit": method_label("hook", t.compressor, dict(t.params), None, True),
+                         "kit_ms": k["ms_median"] if k else None, "kit_n": k.get("n_iter") if k else None,
+                         "reference": method_label(t.reference_mode, t.reference_compressor, dict(t.reference_params),
+                                                   None),
+                         "reference_ms": f["ms_median"] if f else None, "reference_n": f.get("n_iter") if f else None,
+                         "ratio": ratio, "limit": t.limit, "verdict": verdict})
+    cols = ["gpu", "world_size", "model", "batch_size", "target", "text", "kit", "kit_ms", "kit_n", "reference",
+            "reference_ms", "reference_n", "ratio", "limit", "verdict"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _ms_n(ms, n) -> str:
+    if ms is None or (isinstance(ms, float) and math.isnan(ms)):
+        return "not measured"
+    return f"{ms:.1f} (n={int(n)})" if n is not None and not pd.isna(n) else f"{ms:.1f}"
+
+
+def hook_targets_markdown(table: pd.DataFrame) -> str:
+    """:func:`hook_targets` as a Markdown table (median iteration ms with the number of timed iterations),
+    with the count of judged rows that PASS."""
+    lines = [("| model (batch) | GPUs | target | kit hook ms (n) | reference | reference ms (n) | kit / reference "
+              "| limit | verdict |"), "|---|---:|---|---:|---|---:|---:|---:|---|"]
+    for _, r in table.iterrows():
+        ratio = "" if r["ratio"] is None or pd.isna(r["ratio"]) else f"{r['ratio']:.3f}"
+        lines.append(f"| {r['model']} ({int(r['batch_size'])}) | {int(r['world_size'])} | {r['text']} | "
+                     f"{_ms_n(r['kit_ms'], r['kit_n'])} | {r['reference']} | "
+                     f"{_ms_n(r['reference_ms'], r['reference_n'])} | {ratio} | {r['limit']:g}x | {r['verdict']} |")
+    v = table["verdict"]
+    lines += ["", (f"{int((v == 'PASS').sum())} of {int(v.isin(['PASS', 'MISS']).sum())} judged rows PASS; "
+                   f"{int((v == 'NOT MEASURED').sum())} not measured.")]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
+def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str, Iterable[dict]]) -> pd.DataFrame:
+    """A compressor's protocol through one parameter server against the same protocol on the backend's
+    collectives, measured in DDP iterations on an emulated network, beside what Agarwal et al. 2022
+    (https://arxiv.org/abs/2103.00543) Table 1 (Sec. 2.2; Fig. 4) predicts for the difference.
+
+    ``ps_records``: ``ddp`` records of mode ``post`` with ``comm`` "ps" (``ddp --comm ps``) on an emulated
+    network; ``collective_sources``: named record sets searched in order for the same configuration
+    (GPU, world size, model, batch, compressor, params, rate) without ``comm`` (the first set that has it
+    wins; its name is the row's ``collective_from``). Plain configurations only (no GIL A/B, default bucket).
+
+    The model's side (the paper's model, :meth:`~studykit.perfmodel.model.ModelOptions.paper`, at the
+    records' emulated rate, the paper's alpha): the compressor's own ``plan()`` at that world size priced
+    collective by collective by Eq. 1 / App. B (``model_collective_ms``) and through the server by Table 1's
+    ``2 alpha + 2 (p-1) b / BW`` (:func:`~studykit.perfmodel.model.parameter_server_plan_s`, ``model_ps_ms``).
+    Both runs compute and encode alike, so Table 1 predicts the server's iteration as the measured
+    collective iteration plus the difference: ``predicted_ratio = (collective_ms + model_extra_ms) /
+    collective_ms``. The server's aggregate is priced as one payload (exact for sums; for all-gather payloads
+    the kit's server returns all ``p`` of them, so Table 1 is a lower bound there).
+
+    Columns: gpu, world_size, model, batch_size, rate_gbps, compressor, params, payload, scheme, collective_from,
+    collective_ms, collective_n, ps_ms, ps_n, measured_ratio, measured_extra_ms, model_collective_ms, model_ps_ms,
+    model_extra_ms, predicted_ratio (None where the collective path was not measured)."""
+    # the model is the layer below the records; imported here, as the table is the one place they meet
+    from studykit import models
+    from studykit.measure.crossover import method_label
+    from studykit.perfmodel import model as pm
+
+    def key(r: dict) -> tuple:
+        return (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), r.get("compressor"),
+                json.dumps(r.get("params") or {}, sort_keys=True), float((r.get("network") or {}).get("rate_gbps")))
+
+    def post(records, comm) -> dict:
+        return {key(r): r for r in _latest(plain_runs(records))
+                if r.get("kind") == "ddp" and r.get("status") == "ok" and r.get("mode") == "post"
+                and (r.get("network") or {}).get("rate_gbps") and r.get("comm") == comm}
+
+    servers = post(ps_records, "ps")
+    sources = {name: post(recs, None) for name, recs in collective_sources.items()}
+    opts = pm.ModelOptions.paper()
+    rows = []
+    for k, s in servers.items():
+        gpu, p, model, batch, comp, params_json, rate = k
+        params = json.loads(params_json)
+        found = next(((name, by[k]) for name, by in sources.items() if k in by), (None, None))
+        plan = list(pm.plan_summary(comp, params, models.param_shapes(model), int(p)).collectives)
+        hw = pm.Hardware(bandwidth_gbps=rate)
+        coll_ms = 1e3 * sum(float(pm.collective_s(c["op"], float(c["nbytes"]), p, hw, opts)) for c in plan)
+        ps_ms = 1e3 * float(pm.parameter_server_plan_s(plan, p, hw))
+        ops = {c["op"] for c in plan}
+        c = found[1]
+        rows.append({"gpu": gpu, "world_size": p, "model": model, "batch_size": batch, "rate_gbps": rate,
+                     "compressor": comp, "params": params_json,
+                     "payload": "fp32 gradient" if comp == "none" else method_label("", comp, params, None)[:-3],
+                     "scheme": {"all_reduce": "all-reduce", "all_gather": "all-gather"}.get(ops.pop(), "mixed")
+                     if len(ops) == 1 else "mixed",
+                     "collective_from": found[0], "collective_ms": c["ms_median"] if c else None,
+                     "collective_n": c.get("n_iter") if c else None, "ps_ms": s["ms_median"], "ps_n": s.get("n_iter"),
+                     "measured_ratio": s["ms_median"] / c["ms_median"] if c else None,
+                     "measured_extra_ms": s["ms_median"] - c["ms_median"] if c else None,
+                     "model_collective_ms": coll_ms, "model_ps_ms": ps_ms, "model_extra_ms": ps_ms - coll_ms,
+                     "predicted_ratio": (c["ms_median"] + ps_ms - coll_ms) / c["ms_median"] if c else None})
+    cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "payload", "scheme",
+            "collective_from", "collective_ms", "collective_n", "ps_ms", "ps_n", "measured_ratio", "measured_extra_ms",
+            "model_collective_ms", "model_ps_ms", "model_extra_ms", "predicted_ratio"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def ps_vs_collective_markdown(table: pd.DataFrame) -> str:
+    """:func:`ps_vs_collective` as a Markdown table: measured iterations (median ms, n), their ratio and
+    difference, and Table 1's difference and predicted ratio."""
+    def num(x, d=1):
+        return "—" if x is None or pd.isna(x) else f"{x:.{d}f}"
+
+    lines = [("| model (batch), p, rate | payload | collective path | collective ms (n) | via PS ms (n) "
+              "| PS / collective, measured | PS - collective, measured ms | PS - collective, Table 1 ms "
+              "| PS / collective, Table 1 predicts | collective record |"),
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['model']} ({int(r['batch_size'])}), {int(r['world_size'])}, {r['rate_gbps']:g} Gbit/s | "
+                     f"{r['payload']} | {r['scheme']} | {_ms_n(r['collective_ms'], r['collective_n'])} | "
+                     f"{_ms_n(r['ps_ms'], r['ps_n'])} | {num(r['measured_ratio'], 2)} | {num(r['measured_extra_ms'])} | "
+                     f"{num(r['model_extra_ms'])} | {num(r['predicted_ratio'], 2)} | "
+                     f"{r['collective_from'] if isinstance(r['collective_from'], str) else '—'} |")
+    return "\n".join(lines) + "\n"

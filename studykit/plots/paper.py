@@ -269,6 +269,9 @@ def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
                         **{**_MEASURED_MARK, "marker": "osv^D"[payloads.index(payload) % 5]},
                         label=f"{payload} via {scheme}")
         _gpu_axis(ax, g["world_size"])
+        if g["world_size"].nunique() == 1:  # one p: keep the dodged series beside it, not across the panel
+            q = float(g["world_size"].iloc[0])
+            ax.set_xlim(q / 1.5, q * 1.5)
         ax.set_xlabel("processes (world size p)")
         ax.set_yscale("log")
         ax.set_ylabel("iteration time (ms, log scale)")  # ticks: _finish's _log_ticks

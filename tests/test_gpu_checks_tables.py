@@ -1,0 +1,119 @@
+"""The generated tables of data/measurements/gpu_checks_h200/README.md (``studykit.measure.report``):
+issue 19 item 3's hook targets over NVLink, and issue 14 item 4's parameter server beside Table 1."""
+import json
+
+import pytest
+
+from studykit import models, paths
+from studykit.measure import report as R
+from studykit.measure.records import load_records
+
+GPU_CHECKS = paths.MEASUREMENTS / "gpu_checks_h200"
+#: where the collective path of each PS configuration is looked for, in order (the README's last column)
+COLLECTIVE_SOURCES = {"gpu_checks_h200/hooks.jsonl": GPU_CHECKS / "hooks.jsonl",
+                      "bandwidth/h200_p2/ddp.jsonl": paths.MEASUREMENTS / "bandwidth" / "h200_p2" / "ddp.jsonl"}
+
+
+def readme_blocks() -> dict[str, str]:
+    """The README's generated blocks, by marker (regenerate the README from these)."""
+    hooks = R.hook_targets(load_records(GPU_CHECKS / "nvlink.jsonl", quiet=True))
+    ps = R.ps_vs_collective(load_records(GPU_CHECKS / "ps.jsonl", quiet=True),
+                            {name: load_records(f, quiet=True) for name, f in COLLECTIVE_SOURCES.items()})
+    return {"hook-targets": R.hook_targets_markdown(hooks), "ps-table1": R.ps_vs_collective_markdown(ps)}
+
+
+def _marked(text: str, marker: str) -> str:
+    a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
+    assert a in text and b in text, f"markers of {marker!r} missing"
+    return text[text.index(a) + len(a):text.index(b)]
+
+
+def test_gpu_checks_readme_tables_are_the_generated_ones():
+    text = (GPU_CHECKS / "README.md").read_text(encoding="utf-8")
+    for marker, want in readme_blocks().items():
+        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_gpu_checks_tables.py)"
+
+
+# ------------------------------------------------------------------ hook targets, by hand
+def _ddp(mode, compressor=None, params=None, ms=10.0, n=10, model="m", batch=8, p=2, network=None, ts="1", **kw):
+    cid = {"mode": mode, "compressor": compressor, "params": params or {}, "model": model, **kw.pop("cid", {})}
+    return {"kind": "ddp", "status": "ok", "mode": mode, "compressor": compressor, "params": params or {},
+            "ms_median": ms, "n_iter": n, "model": model, "batch_size": batch, "world_size": p, "gpu": "G",
+            "network": network, "bucket_mb": None, "timestamp": ts, "config_id": json.dumps(cid), **kw}
+
+
+def _nvlink_records():
+    return [_ddp("syncsgd", ms=10.0), _ddp("builtin", "torch_fp16", ms=9.0),
+            _ddp("builtin", "torch_powersgd", {"rank": 4, "start_iter": 2}, ms=20.0),
+            _ddp("hook", "fp16", ms=8.0, hook_overlap=True),
+            _ddp("hook", "powersgd", {"rank": 4, "warm_start": True}, ms=12.0, hook_overlap=True)]
+
+
+def test_hook_targets_by_hand():
+    t = R.hook_targets(_nvlink_records()).set_index("target")
+    assert t.loc["powersgd vs syncSGD", "ratio"] == pytest.approx(1.2)
+    assert t.loc["powersgd vs syncSGD", "verdict"] == "MISS"  # 1.2 > 1.1
+    assert t.loc["powersgd vs PyTorch's", "ratio"] == pytest.approx(0.6)
+    assert t.loc["powersgd vs PyTorch's", "verdict"] == "PASS"
+    assert t.loc["fp16 vs PyTorch's", "ratio"] == pytest.approx(8 / 9)
+    assert t.loc["fp16 vs PyTorch's", "reference"] == "PyTorch fp16 hook"
+    md = R.hook_targets_markdown(t.reset_index())
+    assert "| m (8) | 2 | the kit's PowerSGD rank-4 hook <= 1.1x syncSGD | 12.0 (n=10) | syncSGD | 10.0 (n=10) " \
+           "| 1.200 | 1.1x | MISS |" in md
+    assert md.endswith("2 of 3 judged rows PASS; 0 not measured.\n")
+
+
+def test_hook_targets_leave_out_other_runs_and_say_what_is_missing():
+    recs = _nvlink_records()
+    recs[3] = _ddp("hook", "fp16", ms=8.0, hook_overlap=False)  # a blocking hook is not the target's hook
+    recs += [
+        _ddp("syncsgd", ms=1.0, network={"rate_gbps": 10.0}),  # an emulated network: not NVLink
+        _ddp("syncsgd", ms=1.0, switch_interval_ms=0.5, cid={"switch_interval_ms": 0.5}),  # a GIL A/B run
+        _ddp("syncsgd", ms=1.0, bucket_mb=100.0),  # another bucket size
+        _ddp("syncsgd", ms=1.0, batch=16),  # a batch where no kit hook ran: not judged
+        _ddp("hook", "powersgd", {"rank": 4}, ms=99.0, hook_overlap=True, p=1),  # one GPU: not judged
+    ]
+    t = R.hook_targets(recs).set_index("target")
+    assert len(t) == 3 and t.loc["powersgd vs syncSGD", "reference_ms"] == 10.0
+    assert t.loc["fp16 vs PyTorch's", "verdict"] == "NOT MEASURED"
+    assert R.hook_targets_markdown(t.reset_index()).endswith("1 of 2 judged rows PASS; 1 not measured.\n")
+
+
+def test_the_latest_record_of_a_configuration_counts():
+    recs = _nvlink_records() + [_ddp("syncsgd", ms=11.0, ts="2")]
+    t = R.hook_targets(recs).set_index("target")
+    assert t.loc["powersgd vs syncSGD", "ratio"] == pytest.approx(12 / 11)
+    assert t.loc["powersgd vs syncSGD", "verdict"] == "PASS"
+
+
+# ------------------------------------------------------------------ parameter server beside Table 1, by hand
+NET = {"rate_gbps": 10.0}
+
+
+def test_ps_vs_collective_by_hand():
+    """p = 2: Table 1's server costs 2 alpha + 2 b / BW, Eq. 1's ring all-reduce 2 alpha + b / BW: b / BW more."""
+    b = 4 * models.numel("mlp_small")  # the fp32 gradient, bytes
+    extra_ms = b * 8 / 10e9 * 1e3
+    ps = [_ddp("post", "none", ms=30.0, network=NET, comm="ps", model="mlp_small")]
+    coll = {"first": [_ddp("post", "none", ms=20.0, network=NET, model="mlp_small")],
+            "second": [_ddp("post", "none", ms=99.0, network=NET, model="mlp_small")]}
+    t = R.ps_vs_collective(ps, coll).iloc[0]
+    assert t["collective_from"] == "first" and t["scheme"] == "all-reduce" and t["payload"] == "fp32 gradient"
+    assert t["measured_ratio"] == pytest.approx(1.5) and t["measured_extra_ms"] == pytest.approx(10.0)
+    assert t["model_extra_ms"] == pytest.approx(extra_ms, rel=1e-9)
+    assert t["predicted_ratio"] == pytest.approx((20.0 + extra_ms) / 20.0)
+    md = R.ps_vs_collective_markdown(R.ps_vs_collective(ps, coll))
+    assert f"| mlp_small (8), 2, 10 Gbit/s | fp32 gradient | all-reduce | 20.0 (n=10) | 30.0 (n=10) | 1.50 | 10.0 | " \
+           f"{extra_ms:.1f} | {(20.0 + extra_ms) / 20.0:.2f} | first |" in md
+
+
+def test_ps_vs_collective_without_its_collective_run_says_so():
+    ps = [_ddp("post", "signsgd", ms=30.0, network=NET, comm="ps", model="mlp_small")]
+    other = [_ddp("post", "signsgd", ms=20.0, network={"rate_gbps": 1.0}, model="mlp_small"),  # another rate
+             _ddp("post", "signsgd", ms=20.0, network=NET, model="mlp_small", switch_interval_ms=0.5,
+                  cid={"switch_interval_ms": 0.5})]  # a GIL A/B run
+    t = R.ps_vs_collective(ps, {"x": other}).iloc[0]
+    assert t["collective_from"] is None and t["predicted_ratio"] is None and t["scheme"] == "all-gather"
+    assert t["model_extra_ms"] > 0  # Table 1 is still priced
+    line = R.ps_vs_collective_markdown(R.ps_vs_collective(ps, {"x": other})).splitlines()[-1]
+    assert "| not measured | 30.0 (n=10) | — | — |" in line and line.endswith("| — | — |")
