@@ -6,8 +6,11 @@ worker put into the collectives (``HookState.bytes_sent``), ``bytes_received`` w
 receives (``Compressor.plan`` with the ring's accounting: ``p-1`` shards for an all-gather).
 
 With several seeds per method, :func:`time_to_target` and :func:`han_table` give the median over
-seeds and the min-max interval (three seeds: every run shown, nothing assumed about its spread).
-Han et al. 2024 (https://arxiv.org/abs/2407.01378) measure time to a target against FP16.
+seeds and the min-max interval (three seeds: every run shown, nothing assumed about its spread), or, with
+``level``, means and Student-t intervals (:func:`seed_interval`) and the speed-up paired by seed.
+Han et al. 2024 (https://arxiv.org/abs/2407.01378) measure time to a target against FP16; :func:`rate_tables`
+gives their table for one workload at several emulated bandwidths against one target (the GPU runs of
+``data/training/tta_gpu2/``, whose README holds :func:`han_markdown` of them).
 """
 from __future__ import annotations
 
