@@ -166,6 +166,10 @@ def _train(name):
         return T.metric_vs_time(four, "test_acc", 0.9)
     if name == "bytes_bars":
         return T.bytes_bars(analysis.summary_table(df))
+    if name == "metric_bands_by_rate":  # the time_to_accuracy notebook's GPU runs (full profile)
+        frames = analysis.load_rates([paths.DATA / "training" / "tta_gpu2" / f for f in ("tta_10g", "tta_2.5g")])
+        target, _ = analysis.rate_tables(frames)
+        return T.metric_bands_by_rate({r: analysis.curve_band(f) for r, f in frames.items()}, "val_loss", target)
     if name == "time_split_bars":
         return T.time_split_bars(analysis.time_split(df))
     raise KeyError(name)

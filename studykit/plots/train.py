@@ -15,7 +15,7 @@ from studykit.plots.style import finish, theme
 from studykit.train.analysis import method_order
 
 __all__ = ["accuracy_curves", "accuracy_vs_time", "bits_over_epochs", "bytes_bars", "colors", "curves", "loss_curves",
-           "metric_vs_time", "time_split_bars", "tta_bars"]
+           "metric_bands_by_rate", "metric_vs_time", "time_split_bars", "tta_bars"]
 
 def colors(methods) -> dict:
     """One colour per method (seaborn's colorblind palette in :func:`method_order`), so a method
@@ -144,6 +144,39 @@ def metric_vs_time(df: pd.DataFrame, metric: str = "val_loss", target: float | N
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     finish(fig)
     return fig, ax
+
+
+def metric_bands_by_rate(bands: dict, metric: str = "val_loss", target: float | None = None, level: float = 0.9):
+    """``metric`` against training time (s), one panel per emulated rate (``{rate: analysis.curve_band(...)}``):
+    per method the mean over seeds at each evaluation (markers on a line) and its ``level`` interval as a band; the
+    target dashed and named on the line (Han et al. 2024's time to a target, https://arxiv.org/abs/2407.01378).
+    Panels share the y axis; each keeps its own time axis (the rates differ several-fold)."""
+    from studykit.plots.style import ref_line
+
+    if not bands:
+        raise ValueError("no rates to draw: give {rate: analysis.curve_band(frame)} for at least one rate")
+    theme()
+    fig, axes = plt.subplots(1, len(bands), figsize=(4.6 * len(bands) + 1.6, 4.2), sharey=True, squeeze=False)
+    scale = 100 if metric.endswith("_acc") else 1
+    name = _LABELS.get(metric, metric)
+    col = colors(pd.concat(bands.values())["method"])
+    for ax, (rate, b) in zip(axes[0], bands.items()):
+        for m in method_order(b["method"]):
+            d = b[b["method"] == m].sort_values("step")
+            runs = int(d["runs"].max())
+            ax.plot(d["time_s"], scale * d[metric], marker="o", ms=2.5, lw=1.3, color=col[m],
+                    label=f"{m} ({runs} run{'s' if runs > 1 else ''})")
+            ax.fill_between(d["time_s"], scale * d["lo"], scale * d["hi"], color=col[m], alpha=0.18, lw=0)
+        if target is not None:
+            ref_line(ax, scale * target, f"target {scale * target:.3g}", inline=True, color="0.35")
+        ax.set_title(rate, fontsize="medium")
+        ax.set_xlabel("training time (s, evaluation excluded)")
+    axes[0][0].set_ylabel(name.replace(" (", "\n(") if len(name) > 30 else name)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Which method reaches the target {name.split(' (')[0]} first at each bandwidth?\n"
+                 f"(mean over seeds; band: {100 * level:g} % interval of the mean)", fontsize="medium")
+    finish(fig)
+    return fig, axes[0]
 
 
 def tta_bars(tta: pd.DataFrame, baseline: str = "fp16", ax=None, what: str = "target accuracy"):
