@@ -343,6 +343,12 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folde
                                                             "--overlap", "timeline", "--pool", "h200_p2_all"]),
 }
 #: the rows of data/verification/bandwidth/README.md's generated table
+# the same with the encode/decode of the extended variant calibrated on post-backward iterations
+# (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
+ED_ITER = ["--encode-decode-from", "iterations"]
+for _sub in ("h200_p4", "h200_p4/holdout_model", "h200_p2_all", "h200_p2_all/holdout_model"):
+    BANDWIDTH_RUNS[f"{_sub}/ed_iterations"] = (BANDWIDTH_RUNS[_sub][0], BANDWIDTH_RUNS[_sub][1] + ED_ITER)
+
 BANDWIDTH_TABLE = {
     "p = 2, leave one rate out": "h200_p2", "p = 2, leave one model out": "h200_p2/holdout_model",
     "p = 2, network from each rate's sweep (3 rates)": "h200_p2/network_from_sweep",
@@ -351,6 +357,11 @@ BANDWIDTH_TABLE = {
     "p = 2, VGG19 and GPT-2, leave one model out": "h200_p2b/holdout_model",
     "p = 2, all five models, leave one rate out": "h200_p2_all",
     "p = 2, all five models, leave one model out": "h200_p2_all/holdout_model",
+    "p = 4, leave one rate out, encode/decode from iterations": "h200_p4/ed_iterations",
+    "p = 4, leave one model out, encode/decode from iterations": "h200_p4/holdout_model/ed_iterations",
+    "p = 2, all five models, leave one rate out, encode/decode from iterations": "h200_p2_all/ed_iterations",
+    "p = 2, all five models, leave one model out, encode/decode from iterations":
+        "h200_p2_all/holdout_model/ed_iterations",
 }
 
 
@@ -567,6 +578,41 @@ def test_bandwidth_readme_implied_encode_decode_is_the_generated_one():
     t = verify.implied_encode_decode(pd.read_csv(folder / "h200_p2_all" / "predictions.csv"), worst=8)
     assert _marked(text, "implied-ed") == verify.implied_encode_decode_markdown(t), \
         "regenerate with verify.implied_encode_decode_markdown(implied_encode_decode(..., worst=8))"
+    # the README's reading: calibrating encode/decode on post iterations lowers the post-backward maxima
+    for base in ("h200_p2_all", "h200_p4"):
+        for sub in ("", "/holdout_model"):
+            def worst(f):
+                t = pd.read_csv(folder / f / "summary.csv")
+                return t[(t["variant"] == "extended") & (t["group"] == "compressors (post)")]["max_abs_rel_error"].iloc[0]
+            assert worst(f"{base}{sub}/ed_iterations") < worst(f"{base}{sub}"), (base, sub)
     # the README's reading: the worst rows are PowerSGD, whose profile overstates the iteration's cost 2-3x
     top = t.head(3)
     assert (top["compressor"] == "powersgd").all() and (top["implied_over_profiled"] < 0.5).all()
+
+
+def test_encode_decode_scale_is_fitted_on_other_holdout_groups_by_hand(monkeypatch):
+    # every record predicted at 50 ms of which 10 ms encode/decode: the implied ratio is (measured - 40) / 10
+    monkeypatch.setattr(verify, "_predict_record", lambda x, *a, **k: {"t_encode_decode_ms": 10.0, "predicted_ms": 50.0})
+
+    def rec(model, rate, ms, compressor="powersgd", pkey="rank=4"):
+        return {"config": f"{model} {compressor} {pkey} {rate}", "model": model, "batch_size": 64, "compressor": compressor,
+                "params_key": pkey, "measured_ms": ms, "rate": rate}
+    posts = [rec("a", 1, 44.0), rec("a", 2, 45.0), rec("a", 3, 47.0), rec("b", 1, 49.0), rec("b", 2, 50.0)]
+    scale_of = verify._ed_scales(posts, inp=None, opts=None, group_of=lambda r: r["rate"])
+    (s, how), cal = scale_of(rec("a", 3, 0.0))  # rate 3 held out: a's rates 1 and 2 -> ratios 0.4, 0.5
+    assert s == pytest.approx(0.45) and "2 post iterations, same model" in how and len(cal) == 2
+    (s, how), _ = scale_of(rec("c", 1, 0.0))  # a model without post records: other models at other rates
+    assert s == pytest.approx(0.7) and "other models" in how  # a@2 0.5, a@3 0.7, b@2 1.0
+    (s, how), cal = scale_of(rec("a", 1, 0.0, compressor="topk", pkey="ratio=0.01"))
+    assert s == 1.0 and "as profiled" in how and cal == []
+    # no holdout groups (world-size holdout): every other record of the same configuration counts
+    (s, _), cal = verify._ed_scales(posts, inp=None, opts=None, group_of=None)(posts[0])
+    assert s == pytest.approx(0.6) and len(cal) == 2  # a@2 0.5, a@3 0.7
+    monkeypatch.setattr(verify, "_predict_record", lambda x, *a, **k: {"t_encode_decode_ms": 10.0, "predicted_ms": 99.0})
+    (s, _), _ = verify._ed_scales(posts, inp=None, opts=None, group_of=None)(posts[0])
+    assert s == 0.0  # a negative implied encode/decode is clamped at 0
+
+
+def test_encode_decode_from_must_be_known():
+    with pytest.raises(ValueError, match="encode_decode_from must be 'profile' or 'iterations', got 'both'"):
+        verify.verify_platform(None, encode_decode_from="both")

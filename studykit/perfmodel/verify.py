@@ -465,7 +465,8 @@ def _kk(k: float) -> str:
 
 
 def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None = None,
-                    path_overhead_s: float = 0.0, opts: ModelOptions | None = None, curve=None) -> dict:
+                    path_overhead_s: float = 0.0, opts: ModelOptions | None = None, curve=None,
+                    ed_scale: tuple[float, str] = (1.0, "")) -> dict:
     """One DDP record predicted by :func:`studykit.perfmodel.model.predict` with the ``variant`` preset
     (:meth:`ModelOptions.paper` / :meth:`ModelOptions.extended`) and the record's inputs; the row's terms."""
     opts = opts or ModelOptions.named(variant)
@@ -505,6 +506,8 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                 "inputs": f"{how_o}; {how_tc}; {where} ({net.fitted_on}"
                           f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''}){how_ready}"}
     ed, how_ed = _encode_decode(inp, r, p)
+    if ed_scale[0] != 1.0:  # the codec's in-iteration cost, calibrated on post-backward iterations
+        ed, how_ed = ed * ed_scale[0], f"{how_ed} {ed_scale[1]}"
     how_ed += _kk(kappa)
     scale, how_wire = _wire_scale(r, w)
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
@@ -650,7 +653,8 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
-                    per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None) -> pd.DataFrame:
+                    per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None,
+                    encode_decode_from: str = "profile") -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
     ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
@@ -661,7 +665,13 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     in either variant). Each row's ``calibrated_on`` names the DDP configurations and the sweep.
 
     ``network_from``: where each network's alpha / BW come from
-    (:class:`studykit.perfmodel.fit.RecordInputs`: ``sweep``, ``probe`` or ``auto``)."""
+    (:class:`studykit.perfmodel.fit.RecordInputs`: ``sweep``, ``probe`` or ``auto``).
+
+    ``encode_decode_from="iterations"`` (extended variant): each compressor's profiled encode/decode is
+    scaled by what post-backward iterations of the same compressor and parameters leave room for
+    (:func:`_ed_scales`), fitted on the other holdout groups, for the post and hook rows alike."""
+    if encode_decode_from not in ("profile", "iterations"):
+        raise ValueError(f"encode_decode_from must be 'profile' or 'iterations', got {encode_decode_from!r}")
     by_p = holdout == "world_size"
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
@@ -751,8 +761,13 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                             train = [x for x in spool if group_of(x) != g]
                             tcache[g] = (fit(train), sorted(x["config"] for x in train))
                         return tcache[g]
+                scale_of = None
+                if encode_decode_from == "iterations":
+                    posts = [x for x in (recs if cal_recs is None else cal_recs) if x["mode"] == "post"]
+                    scale_of = _ed_scales(posts, inp, presets[variant], None if by_p else group_of)
                 part = _extended_compressed(comp, inp, plat, mode, pool=pool, opts=presets[variant],
-                                            terms_of=hook_terms, group_of=None if by_p else group_of)
+                                            terms_of=hook_terms, group_of=None if by_p else group_of,
+                                            ed_scale_of=scale_of)
                 if by_p:
                     for x in part:
                         x["holdout"] = how
@@ -784,9 +799,55 @@ def _pool(d: pd.DataFrame, stat: str) -> list[dict]:
     return out
 
 
+def _ed_scales(posts: list[dict], inp: RecordInputs, opts: ModelOptions, group_of: Callable | None) -> Callable:
+    """``scale_of(r) -> ((scale, how), calibration configs)``: the factor on ``r``'s profiled encode/decode.
+
+    In a post-backward iteration nothing overlaps, so ``measured - (predicted - T_encode_decode)`` is the
+    encode/decode the iteration paid (:func:`implied_encode_decode`); the factor is the median of its ratio
+    to the profiled one over the post records of the same model, batch, compressor and parameters in the
+    *other* holdout groups (``group_of``; all but ``r`` itself where ``None``), or, where there are none
+    (e.g. the model is held out), over the same compressor and parameters on other models. Without any, 1.
+    The profile times a codec alone with the device synchronised around each call; in an iteration the host
+    launches the codec's kernels while the GPU still runs the backward pass (PowerSGD launches hundreds)."""
+    cache: dict = {}
+    ratio_cache: dict = {}
+
+    def ratio(x) -> float | None:
+        if x["config"] not in ratio_cache:
+            px = _predict_record(x, inp, "extended", opts=opts)
+            ed = px["t_encode_decode_ms"]
+            ratio_cache[x["config"]] = ((float(x["measured_ms"]) - (px["predicted_ms"] - ed)) / ed
+                                        if ed > 0 else None)
+        return ratio_cache[x["config"]]
+
+    def scale_of(r):
+        g = group_of(r) if group_of is not None else None
+        key = (r["model"], int(r["batch_size"]), r["compressor"], r["params_key"], g,
+               None if group_of is not None else r["config"])
+        if key not in cache:
+            train = [x for x in posts if x["config"] != r["config"] and (group_of is None or group_of(x) != g)]
+            same = [x for x in train if (x["model"], int(x["batch_size"]), x["compressor"], x["params_key"])
+                    == key[:4]]
+            where = "same model"
+            if not same:
+                same = [x for x in train if (x["compressor"], x["params_key"]) == key[2:4] and x["model"] != r["model"]]
+                where = "other models"
+            rs = [v for v in (ratio(x) for x in same) if v is not None]
+            if rs:
+                s = max(0.0, float(np.median(rs)))
+                cache[key] = ((s, f"x {s:.2f} (implied by {len(rs)} post iterations, {where})"),
+                              sorted({x["config"] for x in same}))
+            else:
+                cache[key] = ((1.0, "(no post iteration to calibrate on: as profiled)"), [])
+        return cache[key]
+
+    return scale_of
+
+
 def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mode: str,
                          pool: list[dict] | None = None, opts: ModelOptions | None = None,
-                         terms_of: Callable | None = None, group_of: Callable | None = None) -> list[dict]:
+                         terms_of: Callable | None = None, group_of: Callable | None = None,
+                         ed_scale_of: Callable | None = None) -> list[dict]:
     """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
     of the same model and batch (other networks when there are several), scored on the rest.
     With ``pool`` (``--holdout world_size``) the ``none`` records come from ``pool`` only (the same
@@ -798,6 +859,8 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
     rows = []
     per_bucket_cache: dict = {}
     opts = opts or ModelOptions.extended()
+    no_scale = lambda x: ((1.0, ""), [])  # noqa: E731
+    ed_scale_of = ed_scale_of or no_scale
     by_pool = pool is not None
     nones = [r for r in (pool if by_pool else comp) if r["compressor"] == "none"]
     multi_net = len({(r["rate_gbps"], r["world_size"]) for r in comp}) > 1
@@ -814,7 +877,8 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
             continue
         if cal:
             h = fit_path_overhead([float(n["measured_ms"]) / 1e3 - _predict_record(
-                n, inp, "extended", terms=terms, opts=opts)["predicted_ms"] / 1e3 for n in cal])
+                n, inp, "extended", terms=terms, opts=opts, ed_scale=ed_scale_of(n)[0])["predicted_ms"] / 1e3
+                for n in cal])
             how_h = f"path overhead {h * 1e3:+.3f} ms from {len(cal)} '{mode} none' record(s)"
         elif group_of is not None and len({group_of(x) for x in comp}) > 1:
             g = group_of(r)
@@ -822,22 +886,25 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
                 cal_g = [x for x in comp if group_of(x) != g]
                 res = []
                 for x in cal_g:
-                    px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts)
+                    px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts,
+                                         ed_scale=ed_scale_of(x)[0])
                     res.append((float(x["measured_ms"]) - px["predicted_ms"]) / 1e3 / max(px["k_buckets"], 1))
                 groups = sorted({str(group_of(x)) for x in cal_g})
                 # named by holdout group, not by configuration (hundreds per row): every one differs from r's
                 per_bucket_cache[g] = (fit_path_overhead(res), [f"{len(cal_g)} '{mode}' records of holdout groups "
                                                                 + ", ".join(groups)])
             hb, cal_names = per_bucket_cache[g]
-            pr0 = _predict_record(r, inp, "extended", terms=terms, opts=opts)
+            pr0 = _predict_record(r, inp, "extended", terms=terms, opts=opts, ed_scale=ed_scale_of(r)[0])
             h = hb * max(pr0["k_buckets"], 1)
             how_h = (f"path overhead {hb * 1e3:+.3f} ms per bucket x {pr0['k_buckets']} from {cal_names[0]} "
                      "(no identity-compressor record)")
             t_cal = list(t_cal) + cal_names
         else:
             h, how_h = 0.0, "path overhead 0 (no identity-compressor record on this platform)"
+        scale, scale_cal = ed_scale_of(r)
+        t_cal = list(t_cal) + list(scale_cal)
         out = _base_row(r, plat, "extended", GROUPS[mode])
-        out.update(_predict_record(r, inp, "extended", terms=terms, path_overhead_s=h, opts=opts))
+        out.update(_predict_record(r, inp, "extended", terms=terms, path_overhead_s=h, opts=opts, ed_scale=scale))
         out["inputs"] += f"; {how_h}" + (f"; {terms.how}" if terms is not None else "")
         if terms is not None:
             out["gamma"] = terms.gamma
@@ -897,7 +964,8 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
            network_from: str = "sweep", overlap: str | None = None,
-           sweep_from: str | Path | None = None, pool: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           sweep_from: str | Path | None = None, pool: str | None = None,
+           encode_decode_from: str = "profile") -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
@@ -912,7 +980,8 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
         plat = load_platform(s, stat, name=pool, sweep_from=sweep_from)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
-                                      network_from=network_from, overlap=overlap))
+                                      network_from=network_from, overlap=overlap,
+                                      encode_decode_from=encode_decode_from))
         by_p = holdout == "world_size"
         inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None, network_from=network_from), True)]
         if by_p:
@@ -985,6 +1054,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
+    ap.add_argument("--encode-decode-from", default="profile", choices=["profile", "iterations"],
+                    help="extended variant's encode/decode: as profiled (the codec timed alone; default), or the "
+                         "profile scaled by what post-backward iterations of the same compressor leave room for, "
+                         "fitted on the other holdout groups (verify_platform)")
     ap.add_argument("--pool", default=None, metavar="NAME",
                     help="score every --records folder as ONE platform called NAME (campaigns of one card kind, "
                          "world size and link method, e.g. models measured in different sessions)")
@@ -1009,7 +1082,8 @@ def main(argv: list[str] | None = None) -> int:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
-                                   overlap=args.overlap, sweep_from=args.sweep_from, pool=args.pool)
+                                   overlap=args.overlap, sweep_from=args.sweep_from, pool=args.pool,
+                                   encode_decode_from=args.encode_decode_from)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
