@@ -8,6 +8,9 @@
 #              reference on this GPU (run first: a kernel that fails here must not run in a campaign);
 #   buckets  - encode/decode profiled bucket by bucket as the DDP hook calls it (`profile --ddp-buckets`),
 #              for the models of the committed bandwidth campaigns (the hook model's per-bucket input);
+#   hostahead - the same codecs' device time with the host ahead of the GPU (`profile --host-ahead`, whole
+#              gradient and bucket by bucket), for every campaign model: does the profile, which times a codec
+#              alone with every launch gap, overstate what an iteration pays (data/verification/bandwidth)?
 #   nvlink   - 2 GPUs over NVLink: DDP with the kit's and PyTorch's fp16 and PowerSGD rank-4 hooks (issue 19:
 #              PowerSGD hook <= 1.1x syncSGD, fp16 hook <= PyTorch's), and syncSGD of ResNet-50 at batches
 #              8-64 with T_comp at the same batches (issue 13 item 4, the small-batch regime);
@@ -15,13 +18,14 @@
 #              post-backward path, stamped bucket by bucket (`--hook-times`), the identity compressor `none`
 #              as a hook (the path overhead), then the same hooks with a 0.5 ms GIL switch interval (A/B);
 #   ps       - ResNet-50 on the same link through one parameter server (`--comm collective ps`; issue 14 item 4).
-# Writes (directly in $OUT): kernels.xml (pytest's report), profile.jsonl, tcomp.jsonl, nvlink.jsonl, hooks.jsonl, ps.jsonl,
+# Writes (directly in $OUT): kernels.xml (pytest's report), profile.jsonl, profile_host_ahead.jsonl, tcomp.jsonl,
+# nvlink.jsonl, hooks.jsonl, ps.jsonl,
 # run.log, RUN.txt. Needs root (hooks, ps), python3 with torch (CUDA), torchvision, transformers, pytest,
 # triton, and iproute2 (IPROUTE2, as for scripts/gpu_bandwidth.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-PHASES=${PHASES:-"kernels buckets nvlink hooks ps"}
+PHASES=${PHASES:-"kernels buckets hostahead nvlink hooks ps"}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base"}
 BUCKET_COMPRESSORS=${BUCKET_COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 HOOK_RATE=${HOOK_RATE:-10}
@@ -40,9 +44,12 @@ TORCHRUN=($PY -m torch.distributed.run --standalone --nproc-per-node 2 -m studyk
 {
 want kernels && phase kernels 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bench.py \
   tests/test_fast_elementwise.py tests/test_pack_fields.py tests/test_mstopk.py tests/test_atomo_svd.py \
-  tests/test_lowrank.py --junitxml "$OUT/kernels.xml"
+  tests/test_lowrank.py tests/test_timing.py --junitxml "$OUT/kernels.xml"
 want buckets && CUDA_VISIBLE_DEVICES=0 phase buckets 150 $PY -m studykit profile --models $MODELS \
   --compressors $BUCKET_COMPRESSORS --budget-s 0.5 --min-iter 20 --ddp-buckets --out "$OUT/profile.jsonl" --quiet
+want hostahead && CUDA_VISIBLE_DEVICES=0 phase hostahead 150 $PY -m studykit profile \
+  --models $MODELS vgg19 gpt2_small --compressors $BUCKET_COMPRESSORS --budget-s 0.5 --min-iter 20 --ddp-buckets \
+  --no-split --host-ahead --out "$OUT/profile_host_ahead.jsonl" --quiet
 want nvlink && CUDA_VISIBLE_DEVICES=0 phase tcomp 60 $PY -m studykit tcomp --models resnet50 \
   --batch-sizes 8 16 32 64 --budget-s 1 --min-iter 5 --out "$OUT/tcomp.jsonl" --quiet
 want nvlink && phase nvlink 150 "${TORCHRUN[@]}" "${DDP[@]}" --models $MODELS --modes syncsgd builtin hook \
@@ -61,7 +68,7 @@ want ps && phase ps 120 $PY -m studykit throttle --gpus --workers 2 "${IPR[@]}" 
 } 2>&1
 [ -f "$OUT/kernels.xml" ] && grep -o 'tests="[0-9]*" [^>]*' "$OUT/kernels.xml" | head -1 | sed 's/^/kernels: /' | tee -a "$RUN"
 echo "finished $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" | tee -a "$RUN"
-for f in profile tcomp nvlink hooks ps; do
+for f in profile profile_host_ahead tcomp nvlink hooks ps; do
   [ -f "$OUT/$f.jsonl" ] && echo "$f.jsonl: $(wc -l < "$OUT/$f.jsonl") records" | tee -a "$RUN"
 done
 exit 0

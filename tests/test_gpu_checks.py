@@ -40,7 +40,7 @@ def _studykit_args(argv: list[str]) -> list[str]:
 
 
 def test_every_phase_runs_one_command(calls):
-    assert len(calls) == 8, calls  # kernels, buckets, tcomp, nvlink, batches, hooks x 2 (GIL A/B), ps
+    assert len(calls) == 9, calls  # kernels, buckets, hostahead, tcomp, nvlink, batches, hooks x 2 (GIL A/B), ps
 
 
 def test_every_studykit_command_parses(calls):
@@ -56,7 +56,9 @@ def test_every_studykit_command_parses(calls):
         ns = parser.parse_args([*args, "--out", "/tmp/x.jsonl"] if "--out" not in args else args)
         seen.append((ns.cmd, tuple(getattr(ns, "modes", ()) or ())))
     cmds = [c for c, _ in seen]
-    assert cmds.count("ddp") == 5 and "profile" in cmds and "tcomp" in cmds
+    assert cmds.count("ddp") == 5 and cmds.count("profile") == 2 and "tcomp" in cmds
+    (ahead,) = [a for a in calls if "--host-ahead" in a]
+    assert "--ddp-buckets" in ahead and "--out" in ahead
     hooks = [a for a in calls if "throttle" in a and "hook" in a]
     assert any("--hook-times" in a for a in hooks) and any("--switch-interval-ms" in a for a in hooks)
 

@@ -67,6 +67,7 @@ def test_paper_specs_are_valid():
     (["tcomp", "--batch-sizes", "0"], "must be an integer >= 1"),
     (["ddp", "--modes", "nosuch"], "invalid choice"),
     (["profile", "--budget-s", "1", "--warmup", "0"], "--warmup >= 1"),
+    (["profile", "--host-ahead", "--device", "cpu"], "--host-ahead needs a CUDA device"),
 ])
 def test_bad_arguments_fail_clearly_and_write_nothing(argv, needle, tmp_path, capsys):
     out = tmp_path / "x.jsonl"
@@ -185,3 +186,12 @@ def test_encode_decode_input_never_pools_split_phases():
     assert inp.encode_decode("m", "fp16", "{}", 2, phase="reduce_buckets")[0] == pytest.approx(1.0e-3)
     with pytest.raises(KeyError, match="reduce_buckets"):
         inp.encode_decode("m", "topk", "{}", 2, phase="reduce_buckets")
+
+
+def test_host_ahead_profiling_needs_cuda_and_writes_nothing(tmp_path):
+    from studykit.measure.profile import run_profile
+    from studykit.measure.records import RecordWriter
+    out = tmp_path / "x.jsonl"
+    with pytest.raises(ValueError, match="--host-ahead needs a CUDA device"):
+        run_profile(["mlp_small"], [], RecordWriter(out), device=torch.device("cpu"), host_ahead=True)
+    assert not out.exists()

@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "hook runs it (phase reduce_buckets; the performance model's hook input)")
     p.add_argument("--sim-world-size", type=_positive_int, default=1,
                    help="decode as if this many workers sent payloads (all-gather codecs; no communication)")
+    p.add_argument("--host-ahead", action="store_true",
+                   help="CUDA: time each call's device work with the host ahead of the GPU (a GPU busy-wait first, "
+                        "so every kernel is queued before it runs), as inside a training iteration; phases are "
+                        "recorded as <phase>_host_ahead")
     p.add_argument("--copy-bytes", type=_size, default=None,
                    help="tensor size for the copy-bandwidth measurement (default 256M on GPU, 64M on CPU)")
     p.add_argument("--device", default="auto", help="auto (GPU if any), cpu, cuda, cuda:N")
@@ -200,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         from studykit.measure.profile import run_profile
 
         device = _single_device(parser, args)
+        if args.host_ahead and torch.device(device).type != "cuda":
+            parser.error(f"profile --host-ahead needs a CUDA device (the GPU runs ahead of the host), got {device}")
         writer = RecordWriter(out, retry_errors=args.retry_errors)
         n = run_profile(args.models, specs, writer, device=device, split=not args.no_split,
                         sim_world_size=args.sim_world_size, copy_bytes=args.copy_bytes,
-                        ddp_buckets=args.ddp_buckets, verbose=verbose,
+                        ddp_buckets=args.ddp_buckets, host_ahead=args.host_ahead, verbose=verbose,
                         **_timing(args))
     elif args.cmd == "tcomp":
         from studykit.measure.tcomp import run_tcomp

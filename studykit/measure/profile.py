@@ -155,10 +155,19 @@ def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_wor
 def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], writer: RecordWriter, *,
                 device: torch.device, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
                 min_iter: int = 3, split: bool = True, sim_world_size: int = 1,
-                copy_bytes: Optional[int] = None, ddp_buckets: bool = False, verbose: bool = True) -> int:
+                copy_bytes: Optional[int] = None, ddp_buckets: bool = False, host_ahead: bool = False,
+                verbose: bool = True) -> int:
     """Profile every (model, compressor spec[, phase]) not yet in ``writer``'s file; returns records written.
-    ``ddp_buckets`` adds phase ``reduce_buckets`` (the protocol bucket by bucket, as a DDP hook runs it)."""
+    ``ddp_buckets`` adds phase ``reduce_buckets`` (the protocol bucket by bucket, as a DDP hook runs it).
+
+    ``host_ahead`` (CUDA only): time each call's device work with the host ahead of the GPU
+    (:func:`studykit.measure.timing.time_fn`), as inside a training iteration, instead of alone with
+    every kernel-launch gap; the phases are recorded as ``<phase>_host_ahead`` (``reduce_host_ahead``,
+    ...), so the model's inputs, which read ``reduce`` and ``reduce_buckets``, never take them by accident."""
     device = torch.device(device)
+    if host_ahead and device.type != "cuda":
+        raise ValueError(f"profile --host-ahead needs a CUDA device, got {device}")
+    suffix = "_host_ahead" if host_ahead else ""
     done = writer.done()
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     written = 0
@@ -186,7 +195,7 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
                       + (["encode", "decode"] if split and single_round(comp) else []))
             for phase in phases:
                 cid = config_id(kind="profile", model=model, compressor=spec.name, params=params, world_size=1,
-                                sim_world_size=sim_world_size, phase=phase, device_type=device.type)
+                                sim_world_size=sim_world_size, phase=phase + suffix, device_type=device.type)
                 if cid not in done:  # (a spec equal to another's defaults is measured once)
                     done.add(cid)
                     configs.append(_Config(model, spec, phase, params, cid))
@@ -208,15 +217,16 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
         wire, ratio = _plan(comp, shapes)
         floor_bytes = 8 * numel
         floor_ms = memory_floor_ms(numel, copy_gbps)
-        fields = dict(model=cfg.model, compressor=cfg.spec.name, params=cfg.params, phase=cfg.phase,
+        fields = dict(model=cfg.model, compressor=cfg.spec.name, params=cfg.params, phase=cfg.phase + suffix,
                       sim_world_size=sim_world_size, numel=numel, grad_bytes=4 * numel, wire_bytes=wire,
                       ratio=ratio, allreduce_compatible=bool(comp.allreduce_compatible), floor_bytes=floor_bytes,
                       copy_GBps=copy_gbps, floor_ms=floor_ms)
         fn = None
         try:
             fn = _timed_call(comp, cfg.phase, grads, sim_world_size)
-            t = time_fn(fn, device=device, **timing_kw)
-            rec = make_record("profile", cfg.cid, device=device, timing=t, x_floor=t.ms_mean / floor_ms, **fields)
+            t = time_fn(fn, device=device, host_ahead=host_ahead, **timing_kw)
+            rec = make_record("profile", cfg.cid, device=device, timing=t, x_floor=t.ms_mean / floor_ms,
+                              host_ahead=host_ahead, **fields)
         except Exception as exc:  # noqa: BLE001 - one codec failing (OOM, unsupported op) must not stop a sweep
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -79,7 +79,11 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
     "profile": {
         "phase": "reduce (compressor.reduce with world size 1: encode+decode incl. flatten), "
                  "encode (compress on the flat gradient), decode (decompress/combine); "
-                 "encode/decode only for single-round codecs without error feedback",
+                 "encode/decode only for single-round codecs without error feedback; reduce_buckets (the protocol "
+                 "bucket by bucket, as the DDP hook runs it); each with the suffix _host_ahead where host_ahead",
+        "host_ahead": "true: the device time of each call with the host ahead of the GPU (a GPU busy-wait before "
+                      "the start event, so the call's kernels run back to back, as inside an iteration; profile "
+                      "--host-ahead); false: each call alone, launch gaps included",
         "sim_world_size": "workers whose payloads are decoded: reduce runs under a RecordingComm that "
                           "pretends this world size (all-gather codecs combine that many payloads; no communication)",
         "numel": "gradient elements (sum over the model's parameters)",

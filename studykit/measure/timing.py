@@ -126,16 +126,59 @@ def _is_cuda(device) -> bool:
     return torch.device(device).type == "cuda"
 
 
+#: host-ahead timing: start with this many GPU clock cycles of ``torch.cuda._sleep`` (about 0.5 ms at 2 GHz),
+#: doubled until the host has queued the whole call before the GPU leaves the sleep, at most HOST_AHEAD_MAX_CYCLES
+HOST_AHEAD_CYCLES = 1_000_000
+HOST_AHEAD_MAX_CYCLES = 2_000_000_000
+
+
+def host_was_ahead(enqueue_ms: float, sleep_ms: float, margin: float = 0.8) -> bool:
+    """Whether a host-ahead sample is valid: the host queued the call (``enqueue_ms``, host clock from the
+    end of the sleep's launch to the end event's) in less than ``margin`` of the sleep the GPU ran first
+    (``sleep_ms``, device clock), so the GPU never waited for a launch inside the timed region."""
+    return enqueue_ms < margin * sleep_ms
+
+
 class _Clock:
     """Times calls of ``fn`` in ms: CUDA events on a GPU, perf_counter on CPU. With
-    ``flush_bytes``, a buffer that large is written before every call, outside the timed region."""
+    ``flush_bytes``, a buffer that large is written before every call, outside the timed region.
 
-    def __init__(self, device, flush_bytes: int = 0):
+    ``host_ahead`` (CUDA only): the *device* time of a call, without the gaps in which the GPU waits for
+    the host to launch the next kernel. Before the start event the GPU runs a busy-wait
+    (``torch.cuda._sleep``) long enough for the host to queue the whole call behind it, so the call's
+    kernels run back to back, as they do in a training iteration where the host runs ahead of the GPU.
+    The sleep doubles (and the sample is taken again) until :func:`host_was_ahead` holds."""
+
+    def __init__(self, device, flush_bytes: int = 0, host_ahead: bool = False):
         self.cuda = _is_cuda(device)
+        if host_ahead and not self.cuda:
+            raise ValueError(f"host-ahead timing needs a CUDA device (the GPU runs ahead of nothing on {device!r})")
         self.device = torch.device(device) if self.cuda else None
-        self.timer = "cuda_events" if self.cuda else "perf_counter"
+        self.host_ahead = bool(host_ahead)
+        self.sleep_cycles = HOST_AHEAD_CYCLES
+        self.timer = ("cuda_events_host_ahead" if self.host_ahead else "cuda_events") if self.cuda else "perf_counter"
         self.cache = (torch.empty(int(flush_bytes), dtype=torch.int8, device=device if self.cuda else "cpu")
                       if flush_bytes > 0 else None)
+
+    def _ahead(self, fn: Callable[[], object]) -> float:
+        """One host-ahead call (see the class docstring), ms of device time."""
+        while True:
+            torch.cuda.synchronize(self.device)
+            before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            before.record()
+            torch.cuda._sleep(self.sleep_cycles)
+            t0 = time.perf_counter()
+            start.record()
+            fn()
+            end.record()
+            enqueue_ms = (time.perf_counter() - t0) * 1e3
+            end.synchronize()
+            if host_was_ahead(enqueue_ms, float(before.elapsed_time(start))):
+                return float(start.elapsed_time(end))
+            if self.sleep_cycles >= HOST_AHEAD_MAX_CYCLES:
+                raise RuntimeError(f"host-ahead timing: the host needs {enqueue_ms:.1f} ms to queue one call, more "
+                                   f"than a GPU sleep of {HOST_AHEAD_MAX_CYCLES} cycles")
+            self.sleep_cycles *= 2
 
     def flush(self) -> None:
         if self.cache is not None:
@@ -144,6 +187,8 @@ class _Clock:
     def __call__(self, fn: Callable[[], object]) -> float:
         """One call, alone: the device is synchronised before it (iterations never overlap)."""
         self.flush()
+        if self.host_ahead:
+            return self._ahead(fn)
         if self.cuda:
             torch.cuda.synchronize(self.device)
             start = torch.cuda.Event(enable_timing=True)
@@ -161,6 +206,14 @@ class _Clock:
         """``n`` calls, each after ``setup`` and the cache flush (both untimed). On CUDA the calls are
         queued back to back, an event pair around each, one synchronisation at the end
         (``triton.testing.do_bench``)."""
+        if self.host_ahead:  # one call at a time, each behind its own sleep
+            out = []
+            for _ in range(n):
+                if setup is not None:
+                    setup()
+                self.flush()
+                out.append(self._ahead(fn))
+            return out
         if not self.cuda:
             out = []
             for _ in range(n):
@@ -189,7 +242,7 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
             n_warmup: int = PAPER_DISCARDED, device=None, setup: Optional[Callable[[], object]] = None,
             budget_s: Optional[float] = None, min_iter: int = 3,
             agree: Optional[Callable[[float], float]] = None, min_time_s: float | None = None,
-            flush_bytes: int = 0, clock=None) -> Timing:
+            flush_bytes: int = 0, clock=None, host_ahead: bool = False) -> Timing:
     """Warm up ``n_warmup`` times, then time ``n_iter`` calls of ``fn`` (ms statistics).
 
     ``device``: where ``fn`` runs (``"cuda:0"`` -> CUDA events; ``None``/``"cpu"`` ->
@@ -198,6 +251,8 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
     ``min_time_s``: the repetition policy of the module docstring (``n_iter`` becomes the
     minimum number of repetitions, ``budget_s`` the cap on seconds of timed calls).
     ``flush_bytes``: bytes written before every timed call, outside the timed region (L2 flush).
+    ``host_ahead``: time the calls' device work with the host ahead of the GPU (:class:`_Clock`), as in a
+    training iteration, instead of alone with every launch gap (CUDA only).
     ``clock``: the timer (default: CUDA events or perf_counter for ``device``; tests pass a fake
     one with ``__call__(fn) -> ms`` and ``repeat(fn, n, setup) -> [ms]``).
     """
@@ -226,7 +281,7 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
             raise ValueError(f"time_fn: budget_s ({budget_s}) caps the timed seconds and must be >= "
                              f"min_time_s ({min_time_s})")
     min_iter = max(1, min(int(min_iter), n_iter))
-    clock = clock if clock is not None else _Clock(device, flush_bytes)
+    clock = clock if clock is not None else _Clock(device, flush_bytes, host_ahead=host_ahead)
 
     def once() -> float:
         if setup is not None:
