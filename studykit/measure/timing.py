@@ -281,7 +281,8 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
             raise ValueError(f"time_fn: budget_s ({budget_s}) caps the timed seconds and must be >= "
                              f"min_time_s ({min_time_s})")
     min_iter = max(1, min(int(min_iter), n_iter))
-    clock = clock if clock is not None else _Clock(device, flush_bytes, host_ahead=host_ahead)
+    if clock is None:
+        clock = _Clock(device, flush_bytes, host_ahead=True) if host_ahead else _Clock(device, flush_bytes)
 
     def once() -> float:
         if setup is not None:
