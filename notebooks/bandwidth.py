@@ -43,6 +43,7 @@ campaigns: list = ["h200_p2", "h200_p2b", "h200_p4"]  # folders under data/measu
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
 model_lines: bool = True  # draw the model's predictions (data/verification/bandwidth/<campaign>/predictions.csv)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval
+hook_stamps: str = "gpu_checks_h200/hooks.jsonl"  # under data/measurements: a ddp call with --hook-times beside syncSGD and post (last section)
 methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)", "powersgd r4 (blocking hook)", "topk 1% (post)", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
 # %%
 import pandas as pd
@@ -109,3 +110,30 @@ X.crossover_summary(out)
 paper = X.paper_crossovers(pd.read_csv(paths.DATA / "paper" / "claims.csv"))
 X.beside_paper(out, paper, ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)",
                             "powersgd r4 (blocking hook)"])
+
+# %% [markdown]
+# ## Where the model misses, measured
+#
+# The model's errors on these records (`data/verification/bandwidth/README.md`) are largest for PowerSGD
+# after the backward pass and for the hooks. Two measurements say which terms are wrong. First, after the
+# backward pass nothing overlaps, so `measured - O - T_comp - T_comm` is the encode/decode an iteration
+# actually paid: for PowerSGD it is a fraction of the profiled one, the codec timed alone
+# (`verify.implied_encode_decode` on the pooled p = 2 records, the eight worst configurations; `verify
+# --encode-decode-from iterations` calibrates the term this way).
+
+# %%
+from studykit.perfmodel import verify
+pooled = paths.DATA / "verification" / "bandwidth" / "h200_p2_all" / "predictions.csv"
+verify.implied_encode_decode(pd.read_csv(pooled), worst=8).round(3) if pooled.exists() else "no pooled verification"
+
+# %% [markdown]
+# Second, one ResNet-50 call on a shaped link stamped the kit's hook bucket by bucket (`ddp --hook-times`)
+# beside syncSGD and the post-backward path: each hooked iteration split into the terms the model adds up
+# (ms, `hook_times.hook_budget_table`). The model has the exposed tail; it has neither the hook's slowdown of
+# the backward pass itself (`+ slowdown`) nor the work the hook path adds outside the backward pass
+# (`+ extra outside`).
+
+# %%
+from IPython.display import Markdown
+from studykit.measure.hook_times import hook_budget_markdown, hook_budget_table
+Markdown(hook_budget_markdown(hook_budget_table(load_records(paths.MEASUREMENTS / hook_stamps))))
