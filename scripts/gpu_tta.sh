@@ -37,15 +37,9 @@ cd "$(dirname "$0")/.."
 
 RATES=${RATES:-"10 2.5"}                       # Gbit/s; one per call is the plan (see above)
 METHODS=${METHODS:-"none fp16 quantize8 dynamic powersgd:rank=4 topk"}
-SEEDS=${SEEDS:-"0 1 2"}
-MODEL=${MODEL:-gpt_mini}
-STEPS=${STEPS:-300}
-EVAL_EVERY=${EVAL_EVERY:-25}
-BATCH=${BATCH:-16}
-SEQ_LEN=${SEQ_LEN:-256}
+# shellcheck source=scripts/tta_workload.sh
+. scripts/tta_workload.sh
 LR=${LR:-0.002}
-VAL_BYTES=${VAL_BYTES:-262144}
-ACC_THRESHOLDS=${ACC_THRESHOLDS:-"0.35 0.45 0.55"}   # dynamic: next-byte validation accuracy steps
 TOTAL_S=${TOTAL_S:-530}                        # whole-run deadline (seconds)
 GPUS=${GPUS:-}                                 # the two GPU ids (default 0 1); "2 3" runs a second rate beside
                                                # a first one on a 4-GPU machine (each in its own OUT)

@@ -21,14 +21,8 @@ cd "$(dirname "$0")/.."
 
 LRS=${LRS:-"0.002 0.001 0.0005"}
 METHODS=${METHODS:-"none quantize4 quantize8 dynamic"}
-SEEDS=${SEEDS:-"0 1 2"}
-MODEL=${MODEL:-gpt_mini}
-STEPS=${STEPS:-300}
-EVAL_EVERY=${EVAL_EVERY:-25}
-BATCH=${BATCH:-16}
-SEQ_LEN=${SEQ_LEN:-256}
-VAL_BYTES=${VAL_BYTES:-262144}
-ACC_THRESHOLDS=${ACC_THRESHOLDS:-"0.35 0.45 0.55"}   # dynamic: as in tta_gpu2
+# shellcheck source=scripts/tta_workload.sh
+. scripts/tta_workload.sh
 DEVICE=${DEVICE:-auto}
 OPTIMIZER=${OPTIMIZER:-adamw}                  # sgd (momentum 0.9, with its own LRS): the control, no per-coordinate normalisation
 TOTAL_S=${TOTAL_S:-570}
