@@ -22,6 +22,36 @@ def readme_blocks() -> dict[str, str]:
     return {"hook-targets": R.hook_targets_markdown(hooks), "ps-table1": R.ps_vs_collective_markdown(ps)}
 
 
+GPU_CHECKS_B = paths.MEASUREMENTS / "gpu_checks_h200b"
+P2C = paths.MEASUREMENTS / "bandwidth" / "h200_p2c"
+
+
+def readme_blocks_b() -> dict[str, str]:
+    """gpu_checks_h200b/README.md's generated blocks (the same checks, alone on the host)."""
+    from studykit.measure import hook_times
+
+    hooks = R.hook_targets(load_records(GPU_CHECKS_B / "nvlink.jsonl", quiet=True))
+    budget = hook_times.hook_budget_table(load_records(GPU_CHECKS_B / "hooks.jsonl", quiet=True))
+    return {"hook-targets": R.hook_targets_markdown(hooks), "hook-budget": hook_times.hook_budget_markdown(budget)}
+
+
+def readme_block_hook_vs_post() -> str:
+    """data/measurements/bandwidth/README.md's hook-vs-post block (issue 19 item 3 on the shaped links)."""
+    return R.hook_vs_post_markdown(R.hook_vs_post(load_records(P2C / "ddp.jsonl", quiet=True)))
+
+
+def test_gpu_checks_b_readme_tables_are_the_generated_ones():
+    text = (GPU_CHECKS_B / "README.md").read_text(encoding="utf-8")
+    for marker, want in readme_blocks_b().items():
+        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_gpu_checks_tables.py)"
+
+
+def test_bandwidth_readme_hook_vs_post_is_the_generated_one():
+    text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
+    assert _marked(text, "hook-vs-post") == readme_block_hook_vs_post(), \
+        "regenerate with readme_block_hook_vs_post() (tests/test_gpu_checks_tables.py)"
+
+
 def _marked(text: str, marker: str) -> str:
     a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
     assert a in text and b in text, f"markers of {marker!r} missing"
@@ -117,3 +147,32 @@ def test_ps_vs_collective_without_its_collective_run_says_so():
     assert t["model_extra_ms"] > 0  # Table 1 is still priced
     line = R.ps_vs_collective_markdown(R.ps_vs_collective(ps, {"x": other})).splitlines()[-1]
     assert "| not measured | 30.0 (n=10) | — | — |" in line and line.endswith("| — | — |")
+
+
+# ------------------------------------------------------------------ hook vs post, by hand
+def _shaped(mode, compressor, ms, rate=10.0, **kw):
+    return _ddp(mode, compressor, {"rank": 4} if compressor == "powersgd" else {}, ms=ms,
+                network={"rate_gbps": rate}, cid={"rate": rate}, **kw)
+
+
+def test_hook_vs_post_by_hand():
+    recs = [_shaped("hook", "powersgd", 12.0, hook_overlap=True), _shaped("post", "powersgd", 10.0),
+            _shaped("hook", "topk", 9.0, hook_overlap=True), _shaped("post", "topk", 10.0),
+            _shaped("hook", "topk", 30.0, rate=2.5, hook_overlap=True), _shaped("post", "topk", 40.0, rate=2.5)]
+    t = R.hook_vs_post(recs)
+    assert len(t) == 3
+    row = t[(t["compressor"] == "powersgd")].iloc[0]
+    assert row["ratio"] == pytest.approx(1.2) and row["verdict"] == "MISS" and row["label"] == "powersgd r4"
+    assert list(t[t["compressor"] == "topk"]["verdict"]) == ["PASS", "PASS"]
+    md = R.hook_vs_post_markdown(t)
+    assert "| m (8) | 2 | powersgd r4 |  | 12.0 / 10.0 * |" in md
+    assert "| m (8) | 2 | topk | 30.0 / 40.0 | 9.0 / 10.0 |" in md
+    assert md.endswith("2 of 3 configurations PASS (hook <= post): powersgd r4 0/1, topk 2/2.\n")
+
+
+def test_hook_vs_post_leaves_out_blocking_hooks_nvlink_and_unpaired_runs():
+    recs = [_shaped("hook", "topk", 9.0, hook_overlap=False), _shaped("post", "topk", 10.0),  # blocking hook
+            _ddp("hook", "fp16", ms=8.0, hook_overlap=True), _ddp("post", "fp16", ms=9.0),  # NVLink: no rate
+            _shaped("hook", "qsgd", 5.0, hook_overlap=True),  # no post run
+            _shaped("hook", "fp16", 5.0, hook_overlap=True, bucket_mb=100.0), _shaped("post", "fp16", 6.0)]
+    assert R.hook_vs_post(recs).empty

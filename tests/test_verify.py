@@ -325,6 +325,10 @@ def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
 
 
 # ------------------------------------------------------------------ committed bandwidth outputs
+CHECKS_B = paths.MEASUREMENTS / "gpu_checks_h200b"
+_BW = paths.MEASUREMENTS / "bandwidth"
+_P2C = ["--network-from", "probe", "--overlap", "timeline", "--sweep-from", str(_BW / "h200_p2"), "--inputs-from",
+        str(_BW / "h200_p2"), str(_BW / "h200_p2b"), str(CHECKS_B), "--encode-decode-from", "host_ahead"]
 BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folder(s) under data/measurements/bandwidth, args)
     "h200_p2": ("h200_p2", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"]),
     "h200_p2/holdout_model": ("h200_p2", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"]),
@@ -341,6 +345,9 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folde
                                               "timeline", "--pool", "h200_p2_all"]),
     "h200_p2_all/holdout_model": (("h200_p2", "h200_p2b"), ["--holdout", "model", "--network-from", "probe",
                                                             "--overlap", "timeline", "--pool", "h200_p2_all"]),
+    # the hook model's campaign: DDP iterations only; single-device inputs borrowed, encode/decode host-ahead
+    "h200_p2c": ("h200_p2c", _P2C + ["--holdout", "network"]),
+    "h200_p2c/holdout_model": ("h200_p2c", _P2C + ["--holdout", "model"]),
 }
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
@@ -362,6 +369,8 @@ BANDWIDTH_TABLE = {
     "p = 2, all five models, leave one rate out, encode/decode from iterations": "h200_p2_all/ed_iterations",
     "p = 2, all five models, leave one model out, encode/decode from iterations":
         "h200_p2_all/holdout_model/ed_iterations",
+    "p = 2, hook campaign (four models, `none` included), leave one rate out, encode/decode host-ahead": "h200_p2c",
+    "p = 2, hook campaign, leave one model out, encode/decode host-ahead": "h200_p2c/holdout_model",
 }
 
 
@@ -506,6 +515,59 @@ def test_verify_without_a_sweep_names_the_way_out(capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+# ------------------------------------------------------------------ --inputs-from, --encode-decode-from host_ahead
+def test_inputs_from_refuses_own_inputs_another_card_and_an_empty_folder(tmp_path):
+    bw = paths.MEASUREMENTS / "bandwidth"
+    with pytest.raises(ValueError, match="has copy_bw, profile, tcomp records of its own"):
+        verify.load_platform(bw / "h200_p2b", inputs_from=[bw / "h200_p2"])
+    _copy_kind(bw / "h200_p2c", tmp_path / "mine", "ddp")
+    _copy_kind(bw / "h200_p2", tmp_path / "h100", "tcomp", gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(ValueError, match=r"ran on \['NVIDIA H100 80GB HBM3'\].*same card kind"):
+        verify.load_platform(tmp_path / "mine", inputs_from=[tmp_path / "h100"])
+    _copy_kind(bw / "h200_p2", tmp_path / "sweeps", "sweep")
+    with pytest.raises(ValueError, match="no tcomp, profile or copy_bw records there"):
+        verify.load_platform(tmp_path / "mine", inputs_from=[tmp_path / "sweeps"])
+
+
+def test_inputs_from_borrows_single_device_records_and_says_so():
+    bw = paths.MEASUREMENTS / "bandwidth"
+    plat = verify.load_platform(bw / "h200_p2c", inputs_from=[bw / "h200_p2", CHECKS_B])
+    assert len(plat.tcomp) > 0 and len(plat.profile) > 0 and len(plat.sweep) == 0
+    assert sum("single-device records borrowed from" in n for n in plat.notes) == 2
+
+
+def _profile_rows(**phases):
+    return pd.DataFrame([{"model": "m", "compressor": "c", "params_key": "{}", "phase": ph, "sim_world_size": 1,
+                          "ms_median": ms} for ph, ms in phases.items()])
+
+
+def _record_inputs(profile, host_ahead):
+    from studykit.perfmodel.fit import RecordInputs
+    empty = pd.DataFrame(columns=["kind", "model", "batch_size", "phase", "ms_median", "world_size", "mode",
+                                  "bucket_mb", "network", "rate_gbps"])
+    return RecordInputs(empty, empty, empty, profile, "ms_median", host_ahead=host_ahead)
+
+
+def test_encode_decode_host_ahead_takes_the_phase_then_the_whole_gradient_then_the_profile():
+    both = _profile_rows(reduce=4.0, reduce_buckets=6.0, reduce_host_ahead=1.0, reduce_buckets_host_ahead=2.0)
+    assert _record_inputs(both, False).encode_decode("m", "c", "{}", 2, phase="reduce_buckets")[0] == 6e-3
+    ha = _record_inputs(both, True)
+    assert ha.encode_decode("m", "c", "{}", 2, phase="reduce_buckets")[0] == 2e-3
+    assert ha.encode_decode("m", "c", "{}", 2)[0] == 1e-3
+    # no per-bucket host-ahead record (PowerSGD's timing failed): the whole gradient's, said in `how`
+    t, how = _record_inputs(_profile_rows(reduce_buckets=6.0, reduce_host_ahead=1.5), True).encode_decode(
+        "m", "c", "{}", 2, phase="reduce_buckets")
+    assert t == 1.5e-3 and "reduce_host_ahead" in how
+    t, how = _record_inputs(_profile_rows(reduce=4.0), True).encode_decode("m", "c", "{}", 2)
+    assert t == 4e-3 and "no host-ahead record" in how
+    # the identity compressor encodes nothing: scorable without a profile, its profile where it has one
+    none = {"model": "m", "compressor": "none", "params_key": "{}", "mode": "hook"}
+    assert verify._encode_decode(_record_inputs(_profile_rows(reduce=4.0), False), none, 2) == (
+        0.0, "no encode/decode (identity compressor, no profile record)")
+    prof = _profile_rows(reduce=4.0).assign(compressor="none")
+    assert verify._encode_decode(_record_inputs(prof, False), none, 2)[0] == 4e-3
+
+
 # ------------------------------------------------------------------ --pool
 def test_pool_needs_a_name_and_one_card_kind(tmp_path):
     bw = paths.MEASUREMENTS / "bandwidth"
@@ -614,5 +676,6 @@ def test_encode_decode_scale_is_fitted_on_other_holdout_groups_by_hand(monkeypat
 
 
 def test_encode_decode_from_must_be_known():
-    with pytest.raises(ValueError, match="encode_decode_from must be 'profile' or 'iterations', got 'both'"):
+    with pytest.raises(ValueError, match=r"encode_decode_from must be one of \('profile', 'iterations', "
+                                         r"'host_ahead'\), got 'both'"):
         verify.verify_platform(None, encode_decode_from="both")

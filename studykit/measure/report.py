@@ -23,6 +23,7 @@ from studykit.measure.records import load_records
 
 __all__ = ["load_frame", "provenance_summary", "label", "encode_decode_table", "table2", "table3",
            "backward_ms", "paper_table", "ddp_table", "HookTarget", "HOOK_TARGETS", "hook_targets",
+           "hook_vs_post", "hook_vs_post_markdown",
            "hook_targets_markdown", "ps_vs_collective", "ps_vs_collective_markdown", "plain_runs"]
 
 #: the paper's families (Table 2's "Type" column); the kit's other compressors go under "Dense / other"
@@ -365,6 +366,63 @@ def hook_targets_markdown(table: pd.DataFrame) -> str:
 
 
 # ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
+def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
+    """Issue 19 item 3's first DDP target, judged on ``ddp`` records of an emulated network: per (GPU, world
+    size, model, batch, rate, compressor and parameters), the kit's overlapped hook (mode ``hook``,
+    ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
+    times; ``ratio`` = hook / post, ``verdict`` PASS (ratio <= 1) or MISS. Configurations with only one of
+    the two are left out. The latest record of a configuration counts. Columns: gpu, world_size, model,
+    batch_size, rate_gbps, compressor, params, label, hook_ms, hook_n, post_ms, post_n, ratio, verdict."""
+    from studykit.measure.crossover import method_label
+
+    by: dict[tuple, dict] = {}
+    for r in _latest(records):
+        rate = (r.get("network") or {}).get("rate_gbps")
+        if not _default_run(r) or not rate or r.get("mode") not in ("hook", "post"):
+            continue
+        if r.get("mode") == "hook" and not r.get("hook_overlap"):
+            continue
+        key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), float(rate),
+               r.get("compressor"), json.dumps(r.get("params") or {}, sort_keys=True))
+        by.setdefault(key, {})[r["mode"]] = r
+    rows = []
+    for key, pair in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
+                            + tuple(str(x) for x in kv[0][5:])):
+        if set(pair) != {"hook", "post"}:
+            continue
+        h, p = pair["hook"], pair["post"]
+        ratio = h["ms_median"] / p["ms_median"]
+        rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3], "rate_gbps": key[4],
+                     "compressor": key[5], "params": json.loads(key[6]),
+                     "label": method_label("post", key[5], json.loads(key[6]), None).removesuffix(" (post)"),
+                     "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
+                     "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS"})
+    cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label", "hook_ms",
+            "hook_n", "post_ms", "post_n", "ratio", "verdict"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def hook_vs_post_markdown(table: pd.DataFrame) -> str:
+    """:func:`hook_vs_post` as a Markdown table: one row per model, batch, world size and compressor, one
+    column per rate (hook / post, ``*`` where the hook is slower), then the count of rows that PASS, per
+    compressor and in all."""
+    rates = sorted(table["rate_gbps"].unique())
+    lines = ["| model (batch) | GPUs | compressor | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
+             "|---|---:|---|" + "---:|" * len(rates)]
+    for (m, b, w, lab), g in table.groupby(["model", "batch_size", "world_size", "label"], sort=True):
+        cells = []
+        for rate in rates:
+            x = g[g["rate_gbps"] == rate]
+            cells.append("" if x.empty else f"{x['hook_ms'].iloc[0]:.1f} / {x['post_ms'].iloc[0]:.1f}"
+                         + (" *" if x["verdict"].iloc[0] == "MISS" else ""))
+        lines.append(f"| {m} ({int(b)}) | {int(w)} | {lab} | " + " | ".join(cells) + " |")
+    v = table["verdict"]
+    per = [f"{lab} {int((g['verdict'] == 'PASS').sum())}/{len(g)}" for lab, g in table.groupby("label", sort=True)]
+    lines += ["", f"Hook / post median ms; `*`: the hook is slower. {int((v == 'PASS').sum())} of {len(table)} "
+                  f"configurations PASS (hook <= post): {', '.join(per)}."]
+    return "\n".join(lines) + "\n"
+
+
 def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str, Iterable[dict]]) -> pd.DataFrame:
     """A compressor's protocol through one parameter server against the same protocol on the backend's
     collectives, measured in DDP iterations on an emulated network, beside what Agarwal et al. 2022

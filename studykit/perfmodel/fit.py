@@ -970,10 +970,12 @@ class RecordInputs:
 
     def __init__(self, tcomp: pd.DataFrame, ddp: pd.DataFrame, sweep: pd.DataFrame, profile: pd.DataFrame,
                  stat: str, max_p: int | None = None, network_from: str = "sweep",
-                 buckets: pd.DataFrame | None = None):
+                 buckets: pd.DataFrame | None = None, host_ahead: bool = False):
         if network_from not in NETWORK_SOURCES:
             raise ValueError(f"network_from must be one of {NETWORK_SOURCES}, got {network_from!r}")
         self.stat, self.max_p, self.sweep, self.network_from = stat, max_p, sweep, network_from
+        #: encode/decode from the host-ahead profile phases (``profile --host-ahead``) where they exist
+        self.host_ahead = bool(host_ahead)
         #: (model, batch, bucket_mb or None, world_size) -> [(rate, ready fractions), ...] of ``buckets`` records
         self.ready: dict = {}
         if buckets is not None and not buckets.empty and "ready_fraction" in buckets.columns:
@@ -1002,7 +1004,8 @@ class RecordInputs:
         self.kappa_w = {w: float(np.median(r)) for w, r in ratios.items()}
         one = ddp[(ddp["world_size"] == 1) & (ddp["mode"] == "syncsgd") & ddp["bucket_mb"].isna()]
         self.t_ws1 = {(m, int(b)): pool_stat(g[st], st) / 1e3 for (m, b), g in one.groupby(["model", "batch_size"])}
-        self.profile = profile[profile["phase"].isin(["reduce", "reduce_buckets"]) | profile["phase"].isna()]
+        self.profile = profile[profile["phase"].isin(["reduce", "reduce_buckets", "reduce_host_ahead",
+                                                      "reduce_buckets_host_ahead"]) | profile["phase"].isna()]
         self._nets: dict = {}
 
     def kappa(self, p: int) -> float:
@@ -1032,7 +1035,23 @@ class RecordInputs:
         """``(T_encode_decode_s, how)`` alone, from ``profile`` records of ``phase`` at the nearest simulated
         world size: ``reduce`` (the whole gradient, every round, as after the backward pass) or
         ``reduce_buckets`` (bucket by bucket as a DDP hook calls it; ``profile --ddp-buckets``). Records of
-        the split phases (``encode``, ``decode``) are never pooled in."""
+        the split phases (``encode``, ``decode``) are never pooled in.
+
+        With ``host_ahead`` (``verify --encode-decode-from host_ahead``) the same phase timed with the host
+        ahead of the GPU (``<phase>_host_ahead``, ``profile --host-ahead``: device time without launch gaps,
+        as in an iteration, where the backward pass keeps the host ahead) is taken first, then the whole
+        gradient's (``reduce_host_ahead``), then ``phase`` as profiled."""
+        if self.host_ahead:
+            for ph in dict.fromkeys((phase + "_host_ahead", "reduce_host_ahead")):
+                try:
+                    return self._encode_decode(model, compressor, pkey, p, ph)
+                except KeyError:
+                    pass
+            t, how = self._encode_decode(model, compressor, pkey, p, phase)
+            return t, how + " (no host-ahead record)"
+        return self._encode_decode(model, compressor, pkey, p, phase)
+
+    def _encode_decode(self, model: str, compressor: str, pkey: str, p: int, phase: str) -> tuple[float, str]:
         prof = self.profile
         ph = prof["phase"].fillna("reduce") if "phase" in prof.columns else pd.Series("reduce", index=prof.index)
         g = prof[(prof["model"] == model) & (prof["compressor"] == compressor) & (prof["params_key"] == pkey)

@@ -116,6 +116,8 @@ __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", 
 REQUIRED_COLUMNS = ("config", "predicted_ms", "measured_ms", "rel_error", "calibrated_on")
 VARIANTS = ("paper", "extended")
 STATS = ("ms_median", "ms_mean", "ms_min")
+#: where encode/decode comes from (verify --encode-decode-from; verify_platform)
+ENCODE_DECODE_SOURCES = ("profile", "iterations", "host_ahead")
 MIB = 2**20
 #: PyTorch DDP: bucket_cap_mb default 25 MB (the bucket assignment itself: studykit.perfmodel.model.ddp_buckets)
 DDP_DEFAULT_BUCKET_MB = 25.0
@@ -354,7 +356,8 @@ class Platform:
 
 
 def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_median", name: str | None = None,
-                  sweep_from: str | Path | None = None) -> Platform:
+                  sweep_from: str | Path | None = None,
+                  inputs_from: Sequence[str | Path] | None = None) -> Platform:
     """Read a records folder (or file) into a :class:`Platform` (ok records only).
 
     ``source`` may be several folders of one machine kind (campaigns of the same cards, world size and
@@ -362,7 +365,10 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     (required then); refused when their GPUs differ.
     ``sweep_from``: another folder whose collective sweeps stand in for this one's (a campaign that ran
     no sweep of its own, on the same card kind and shaped-link method); refused when ``source`` has
-    sweeps of its own or the two folders' GPUs differ."""
+    sweeps of its own or the two folders' GPUs differ.
+    ``inputs_from``: folders whose single-device records (``tcomp``, ``profile``, ``copy_bw``) stand in for
+    this one's (a campaign that measured only DDP iterations, e.g. ``LOCAL=0``); refused when ``source`` has
+    records of those kinds of its own or a folder's GPUs differ."""
     from studykit.measure.records import load_records
 
     if stat not in STATS:
@@ -396,6 +402,23 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
                              f"{src}'s records on {sorted(mine) or 'no GPU'}; borrow only from the same card kind")
         recs += other
         borrowed = [f"collective sweeps borrowed from {sweep_from} ({len(other)} records)"]
+    if inputs_from:
+        local = ("tcomp", "profile", "copy_bw")
+        own = sorted({r.get("kind") for r in recs if r.get("kind") in local})
+        if own:
+            raise ValueError(f"{src} has {', '.join(own)} records of its own: --inputs-from would mix two sets")
+        mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
+        for folder in inputs_from:
+            other = [r for r in load_records(Path(folder), quiet=True)
+                     if r.get("kind") in local and r.get("status", "ok") == "ok" and r.get(stat) is not None]
+            if not other:
+                raise ValueError(f"--inputs-from {folder}: no tcomp, profile or copy_bw records there")
+            theirs = {str(r["gpu"]) for r in other if r.get("gpu")}
+            if theirs != mine:
+                raise ValueError(f"--inputs-from {folder}: its records ran on {sorted(theirs) or 'no GPU'}, "
+                                 f"{src}'s on {sorted(mine) or 'no GPU'}; borrow only from the same card kind")
+            recs += other
+            borrowed.append(f"single-device records borrowed from {folder} ({len(other)} records)")
     df = pd.DataFrame(recs)
     for c in ("network", "mode", "bucket_mb", "phase", "op", "compressor", "params", "sim_world_size", "size_bytes",
               "batch_size", "model", "times_ms", "n_iter", "gpu", "device"):
@@ -448,10 +471,11 @@ def _isnull(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def _inputs(plat: Platform, max_p: int | None = None, network_from: str = "sweep") -> RecordInputs:
+def _inputs(plat: Platform, max_p: int | None = None, network_from: str = "sweep",
+            host_ahead: bool = False) -> RecordInputs:
     """The platform's single-device constants and networks (:class:`studykit.perfmodel.fit.RecordInputs`)."""
     return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
-                        network_from=network_from, buckets=plat.buckets)
+                        network_from=network_from, buckets=plat.buckets, host_ahead=host_ahead)
 
 
 def _network(inp: RecordInputs, r):
@@ -523,13 +547,20 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
 
 def _encode_decode(inp: RecordInputs, r, p: int) -> tuple[float, str]:
     """A hook's encode/decode profiled bucket by bucket as the hook calls it (``profile --ddp-buckets``)
-    where the platform has it, else the whole gradient's (phase ``reduce``, as after the backward pass)."""
+    where the platform has it, else the whole gradient's (phase ``reduce``, as after the backward pass).
+    The identity compressor ``none`` encodes nothing: 0 where it has no profile record at all (its runs
+    calibrate the hook and post paths' own cost, the path overhead)."""
     if r["mode"] in ("hook", "hook_blocking"):
         try:
             return inp.encode_decode(r["model"], r["compressor"], r["params_key"], p, phase="reduce_buckets")
         except KeyError:
             pass
-    return inp.encode_decode(r["model"], r["compressor"], r["params_key"], p)
+    try:
+        return inp.encode_decode(r["model"], r["compressor"], r["params_key"], p)
+    except KeyError:
+        if r["compressor"] != "none":
+            raise
+        return 0.0, "no encode/decode (identity compressor, no profile record)"
 
 
 #: a record's measured wire bytes that differ from today's plan() by more than this are priced as measured
@@ -669,14 +700,16 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
 
     ``encode_decode_from="iterations"`` (extended variant): each compressor's profiled encode/decode is
     scaled by what post-backward iterations of the same compressor and parameters leave room for
-    (:func:`_ed_scales`), fitted on the other holdout groups, for the post and hook rows alike."""
-    if encode_decode_from not in ("profile", "iterations"):
-        raise ValueError(f"encode_decode_from must be 'profile' or 'iterations', got {encode_decode_from!r}")
+    (:func:`_ed_scales`), fitted on the other holdout groups, for the post and hook rows alike.
+    ``encode_decode_from="host_ahead"`` (both variants): the profile timed with the host ahead of the GPU
+    (``profile --host-ahead``) where the platform has it (:meth:`RecordInputs.encode_decode`)."""
+    if encode_decode_from not in ENCODE_DECODE_SOURCES:
+        raise ValueError(f"encode_decode_from must be one of {ENCODE_DECODE_SOURCES}, got {encode_decode_from!r}")
     by_p = holdout == "world_size"
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
         raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
-    inp = _inputs(plat, max_p=max_p, network_from=network_from)
+    inp = _inputs(plat, max_p=max_p, network_from=network_from, host_ahead=encode_decode_from == "host_ahead")
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
     modes = ["syncsgd", "post"] + (["hook", "hook_blocking"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
@@ -687,7 +720,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
             inp.tcomp(r["model"], int(r["batch_size"]), int(r["world_size"]))
             _network(inp, r)
             if r["mode"] != "syncsgd":
-                inp.encode_decode(r["model"], r["compressor"], r["params_key"], int(r["world_size"]))
+                _encode_decode(inp, r, int(r["world_size"]))
             ok.append(r)
         except (KeyError, ValueError) as exc:
             plat.notes.append(f"not scored: {_label(r)}: {exc}")
@@ -965,19 +998,20 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
            network_from: str = "sweep", overlap: str | None = None,
            sweep_from: str | Path | None = None, pool: str | None = None,
-           encode_decode_from: str = "profile") -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           encode_decode_from: str = "profile",
+           inputs_from: Sequence[str | Path] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
     constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
-    its own sweep would give (``used`` False). ``sweep_from``: see :func:`load_platform`. ``pool``: every
+    its own sweep would give (``used`` False). ``sweep_from``, ``inputs_from``: see :func:`load_platform`. ``pool``: every
     source is one platform of that name (folders of one machine kind, :func:`load_platform`)."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
         raise ValueError("no records to verify: give --records folders")
     frames, nets, notes = [], [], []
     for s in ([sources] if pool else sources):
-        plat = load_platform(s, stat, name=pool, sweep_from=sweep_from)
+        plat = load_platform(s, stat, name=pool, sweep_from=sweep_from, inputs_from=inputs_from)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap,
@@ -1054,16 +1088,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
-    ap.add_argument("--encode-decode-from", default="profile", choices=["profile", "iterations"],
-                    help="extended variant's encode/decode: as profiled (the codec timed alone; default), or the "
-                         "profile scaled by what post-backward iterations of the same compressor leave room for, "
-                         "fitted on the other holdout groups (verify_platform)")
+    ap.add_argument("--encode-decode-from", default="profile", choices=list(ENCODE_DECODE_SOURCES),
+                    help="encode/decode: as profiled (the codec timed alone; default); 'iterations' (extended "
+                         "variant): the profile scaled by what post-backward iterations of the same compressor "
+                         "leave room for, fitted on the other holdout groups; 'host_ahead': the profile timed with "
+                         "the host ahead of the GPU (profile --host-ahead) where there is one (verify_platform)")
     ap.add_argument("--pool", default=None, metavar="NAME",
                     help="score every --records folder as ONE platform called NAME (campaigns of one card kind, "
                          "world size and link method, e.g. models measured in different sessions)")
     ap.add_argument("--sweep-from", default=None, metavar="FOLDER",
                     help="a folder whose collective sweeps stand in for those of --records (a campaign without "
                          "a sweep, on the same card kind and link method; refused otherwise)")
+    ap.add_argument("--inputs-from", nargs="+", default=None, metavar="FOLDER",
+                    help="folders whose single-device records (tcomp, profile) stand in for those of --records (a "
+                         "campaign that measured only DDP iterations, on the same card kind; refused otherwise)")
     ap.add_argument("--quiet", action="store_true")
     return ap
 
@@ -1083,7 +1121,7 @@ def main(argv: list[str] | None = None) -> int:
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
                                    overlap=args.overlap, sweep_from=args.sweep_from, pool=args.pool,
-                                   encode_decode_from=args.encode_decode_from)
+                                   encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
