@@ -389,36 +389,10 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
         raise ValueError(f"no usable records in {', '.join(map(str, srcs))}")
     borrowed = []
     if sweep_from is not None:
-        if any(r.get("kind") == "sweep" for r in recs):
-            raise ValueError(f"{src} has collective sweeps of its own: --sweep-from {sweep_from} would mix two")
-        other = [r for r in load_records(Path(sweep_from), quiet=True)
-                 if r.get("kind") == "sweep" and r.get("status", "ok") == "ok" and r.get(stat) is not None]
-        if not other:
-            raise ValueError(f"--sweep-from {sweep_from}: no sweep records there")
-        mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
-        theirs = {str(r["gpu"]) for r in other if r.get("gpu")}
-        if mine != theirs:
-            raise ValueError(f"--sweep-from {sweep_from}: its sweeps ran on {sorted(theirs) or 'no GPU'}, "
-                             f"{src}'s records on {sorted(mine) or 'no GPU'}; borrow only from the same card kind")
-        recs += other
-        borrowed = [f"collective sweeps borrowed from {sweep_from} ({len(other)} records)"]
+        borrowed += _borrow(recs, src, [sweep_from], ("sweep",), "--sweep-from", "sweep", "collective sweeps", stat)
     if inputs_from:
-        local = ("tcomp", "profile", "copy_bw")
-        own = sorted({r.get("kind") for r in recs if r.get("kind") in local})
-        if own:
-            raise ValueError(f"{src} has {', '.join(own)} records of its own: --inputs-from would mix two sets")
-        mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
-        for folder in inputs_from:
-            other = [r for r in load_records(Path(folder), quiet=True)
-                     if r.get("kind") in local and r.get("status", "ok") == "ok" and r.get(stat) is not None]
-            if not other:
-                raise ValueError(f"--inputs-from {folder}: no tcomp, profile or copy_bw records there")
-            theirs = {str(r["gpu"]) for r in other if r.get("gpu")}
-            if theirs != mine:
-                raise ValueError(f"--inputs-from {folder}: its records ran on {sorted(theirs) or 'no GPU'}, "
-                                 f"{src}'s on {sorted(mine) or 'no GPU'}; borrow only from the same card kind")
-            recs += other
-            borrowed.append(f"single-device records borrowed from {folder} ({len(other)} records)")
+        borrowed += _borrow(recs, src, inputs_from, ("tcomp", "profile", "copy_bw"), "--inputs-from",
+                            "tcomp, profile or copy_bw", "single-device records", stat)
     df = pd.DataFrame(recs)
     for c in ("network", "mode", "bucket_mb", "phase", "op", "compressor", "params", "sim_world_size", "size_bytes",
               "batch_size", "model", "times_ms", "n_iter", "gpu", "device"):
@@ -441,6 +415,33 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
                     sweep=df[df["kind"] == "sweep"].copy(), profile=df[df["kind"] == "profile"].copy(),
                     device=", ".join(dev[:2]), notes=_read_notes(loaded.report) + borrowed,
                     buckets=df[df["kind"] == "buckets"].copy())
+
+
+def _borrow(recs: list[dict], src: Path, folders: Sequence[str | Path], kinds: tuple, flag: str, kinds_text: str,
+            what: str, stat: str) -> list[str]:
+    """Append to ``recs`` the ok records of ``kinds`` in each of ``folders`` (``--sweep-from``, ``--inputs-from``);
+    the notes saying so. Refused when ``recs`` has records of those kinds already, a folder has none, or a
+    folder's records come from another card kind."""
+    from studykit.measure.records import load_records
+
+    own = sorted({r.get("kind") for r in recs if r.get("kind") in kinds})
+    if own:
+        mine_what = what if kinds == ("sweep",) else ", ".join(own) + " records"
+        raise ValueError(f"{src} has {mine_what} of its own: {flag} would mix two sets")
+    mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
+    notes = []
+    for folder in folders:
+        other = [r for r in load_records(Path(folder), quiet=True)
+                 if r.get("kind") in kinds and r.get("status", "ok") == "ok" and r.get(stat) is not None]
+        if not other:
+            raise ValueError(f"{flag} {folder}: no {kinds_text} records there")
+        theirs = {str(r["gpu"]) for r in other if r.get("gpu")}
+        if theirs != mine:
+            raise ValueError(f"{flag} {folder}: its records ran on {sorted(theirs) or 'no GPU'}, {src}'s on "
+                             f"{sorted(mine) or 'no GPU'}; borrow only from the same card kind")
+        recs += other
+        notes.append(f"{what} borrowed from {folder} ({len(other)} records)")
+    return notes
 
 
 def _read_notes(rep) -> list[str]:
