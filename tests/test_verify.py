@@ -518,7 +518,7 @@ def test_verify_without_a_sweep_names_the_way_out(capsys, tmp_path):
 # ------------------------------------------------------------------ --inputs-from, --encode-decode-from host_ahead
 def test_inputs_from_refuses_own_inputs_another_card_and_an_empty_folder(tmp_path):
     bw = paths.MEASUREMENTS / "bandwidth"
-    with pytest.raises(ValueError, match="has copy_bw, profile, tcomp records of its own"):
+    with pytest.raises(ValueError, match=r"has single-device records of its own \(copy_bw, profile, tcomp records\)"):
         verify.load_platform(bw / "h200_p2b", inputs_from=[bw / "h200_p2"])
     _copy_kind(bw / "h200_p2c", tmp_path / "mine", "ddp")
     _copy_kind(bw / "h200_p2", tmp_path / "h100", "tcomp", gpu="NVIDIA H100 80GB HBM3")

@@ -365,7 +365,6 @@ def hook_targets_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
 def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     """Issue 19 item 3's first DDP target, judged on ``ddp`` records of an emulated network: per (GPU, world
     size, model, batch, rate, compressor and parameters), the kit's overlapped hook (mode ``hook``,
@@ -423,6 +422,7 @@ def hook_vs_post_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
 def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str, Iterable[dict]]) -> pd.DataFrame:
     """A compressor's protocol through one parameter server against the same protocol on the backend's
     collectives, measured in DDP iterations on an emulated network, beside what Agarwal et al. 2022

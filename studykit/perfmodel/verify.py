@@ -426,8 +426,7 @@ def _borrow(recs: list[dict], src: Path, folders: Sequence[str | Path], kinds: t
 
     own = sorted({r.get("kind") for r in recs if r.get("kind") in kinds})
     if own:
-        mine_what = what if kinds == ("sweep",) else ", ".join(own) + " records"
-        raise ValueError(f"{src} has {mine_what} of its own: {flag} would mix two sets")
+        raise ValueError(f"{src} has {what} of its own ({', '.join(own)} records): {flag} would mix two sets")
     mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
     notes = []
     for folder in folders:
