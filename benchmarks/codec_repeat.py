@@ -159,9 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
-    policy = bench.policy_from_args(ap, args)
-    out = bench.output_from_args(ap, args, report)
+    args, policy, out = bench.start(ap, argv, report)
     if out is None:  # --report-only
         return 0
     try:

@@ -38,7 +38,7 @@ from studykit import argtypes  # noqa: E402
 from studykit.compressors.quantization import (MAX_FIELD_WIDTH, pack_bits, pack_fields, unpack_bits,  # noqa: E402
                                                unpack_fields)
 from studykit.measure import bench  # noqa: E402
-from studykit.measure.records import (RecordError, RecordWriter, config_id, load_records, loadavg_1m,  # noqa: E402
+from studykit.measure.records import (RecordWriter, config_id, loadavg_1m,  # noqa: E402
                                       make_record)
 from studykit.measure.runtime import pick_device  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
@@ -147,9 +147,7 @@ def table(records) -> str:
 
 def report(out: Path, verbose: bool = True) -> str:
     """The table of the records in ``out``, with where they came from; written to ``out``.md."""
-    records = [r for r in load_records(out, quiet=True) if r.get("kind") == KIND]
-    if not records:
-        raise RecordError(f"{out}: no {KIND} records (written by benchmarks/pack_fields.py)")
+    records = bench.records_of(out, KIND, "benchmarks/pack_fields.py")
     first = records[0]
     facts = sorted({f"{r['gpu']} ({r['device']}, {r['num_threads']} torch threads), torch {r['torch']}, "
                     f"numel {r['numel']:,}" for r in records})
@@ -160,10 +158,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"`kit`: `studykit.compressors.quantization.pack_fields` + `unpack_fields`; `bitwise`: the layout's "
             f"definition bit by bit (`benchmarks/pack_fields.py`). `same bytes`: both gave the same packed bytes "
             f"and both unpacks gave the values back; `load 1 min`: the machine's load average when each was timed.\n\n{table(records)}\n")
-    out.with_suffix(".md").write_text(text, encoding="utf-8")
-    if verbose:
-        print(text)
-    return text
+    return bench.write_report(out, text, verbose)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,9 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
-    policy = bench.policy_from_args(ap, args)
-    out = bench.output_from_args(ap, args, report)
+    args, policy, out = bench.start(ap, argv, report)
     if out is None:  # --report-only
         return 0
     try:

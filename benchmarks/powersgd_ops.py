@@ -45,10 +45,8 @@ from studykit import compressors, models
 from studykit.comm import LocalComm
 from studykit.measure import bench
 from studykit.measure.records import (
-    RecordError,
     RecordWriter,
     config_id,
-    load_records,
     loadavg_1m,
     make_record,
 )
@@ -189,9 +187,7 @@ def sites_table(records, model: str = "resnet50", variant: str = "default", top:
 
 def report(out: Path, verbose: bool = True) -> str:
     """The tables of the records in ``out``, with where they came from; written to ``out``.md."""
-    records = [r for r in load_records(out, quiet=True) if r.get("kind") == KIND]
-    if not records:
-        raise RecordError(f"{out}: no {KIND} records (written by benchmarks/powersgd_ops.py)")
+    records = bench.records_of(out, KIND, "benchmarks/powersgd_ops.py")
     first = records[0]
     facts = sorted({f"{r['cpu']} ({r['num_threads']} torch threads), torch {r['torch']}" for r in records})
     commits = ", ".join(f"{label}: {', '.join(sorted({str(r.get('git_commit')) for r in records if r['mode'] == label}))}"
@@ -203,10 +199,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"calls, in brackets those that are not views (each launches one or more kernels on a GPU); `ms`: median wall time per call on the CPU; `load 1 min`: the machine's load average "
             f"when each was timed.\n\n{table(records)}\n\n## Where they go: ResNet-50, default variant\n\n"
             f"{sites_table(records)}\n")
-    out.with_suffix(".md").write_text(text, encoding="utf-8")
-    if verbose:
-        print(text)
-    return text
+    return bench.write_report(out, text, verbose)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,10 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    policy = bench.policy_from_args(ap, args)
-    out = bench.output_from_args(ap, args, report)
+    args, policy, out = bench.start(build_parser(), argv, report)
     if out is None:  # --report-only
         return 0
     run(args.models, args.variants, args.label, RecordWriter(out), policy=policy, verbose=not args.quiet)

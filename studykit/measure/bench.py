@@ -90,7 +90,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is built
 
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
            "AGREE_TOL", "attach_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
-           "compare_markdown", "speed_targets", "speed_targets_markdown", "main"]
+           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "write_report", "main"]
 
 #: issue #7's groups and limits
 ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
@@ -880,6 +880,31 @@ def output_from_args(ap: argparse.ArgumentParser, args, report: Callable[[Path],
     if args.overwrite:
         out.unlink(missing_ok=True)
     return out
+
+
+def start(ap: argparse.ArgumentParser, argv: Optional[list[str]], report: Callable[[Path], object]):
+    """A benchmark script's start: ``(args, policy, out)`` from its parser (:func:`add_policy_args`,
+    :func:`add_output_args`); ``out`` None when ``--report-only`` has done its job."""
+    args = ap.parse_args(argv)
+    policy = policy_from_args(ap, args)
+    return args, policy, output_from_args(ap, args, report)
+
+
+def records_of(out: Path, kind: str, script: str) -> list[dict]:
+    """The records of ``kind`` in ``out`` (a benchmark's report); :class:`RecordError` naming ``script``
+    when there are none."""
+    records = [r for r in load_records(out, quiet=True) if r.get("kind") == kind]
+    if not records:
+        raise RecordError(f"{out}: no {kind} records (written by {script})")
+    return records
+
+
+def write_report(out: Path, text: str, verbose: bool = True) -> str:
+    """``text`` (a benchmark's Markdown tables) written beside ``out`` as ``.md``, printed if ``verbose``."""
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    if verbose:
+        print(text)
+    return text
 
 
 def _write_summary(records: list[dict], out_dir: Optional[Path], verbose: bool) -> pandas.DataFrame:
