@@ -349,6 +349,10 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folde
     "h200_p2c": ("h200_p2c", _P2C + ["--holdout", "network"]),
     "h200_p2c/holdout_model": ("h200_p2c", _P2C + ["--holdout", "model"]),
 }
+# the path overhead from the same model's records at the other rates (verify --path-overhead-from model)
+PO_MODEL = ["--path-overhead-from", "model"]
+for _sub in ("h200_p4", "h200_p2_all", "h200_p2c"):
+    BANDWIDTH_RUNS[f"{_sub}/path_model"] = (BANDWIDTH_RUNS[_sub][0], BANDWIDTH_RUNS[_sub][1] + PO_MODEL)
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -371,6 +375,10 @@ BANDWIDTH_TABLE = {
         "h200_p2_all/holdout_model/ed_iterations",
     "p = 2, hook campaign (four models, `none` included), leave one rate out, encode/decode host-ahead": "h200_p2c",
     "p = 2, hook campaign, leave one model out, encode/decode host-ahead": "h200_p2c/holdout_model",
+    "p = 4, leave one rate out, path overhead from the model's other rates": "h200_p4/path_model",
+    "p = 2, all five models, leave one rate out, path overhead from the model's other rates": "h200_p2_all/path_model",
+    "p = 2, hook campaign, leave one rate out, encode/decode host-ahead, path overhead from the model's other rates":
+        "h200_p2c/path_model",
 }
 
 
@@ -679,3 +687,44 @@ def test_encode_decode_from_must_be_known():
     with pytest.raises(ValueError, match=r"encode_decode_from must be one of \('profile', 'iterations', "
                                          r"'host_ahead'\), got 'both'"):
         verify.verify_platform(None, encode_decode_from="both")
+
+
+# ------------------------------------------------------------------ --path-overhead-from
+def _po_rec(model, rate, compressor, measured, base):
+    return {"model": model, "batch_size": 8, "mode": "post", "compressor": compressor, "params_key": "{}",
+            "bucket_mb": None, "world_size": 2, "rate_gbps": rate, "measured_ms": measured, "config":
+            f"{model} {compressor} {rate}", "_base": base}
+
+
+def _po_rows(monkeypatch, recs, same_model):
+    def fake_predict(r, inp, variant, terms=None, path_overhead_s=0.0, opts=None, ed_scale=(1.0, "")):
+        return {"predicted_ms": r["_base"] + path_overhead_s * 1e3, "k_buckets": 2, "inputs": "inputs"}
+    monkeypatch.setattr(verify, "_predict_record", fake_predict)
+    plat = type("P", (), {"name": "p"})()
+    rows = verify._extended_compressed(recs, None, plat, "post", group_of=lambda r: r["rate_gbps"],
+                                       same_model=same_model)
+    return {f"{row['model']} {row['compressor']} {row['rate_gbps']}": row for row in rows}
+
+
+def test_path_overhead_from_model_is_the_median_residual_of_the_same_model_at_other_rates(monkeypatch):
+    # residuals (measured - base): model a: 1, 2, 9 ms at rates 1, 2, 3 (none at rate 3: 50 ms of comm error);
+    # model b: 100 ms everywhere (another model's records never calibrate a's)
+    recs = [_po_rec("a", 1.0, "topk", 11.0, 10.0), _po_rec("a", 2.0, "topk", 12.0, 10.0),
+            _po_rec("a", 3.0, "topk", 19.0, 10.0), _po_rec("a", 3.0, "none", 150.0, 100.0),
+            _po_rec("b", 1.0, "topk", 110.0, 10.0), _po_rec("b", 2.0, "topk", 110.0, 10.0)]
+    rows = _po_rows(monkeypatch, recs, same_model=True)
+    # a topk at rate 1: the other rates' a records (2, 9, 50 ms): median 9
+    assert rows["a topk 1.0"]["predicted_ms"] == pytest.approx(10.0 + 9.0)
+    assert "from 3 'post' records of a in holdout groups 2.0, 3.0" in rows["a topk 1.0"]["inputs"]
+    assert rows["a topk 3.0"]["predicted_ms"] == pytest.approx(10.0 + 1.5)  # rates 1, 2: median of 1 and 2
+    assert rows["b topk 1.0"]["predicted_ms"] == pytest.approx(10.0 + 100.0)
+    # the default: the identity compressor's run at the other rates (a's only `none` is at rate 3)
+    rows = _po_rows(monkeypatch, recs, same_model=False)
+    assert rows["a topk 1.0"]["predicted_ms"] == pytest.approx(10.0 + 50.0)
+    assert "'post none'" in rows["a topk 1.0"]["inputs"]
+
+
+def test_path_overhead_from_must_be_known():
+    with pytest.raises(ValueError, match=r"path_overhead_from must be one of \('identity', 'model'\), got 'x'"):
+        verify.verify_platform(verify.load_platform(paths.MEASUREMENTS / "bandwidth" / "h200_p2b", sweep_from=paths
+                                                    .MEASUREMENTS / "bandwidth" / "h200_p2"), path_overhead_from="x")

@@ -118,6 +118,8 @@ VARIANTS = ("paper", "extended")
 STATS = ("ms_median", "ms_mean", "ms_min")
 #: where encode/decode comes from (verify --encode-decode-from; verify_platform)
 ENCODE_DECODE_SOURCES = ("profile", "iterations", "host_ahead")
+#: where the extended variant's path overhead comes from (verify --path-overhead-from; _extended_compressed)
+PATH_OVERHEAD_SOURCES = ("identity", "model")
 MIB = 2**20
 #: PyTorch DDP: bucket_cap_mb default 25 MB (the bucket assignment itself: studykit.perfmodel.model.ddp_buckets)
 DDP_DEFAULT_BUCKET_MB = 25.0
@@ -685,7 +687,7 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
                     per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None,
-                    encode_decode_from: str = "profile") -> pd.DataFrame:
+                    encode_decode_from: str = "profile", path_overhead_from: str = "identity") -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
     ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
@@ -705,6 +707,8 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     (``profile --host-ahead``) where the platform has it (:meth:`RecordInputs.encode_decode`)."""
     if encode_decode_from not in ENCODE_DECODE_SOURCES:
         raise ValueError(f"encode_decode_from must be one of {ENCODE_DECODE_SOURCES}, got {encode_decode_from!r}")
+    if path_overhead_from not in PATH_OVERHEAD_SOURCES:
+        raise ValueError(f"path_overhead_from must be one of {PATH_OVERHEAD_SOURCES}, got {path_overhead_from!r}")
     by_p = holdout == "world_size"
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
@@ -800,7 +804,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                     scale_of = _ed_scales(posts, inp, presets[variant], None if by_p else group_of)
                 part = _extended_compressed(comp, inp, plat, mode, pool=pool, opts=presets[variant],
                                             terms_of=hook_terms, group_of=None if by_p else group_of,
-                                            ed_scale_of=scale_of)
+                                            ed_scale_of=scale_of, same_model=path_overhead_from == "model")
                 if by_p:
                     for x in part:
                         x["holdout"] = how
@@ -880,7 +884,7 @@ def _ed_scales(posts: list[dict], inp: RecordInputs, opts: ModelOptions, group_o
 def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mode: str,
                          pool: list[dict] | None = None, opts: ModelOptions | None = None,
                          terms_of: Callable | None = None, group_of: Callable | None = None,
-                         ed_scale_of: Callable | None = None) -> list[dict]:
+                         ed_scale_of: Callable | None = None, same_model: bool = False) -> list[dict]:
     """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
     of the same model and batch (other networks when there are several), scored on the rest.
     With ``pool`` (``--holdout world_size``) the ``none`` records come from ``pool`` only (the same
@@ -888,9 +892,15 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
     ``none`` included. Where the records hold no ``none`` run at all, the path overhead is fitted per DDP
     bucket (``h_b k``: a hook's per-bucket host work) on the same mode's records of the *other* holdout
     groups (``group_of``; median of ``(measured - predicted) / k``), else 0 (said in ``inputs``). ``terms_of(r)``: ``(SyncTerms, calibration configs)`` for a record (the hook timeline's
-    gamma, fitted on syncSGD records of other holdout groups)."""
+    gamma, fitted on syncSGD records of other holdout groups).
+
+    ``same_model`` (``verify --path-overhead-from model``): where the same model and batch has records of this
+    mode in other holdout groups (e.g. the other rates), the path overhead is the median of their residuals,
+    one constant per iteration, before any of the above. ``none`` moves the whole fp32 gradient, so over a
+    slow link its residual is mostly communication error; the compressors' own runs move little."""
     rows = []
     per_bucket_cache: dict = {}
+    residual_cache: dict = {}
     opts = opts or ModelOptions.extended()
     no_scale = lambda x: ((1.0, ""), [])  # noqa: E731
     ed_scale_of = ed_scale_of or no_scale
@@ -906,9 +916,23 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
         elif multi_net:
             cal = [n for n in cal if (n["rate_gbps"], n["world_size"]) != (r["rate_gbps"], r["world_size"])]
         terms, t_cal = terms_of(r) if terms_of is not None else (None, [])
-        if not cal and nones:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
+        same = [] if not same_model or by_pool or group_of is None else [
+            x for x in comp if (x["model"], int(x["batch_size"])) == key and group_of(x) != group_of(r)]
+        if same:  # the same model's records of this mode in the other holdout groups: one constant per iteration
+            for x in same:
+                if x["config"] not in residual_cache:
+                    px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts,
+                                         ed_scale=ed_scale_of(x)[0])
+                    residual_cache[x["config"]] = (float(x["measured_ms"]) - px["predicted_ms"]) / 1e3
+            h = fit_path_overhead([residual_cache[x["config"]] for x in same])
+            groups = sorted({str(group_of(x)) for x in same})
+            how_h = (f"path overhead {h * 1e3:+.3f} ms from {len(same)} '{mode}' records of {r['model']} in holdout "
+                     f"groups {', '.join(groups)}")
+            cal, t_cal = [], list(t_cal) + [f"{len(same)} '{mode}' records of {r['model']} b{key[1]} in holdout "
+                                             f"groups " + ", ".join(groups)]
+        elif not cal and nones:  # nothing to calibrate on (e.g. the only 'none' record itself): not scored here
             continue
-        if cal:
+        elif cal:
             h = fit_path_overhead([float(n["measured_ms"]) / 1e3 - _predict_record(
                 n, inp, "extended", terms=terms, opts=opts, ed_scale=ed_scale_of(n)[0])["predicted_ms"] / 1e3
                 for n in cal])
@@ -998,8 +1022,8 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
            network_from: str = "sweep", overlap: str | None = None,
            sweep_from: str | Path | None = None, pool: str | None = None,
-           encode_decode_from: str = "profile",
-           inputs_from: Sequence[str | Path] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
+           path_overhead_from: str = "identity") -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
@@ -1015,7 +1039,8 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap,
-                                      encode_decode_from=encode_decode_from))
+                                      encode_decode_from=encode_decode_from,
+                                      path_overhead_from=path_overhead_from))
         by_p = holdout == "world_size"
         inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None, network_from=network_from), True)]
         if by_p:
@@ -1099,6 +1124,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep-from", default=None, metavar="FOLDER",
                     help="a folder whose collective sweeps stand in for those of --records (a campaign without "
                          "a sweep, on the same card kind and link method; refused otherwise)")
+    ap.add_argument("--path-overhead-from", default="identity", choices=list(PATH_OVERHEAD_SOURCES),
+                    help="extended variant's path overhead (the hook and post paths' own cost): 'identity' (default) "
+                         "from the identity compressor's runs (none) of the same model at the other networks, else per "
+                         "bucket from the other holdout groups; 'model': the median residual of the same model's records "
+                         "of that mode in the other holdout groups (e.g. the other rates), one constant per iteration")
     ap.add_argument("--inputs-from", nargs="+", default=None, metavar="FOLDER",
                     help="folders whose single-device records (tcomp, profile) stand in for those of --records (a "
                          "campaign that measured only DDP iterations, on the same card kind; refused otherwise)")
@@ -1121,7 +1151,8 @@ def main(argv: list[str] | None = None) -> int:
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
                                    overlap=args.overlap, sweep_from=args.sweep_from, pool=args.pool,
-                                   encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from)
+                                   encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from,
+                                   path_overhead_from=args.path_overhead_from)
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
