@@ -138,3 +138,56 @@ def test_says_when_gamma_is_unobservable():
     slow = Truth(ddp_options="extended", bandwidth_gbps=0.5)
     found, why = fit.fit_sync_calibration(pd.DataFrame(synthetic_records(slow, seed=0)), slow.alpha_s, 0.5, n_boot=0)
     assert found == {} and "no compute-bound DDP record" in why["gamma_extended"]
+
+
+# ------------------------------------------------------------------ the path overhead (issue 13 item 2)
+PATH_TRUTH = {"post": 4e-3, "hook": 9e-3}
+
+
+def _with_compressed_runs(recs: pd.DataFrame, cal: Calibration, noise: float = 0.002) -> pd.DataFrame:
+    """``recs`` plus compressed DDP runs of resnet50 b64 at p = 2 and 4: what ``predict --calibration --terms
+    extended`` gives for them plus a known path overhead per mode (PATH_TRUTH), times log-normal noise."""
+    from dataclasses import replace
+
+    from studykit.perfmodel.model import Hardware
+
+    opts = replace(ModelOptions.extended(), path_overhead=False)
+    rng = np.random.default_rng(7)
+    base = recs[recs["kind"] == "ddp"].iloc[0].to_dict()
+    rows = []
+    for mode, h in PATH_TRUTH.items():
+        for comp, params in (("powersgd", {"rank": 4}), ("signsgd", {}), ("none", {})):
+            for p in (2, 4):
+                pr = predict(Workload("resnet50", 64), Hardware.from_calibration(cal, opts), p, comp, params,
+                             calibration=cal, options=opts, mode=mode)
+                t = (float(np.asarray(pr.compressed["iteration_s"]).reshape(-1)[0]) + h) * np.exp(rng.normal(0, noise))
+                rows.append({**base, "mode": mode, "compressor": comp, "params": params, "model": "resnet50",
+                             "batch_size": 64, "world_size": p, "hook_overlap": True if mode == "hook" else None,
+                             "ms_median": t * 1e3, "ms_mean": t * 1e3, "ms_min": t * 1e3, "times_ms": [t * 1e3]})
+    return pd.concat([recs, pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_fit_recovers_a_known_path_overhead_per_mode_and_predict_uses_it(fitted):
+    recs = pd.DataFrame(synthetic_records(TRUTH, noise=0.002, seed=5, ddp_world_sizes=(2, 4, 8)))
+    cal = fit.fit_calibration(_with_compressed_runs(recs, fitted), "synthetic-path", n_boot=60, seed=0)
+    got = {(c.model, c.batch_size, c.mode): c for c in cal.path_overhead}
+    assert set(got) == {("resnet50", 64, "post"), ("resnet50", 64, "hook")}
+    for mode, h in PATH_TRUTH.items():
+        c = got[("resnet50", 64, mode)]
+        assert c.value == pytest.approx(h, abs=1.5e-3), mode
+        assert c.n == 6 and c.low <= c.value <= c.high and "compressed" in c.source
+    assert "path_overhead" in cal.provenance["fitted"]
+    # predict --calibration with the extended terms adds it to the iteration; the paper's terms do not
+    ext = predict(Workload("resnet50", 64), fit.Hardware.from_calibration(cal, ModelOptions.extended()), 2, "signsgd",
+                  calibration=cal, options=ModelOptions.extended(), mode="hook")
+    assert ext.notes["path_overhead_s"] == pytest.approx(got[("resnet50", 64, "hook")].value)
+    assert "exact" in ext.notes["path_overhead"]
+    # saved and loaded, it is the same
+    assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))).path_overhead == cal.path_overhead
+
+
+def test_fit_says_why_the_path_overhead_is_not_fitted_without_profiles(fitted):
+    recs = _with_compressed_runs(pd.DataFrame(synthetic_records(TRUTH, noise=0.002, seed=5)), fitted)
+    cal = fit.fit_calibration(recs[recs["kind"] != "profile"], "no-profiles", n_boot=20, seed=0)
+    assert not cal.path_overhead
+    assert "compressed DDP records need all-reduce, tcomp and profile records" in cal.provenance["not_fitted"]["path_overhead"]

@@ -38,12 +38,14 @@ from scipy.optimize import nnls
 
 from studykit import paths
 from studykit.perfmodel import collectives as col
-from studykit.perfmodel.calibration import Calibration, Constant, Overhead, TComp, TEncodeDecode, normalize_params
+from studykit.perfmodel.calibration import (Calibration, Constant, Overhead, PathOverhead, TComp, TEncodeDecode,
+                                            normalize_params)
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, MIB, Hardware, ModelOptions, Workload, predict
 
 __all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
            "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
-           "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_overhead",
+           "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_path_overheads",
+           "fit_overhead",
            "select_network", "parse_network", "fit_sync_calibration", "sync_rows", "NETWORK_SOURCES", "GAMMA_GRID", "fit_sync_terms_curve", "fit_network_from_probe", "eq1_bandwidth_from_busbw"]
 
 KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
@@ -764,6 +766,15 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         # DDP records at world size 1 only: they give the overhead O, never gamma (no synchronization)
         notes["gamma"] = ("not fitted: the DDP records are all at world size 1 (they give the non-backward "
                           "overhead O, not gamma); add syncSGD DDP records at world size >= 2")
+    compressed = df[(df["kind"] == "ddp_other") & df["mode"].isin(["post", "hook"])] if "mode" in df.columns else df[:0]
+    if not compressed.empty:
+        if cal.alpha_s is None or not cal.t_comp or not cal.t_encode_decode:
+            notes["path_overhead"] = ("not fitted: compressed DDP records need all-reduce, tcomp and profile records "
+                                      "too (the prediction they are compared with)")
+        else:
+            cal.path_overhead = attempt("path_overhead", lambda: fit_path_overheads(df, cal, stat=stat)) or []
+            if cal.path_overhead:
+                fitted.append("path_overhead")
     cal.network = net
     ws = pd.to_numeric(df.loc[df["kind"].isin(_NETWORK_KINDS), "world_size"], errors="coerce") \
         if "world_size" in df.columns else pd.Series(dtype=float)
@@ -1213,6 +1224,51 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
     edge = " (at the grid's edge)" if g in (grid[0], grid[-1]) else ""
     how = f"gamma={g:.3f}{edge}" + (f", delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket" if extended else "")
     return SyncTerms(g, d, e, 0.0, how + f": per-bucket timeline fitted to {len(rows)} of {n_train}")
+
+
+def fit_path_overheads(records: pd.DataFrame, cal: Calibration, *, stat: str = "ms_median") -> list[PathOverhead]:
+    """The compression path's own cost (beyond the paper) per model, batch and mode, for ``cal``: the median
+    over that model's compressed DDP records (``post``; ``hook``: the kit's overlapped hook; ``hook_blocking``)
+    at world size >= 2 of ``measured - predicted``, predicted as ``predict --calibration --terms extended``
+    predicts them (:meth:`ModelOptions.extended`, path overhead off), with the quartiles as interval. Every
+    compressor's runs count, the identity ``none`` included: over a slow link a ``none`` run is mostly
+    communication, whose error would land in the overhead (``verify --path-overhead-from model`` scores this
+    choice leave one rate out). Records whose compressor ``cal`` has no ``T_encode_decode`` for are skipped."""
+    from studykit import compressors
+
+    df = records[(records["kind"] == "ddp_other") & records["mode"].isin(["post", "hook"])]
+    df = df[pd.to_numeric(df["world_size"], errors="coerce") >= 2]
+    if df.empty:
+        raise ValueError("cannot fit the path overhead: no compressed DDP record (mode post or hook) at world size >= 2")
+    opts = replace(ModelOptions.extended(), path_overhead=False)
+    hw = Hardware.from_calibration(cal, opts)
+    res: dict[tuple, list[float]] = {}
+    skipped: set = set()
+    for r in df.to_dict("records"):
+        mode = r["mode"] if r["mode"] != "hook" or r.get("hook_overlap") is True else "hook_blocking"
+        w = Workload(r["model"], int(r["batch_size"]), bucket_bytes=DEFAULT_BUCKET_BYTES)
+        params = normalize_params(r.get("params") if isinstance(r.get("params"), dict) else {})
+        try:
+            pr = predict(w, hw, int(r["world_size"]), r["compressor"], params, calibration=cal, options=opts, mode=mode)
+        except (ValueError, KeyError, compressors.CompressorError) as exc:
+            skipped.add(f"{r['compressor']} on {r['model']}: {exc}")
+            continue
+        measured = pool_stat([r[stat]], stat) / 1e3
+        res.setdefault((r["model"], int(r["batch_size"]), mode), []).append(
+            measured - float(np.asarray(pr.compressed["iteration_s"]).reshape(-1)[0]))
+    if not res:
+        raise ValueError("cannot fit the path overhead: no compressed DDP record could be predicted ("
+                         + "; ".join(sorted(skipped)[:3]) + ")")
+    out = []
+    for (m, bs, mode), v in sorted(res.items()):
+        q1, q3 = np.percentile(v, [25, 75])
+        out.append(PathOverhead(value=fit_path_overhead(v), unit="s", low=float(q1), high=float(q3), n=len(v),
+                                source=f"median of measured - predicted over {len(v)} compressed '{mode}' DDP "
+                                       f"record(s) ({stat}; extended terms, path overhead off)"
+                                       + (f"; records of {len(skipped)} compressor/model pair(s) skipped (no "
+                                          "prediction, e.g. no T_encode_decode)" if skipped else ""),
+                                model=str(m), batch_size=bs, mode=mode))
+    return out
 
 
 def fit_path_overhead(residuals_s: Sequence[float]) -> float:
