@@ -243,3 +243,30 @@ def test_committed_advise_benchmark_is_cold_and_meets_the_goal():
     assert res["plan_calls_no_cache"] > 0 and res["plan_calls_cached"] == 0
     assert res["cold_ms"] < res["goal_ms"] == 1000.0 and res["meets_goal"]
     assert res["provenance"]["git_commit"] and res["provenance"]["cores"] >= 1
+
+
+def test_advise_with_the_extended_terms_adds_the_calibrations_path_overhead():
+    """advise prices a compressor as predict does: with the extended terms, the calibration's path overhead for
+    the model, batch and mode (fit_path_overheads) is part of the iteration; with the paper's terms it is not."""
+    import copy
+    from dataclasses import replace
+
+    from studykit.perfmodel.calibration import PathOverhead
+    from studykit.perfmodel.model import ModelOptions
+
+    cal = Calibration.load(A.paths.CALIBRATIONS / "h200x2_nvlink.json")
+    without = copy.deepcopy(cal)
+    without.path_overhead = []
+    with_h = copy.deepcopy(cal)
+    with_h.path_overhead = [PathOverhead(value=0.007, unit="s", source="test", model="resnet50", batch_size=64,
+                                         mode="post")]
+    cand = [A.Candidate("signsgd", "compressor", "signsgd")]
+    kw = dict(candidate_list=cand, model_error=0.05, evidence=False, mode="post")
+    ext = ModelOptions.extended()
+    a = A.advise(with_h, "resnet50", 64, [2], [10], options=ext, **kw)
+    b = A.advise(without, "resnet50", 64, [2], [10], options=ext, **kw)
+    assert a.time_s[0] - b.time_s[0] == pytest.approx(0.007)
+    off = replace(ext, path_overhead=False)
+    a = A.advise(with_h, "resnet50", 64, [2], [10], options=off, **kw)
+    b = A.advise(without, "resnet50", 64, [2], [10], options=off, **kw)
+    assert np.array_equal(a.time_s, b.time_s)

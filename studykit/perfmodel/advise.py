@@ -529,7 +529,9 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
             continue
         ted = col((v, lo, hi)) + pw * grid_p
         try:
-            pr = predict(work, hw, grid_p, c.compressor, c.param_dict, t_encode_decode_s=ted, options=opts, mode=mode)
+            # the calibration: its path overhead for this model, batch and mode (options.path_overhead)
+            pr = predict(work, hw, grid_p, c.compressor, c.param_dict, t_encode_decode_s=ted, options=opts, mode=mode,
+                         calibration=calibration)
         except (ValueError, compressors.CompressorError) as exc:
             unranked[c.label] = str(exc)
             continue

@@ -126,8 +126,8 @@ def advise_parser() -> argparse.ArgumentParser:
     return ap
 
 
-_TERMS = {"default": ModelOptions(), "paper": ModelOptions.paper(),
-          "extended": ModelOptions(bucketing="ddp", sync_terms=True, per_tensor=True, path_overhead=True)}
+#: --terms of predict and advise: one mapping, so both commands predict with the same model
+TERMS = {"default": ModelOptions(), "paper": ModelOptions.paper(), "extended": ModelOptions.extended()}
 
 
 def run_advise(argv: list[str]) -> int:
@@ -148,7 +148,7 @@ def run_advise(argv: list[str]) -> int:
     try:
         cands = adv_mod.candidates(a.compressors)
         adv = adv_mod.advise(cal, a.model, a.batch_size, gpus, a.bandwidth_gbps, candidate_list=cands,
-                             options=_TERMS[a.terms], mode=a.mode, model_error=a.model_error,
+                             options=TERMS[a.terms], mode=a.mode, model_error=a.model_error,
                              t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3, alpha_s=a.alpha_s,
                              gamma=a.gamma, bucket_bytes=a.bucket_mb * MIB, platform=a.platform)
     except (adv_mod.AdviseError, compressors.CompressorError) as exc:
@@ -227,7 +227,7 @@ def run_predict(argv: list[str]) -> int:
         gpus_list, how_p = [cal.world_size], f"calibration {cal.name!r} (its records' world size)"
     else:
         gpus_list, how_p = DEFAULT_GPUS, "default (the calibration states no world size)"
-    opts = {"default": ModelOptions(), "paper": ModelOptions.paper(), "extended": ModelOptions.extended()}[a.terms]
+    opts = TERMS[a.terms]
     hw = Hardware.from_calibration(cal, opts, bandwidth_gbps=np.asarray(bws, dtype=float)[:, None], alpha_s=a.alpha_s,
                                    gamma=a.gamma, compute_speedup=a.compute_speedup, allreduce=a.allreduce)
     w = Workload(a.model, a.batch_size, t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3,
