@@ -48,3 +48,25 @@ def test_committed_small_batch_comparison_reproduces(tmp_path, sub, extra):
     new, old = pd.read_csv(tmp_path / "by_batch.csv"), pd.read_csv(verify.SMALL_BATCH / sub / "by_batch.csv")
     new, old = (d[d["group"] == "syncSGD"].reset_index(drop=True) for d in (new, old))
     pd.testing.assert_frame_equal(new, old, rtol=1e-4, check_dtype=False)
+
+
+BATCHES = verify.SMALL_BATCH / "resnet50_batches"
+BEGIN_B, END_B = "<!-- resnet50-batches table", "<!-- end resnet50-batches table -->"
+
+
+def test_docs_resnet50_batches_table_is_the_generated_one():
+    text = DOC.read_text()
+    start = text.index("\n", text.index(BEGIN_B)) + 1
+    assert text[start:text.index(END_B)].strip() == verify.small_batch_table(pd.read_csv(BATCHES / "by_batch.csv"))
+
+
+@pytest.mark.slow
+def test_committed_resnet50_batches_reproduces(tmp_path):
+    g = paths.MEASUREMENTS / "gpu_checks_h200b"
+    rc = verify.main(["verify", "--records", str(g / "nvlink.jsonl"), str(g / "tcomp.jsonl"), "--pool",
+                      "h200_resnet50_batches", "--sweep-from", str(paths.MEASUREMENTS / "gpu"), "--holdout", "record",
+                      "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    for name in ("by_batch.csv", "summary.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / name), pd.read_csv(BATCHES / name), rtol=1e-4,
+                                      check_dtype=False)
