@@ -44,7 +44,7 @@ TORCHRUN=($PY -m torch.distributed.run --standalone --nproc-per-node 2 -m studyk
 {
 want kernels && phase kernels 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bench.py \
   tests/test_fast_elementwise.py tests/test_pack_fields.py tests/test_mstopk.py tests/test_atomo_svd.py \
-  tests/test_lowrank.py tests/test_timing.py --junitxml "$OUT/kernels.xml"
+  tests/test_lowrank.py tests/test_timing.py tests/test_host_sync.py --junitxml "$OUT/kernels.xml"
 want buckets && CUDA_VISIBLE_DEVICES=0 phase buckets 150 $PY -m studykit profile --models $MODELS \
   --compressors $BUCKET_COMPRESSORS --budget-s 0.5 --min-iter 20 --ddp-buckets --out "$OUT/profile.jsonl" --quiet
 want hostahead && CUDA_VISIBLE_DEVICES=0 phase hostahead 150 $PY -m studykit profile \

@@ -436,36 +436,3 @@ def test_powersgd_variant_parameters_are_checked():
         C.get("powersgd", orthogonalize="never")
     with pytest.raises(C.CompressorError, match="reuse"):
         C.get("powersgd", reuse=0)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("rank", [4, 32])
-def test_powersgd_bucket_by_bucket_never_waits_for_the_gpu(rank):
-    """Timing PowerSGD rank 32 bucket by bucket with the host ahead of the GPU failed on an H200 (the host waited
-    inside the call; data/measurements/gpu_checks_h200b): after its first call (workspaces built), no call of the
-    protocol, whole gradient or bucket by bucket as the DDP hook calls it, may synchronise host and device."""
-    from studykit.compressors.base import copy_back
-    from studykit.measure.profile import ddp_bucket_grads
-
-    torch.manual_seed(0)
-    shapes = [(64, 3, 7, 7), (64,), (256, 64, 1, 1), (256,), (512, 256, 3, 3), (512,), (2048, 512, 1, 1),
-              (1000, 2048), (1000,), (768, 768), (3072, 768), (768, 3072), (30522, 768)]
-    grads = [torch.randn(s, device="cuda") for s in shapes]
-    comp = C.get("powersgd", rank=rank, allow_nonfinite=True)
-    comm = LocalComm()
-    buckets = ddp_bucket_grads(grads)
-
-    def whole_and_buckets():
-        comp.reduce(grads, comm, key="whole")
-        for i, (buf, views) in enumerate(buckets):
-            copy_back(views, comp.reduce(views, comm, key=i))
-
-    whole_and_buckets()  # the first call builds each key's workspace (a host-to-device index copy)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        whole_and_buckets()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
