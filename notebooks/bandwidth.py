@@ -44,6 +44,8 @@ stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_m
 model_lines: bool = True  # draw the model's predictions (data/verification/bandwidth/<campaign>/predictions.csv)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval
 hook_stamps: str = "gpu_checks_h200/hooks.jsonl"  # under data/measurements: a ddp call with --hook-times beside syncSGD and post (last section)
+hook_campaign: str = "h200_p2c"  # folder under data/measurements/bandwidth with every compressor as hook and post (hook vs post section)
+hook_compressors: list = ["none", "fp16", "qsgd s4", "topk 1%", "powersgd r4", "powersgd r32"]  # drawn there (at most 6; labels as in its table)
 methods: list = ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "powersgd r4 (hook)", "powersgd r4 (blocking hook)", "topk 1% (post)", "syncSGD"]  # the methods drawn (at most 6); labels as in the tables below
 # %%
 import pandas as pd
@@ -137,3 +139,19 @@ verify.implied_encode_decode(pd.read_csv(pooled), worst=8).round(3) if pooled.ex
 from IPython.display import Markdown
 from studykit.measure.hook_times import hook_budget_markdown, hook_budget_table
 Markdown(hook_budget_markdown(hook_budget_table(load_records(paths.MEASUREMENTS / hook_stamps))))
+
+# %% [markdown]
+# ## Is the kit's hook faster than its own post-backward path?
+#
+# A hook can overlap a bucket's communication with the rest of the backward pass; post cannot. Issue 19
+# asks that every kit hook be at most as slow as post at every rate. The hook campaign (`hook_campaign`) ran
+# each compressor both ways at each rate: below 1 the hook wins (`report.hook_vs_post`; its README has the
+# same numbers as a table).
+
+# %%
+from studykit.measure.report import hook_vs_post
+from studykit.plots.measure import hook_vs_post_plot
+hvp = hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / hook_campaign / "ddp.jsonl"))
+print(f"{(hvp['verdict'] == 'PASS').sum()} of {len(hvp)} configurations: hook <= post")
+hook_vs_post_plot(hvp[hvp["label"].isin(hook_compressors)]);
+

@@ -128,6 +128,12 @@ def _measure(name):
     if name == "bandwidth_grid_plot":
         table, speedups, pred = bandwidth_tables()
         return M.bandwidth_grid_plot(table, speedups, BW_METHODS, predicted=pred)
+    if name == "hook_vs_post_plot":
+        from studykit.measure.records import load_records
+
+        t = report.hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / "h200_p2c" / "ddp.jsonl", quiet=True))
+        return M.hook_vs_post_plot(t[t["label"].isin(["none", "fp16", "qsgd s4", "topk 1%", "powersgd r4",
+                                                       "powersgd r32"])])
     if name == "plot_encode_decode":
         return M.plot_encode_decode(profile_frame(), "resnet50",
                                     paper=report.paper_table("table2_encode_decode", paths.PAPER))

@@ -176,3 +176,13 @@ def test_hook_vs_post_leaves_out_blocking_hooks_nvlink_and_unpaired_runs():
             _shaped("hook", "qsgd", 5.0, hook_overlap=True),  # no post run
             _shaped("hook", "fp16", 5.0, hook_overlap=True, bucket_mb=100.0), _shaped("post", "fp16", 6.0)]
     assert R.hook_vs_post(recs).empty
+
+
+def test_hook_vs_post_plot_refuses_an_empty_table_and_too_many_lines():
+    from studykit.plots.measure import hook_vs_post_plot
+
+    with pytest.raises(ValueError, match="no configuration with both a hook and a post record"):
+        hook_vs_post_plot(R.hook_vs_post([]))
+    t = R.hook_vs_post(load_records(P2C / "ddp.jsonl", quiet=True))
+    with pytest.raises(ValueError, match="at most 6 compressor settings per panel, got 7"):
+        hook_vs_post_plot(t)

@@ -195,6 +195,46 @@ def bandwidth_grid_plot(table: pd.DataFrame, speedups: pd.DataFrame, methods: li
     return fig, axes
 
 
+def hook_vs_post_plot(table: pd.DataFrame):
+    """Is the kit's overlapped DDP hook faster than its own post-backward path (issue 19 item 3)? Per model
+    (panels), the ratio hook / post of the median iteration times (:func:`studykit.measure.report.hook_vs_post`)
+    against the emulated bandwidth, one line per compressor setting (at most 6), below 1 where the hook wins.
+    Returns ``(fig, axes)``."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    if table.empty:
+        raise ValueError("hook_vs_post_plot: no configuration with both a hook and a post record")
+    labels = sorted(table["label"].unique())
+    if len(labels) > 6:
+        raise ValueError(f"at most 6 compressor settings per panel, got {len(labels)}: select some (column label)")
+    theme()
+    models = list(dict.fromkeys(table["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 2.2, 3.8), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        t = table[table["model"] == model]
+        for i, lab in enumerate(labels):
+            d = t[t["label"] == lab].sort_values("rate_gbps")
+            ax.plot(d["rate_gbps"], d["ratio"], marker="o", linewidth=0.8, color=f"C{i}", label=lab)
+        ref_line(ax, 1.0, "hook = post", color="0.4", inline=True)
+        ax.set_xscale("log")
+        ticks = sorted(t["rate_gbps"].unique())
+        ax.set_xticks(ticks)
+        ax.set_xticklabels(_sparse_log_labels(ticks))
+        ax.minorticks_off()
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.set_xlabel("emulated bandwidth per GPU (Gbit/s)")
+        ax.set_title(f"{model} (batch {int(t['batch_size'].iloc[0])})", fontsize="medium")
+    axes[0, 0].set_ylabel("hook / post iteration time (x)")
+    handles, labs = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labs, loc="center right", fontsize="small", title="compressor", title_fontsize="x-small")
+    ps = ", ".join(map(str, sorted(table["world_size"].unique())))
+    fig.suptitle(f"Is the kit's hook faster than its own post-backward path? (below 1: yes; measured, p = {ps})",
+                 fontsize="medium")
+    fig.tight_layout(rect=(0, 0, 1 - 2.0 / fig.get_figwidth(), 1))
+    return fig, axes
+
+
 def plot_encode_decode(df: pd.DataFrame, model: str = "resnet50", batch_size: Optional[int] = None,
                        paper: Optional[pd.DataFrame] = None):
     """Encode-decode time per method (mean, min-max bars, log scale) against the memory floor
