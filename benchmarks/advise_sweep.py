@@ -1,6 +1,7 @@
 """Time ``advise`` over every compressor (main parameter at 3 values) x 100 world sizes x 100 bandwidths.
 
-    python benchmarks/advise_sweep.py            # prints ms, writes data/benchmarks/advise_sweep.json
+    python benchmarks/advise_sweep.py            # prints ms, writes reports/benchmarks/advise_sweep.json
+    python benchmarks/advise_sweep.py --out data/benchmarks/advise_sweep.json --overwrite-committed   # the committed one
     python benchmarks/advise_sweep.py --no-write
 
 Issue 13, item 6: with intervals, in under 1 s on 2 cores after import, **cold**: a fresh Python process
@@ -31,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from studykit.measure import bench  # noqa: E402
 
 GOAL_MS = 1000.0
 MODEL, BATCH = "resnet50", 64
@@ -77,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5, help="warm calls timed in the disk-cache process (median)")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes per cold case (median)")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    ap.add_argument("--out", default=str(ROOT / "data" / "benchmarks" / "advise_sweep.json"))
+    bench.add_json_output_args(ap, "advise_sweep.json")
     a = ap.parse_args(argv)
+    out = bench.json_output_from_args(ap, a)
 
     from studykit.measure.records import provenance
 
@@ -113,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['cold_cached_ms']:.0f} ms, warm {result['warm_ms']:.0f} ms; import {result['import_ms']:.0f} ms + "
           f"torch's lazy import {result['torch_lazy_import_ms']:.0f} ms; goal < {GOAL_MS:g} ms cold: "
           f"{'met' if result['meets_goal'] else 'NOT met'} ({os.cpu_count()} cores)")
-    if not a.no_write:
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {out}")
+    bench.write_json(out, result)
     return 0
 
 

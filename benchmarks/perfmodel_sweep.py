@@ -1,6 +1,7 @@
 """Time a 10^4-point performance-model sweep (100 bandwidths x 100 GPU counts) in one call.
 
-    python benchmarks/perfmodel_sweep.py            # prints ms, writes data/benchmarks/perfmodel_sweep.json
+    python benchmarks/perfmodel_sweep.py            # prints ms, writes reports/benchmarks/perfmodel_sweep.json
+    python benchmarks/perfmodel_sweep.py --out data/benchmarks/perfmodel_sweep.json --overwrite-committed   # the committed one
     python benchmarks/perfmodel_sweep.py --no-write
 
 One :func:`studykit.perfmodel.predict` call evaluates syncSGD (Sec. 4.1) and PowerSGD
@@ -12,7 +13,6 @@ Goal: well under 50 ms warm.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,6 +23,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from studykit.measure import bench  # noqa: E402
 
 from studykit import paths  # noqa: E402
 from studykit.measure.records import provenance  # noqa: E402
@@ -37,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="resnet101")
     ap.add_argument("--compressor", default="powersgd")
     ap.add_argument("--rank", type=int, default=4)
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    ap.add_argument("--out", default=str(paths.DATA / "benchmarks" / "perfmodel_sweep.json"))
+    bench.add_json_output_args(ap, "perfmodel_sweep.json")
     a = ap.parse_args(argv)
+    out = bench.json_output_from_args(ap, a)
 
     cal = Calibration.load(paths.CALIBRATIONS / "paper_v100.json")
     bw = np.geomspace(1.0, 400.0, 100)[:, None]
@@ -72,11 +74,7 @@ def main(argv: list[str] | None = None) -> int:
           f"max {result['warm_ms_max']:.2f}; {a.repeats} repeats); cold first call incl. "
           f"{gpus.size} plan() calls {cold_ms:.0f} ms; goal < {GOAL_MS:g} ms: "
           f"{'met' if result['meets_goal'] else 'NOT met'}")
-    if not a.no_write:
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {out}")
+    bench.write_json(out, result)
     return 0
 
 

@@ -4,6 +4,7 @@ The ``gpu`` tests compare every fused kernel (:mod:`studykit.compressors._fast`)
 reference code it replaces, on a CUDA device; they skip on CPU machines. They also run on the
 CPU through Triton's interpreter (``TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1``, slow).
 """
+import json
 import math
 import os
 import re
@@ -754,3 +755,30 @@ def test_kernel_counts_follow_the_timings_as_their_own_records(tmp_path, fake_cl
     assert [r["kernels"] for r in bench.attach_kernels(recs) if r["kind"] == "bench"] == [7, 7]
     df = bench.summarize(recs)
     assert set(df[df.compressor.isin(["fp16", "topk"])].kernels) == {7}
+
+
+def test_json_benchmark_output_refuses_committed_data_unless_told(tmp_path, capsys):
+    """benchmarks/advise_sweep.py and perfmodel_sweep.py write their JSON through bench.json_output_from_args:
+    reports/ by default, the committed data/ only with --overwrite-committed, nothing with --no-write."""
+    import argparse
+
+    from studykit import paths
+
+    def parse(*argv):
+        ap = argparse.ArgumentParser(prog="x")
+        bench.add_json_output_args(ap, "x.json")
+        return ap, ap.parse_args(list(argv))
+
+    ap, args = parse()
+    assert bench.json_output_from_args(ap, args) == (paths.REPORTS / "benchmarks" / "x.json").resolve()
+    ap, args = parse("--out", str(paths.DATA / "benchmarks" / "x.json"))
+    with pytest.raises(SystemExit):
+        bench.json_output_from_args(ap, args)
+    assert "--overwrite-committed" in capsys.readouterr().err
+    ap, args = parse("--out", str(paths.DATA / "benchmarks" / "x.json"), "--overwrite-committed")
+    assert bench.json_output_from_args(ap, args) == (paths.DATA / "benchmarks" / "x.json").resolve()
+    ap, args = parse("--no-write")
+    assert bench.json_output_from_args(ap, args) is None
+    out = tmp_path / "sub" / "r.json"
+    bench.write_json(out, {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1} and "wrote" in capsys.readouterr().out

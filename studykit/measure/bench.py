@@ -90,7 +90,8 @@ if TYPE_CHECKING:  # pandas is imported where a table is built
 
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
            "AGREE_TOL", "attach_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
-           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "write_report", "main"]
+           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "write_report",
+           "add_json_output_args", "json_output_from_args", "write_json", "main"]
 
 #: issue #7's groups and limits
 ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
@@ -856,6 +857,38 @@ def add_output_args(ap: argparse.ArgumentParser, default_name: str, what: str) -
     ap.add_argument("--overwrite", action="store_true", help="start --out afresh (else: resume)")
     ap.add_argument("--report-only", action="store_true", help=f"only print and write the {what} of --out")
     ap.add_argument("--quiet", action="store_true", help=f"no per-configuration lines (the {what} still printed)")
+
+
+def add_json_output_args(ap: argparse.ArgumentParser, default_name: str) -> None:
+    """The options of a benchmark script that writes one JSON result (``benchmarks/advise_sweep.py``,
+    ``benchmarks/perfmodel_sweep.py``): ``--out``, ``--no-write`` and the overwrite flag."""
+    ap.add_argument("--out", default=str(paths.REPORTS / "benchmarks" / default_name),
+                    help=f"the result, JSON (default reports/benchmarks/{default_name}); inside the committed data/ "
+                         f"only with {paths.OVERWRITE_FLAG}")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+
+
+def json_output_from_args(ap: argparse.ArgumentParser, args) -> Optional[Path]:
+    """The checked ``--out`` of :func:`add_json_output_args`, before anything is timed (refusals: ``ap.error``);
+    None with ``--no-write``."""
+    if args.no_write:
+        return None
+    try:
+        return paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+
+
+def write_json(out: Optional[Path], result: dict) -> None:
+    """``result`` into ``out`` (:func:`json_output_from_args`; nothing when None), said on stdout."""
+    if out is None:
+        return
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 def output_from_args(ap: argparse.ArgumentParser, args, report: Callable[[Path], object]) -> Optional[Path]:
