@@ -222,6 +222,15 @@ def test_zero_forward_backward_time_is_refused():
 
 
 def test_committed_demo_file_is_the_generator_output():
-    assert synthetic.DEMO_PATH.exists(), "run python -m studykit.perfmodel.synthetic"
+    assert synthetic.DEMO_PATH.exists(), ("run python -m studykit.perfmodel.synthetic --out "
+                                          "data/measurements/synthetic/demo.jsonl --overwrite-committed")
     lines = synthetic.DEMO_PATH.read_text().splitlines()
     assert [json.loads(x) for x in lines] == json.loads(json.dumps(synthetic.synthetic_records()))
+
+
+def test_synthetic_main_writes_reports_and_the_committed_demo_only_when_told(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        synthetic.main(["--out", str(synthetic.DEMO_PATH)])
+    assert "--overwrite-committed" in capsys.readouterr().err
+    assert synthetic.main(["--out", str(tmp_path / "d.jsonl")]) == 0
+    assert (tmp_path / "d.jsonl").read_text() == synthetic.DEMO_PATH.read_text()

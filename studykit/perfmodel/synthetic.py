@@ -127,14 +127,27 @@ def write_jsonl(records: list[dict], path: str | Path) -> Path:
     return path
 
 
-#: the committed demo file (``python -m studykit.perfmodel.synthetic`` rewrites it)
+#: the committed demo file (``python -m studykit.perfmodel.synthetic --overwrite-committed`` rewrites it)
 DEMO_PATH = paths.MEASUREMENTS / "synthetic" / "demo.jsonl"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write the synthetic demo records to ``data/measurements/synthetic/demo.jsonl``."""
-    path = write_jsonl(synthetic_records(), DEMO_PATH)
-    print(f"wrote {path} ({len(synthetic_records())} synthetic records; truth: {Truth()})")
+    """Write the synthetic demo records: to ``--out`` (default ``reports/synthetic/demo.jsonl``), or to the
+    committed ``data/measurements/synthetic/demo.jsonl`` with ``--out`` there and ``--overwrite-committed``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m studykit.perfmodel.synthetic", description=main.__doc__)
+    ap.add_argument("--out", default=str(paths.REPORTS / "synthetic" / "demo.jsonl"),
+                    help=f"records file (default reports/synthetic/demo.jsonl; the committed one: {DEMO_PATH})")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
+    args = ap.parse_args(argv)
+    try:
+        out = paths.check_writable_output(args.out, args.overwrite_committed, what="--out", file=True)
+    except paths.OutputError as exc:
+        ap.error(str(exc))
+    records = synthetic_records()
+    path = write_jsonl(records, out)
+    print(f"wrote {path} ({len(records)} synthetic records; truth: {Truth()})")
     return 0
 
 
