@@ -1253,9 +1253,8 @@ def fit_path_overheads(records: pd.DataFrame, cal: Calibration, *, stat: str = "
         except (ValueError, KeyError, compressors.CompressorError) as exc:
             skipped.add(f"{r['compressor']} on {r['model']}: {exc}")
             continue
-        measured = pool_stat([r[stat]], stat) / 1e3
         res.setdefault((r["model"], int(r["batch_size"]), mode), []).append(
-            measured - float(np.asarray(pr.compressed["iteration_s"]).reshape(-1)[0]))
+            float(r[stat]) / 1e3 - float(np.asarray(pr.compressed["iteration_s"]).reshape(-1)[0]))
     if not res:
         raise ValueError("cannot fit the path overhead: no compressed DDP record could be predicted ("
                          + "; ".join(sorted(skipped)[:3]) + ")")
@@ -1272,9 +1271,10 @@ def fit_path_overheads(records: pd.DataFrame, cal: Calibration, *, stat: str = "
 
 
 def fit_path_overhead(residuals_s: Sequence[float]) -> float:
-    """The compression path's overhead (s, beyond the paper): the median of ``measured - predicted``
-    over identity-compressor (``none``) iterations, whose encode/decode is empty, so that what the model
-    misses is the path itself (copies back into the gradients, Python per bucket, hook futures)."""
+    """The compression path's overhead (s, beyond the paper): the median of ``measured - predicted`` over
+    iterations (copies back into the gradients, Python per bucket, hook futures: what the profile does not
+    time). ``verify`` gives it the identity compressor's (``none``) runs by default, whose encode/decode is
+    empty; :func:`fit_path_overheads` and ``verify --path-overhead-from model`` every compressed run."""
     if not len(residuals_s):
         raise ValueError("cannot fit the path overhead: no identity-compressor ('none') iteration")
     return float(np.median(np.asarray(residuals_s, dtype=float)))
