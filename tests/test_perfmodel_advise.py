@@ -266,7 +266,8 @@ def test_advise_with_the_extended_terms_adds_the_calibrations_path_overhead():
     a = A.advise(with_h, "resnet50", 64, [2], [10], options=ext, **kw)
     b = A.advise(without, "resnet50", 64, [2], [10], options=ext, **kw)
     assert a.time_s[0] - b.time_s[0] == pytest.approx(0.007)
+    assert a.how["signsgd"]["path_overhead"] == "exact (test)" and b.how["signsgd"]["path_overhead"] == "none fitted"
     off = replace(ext, path_overhead=False)
     a = A.advise(with_h, "resnet50", 64, [2], [10], options=off, **kw)
     b = A.advise(without, "resnet50", 64, [2], [10], options=off, **kw)
-    assert np.array_equal(a.time_s, b.time_s)
+    assert np.array_equal(a.time_s, b.time_s) and "path_overhead" not in a.how["signsgd"]

@@ -537,6 +537,8 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
             continue
         T[:, k] = np.broadcast_to(pr.compressed["iteration_s"], (3, *shape[1:]))
         how[c.label] = {"equation": "App. B, collectives from plan()", "t_encode_decode": h}
+        if opts.path_overhead:
+            how[c.label]["path_overhead"] = pr.notes.get("path_overhead", "none fitted")
     notes.update({"model": model, "batch_size": batch_size, "mode": mode,
                   "options": {f: getattr(opts, f) for f in opts.__dataclass_fields__},
                   "interval": "model at the cheap and the dear end of every calibrated constant's interval",
