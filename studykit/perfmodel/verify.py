@@ -908,6 +908,15 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
     rows = []
     per_bucket_cache: dict = {}
     residual_cache: dict = {}
+
+    def residual(x) -> tuple[float, int]:
+        """``(measured - predicted without path overhead (s), DDP buckets)`` of record ``x``, computed once."""
+        if x["config"] not in residual_cache:
+            px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts,
+                                 ed_scale=ed_scale_of(x)[0])
+            residual_cache[x["config"]] = ((float(x["measured_ms"]) - px["predicted_ms"]) / 1e3,
+                                           max(px["k_buckets"], 1))
+        return residual_cache[x["config"]]
     opts = opts or ModelOptions.extended()
     no_scale = lambda x: ((1.0, ""), [])  # noqa: E731
     ed_scale_of = ed_scale_of or no_scale
@@ -926,12 +935,7 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
         same = [] if not same_model or by_pool or group_of is None else [
             x for x in comp if (x["model"], int(x["batch_size"])) == key and group_of(x) != group_of(r)]
         if same:  # the same model's records of this mode in the other holdout groups: one constant per iteration
-            for x in same:
-                if x["config"] not in residual_cache:
-                    px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts,
-                                         ed_scale=ed_scale_of(x)[0])
-                    residual_cache[x["config"]] = (float(x["measured_ms"]) - px["predicted_ms"]) / 1e3
-            h = fit_path_overhead([residual_cache[x["config"]] for x in same])
+            h = fit_path_overhead([residual(x)[0] for x in same])
             groups = sorted({str(group_of(x)) for x in same})
             how_h = (f"path overhead {h * 1e3:+.3f} ms from {len(same)} '{mode}' records of {r['model']} in holdout "
                      f"groups {', '.join(groups)}")
@@ -948,11 +952,7 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
             g = group_of(r)
             if g not in per_bucket_cache:
                 cal_g = [x for x in comp if group_of(x) != g]
-                res = []
-                for x in cal_g:
-                    px = _predict_record(x, inp, "extended", terms=terms_of(x)[0] if terms_of else None, opts=opts,
-                                         ed_scale=ed_scale_of(x)[0])
-                    res.append((float(x["measured_ms"]) - px["predicted_ms"]) / 1e3 / max(px["k_buckets"], 1))
+                res = [e / k for e, k in map(residual, cal_g)]
                 groups = sorted({str(group_of(x)) for x in cal_g})
                 # named by holdout group, not by configuration (hundreds per row): every one differs from r's
                 per_bucket_cache[g] = (fit_path_overhead(res), [f"{len(cal_g)} '{mode}' records of holdout groups "
