@@ -29,11 +29,12 @@ PHASES=${PHASES:-"kernels buckets hostahead nvlink hooks ps"}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base"}
 BUCKET_COMPRESSORS=${BUCKET_COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 HOOK_RATE=${HOOK_RATE:-10}
+NVLINK_ITERS=${NVLINK_ITERS:-10} NVLINK_WARMUP=${NVLINK_WARMUP:-2}  # each nvlink-phase configuration's iterations
 GIL_AB=${GIL_AB-0.5}   # the hooks phase again at these GIL switch intervals (ms); GIL_AB= skips the A/B
 TOTAL_S=${TOTAL_S:-560}
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
-machine_summary gpu_checks.sh "PHASES=$PHASES MODELS=$MODELS HOOK_RATE=$HOOK_RATE GIL_AB=$GIL_AB TOTAL_S=$TOTAL_S" \
+machine_summary gpu_checks.sh "PHASES=$PHASES MODELS=$MODELS HOOK_RATE=$HOOK_RATE NVLINK_ITERS=$NVLINK_ITERS NVLINK_WARMUP=$NVLINK_WARMUP GIL_AB=$GIL_AB TOTAL_S=$TOTAL_S" \
   "BUCKET_COMPRESSORS=$BUCKET_COMPRESSORS"
 
 want() { case " $PHASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -52,7 +53,7 @@ want hostahead && CUDA_VISIBLE_DEVICES=0 phase hostahead 150 $PY -m studykit pro
   --no-split --host-ahead --out "$OUT/profile_host_ahead.jsonl" --quiet
 want nvlink && CUDA_VISIBLE_DEVICES=0 phase tcomp 60 $PY -m studykit tcomp --models resnet50 \
   --batch-sizes 8 16 32 64 --budget-s 1 --min-iter 5 --out "$OUT/tcomp.jsonl" --quiet
-want nvlink && phase nvlink 150 "${TORCHRUN[@]}" "${DDP[@]}" --models $MODELS --modes syncsgd builtin hook \
+want nvlink && phase nvlink 150 "${TORCHRUN[@]}" "${DDP[@]}" --iters "$NVLINK_ITERS" --warmup "$NVLINK_WARMUP" --models $MODELS --modes syncsgd builtin hook \
   --builtin torch_fp16 torch_powersgd --compressors fp16 powersgd:rank=4 --out "$OUT/nvlink.jsonl"
 want nvlink && phase batches 90 "${TORCHRUN[@]}" "${DDP[@]}" --models resnet50 --batch-sizes 8 16 32 64 \
   --modes syncsgd --compressors --bucket-times --out "$OUT/nvlink.jsonl"

@@ -224,7 +224,7 @@ def _reduce_async(state: HookState, buf: torch.Tensor, comm) -> torch.futures.Fu
             summed = [f.value()[0] for f in futs]
             if cuda:
                 comp.check(summed)
-            return buf.copy_(comp.decompress_mean(summed, ctx, comm.world_size).reshape(buf.shape))
+            return comp.decompress_mean_into(summed, ctx, comm.world_size, buf)
     return (futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)).then(decode)
 
 

@@ -396,6 +396,9 @@ def test_half_casts_equal_torch(dev, reference, dtype):
         assert payload[0].dtype == dtype and torch.equal(payload[0], ref[0])
         assert torch.equal(comp.decompress(payload, ctx), reference(lambda: comp.decompress(payload, ctx)))
         assert torch.equal(comp.decompress_mean(payload, ctx, ws), payload[0].float())
+        bucket = torch.full((x.numel(),), float("nan"), device=dev)  # a DDP hook decodes into its bucket
+        assert comp.decompress_mean_into(payload, ctx, ws, bucket) is bucket
+        assert torch.equal(bucket, payload[0].float())
 
 
 @pytest.mark.gpu

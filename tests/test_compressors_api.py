@@ -360,6 +360,8 @@ def test_decoding_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeyp
     gathered = [payload] if name == "topk_chunked" else [payload, payload]  # its kernel decodes one payload
     calls += [lambda: comp.decompress_mean(payload, ctx, 2)] if comp.allreduce_compatible else \
         [lambda: comp.combine(gathered, ctx)]
+    if comp.one_round_allreduce and ctx == 2:  # the DDP hook's decode, straight into the bucket
+        calls.append(lambda: comp.decompress_mean_into(payload, ctx, 2, torch.empty(4096)))
     for call in calls:
         with pytest.raises(_KernelCalled, match=f"^{kernel}$"):
             call()

@@ -754,10 +754,16 @@ def pack(x: torch.Tensor, mode: int, *, abs_mean: bool = False):
     return out, (sums.sum() / n).reshape(1)
 
 
-def cast(x: torch.Tensor, dtype: torch.dtype, *, divide: float | None = None, multiply: float | None = None):
-    """``(x / divide).to(dtype)`` or ``(x.float() * multiply).to(dtype)`` in one pass, computed in fp32."""
+def cast(x: torch.Tensor, dtype: torch.dtype, *, divide: float | None = None, multiply: float | None = None,
+         out: torch.Tensor | None = None):
+    """``(x / divide).to(dtype)`` or ``(x.float() * multiply).to(dtype)`` in one pass, computed in fp32; into
+    ``out`` (flat, contiguous, ``dtype``, as many elements) when given."""
     n = x.numel()
-    out = torch.empty(n, dtype=dtype, device=x.device)
+    if out is None:
+        out = torch.empty(n, dtype=dtype, device=x.device)
+    elif out.dtype != dtype or out.numel() != n or not out.is_contiguous():
+        raise ValueError(f"cast: out must be a contiguous {dtype} tensor of {n} elements, "
+                         f"got {out.dtype} with {out.numel()} (contiguous: {out.is_contiguous()})")
     factor = float(divide if divide is not None else (multiply if multiply is not None else 1.0))
     _launch(_cast_kernel, n, n, _BLOCK, x, out, n, factor, DIVIDE=divide is not None, BLOCK=_BLOCK)
     return out

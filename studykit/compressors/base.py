@@ -195,6 +195,15 @@ class Compressor:
         out = self.decompress(summed, ctx)
         return out if world_size == 1 else out / world_size
 
+    def decompress_mean_into(self, summed: Sequence[torch.Tensor], ctx: Any, world_size: int,
+                             out: torch.Tensor) -> torch.Tensor:
+        """:meth:`decompress_mean` written into ``out`` (a DDP bucket, any shape with as many elements); returns
+        ``out``. A hook decodes in its all-reduce future's callback, which runs on a stream taken from CUDA's
+        global pool, a different one each call: a temporary allocated there is not reused from one call to the
+        next by PyTorch's caching allocator. Codecs whose decoding is one pass override it to write ``out``
+        directly (PyTorch's fp16 hook does ``bucket.copy_(summed)``)."""
+        return out.copy_(self.decompress_mean(summed, ctx, world_size).reshape(out.shape))
+
     # ------------------------------------------------------------- validation
     def check(self, tensors: Sequence[torch.Tensor]) -> None:
         if not tensors:

@@ -118,6 +118,14 @@ def _(self, summed, ctx, world_size):
     return _fast.cast(summed[0], torch.float32)
 
 
+@override(_Cast, "decompress_mean_into",
+          when=lambda self, summed, ctx, world_size, out: (ctx == world_size and _fast.enabled(summed[0])
+                                                           and out.is_contiguous() and out.dtype == torch.float32))
+def _(self, summed, ctx, world_size, out):
+    _fast.cast(summed[0], torch.float32, out=out.view(-1))
+    return out
+
+
 # ------------------------------------------------------------------ sign codecs: read fp32, write bits
 # Decoding takes every worker's payload as one (world_size, ...) tensor: _fast.rows makes it without a
 # copy where the payloads already lie back to back (one worker; TorchComm's all-gather buffer).
