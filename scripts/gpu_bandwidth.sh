@@ -46,6 +46,7 @@ SWEEP=${SWEEP:-0}
 SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
 RESUME_FROM=${RESUME_FROM:-}
 BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
+HOOK_COALESCE=${HOOK_COALESCE:-off}  # hook configurations once per value: off (a protocol per bucket) or MB (0: per iteration)
 HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
@@ -66,7 +67,7 @@ fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
-  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES"
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE"
 
 
 # shellcheck disable=SC2086
@@ -84,6 +85,7 @@ for rate in $RATES; do
     --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$OUT/ddp.jsonl" -- \
     ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
     --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
+    --hook-coalesce-mb $HOOK_COALESCE \
     $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times) $([ "$HOOK_TIMES" = 1 ] && echo --hook-times)
 done
 

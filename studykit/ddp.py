@@ -26,6 +26,11 @@ one all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, none) skip
 as PyTorch's own hooks do: encode on the current stream, ``all_reduce(..., async_op=True)``,
 decode in the future's callback. ``overlap=False`` runs the protocol inside the hook (the old,
 blocking behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
+
+``coalesce_mb`` (overlapped hooks on the communication thread) holds buckets back until at least that
+many MB of them, or the iteration's last bucket, are ready, and runs the protocol once over all of them:
+a protocol of small, latency-bound collectives (PowerSGD's P and Q, a few KB per bucket) then pays each
+collective's latency once per group instead of once per bucket, at the price of less overlap.
 """
 import queue
 import threading
@@ -49,9 +54,12 @@ class HookState:
     :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server)."""
 
     def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
-                 overlap: bool = True, comm_kind: str = "collective"):
+                 overlap: bool = True, comm_kind: str = "collective", coalesce_mb: Optional[float] = None):
         self.compressor = compressor
         self.comm_kind = _check_kind(comm_kind)
+        self.coalesce_bytes = _check_coalesce(coalesce_mb, overlap)
+        #: buckets waiting to be coalesced (``coalesce_mb``): (buffer, index, ids, shapes, future, ready event)
+        self._pending: list = []
         self._comm = comm
         self.process_group = process_group
         self.overlap = overlap
@@ -94,7 +102,21 @@ class HookState:
         d["_comm"] = None
         d["_worker"] = None
         d["_streams"] = {}
+        d["_pending"] = []
         return d
+
+
+def _check_coalesce(coalesce_mb: Optional[float], overlap: bool) -> Optional[float]:
+    """``coalesce_mb`` in bytes (None: every bucket runs its protocol on its own)."""
+    if coalesce_mb is None:
+        return None
+    if isinstance(coalesce_mb, bool) or not isinstance(coalesce_mb, (int, float)) or not coalesce_mb >= 0 \
+            or coalesce_mb == float("inf"):
+        raise ValueError(f"coalesce_mb must be a finite number of MB >= 0 (0: all buckets of an iteration in one "
+                         f"protocol run) or None (each bucket alone), got {coalesce_mb!r}")
+    if not overlap:
+        raise ValueError("coalesce_mb needs overlap=True: the blocking hook runs each bucket's protocol inside the hook")
+    return float(coalesce_mb) * 2**20
 
 
 def _check_kind(kind: str) -> str:
@@ -172,16 +194,24 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     if state.compressor.one_round_allreduce and hasattr(comm, "all_reduce_async"):
         _track(state, key, ids, shapes)
         return _reduce_async(state, buf, comm)
+    ready = consumer = None
     if cuda:
         ready = torch.cuda.Event()
         consumer = torch.cuda.current_stream(buf.device)
         ready.record(consumer)  # the bucket's gradients are in buf once this stream gets here
-        side = state.side_stream(buf.device)
+    if state.coalesce_bytes is not None:
+        state._pending.append((buf, key, ids, shapes, fut, ready))
+        waiting = sum(b.numel() * b.element_size() for b, *_ in state._pending)
+        if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
+            group, state._pending = state._pending, []
+            state.worker().submit(lambda: _run_group(state, group, comm, consumer))
+        return fut
 
     def job():
         try:
             with torch.no_grad():
                 if cuda:
+                    side = state.side_stream(buf.device)
                     with torch.cuda.device(buf.device), torch.cuda.stream(side):
                         side.wait_event(ready)
                         out = _reduce_bucket(state, buf, key, ids, shapes, comm)
@@ -195,6 +225,56 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
 
     state.worker().submit(job)
     return fut
+
+
+def _run_group(state: HookState, group: list, comm, consumer) -> None:
+    """The protocol once over several buckets (``coalesce_mb``; on the communication thread): their gradients
+    as one call of the compressor, under the key ``("group", index, ...)``, then each bucket's future."""
+    try:
+        with torch.no_grad():
+            buf = group[0][0]
+            if buf.is_cuda:
+                side = state.side_stream(buf.device)
+                with torch.cuda.device(buf.device), torch.cuda.stream(side):
+                    for *_, ready in group:
+                        side.wait_event(ready)
+                    _reduce_group(state, group, comm)
+                    for b, *_, fut, _ in group:
+                        fut.set_result(b)
+            else:
+                _reduce_group(state, group, comm)
+                for b, *_, fut, _ in group:
+                    fut.set_result(b)
+    except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
+        for *_, fut, _ in group:
+            fut.set_exception(exc)
+
+
+def _reduce_group(state: HookState, group: list, comm) -> None:
+    """The protocol on the buckets of ``group`` together, each result written back into its bucket. A bucket
+    whose parameters changed (DDP rebuilt its buckets) drops the group's state (warm start, residual)."""
+    comp = state.compressor
+    changed = False
+    for b, key, ids, shapes, *_ in group:
+        changed |= state.bucket_params.get(key, ids) != ids
+        _track(state, key, ids, shapes)
+    gkey = ("group",) + tuple(key for _, key, *_ in group)
+    if changed and comp.memory is not None:
+        for k in [k for k in comp.memory.residuals if isinstance(k, tuple) and k[:1] == ("group",)
+                  and set(k[1:]) & {key for _, key, *_ in group}]:
+            comp.memory.forget(k)
+    rec = RecordingComm(comm)
+    if comp.partition_invariant:
+        bufs = [b for b, *_ in group]
+        outs = comp.reduce(bufs, rec, key=gkey)
+        for b, o in zip(bufs, outs):
+            if o.data_ptr() != b.data_ptr():
+                b.copy_(o.reshape(b.shape))
+    else:
+        grads = [v for b, _, _, shapes, *_ in group for v in views(b, shapes)]
+        copy_back(grads, comp.reduce(grads, rec, key=gkey))
+    state.bytes_sent += rec.nbytes
+    state.calls += 1
 
 
 def _track(state: HookState, key: int, ids: list, shapes: list) -> None:
@@ -249,12 +329,16 @@ def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, sha
 
 
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
-             comm_kind: str = "collective", **params) -> HookState:
+             comm_kind: str = "collective", coalesce_mb: Optional[float] = None, **params) -> HookState:
     """Register ``compressor`` (a name with params, or an instance) as ``ddp_model``'s comm hook.
 
     ``overlap=False`` runs each bucket's protocol inside the hook, blocking the backward pass;
-    ``comm_kind="ps"`` through one parameter server (:class:`HookState`)."""
-    state = HookState(get(compressor, **params), process_group=process_group, overlap=overlap, comm_kind=comm_kind)
+    ``comm_kind="ps"`` through one parameter server (:class:`HookState`). ``coalesce_mb``: buckets wait
+    until at least that many MB of them (or the iteration's last bucket) are ready and run the protocol
+    together, as one call of the compressor (0: once per iteration, after the backward pass's last bucket):
+    fewer collectives, each bigger, for protocols whose small payloads are latency-bound (PowerSGD)."""
+    state = HookState(get(compressor, **params), process_group=process_group, overlap=overlap, comm_kind=comm_kind,
+                      coalesce_mb=coalesce_mb)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state
 

@@ -27,7 +27,7 @@ def _data(rank, n=64):
     return x, (x @ w).unsqueeze(1)
 
 
-def _train(mode, name, rank, steps):
+def _train(mode, name, rank, steps, coalesce_mb=None):
     model = _model()
     opt_model = model
     state = None
@@ -35,7 +35,7 @@ def _train(mode, name, rank, steps):
         # tiny buckets -> several buckets per step
         opt_model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
         if name is not None:
-            state = sk_ddp.register(opt_model, name)
+            state = sk_ddp.register(opt_model, name, coalesce_mb=coalesce_mb)
     elif mode == "post":
         state = sk_ddp.PostBackwardReducer(model, name, bucket_bytes=1000)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -122,10 +122,14 @@ def test_training_with_a_hook_converges_like_uncompressed(runs, name):
 class _Bucket:
     """What DDP hands a comm hook, without DDP: a flat buffer, its parameters, an index."""
 
-    def __init__(self, params, index=0):
+    def __init__(self, params, index=0, last=True):
         self._params = params
         self._buf = torch.cat([p.detach().reshape(-1) for p in params])
         self._index = index
+        self._last = last
+
+    def is_last(self):
+        return self._last
 
     def buffer(self):
         return self._buf
@@ -259,3 +263,74 @@ def test_a_discarded_hook_state_stops_its_thread():
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert {t for t in threading.enumerate() if t.name == "studykit-ddp-comm"} <= before
+
+
+def _coalesce_worker(rank, world_size, init_file, out_dir, names, steps):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        res = {(name, mb): _train("hook", name, rank, steps, coalesce_mb=mb) for name in names for mb in (None, 0)}
+        torch.save(res, os.path.join(out_dir, f"r{rank}.pt"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_coalesced_hooks_run_one_protocol_per_iteration_and_train_alike_on_every_rank():
+    """``coalesce_mb=0`` on gloo, DDP with several buckets: one protocol run per iteration (calls == steps),
+    the ranks' models stay identical, and training converges as with a protocol per bucket."""
+    steps = 40
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_coalesce_worker, args=(2, os.path.join(tmp, "init"), tmp, ["powersgd", "topk"], steps),
+                 nprocs=2, join=True)
+        runs = [torch.load(os.path.join(tmp, f"r{r}.pt")) for r in range(2)]
+    for name in ("powersgd", "topk"):
+        per_bucket, coalesced = runs[0][(name, None)], runs[0][(name, 0)]
+        assert per_bucket[2] > steps + 10 and coalesced[2] == steps, (name, per_bucket[2], coalesced[2])
+        for a, b in zip(coalesced[3], runs[1][(name, 0)][3]):
+            assert torch.allclose(a, b, atol=1e-5), f"{name}: ranks' models diverged"
+        assert coalesced[0][-1] < 0.5 * coalesced[0][0], f"{name}: coalesced training did not converge"
+        assert coalesced[0][-1] < 2 * per_bucket[0][-1] + 1e-3
+
+
+@pytest.mark.parametrize("name", ["topk", "ef_signsgd", "none"])
+def test_coalesced_buckets_wait_for_the_group_and_equal_one_call_over_all_of_them(name):
+    """With ``coalesce_mb=0`` no bucket completes before the iteration's last one arrives; then all complete with
+    what one call of the protocol over every bucket's gradients gives (a partition-invariant codec)."""
+    from studykit.comm import LocalComm
+
+    torch.manual_seed(1)
+    groups = [[torch.nn.Parameter(torch.randn(16, 8)), torch.nn.Parameter(torch.randn(8))],
+              [torch.nn.Parameter(torch.randn(40))], [torch.nn.Parameter(torch.randn(6, 5))]]
+    state = sk_ddp.HookState(C.get(name), comm=LocalComm(), coalesce_mb=0)
+    buckets = [_Bucket(ps, index=i, last=i == len(groups) - 1) for i, ps in enumerate(groups)]
+    futs = []
+    for b in buckets:
+        assert not any(f.done() for f in futs), "a bucket completed before the group was complete"
+        futs.append(sk_ddp.compressor_hook(state, b))
+    outs = [f.wait() for f in futs]
+    ref = C.get(name).reduce([_Bucket(ps).buffer() for ps in groups], LocalComm(), key="all")
+    for o, r in zip(outs, ref):
+        assert torch.allclose(o, r)
+    assert state.calls == 1
+
+
+def test_coalescing_flushes_when_enough_bytes_are_waiting():
+    from studykit.comm import LocalComm
+
+    state = sk_ddp.HookState(C.get("powersgd"), comm=LocalComm(), coalesce_mb=1e-9)  # every bucket is enough
+    futs = [sk_ddp.compressor_hook(state, _Bucket([torch.nn.Parameter(torch.randn(16, 8))], index=i, last=i == 2))
+            for i in range(3)]
+    [f.wait() for f in futs]
+    assert state.calls == 3
+
+
+@pytest.mark.parametrize("bad, overlap, match", [(-1, True, "finite number of MB >= 0"),
+                                                 (float("inf"), True, "finite number of MB >= 0"),
+                                                 (float("nan"), True, "finite number of MB >= 0"),
+                                                 ("25", True, "got '25'"), (True, True, "got True"),
+                                                 (25, False, "needs overlap=True")])
+def test_bad_coalesce_values_are_refused_with_what_is_valid(bad, overlap, match):
+    with pytest.raises(ValueError, match=match):
+        sk_ddp.HookState(C.get("powersgd"), coalesce_mb=bad, overlap=overlap)

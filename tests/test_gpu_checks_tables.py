@@ -186,3 +186,17 @@ def test_hook_vs_post_plot_refuses_an_empty_table_and_too_many_lines():
     t = R.hook_vs_post(load_records(P2C / "ddp.jsonl", quiet=True))
     with pytest.raises(ValueError, match="at most 6 compressor settings per panel, got 7"):
         hook_vs_post_plot(t)
+
+
+def test_coalesced_hooks_are_rows_of_their_own_beside_the_per_bucket_hook():
+    recs = [_shaped("post", "powersgd", 10.0), _shaped("hook", "powersgd", 12.0, hook_overlap=True),
+            *[_ddp("hook", "powersgd", {"rank": 4}, ms=ms, network=NET, hook_overlap=True, hook_coalesce_mb=mb,
+                   cid={"rate": 10.0, "hook_coalesce_mb": mb}) for ms, mb in ((9.5, 0.0), (11.0, 25.0))]]
+    t = R.hook_vs_post(recs)
+    assert list(t["label"]) == ["powersgd r4", "powersgd r4 coalesced per iteration", "powersgd r4 coalesced 25 MB"]
+    assert list(t["ratio"]) == pytest.approx([1.2, 0.95, 1.1]) and list(t["verdict"]) == ["MISS", "PASS", "MISS"]
+    # the NVLink targets judge the hook as registered by default (a protocol per bucket)
+    nv = [_ddp("syncsgd", None, ms=10.0), _ddp("hook", "powersgd", {"rank": 4}, ms=12.0, hook_overlap=True),
+          _ddp("hook", "powersgd", {"rank": 4}, ms=10.5, hook_overlap=True, hook_coalesce_mb=0.0, cid={"c": 0})]
+    row = R.hook_targets(nv).iloc[0]
+    assert row["kit_ms"] == 12.0 and row["verdict"] == "MISS"

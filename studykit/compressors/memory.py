@@ -44,6 +44,11 @@ class ResidualMemory:
         self.residuals.clear()
         self._inplace_ok.clear()
 
+    def forget(self, key: Any) -> None:
+        """Forget the residual under ``key`` (e = 0 there; nothing happens where none is kept)."""
+        self.residuals.pop(key, None)
+        self._inplace_ok.pop(key, None)
+
     def compensate(self, tensors: Sequence[torch.Tensor], key: Any = None, *, reuse: bool = False
                    ) -> list[torch.Tensor]:
         """``p_t = g_t + e_t`` in float32 (``g_t`` itself, as float32, where no residual is kept yet).

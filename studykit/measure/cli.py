@@ -38,6 +38,16 @@ _nonneg_int = argtypes.nonneg_int
 _positive_float = argtypes.positive_float
 
 
+def _coalesce_mb(text: str):
+    """``--hook-coalesce-mb``: a number of MB >= 0, or ``off`` (None: a protocol per bucket)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return argtypes.nonneg_float(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a number of MB >= 0 or 'off', got {text!r}") from None
+
+
 def _size(text: str) -> int:
     try:
         v = parse_size(text)
@@ -149,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also record, per bucket of the kit's DDP hook, when it was ready, encoded, communicated "
                         "and decoded, and when the backward pass ended (kind 'hook_times', one record per hook "
                         "configuration, overlapped and blocking; also for hook configurations already in --out)")
+    p.add_argument("--hook-coalesce-mb", type=_coalesce_mb, nargs="+", default=[None], metavar="MB|off",
+                   help="overlapped hooks hold buckets back until this many MB of them are ready (0: the "
+                        "iteration's last bucket) and run the protocol once over them; each hook configuration "
+                        "once per value, 'off' a protocol per bucket (the default); part of its identity")
     p.add_argument("--switch-interval-ms", type=_positive_float, default=None,
                    help="Python's GIL switch interval for the run, ms (default: Python's, 5); part of each "
                         "configuration's identity when given (an A/B of the hook's communication thread)")
@@ -257,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                             bucket_mbs=args.bucket_mb, builtins=args.builtin, seq_len=args.seq_len,
                             verbose=verbose, bucket_times=args.bucket_times, hook_times=args.hook_times,
                             comms=args.comm,
-                            switch_interval_ms=args.switch_interval_ms, **_timing(args))
+                            switch_interval_ms=args.switch_interval_ms,
+                            hook_coalesce_mbs=list(dict.fromkeys(args.hook_coalesce_mb)), **_timing(args))
             ok = True
         finally:
             writer = None

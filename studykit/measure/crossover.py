@@ -79,6 +79,13 @@ def _switch_text(r: dict) -> str:
     return f" GIL {r.get('switch_interval_ms'):g} ms"
 
 
+def coalesce_text(mb: Optional[float]) -> str:
+    """' coalesced per iteration' (``hook_coalesce_mb`` 0), ' coalesced 25 MB', or '' (a protocol per bucket)."""
+    if mb is None or (isinstance(mb, float) and math.isnan(mb)):
+        return ""
+    return " coalesced per iteration" if mb == 0 else f" coalesced {mb:g} MB"
+
+
 def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.DataFrame:
     """One row per ok DDP record on an emulated network: who, where, and its iteration time ``ms``.
 
@@ -103,7 +110,7 @@ def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.Data
             # hook records written before the field hook_overlap existed ran the blocking hook
             "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb"),
                                    r.get("hook_overlap")) + (" via PS" if r.get("comm") == "ps" else "")
-                      + _switch_text(r),
+                      + _switch_text(r) + coalesce_text(r.get("hook_coalesce_mb")),
             "rate_gbps": float(net["rate_gbps"]), "measured_gbps": net.get("measured_busbw_gbps"),
             "ms": r.get(stat), "times_ms": list(r.get("times_ms") or []), "n_iter": r.get("n_iter"),
             "timestamp": r.get("timestamp", ""),

@@ -87,6 +87,7 @@ class _Config:
     hook_overlap: Optional[bool] = None
     comm: str | None = None  # "ps": through a parameter server; None: the backend's collectives
     switch_interval_ms: Optional[float] = None  # set by --switch-interval-ms (None: Python's default)
+    hook_coalesce_mb: Optional[float] = None  # overlapped hooks: buckets run together (studykit.ddp.register)
     ident: dict = field(default_factory=dict)  # the identifying fields behind ``cid`` (records.config_id)
 
 
@@ -106,7 +107,8 @@ def _builtin_hook(name: str):
 
 
 def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len,
-                 comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None) -> list[_Config]:
+                 comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
+                 hook_coalesce_mbs: Sequence[Optional[float]] = (None,)) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
@@ -123,17 +125,17 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
             sl = M.seq_len_of(model, seq_len)
 
             def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None, hook_overlap=None,
-                    comm=None):
+                    comm=None, coalesce=None):
                 params = params or {}
                 ident = {"kind": "ddp", "model": model, "batch_size": bs, "mode": mode, "compressor": compressor,
                          "params": params, "bucket_mb": bucket_mb, "seq_len": sl, "world_size": d.world_size,
                          "backend": d.backend, "device_type": d.device.type, "hook_overlap": hook_overlap,
-                         "comm": comm, "switch_interval_ms": switch_interval_ms}
+                         "comm": comm, "switch_interval_ms": switch_interval_ms, "hook_coalesce_mb": coalesce}
                 cid = config_id(**ident)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
                     groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
-                                                 hook_overlap, comm, switch_interval_ms, ident))
+                                                 hook_overlap, comm, switch_interval_ms, coalesce, ident))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -148,7 +150,8 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                     if "post" in modes:
                         add(3, "post", spec.name, params, spec=spec, comm=comm)
                     if "hook" in modes:
-                        add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm)
+                        for mb in hook_coalesce_mbs:
+                            add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm, coalesce=mb)
                     if "hook_blocking" in modes:
                         add(4, "hook", spec.name, params, spec=spec, hook_overlap=False, comm=comm)
     # within a group: configuration by configuration, every model in turn
@@ -179,7 +182,8 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> 
             fwd.register_comm_hook(hook_state, hook)
         elif cfg.mode == "hook":
             comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
-            state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False, comm_kind=cfg.comm or "collective")
+            state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False, comm_kind=cfg.comm or "collective",
+                                    coalesce_mb=cfg.hook_coalesce_mb)
     else:  # post: the plain model and one bucket
         comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
         state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None, comm_kind=cfg.comm or "collective")
@@ -282,7 +286,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             seq_len: int = M.BERT_SEQ_LEN, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
             min_iter: int = 3, verbose: bool = True, bucket_times: bool = False,
             comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
-            hook_times: bool = False) -> int:
+            hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,)) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -290,7 +294,9 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     ``comms``: the communicators of the hook and post modes (module docstring). ``switch_interval_ms``:
     Python's GIL switch interval for the whole run (``sys.setswitchinterval``; None keeps Python's 5 ms).
     The hook's communication thread and the autograd thread that calls the hook share the GIL, so how
-    often it changes hands may delay the hook's start on every bucket: this is the knob for an A/B."""
+    often it changes hands may delay the hook's start on every bucket: this is the knob for an A/B.
+    ``hook_coalesce_mbs``: each overlapped hook configuration once per value (None: a protocol per bucket;
+    a number: :func:`studykit.ddp.register`'s ``coalesce_mb``); coalesced hooks write no ``hook_times``."""
     if switch_interval_ms is not None:
         if not 0 < switch_interval_ms <= 1000:
             raise ValueError(f"switch_interval_ms must be in (0, 1000] ms, got {switch_interval_ms}")
@@ -298,8 +304,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
-                                    switch_interval_ms)
-            if c.cid not in done or (hook_times and c.mode == "hook" and _hook_times_cid(c) not in done)]
+                                    switch_interval_ms, hook_coalesce_mbs)
+            if c.cid not in done or (hook_times and _stamped(c) and _hook_times_cid(c) not in done)]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
     main = verbose and d.is_main
@@ -348,9 +354,14 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
                 note(f"{cfg.model:>10} b{cfg.batch_size:<3} buckets ready at "
                      + ", ".join(f"{x:.2f}" for x in res["ready_ms"]) + f" ms ({res['clock']})", main)
             d.barrier()
-        if hook_times and cfg.mode == "hook" and rec["status"] == "ok" and _hook_times_cid(cfg) not in done:
+        if hook_times and _stamped(cfg) and rec["status"] == "ok" and _hook_times_cid(cfg) not in done:
             written += _write_hook_times(cfg, d, writer, bases, seq_len, timing_kw, main)
     return written
+
+
+def _stamped(cfg: _Config) -> bool:
+    """Whether ``--hook-times`` stamps ``cfg`` bucket by bucket (hooks that run a protocol per bucket)."""
+    return cfg.mode == "hook" and cfg.hook_coalesce_mb is None
 
 
 def _record_fields(cfg: _Config, seq_len: int) -> dict:
@@ -358,6 +369,7 @@ def _record_fields(cfg: _Config, seq_len: int) -> dict:
     return {"model": cfg.model, "batch_size": cfg.batch_size, "mode": cfg.mode, "compressor": cfg.compressor,
             "params": cfg.params, "bucket_mb": cfg.bucket_mb, "seq_len": M.seq_len_of(cfg.model, seq_len),
             "optimizer": OPTIMIZER, "hook_overlap": cfg.hook_overlap, "comm": cfg.comm,
+            "hook_coalesce_mb": cfg.hook_coalesce_mb,
             "switch_interval_ms": sys.getswitchinterval() * 1e3}
 
 

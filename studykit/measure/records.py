@@ -130,6 +130,10 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "switch_interval_ms": "Python's GIL switch interval (sys.getswitchinterval) the ranks ran with, ms; part of "
                               "the configuration only when set with `ddp --switch-interval-ms` (the default is "
                               "Python's, 5 ms; null in records written before this field existed)",
+        "hook_coalesce_mb": "mode hook: the hook held buckets back until this many MB of them (0: the iteration's "
+                            "last bucket) were ready and ran the protocol once over them (`ddp --hook-coalesce-mb`, "
+                            "studykit.ddp.register's coalesce_mb); null: a protocol run per bucket, as in every "
+                            "record written before this field existed",
     },
     "hook_times": {  # `ddp --hook-times`: studykit.measure.hook_times.measure_hook_times
         "mode": "hook (the ddp record's identity: mode, bucket_mb, seq_len, optimizer, hook_overlap, comm, "
@@ -140,6 +144,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "hook_overlap": "as in the ddp record: true overlapped (communication thread), false blocking",
         "comm": "as in the ddp record: ps (parameter server) or null (the backend's collectives)",
         "switch_interval_ms": "as in the ddp record",
+        "hook_coalesce_mb": "as in the ddp record: always null (hooks that coalesce buckets are not stamped)",
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
         "bucket_bytes": "bytes of each bucket's gradient buffer",
         "ready_ms": "per bucket, median ms from the start of loss.backward() to DDP calling the hook (all the "
@@ -168,7 +173,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
             "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
-            "comm", "switch_interval_ms")
+            "comm", "switch_interval_ms", "hook_coalesce_mb")
 
 
 def config_id(**fields) -> str:

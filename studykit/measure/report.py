@@ -307,12 +307,14 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
     (GPU, world size, model, batch) and target, the kit's overlapped hook (mode ``hook``, ``hook_overlap``
     true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
     kit / reference and ``verdict`` PASS (ratio <= limit), MISS, or NOT MEASURED where either record is
-    missing. Nothing is judged at world size 1 or for a model and batch where no kit hook ran (e.g. a batch
+    missing. The hook judged runs a protocol per bucket (``register``'s default; coalesced hooks are left
+    out). Nothing is judged at world size 1 or for a model and batch where no kit hook ran (e.g. a batch
     sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
     batch_size, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit, verdict."""
     from studykit.measure.crossover import method_label
 
-    recs = [r for r in _latest(records) if _default_run(r) and not (r.get("network") or {}).get("rate_gbps")]
+    recs = [r for r in _latest(records) if _default_run(r) and not (r.get("network") or {}).get("rate_gbps")
+            and r.get("hook_coalesce_mb") is None]  # the hook as registered by default: a protocol per bucket
     groups: dict[tuple, dict] = {}
     for r in recs:
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"))
@@ -370,9 +372,11 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     size, model, batch, rate, compressor and parameters), the kit's overlapped hook (mode ``hook``,
     ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
     times; ``ratio`` = hook / post, ``verdict`` PASS (ratio <= 1) or MISS. Configurations with only one of
-    the two are left out. The latest record of a configuration counts. Columns: gpu, world_size, model,
-    batch_size, rate_gbps, compressor, params, label, hook_ms, hook_n, post_ms, post_n, ratio, verdict."""
-    from studykit.measure.crossover import method_label
+    the two are left out. The latest record of a configuration counts. A hook that coalesced buckets
+    (``hook_coalesce_mb``) is a row of its own beside the per-bucket hook, its label saying so. Columns: gpu,
+    world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, hook_ms, hook_n,
+    post_ms, post_n, ratio, verdict."""
+    from studykit.measure.crossover import coalesce_text, method_label
 
     by: dict[tuple, dict] = {}
     for r in _latest(records):
@@ -383,21 +387,23 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
             continue
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), float(rate),
                r.get("compressor"), json.dumps(r.get("params") or {}, sort_keys=True))
-        by.setdefault(key, {})[r["mode"]] = r
+        mode = ("hook", r.get("hook_coalesce_mb")) if r["mode"] == "hook" else ("post", None)
+        by.setdefault(key, {})[mode] = r
     rows = []
-    for key, pair in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
-                            + tuple(str(x) for x in kv[0][5:])):
-        if set(pair) != {"hook", "post"}:
-            continue
-        h, p = pair["hook"], pair["post"]
-        ratio = h["ms_median"] / p["ms_median"]
-        rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3], "rate_gbps": key[4],
-                     "compressor": key[5], "params": json.loads(key[6]),
-                     "label": method_label("post", key[5], json.loads(key[6]), None).removesuffix(" (post)"),
-                     "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
-                     "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS"})
-    cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label", "hook_ms",
-            "hook_n", "post_ms", "post_n", "ratio", "verdict"]
+    for key, found in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
+                             + tuple(str(x) for x in kv[0][5:])):
+        p = found.get(("post", None))
+        hooks = sorted(((mb, h) for (m, mb), h in found.items() if m == "hook"), key=lambda x: (x[0] is not None, x[0] or 0))
+        for mb, h in hooks if p is not None else []:
+            ratio = h["ms_median"] / p["ms_median"]
+            rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
+                         "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
+                         "label": method_label("post", key[5], json.loads(key[6]), None).removesuffix(" (post)")
+                         + coalesce_text(mb), "hook_coalesce_mb": mb,
+                         "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
+                         "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS"})
+    cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label",
+            "hook_coalesce_mb", "hook_ms", "hook_n", "post_ms", "post_n", "ratio", "verdict"]
     return pd.DataFrame(rows, columns=cols)
 
 
