@@ -191,7 +191,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         fut.set_result(_reduce_bucket(state, buf, key, ids, shapes))
         return fut
     comm = state.comm  # built here, in the caller's thread
-    if state.compressor.one_round_allreduce and hasattr(comm, "all_reduce_async"):
+    if state.compressor.one_round_allreduce and state.coalesce_bytes is None and hasattr(comm, "all_reduce_async"):
         _track(state, key, ids, shapes)
         return _reduce_async(state, buf, comm)
     ready = consumer = None
