@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overlapped hooks hold buckets back until this many MB of them are ready (0: the "
                         "iteration's last bucket) and run the protocol once over them; each hook configuration "
                         "once per value, 'off' a protocol per bucket (the default); part of its identity")
+    p.add_argument("--trace-dir", default=None, metavar="DIR",
+                   help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
+                        "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged)")
     p.add_argument("--switch-interval-ms", type=_positive_float, default=None,
                    help="Python's GIL switch interval for the run, ms (default: Python's, 5); part of each "
                         "configuration's identity when given (an A/B of the hook's communication thread)")
@@ -272,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                             verbose=verbose, bucket_times=args.bucket_times, hook_times=args.hook_times,
                             comms=args.comm,
                             switch_interval_ms=args.switch_interval_ms,
-                            hook_coalesce_mbs=list(dict.fromkeys(args.hook_coalesce_mb)), **_timing(args))
+                            hook_coalesce_mbs=list(dict.fromkeys(args.hook_coalesce_mb)), trace_dir=args.trace_dir,
+                            **_timing(args))
             ok = True
         finally:
             writer = None

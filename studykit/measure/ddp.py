@@ -49,7 +49,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -60,7 +60,7 @@ from studykit import models as M
 from studykit.comm import COMM_KINDS
 from studykit.measure.hook_times import measure_hook_times
 from studykit.measure.profile import effective_params
-from studykit.measure.records import RecordWriter, config_id, done_ids, make_record
+from studykit.measure.records import RecordWriter, _network, config_id, done_ids, make_record
 from studykit.measure.runtime import CompressorSpec, Dist, note, progress
 from studykit.measure.timing import time_fn
 
@@ -170,8 +170,10 @@ def _rank_in_model(group: list[_Config], cfg: _Config) -> int:
     return same.index(cfg)
 
 
-def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> dict:
-    """Build the configuration's model/optimizer/hook, time its iterations; returns result fields."""
+def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, trace_dir: Optional[str] = None) -> dict:
+    """Build the configuration's model/optimizer/hook, time its iterations; returns result fields.
+    ``trace_dir``: then 3 more iterations under ``torch.profiler``, rank 0's trace written there (gzipped
+    Chrome trace JSON named after the configuration; a diagnosis aid, not a record)."""
     net = copy.deepcopy(base)
     fwd, reducer, state = net, None, None
     if cfg.mode in ("syncsgd", "builtin", "hook"):
@@ -204,11 +206,39 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw) -> 
             step()
             primed += 1
     t = time_fn(step, device=d.device, agree=d.agree_max, **timing_kw)
+    if trace_dir is not None:
+        _trace(step, d, cfg, trace_dir)
     fields = t.as_dict()
     fields["n_warmup"] += primed
     fields["wire_bytes_per_iter"] = state.bytes_sent / steps[0] if state is not None and steps[0] else None
     del fwd, net, opt, reducer, state, step
     return fields
+
+
+def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> None:
+    """3 iterations of ``step`` under ``torch.profiler`` (CPU and, on GPUs, CUDA activity); rank 0 writes
+    ``<trace_dir>/<model>_b<batch>_<mode>_<compressor>[_c<coalesce MB>][_<rate>G].json.gz``."""
+    import gzip
+    import os
+
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(3):
+            step()
+        if d.device.type == "cuda":
+            torch.cuda.synchronize(d.device)
+    if not d.is_main:
+        return
+    rate = (_network() or {}).get("rate_gbps")
+    name = (f"{cfg.model}_b{cfg.batch_size}_{cfg.mode}_{cfg.compressor or 'dense'}"
+            + ("" if cfg.hook_coalesce_mb is None else f"_c{cfg.hook_coalesce_mb:g}")
+            + ("" if rate is None else f"_{rate:g}G"))
+    os.makedirs(trace_dir, exist_ok=True)
+    tmp = os.path.join(trace_dir, name + ".json")
+    prof.export_chrome_trace(tmp)
+    with open(tmp, "rb") as src, gzip.open(tmp + ".gz", "wb") as dst:
+        dst.write(src.read())
+    os.remove(tmp)
 
 
 def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n_iter: int = 5,
@@ -286,7 +316,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             seq_len: int = M.BERT_SEQ_LEN, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
             min_iter: int = 3, verbose: bool = True, bucket_times: bool = False,
             comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
-            hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,)) -> int:
+            hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
+            trace_dir: Optional[str] = None) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -319,7 +350,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
                               status="skipped", reason=BUILTIN_SKIP_REASON, **fields)
         else:
             try:
-                result = _measure(cfg, d, *_base(bases, cfg, d, seq_len), timing_kw)
+                result = _measure(cfg, d, *_base(bases, cfg, d, seq_len), timing_kw, trace_dir)
                 rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
                                   **fields, **result)
             except ModuleNotFoundError as exc:  # torchvision/transformers missing (same on every rank)
