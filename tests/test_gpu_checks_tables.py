@@ -200,3 +200,40 @@ def test_coalesced_hooks_are_rows_of_their_own_beside_the_per_bucket_hook():
           _ddp("hook", "powersgd", {"rank": 4}, ms=10.5, hook_overlap=True, hook_coalesce_mb=0.0, cid={"c": 0})]
     row = R.hook_targets(nv).iloc[0]
     assert row["kit_ms"] == 12.0 and row["verdict"] == "MISS"
+
+
+GPU_CHECKS_C = paths.MEASUREMENTS / "gpu_checks_h200c"
+P2D = paths.MEASUREMENTS / "bandwidth" / "h200_p2d"
+
+
+def readme_blocks_c() -> dict[str, str]:
+    """gpu_checks_h200c/README.md's generated blocks: the NVLink targets at 30 iterations, BERT-base's three
+    rounds one after the other (run-to-run spread), and PowerSGD's hook with buckets coalesced."""
+    rounds = [f"Round {i}:\n\n" + R.hook_targets_markdown(R.hook_targets(
+        load_records(GPU_CHECKS_C / "rounds" / f"nvlink_round{i}.jsonl", quiet=True))) for i in (1, 2, 3)]
+    coal = load_records(GPU_CHECKS_C / "nvlink_coalesce.jsonl", quiet=True)
+    psgd = [t for t in R.HOOK_TARGETS if t.compressor == "powersgd"]
+    parts = ["A protocol per bucket (`register`'s default):\n\n" + R.hook_targets_markdown(R.hook_targets(coal))]
+    for mb, what in ((0.0, "once per iteration (`coalesce_mb=0`)"), (25.0, "in groups of 25 MB (`coalesce_mb=25`)")):
+        parts.append(f"PowerSGD's buckets coalesced {what}:\n\n"
+                     + R.hook_targets_markdown(R.hook_targets(coal, psgd, coalesce_mb=mb)))
+    return {"hook-targets": R.hook_targets_markdown(R.hook_targets(load_records(GPU_CHECKS_C / "nvlink.jsonl",
+                                                                                  quiet=True))),
+            "hook-rounds": "\n".join(rounds), "hook-coalesce": "\n".join(parts)}
+
+
+def readme_block_hook_vs_post_p2d() -> str:
+    """data/measurements/bandwidth/README.md's hook-vs-post block of h200_p2d (hooks with coalesced buckets)."""
+    return R.hook_vs_post_markdown(R.hook_vs_post(load_records(P2D / "ddp.jsonl", quiet=True)))
+
+
+def test_gpu_checks_c_readme_tables_are_the_generated_ones():
+    text = (GPU_CHECKS_C / "README.md").read_text(encoding="utf-8")
+    for marker, want in readme_blocks_c().items():
+        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_gpu_checks_tables.py)"
+
+
+def test_bandwidth_readme_hook_vs_post_p2d_is_the_generated_one():
+    text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
+    assert _marked(text, "hook-vs-post-p2d") == readme_block_hook_vs_post_p2d(), \
+        "regenerate with readme_block_hook_vs_post_p2d() (tests/test_gpu_checks_tables.py)"

@@ -302,19 +302,20 @@ def _latest(records: Iterable[dict]) -> list[dict]:
     return sorted(records, key=lambda r: r.get("timestamp") or "")
 
 
-def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_TARGETS) -> pd.DataFrame:
+def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_TARGETS,
+                 coalesce_mb: Optional[float] = None) -> pd.DataFrame:
     """Issue 19 item 3's NVLink targets judged on ``ddp`` records without an emulated network: per
     (GPU, world size, model, batch) and target, the kit's overlapped hook (mode ``hook``, ``hook_overlap``
     true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
     kit / reference and ``verdict`` PASS (ratio <= limit), MISS, or NOT MEASURED where either record is
-    missing. The hook judged runs a protocol per bucket (``register``'s default; coalesced hooks are left
-    out). Nothing is judged at world size 1 or for a model and batch where no kit hook ran (e.g. a batch
+    missing. The hook judged runs a protocol per bucket (``register``'s default) or, with ``coalesce_mb``,
+    the hook that coalesced buckets so (``hook_coalesce_mb``; its label says so). Nothing is judged at world size 1 or for a model and batch where no kit hook ran (e.g. a batch
     sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
     batch_size, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit, verdict."""
-    from studykit.measure.crossover import method_label
+    from studykit.measure.crossover import coalesce_text, method_label
 
     recs = [r for r in _latest(records) if _default_run(r) and not (r.get("network") or {}).get("rate_gbps")
-            and r.get("hook_coalesce_mb") is None]  # the hook as registered by default: a protocol per bucket
+            and (r.get("mode") != "hook" or r.get("hook_coalesce_mb") == coalesce_mb)]
     groups: dict[tuple, dict] = {}
     for r in recs:
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"))
@@ -334,7 +335,8 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
             verdict = "NOT MEASURED" if ratio is None else ("PASS" if ratio <= t.limit else "MISS")
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3], "target": t.key,
                          "text": t.text,
-                         "kit": method_label("hook", t.compressor, dict(t.params), None, True),
+                         "kit": method_label("hook", t.compressor, dict(t.params), None, True)
+                         + coalesce_text(coalesce_mb),
                          "kit_ms": k["ms_median"] if k else None, "kit_n": k.get("n_iter") if k else None,
                          "reference": method_label(t.reference_mode, t.reference_compressor, dict(t.reference_params),
                                                    None),
