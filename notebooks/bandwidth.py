@@ -30,7 +30,7 @@
 # backward pass (`post`, the paper's implementation), beside PyTorch's own fp16 and PowerSGD hooks.
 # The records of `h200_p2` were taken with the kit's first hook, which ran each bucket's protocol
 # inside the hook and so made the backward pass wait for every collective ("blocking hook" below);
-# the kit's hook now overlaps (`studykit/ddp.py`, "hook" below: `h200_p4`, and `h200_p2b`, which adds
+# the kit's hook now overlaps (`studykit/ddp/`, "hook" below: `h200_p4`, and `h200_p2b`, which adds
 # VGG19 and GPT-2 small at p = 2).
 #
 # **Careful with the comparison.** The paper's crossovers are for 64 GPUs; these are for p = 2 and 4.

@@ -321,7 +321,7 @@ def test_error_feedback_memory_follows_a_switch_between_flat_and_per_tensor_layo
 
 
 def test_rekey_permutes_flat_error_feedback_memory():
-    from studykit.ddp import _rekey
+    from studykit.ddp.hook import _rekey
 
     comp = C.get("topk")
     a, b = torch.arange(6.0), torch.arange(6.0, 10.0)

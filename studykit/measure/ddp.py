@@ -32,7 +32,7 @@ The performance model reads them as the buckets' ready fractions
 (``studykit.perfmodel.model.Workload.bucket_ready``, ``ModelOptions.overlap = "timeline"``).
 
 With ``hook_times`` (``--hook-times``) every hook configuration (overlapped and blocking) also writes a
-record of kind ``hook_times``: the kit's hook wrapped from outside (``studykit/ddp.py`` is untouched) and
+record of kind ``hook_times``: the kit's hook wrapped from outside (``studykit/ddp/`` is untouched) and
 stamped bucket by bucket, when each bucket was ready, encoded, communicated and decoded and when the
 backward pass ended (:mod:`studykit.measure.hook_times`), the measured side of
 ``studykit.perfmodel.model.bucket_timeline_s``; ``hook_timeline_table`` there reads them, one row per bucket.

@@ -1,37 +1,4 @@
-"""Any studykit compressor inside PyTorch DDP, two ways (Agarwal et al. 2022, Sec. 3 "Implementation Details"):
-
-* overlapped with the backward pass, as a DDP communication hook::
-
-      ddp = DistributedDataParallel(model)
-      state = studykit.ddp.register(ddp, "powersgd", rank=4)
-      ...; state.bytes_sent  # bytes this worker put into collectives so far
-
-* after the backward pass (the paper's faster, non-overlapped variant), with a
-  post-backward reducer on a plain (non-DDP) model::
-
-      reducer = studykit.ddp.PostBackwardReducer(model, "topk", ratio=0.01)
-      loss.backward(); reducer.reduce(); opt.step()
-
-Both run the compressor's protocol through :class:`studykit.comm.TorchComm` (any world size,
-any number of buckets, NCCL and gloo); ``comm_kind="ps"`` routes it through one parameter server
-(:class:`studykit.comm.ParameterServerComm`; Agarwal et al. 2022 Sec. 2.2, Fig. 4). Layer-wise
-methods (PowerSGD's matrices, layer-scope TopK) get each bucket as its per-parameter tensors.
-
-The hook never blocks the backward pass (``overlap=True``, the default): it hands the bucket
-to one communication thread per DDP model and returns a future at once. That thread runs the
-whole protocol (encode, every collective round, decode) in bucket order, on a CUDA stream of
-its own that first waits for the bucket's gradients, and completes the bucket's future when
-its decode is done; DDP waits for all futures at the end of the backward pass. A protocol of
-one all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, none) skips the thread
-as PyTorch's own hooks do: encode on the current stream, ``all_reduce(..., async_op=True)``,
-decode in the future's callback. ``overlap=False`` runs the protocol inside the hook (the old,
-blocking behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
-
-``coalesce_mb`` (overlapped hooks on the communication thread) holds buckets back until at least that
-many MB of them, or the iteration's last bucket, are ready, and runs the protocol once over all of them:
-a protocol of small, latency-bound collectives (PowerSGD's P and Q, a few KB per bucket) then pays each
-collective's latency once per group instead of once per bucket, at the price of less overlap.
-"""
+"""The DDP communication hook and its state (the package docstring, :mod:`studykit.ddp`, tells how it works)."""
 import queue
 import threading
 from typing import Callable, Optional, Sequence, Union
@@ -43,7 +10,7 @@ from studykit.comm import COMM_KINDS, Communicator, RecordingComm, make_comm
 from studykit.compressors import Compressor, get
 from studykit.compressors.base import _shares_memory, copy_back, views
 
-__all__ = ["HookState", "compressor_hook", "register", "PostBackwardReducer"]
+__all__ = ["HookState", "compressor_hook", "register"]
 
 
 class HookState:
@@ -341,62 +308,3 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
                       coalesce_mb=coalesce_mb)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state
-
-
-class PostBackwardReducer:
-    """Compress and aggregate all gradients after ``backward()`` (no overlap).
-
-    Gradients are grouped into buckets of about ``bucket_bytes`` (in reverse
-    parameter order, as DDP does); ``bucket_bytes=None`` puts all gradients in one
-    bucket, the paper's non-overlapped implementation ("collect all the gradients
-    in a single matrix", Sec. 3). ``comm_kind`` as for :class:`HookState`.
-    """
-
-    def __init__(self, model: torch.nn.Module, compressor: Union[str, Compressor], *,
-                 bucket_bytes: Optional[int] = None, comm: Optional[Communicator] = None,
-                 comm_kind: str = "collective", **params):
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        if not self.params:
-            raise ValueError("PostBackwardReducer: the model has no trainable parameters")
-        if bucket_bytes is not None and bucket_bytes <= 0:
-            raise ValueError(f"PostBackwardReducer: bucket_bytes must be positive or None, got {bucket_bytes}")
-        self.compressor = get(compressor, **params)
-        self.comm_kind = _check_kind(comm_kind)
-        self._comm = comm
-        self.buckets = self._make_buckets(bucket_bytes)
-        self.bytes_sent = 0
-        self.calls = 0
-
-    @property
-    def comm(self) -> Communicator:
-        if self._comm is None:
-            self._comm = make_comm(self.comm_kind)
-        return self._comm
-
-    def _make_buckets(self, bucket_bytes):
-        rev = list(reversed(self.params))
-        if bucket_bytes is None:
-            return [rev]
-        buckets, cur, size = [], [], 0
-        for p in rev:
-            cur.append(p)
-            size += p.numel() * p.element_size()
-            if size >= bucket_bytes:
-                buckets.append(cur)
-                cur, size = [], 0
-        if cur:
-            buckets.append(cur)
-        return buckets
-
-    def reduce(self) -> None:
-        """Replace every ``p.grad`` with the compressed estimate of the workers' average."""
-        for i, bucket in enumerate(self.buckets):
-            grads = []
-            for p in bucket:
-                if p.grad is None:  # unused parameter: contributes zeros, like DDP
-                    p.grad = torch.zeros_like(p)
-                grads.append(p.grad)
-            rec = RecordingComm(self.comm)
-            copy_back(grads, self.compressor.reduce(grads, rec, key=i))
-            self.bytes_sent += rec.nbytes
-        self.calls += 1

@@ -1,0 +1,38 @@
+"""Any studykit compressor inside PyTorch DDP, two ways (Agarwal et al. 2022, Sec. 3 "Implementation Details"):
+
+* overlapped with the backward pass, as a DDP communication hook::
+
+      ddp = DistributedDataParallel(model)
+      state = studykit.ddp.register(ddp, "powersgd", rank=4)
+      ...; state.bytes_sent  # bytes this worker put into collectives so far
+
+* after the backward pass (the paper's faster, non-overlapped variant), with a
+  post-backward reducer on a plain (non-DDP) model::
+
+      reducer = studykit.ddp.PostBackwardReducer(model, "topk", ratio=0.01)
+      loss.backward(); reducer.reduce(); opt.step()
+
+Both run the compressor's protocol through :class:`studykit.comm.TorchComm` (any world size,
+any number of buckets, NCCL and gloo); ``comm_kind="ps"`` routes it through one parameter server
+(:class:`studykit.comm.ParameterServerComm`; Agarwal et al. 2022 Sec. 2.2, Fig. 4). Layer-wise
+methods (PowerSGD's matrices, layer-scope TopK) get each bucket as its per-parameter tensors.
+
+The hook never blocks the backward pass (``overlap=True``, the default): it hands the bucket
+to one communication thread per DDP model and returns a future at once. That thread runs the
+whole protocol (encode, every collective round, decode) in bucket order, on a CUDA stream of
+its own that first waits for the bucket's gradients, and completes the bucket's future when
+its decode is done; DDP waits for all futures at the end of the backward pass. A protocol of
+one all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, none) skips the thread
+as PyTorch's own hooks do: encode on the current stream, ``all_reduce(..., async_op=True)``,
+decode in the future's callback. ``overlap=False`` runs the protocol inside the hook (the old,
+blocking behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
+
+``coalesce_mb`` (overlapped hooks on the communication thread) holds buckets back until at least that
+many MB of them, or the iteration's last bucket, are ready, and runs the protocol once over all of them:
+a protocol of small, latency-bound collectives (PowerSGD's P and Q, a few KB per bucket) then pays each
+collective's latency once per group instead of once per bucket, at the price of less overlap.
+"""
+from studykit.ddp.hook import HookState, compressor_hook, register
+from studykit.ddp.post import PostBackwardReducer
+
+__all__ = ["HookState", "compressor_hook", "register", "PostBackwardReducer"]
