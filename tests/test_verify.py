@@ -109,6 +109,23 @@ def _hook_records(tmp_path, wire_scale=1.0):
     _write(tmp_path / "records.jsonl", recs)
 
 
+def test_coalesced_hooks_are_neither_scored_nor_fitted(tmp_path):
+    """The model's hook runs a protocol per bucket: a hook that coalesced buckets (``hook_coalesce_mb``) is left
+    out of verify's platform and fit's inputs, not priced as a per-bucket hook."""
+    from studykit.perfmodel import fit
+
+    _hook_records(tmp_path)
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    coalesced = {"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "compressor": "fp16",
+                 "params": {}, "bucket_mb": None, "world_size": 2, "ms_median": 99.0, "mode": "hook",
+                 "hook_overlap": True, "hook_coalesce_mb": 0.0, "network": {"rate_gbps": 1.0, "workers": 2}}
+    _write(tmp_path / "records.jsonl", recs + [coalesced])
+    plat = verify.load_platform(tmp_path)
+    assert 99.0 not in set(plat.ddp["ms_median"]) and len(plat.ddp[plat.ddp["mode"] == "hook"]) == 2
+    kinds = fit.normalize(recs + [coalesced])["kind"]
+    assert list(kinds).count("ddp_coalesced") == 1 and kinds.iloc[-1] == "ddp_coalesced"
+
+
 def test_blocking_hooks_are_their_own_mode_and_group(tmp_path):
     _hook_records(tmp_path)
     plat = verify.load_platform(tmp_path)
@@ -353,6 +370,8 @@ BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folde
 PO_MODEL = ["--path-overhead-from", "model"]
 for _sub in ("h200_p4", "h200_p2_all", "h200_p2c"):
     BANDWIDTH_RUNS[f"{_sub}/path_model"] = (BANDWIDTH_RUNS[_sub][0], BANDWIDTH_RUNS[_sub][1] + PO_MODEL)
+# a later hook campaign (another day's machine, ResNet-50 and BERT-base; its coalesced hooks are not scored)
+BANDWIDTH_RUNS["h200_p2d/path_model"] = ("h200_p2d", _P2C + ["--holdout", "network"] + PO_MODEL)
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -379,6 +398,7 @@ BANDWIDTH_TABLE = {
     "p = 2, all five models, leave one rate out, path overhead from the model's other rates": "h200_p2_all/path_model",
     "p = 2, hook campaign, leave one rate out, encode/decode host-ahead, path overhead from the model's other rates":
         "h200_p2c/path_model",
+    "p = 2, second hook campaign (ResNet-50, BERT-base), same options as the row above": "h200_p2d/path_model",
 }
 
 

@@ -85,7 +85,8 @@ def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     Maps the measurement schema: ``sweep`` + ``op`` -> allreduce / allgather / ps;
     ``profile`` with ``phase`` reduce (or none) -> encode_decode; ``tcomp`` keeps
     ``phase`` (``bwd`` is T_comp, ``fwd_bwd`` the forward+backward time); ``ddp`` with
-    ``mode`` syncsgd (or none) -> ddp.
+    ``mode`` syncsgd (or none) -> ddp, other modes -> ddp_other, hooks that coalesced buckets
+    (``hook_coalesce_mb``, which no model term prices) -> ddp_coalesced.
     """
     df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if "kind" not in df.columns:
@@ -106,6 +107,8 @@ def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     if "mode" in df.columns:
         other = (kind == "ddp") & df["mode"].notna() & (df["mode"] != "syncsgd")
         kind[other] = "ddp_other"
+    if "hook_coalesce_mb" in df.columns:  # the model's hook runs a protocol per bucket: coalesced hooks stay out
+        kind[(kind == "ddp_other") & df["hook_coalesce_mb"].notna()] = "ddp_coalesced"
     df = df.assign(kind=kind)
     return df.reset_index(drop=True)
 

@@ -418,6 +418,8 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     df.loc[(df["mode"] == "hook") & (ov != True), "mode"] = "hook_blocking"  # noqa: E712 (None/NaN are not True)
     if "comm" in df.columns:  # the model prices the backend's collectives; a parameter server's runs are not scored
         df = df[df["comm"].isna() | (df["kind"] != "ddp")]
+    if "hook_coalesce_mb" in df.columns:  # the model's hook runs a protocol per bucket; coalesced hooks are not scored
+        df = df[df["hook_coalesce_mb"].isna() | (df["kind"] != "ddp")]
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or (src.name if src.is_dir() else src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
