@@ -54,8 +54,10 @@ from studykit.measure.timing import time_fn
 
 KIND = "powersgd_ops"
 MODELS = ("resnet50", "resnet101", "bert_base")
-#: variant -> parameters of ``compressors.get("powersgd", rank=4, **params)``
-VARIANTS = {"default": {}, "no_ef": {"error_feedback": False}, "once_reuse4": {"orthogonalize": "once", "reuse": 4}}
+#: variant -> parameters of ``compressors.get("powersgd", rank=4, **params)`` (``rank`` overrides 4);
+#: ``ddp_buckets``: the call is the DDP hook's, one ``reduce`` per DDP bucket (25 MB, ``ddp_bucket_grads``)
+VARIANTS = {"default": {}, "no_ef": {"error_feedback": False}, "once_reuse4": {"orthogonalize": "once", "reuse": 4},
+            "rank32": {"rank": 32}, "buckets": {"ddp_buckets": True}, "rank32_buckets": {"rank": 32, "ddp_buckets": True}}
 RANK = 4
 #: calls before counting (the layout cache, the warm-start state and the reuse cycle settle)
 SETTLE_CALLS = 5
@@ -95,6 +97,26 @@ def count_ops(fn, calls: int = 1, sites: bool = False, views: bool = False) -> t
     return (*out, counter.views / calls) if views else out
 
 
+def make_call(variant: str, grads: list[torch.Tensor]):
+    """``(compressor, call)`` of ``variant`` on ``grads``: one ``reduce`` over the whole gradient, or (``ddp_buckets``)
+    one per DDP bucket as the kit's hook calls it (the bucket's per-parameter views, key = bucket index)."""
+    from studykit.compressors.base import copy_back
+    from studykit.measure.profile import ddp_bucket_grads
+
+    params = dict(VARIANTS[variant])
+    per_bucket = params.pop("ddp_buckets", False)
+    comp = compressors.get("powersgd", **{"rank": RANK, **params})
+    comm = LocalComm()
+    if not per_bucket:
+        return comp, lambda: comp.reduce(grads, comm, key="grads")
+    buckets = ddp_bucket_grads(grads)
+
+    def call():
+        for i, (_, views) in enumerate(buckets):
+            copy_back(views, comp.reduce(views, comm, key=i))
+    return comp, call
+
+
 def _grads(model: str) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return [torch.randn(s, generator=g) for s in models.param_shapes(model)]
@@ -117,12 +139,7 @@ def run(model_names, variants, label: str, writer: RecordWriter, *, policy: benc
         grads = _grads(model)
         for variant in todo:
             params = VARIANTS[variant]
-            comp = compressors.get("powersgd", rank=RANK, **params)
-            comm = LocalComm()
-
-            def call(comp=comp, comm=comm, grads=grads):
-                return comp.reduce(grads, comm, key="grads")
-
+            comp, call = make_call(variant, grads)
             for _ in range(SETTLE_CALLS):
                 call()
             cycle = int(params.get("reuse", 1))
@@ -192,7 +209,7 @@ def report(out: Path, verbose: bool = True) -> str:
     facts = sorted({f"{r['cpu']} ({r['num_threads']} torch threads), torch {r['torch']}" for r in records})
     commits = ", ".join(f"{label}: {', '.join(sorted({str(r.get('git_commit')) for r in records if r['mode'] == label}))}"
                         for label in sorted({r["mode"] for r in records}))
-    text = (f"# PowerSGD rank {RANK}: aten operations and CPU time per `reduce` call\n\n"
+    text = (f"# PowerSGD (rank {RANK} unless the variant says): aten operations and CPU time per call\n\n"
             f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commits ({commits}); "
             f"policy: {bench.policy_text(first)}; world size 1 (`LocalComm`).\n\n"
             f"`ops/call`: aten operations dispatched per call (views included), mean over `reuse` consecutive "

@@ -345,7 +345,8 @@ def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
 CHECKS_B = paths.MEASUREMENTS / "gpu_checks_h200b"
 _BW = paths.MEASUREMENTS / "bandwidth"
 _P2C = ["--network-from", "probe", "--overlap", "timeline", "--sweep-from", str(_BW / "h200_p2"), "--inputs-from",
-        str(_BW / "h200_p2"), str(_BW / "h200_p2b"), str(CHECKS_B), "--encode-decode-from", "host_ahead"]
+        str(_BW / "h200_p2"), str(_BW / "h200_p2b"), str(CHECKS_B), str(paths.MEASUREMENTS / "gpu_checks_h200"),
+        "--encode-decode-from", "host_ahead"]
 BANDWIDTH_RUNS = {  # folder under data/verification/bandwidth -> (records folder(s) under data/measurements/bandwidth, args)
     "h200_p2": ("h200_p2", ["--holdout", "network", "--network-from", "probe", "--overlap", "timeline"]),
     "h200_p2/holdout_model": ("h200_p2", ["--holdout", "model", "--network-from", "probe", "--overlap", "timeline"]),
@@ -576,14 +577,18 @@ def _record_inputs(profile, host_ahead):
     return RecordInputs(empty, empty, empty, profile, "ms_median", host_ahead=host_ahead)
 
 
-def test_encode_decode_host_ahead_takes_the_phase_then_the_whole_gradient_then_the_profile():
+def test_encode_decode_host_ahead_takes_the_phase_then_its_profile_then_the_whole_gradient():
     both = _profile_rows(reduce=4.0, reduce_buckets=6.0, reduce_host_ahead=1.0, reduce_buckets_host_ahead=2.0)
     assert _record_inputs(both, False).encode_decode("m", "c", "{}", 2, phase="reduce_buckets")[0] == 6e-3
     ha = _record_inputs(both, True)
     assert ha.encode_decode("m", "c", "{}", 2, phase="reduce_buckets")[0] == 2e-3
     assert ha.encode_decode("m", "c", "{}", 2)[0] == 1e-3
-    # no per-bucket host-ahead record (PowerSGD's timing failed): the whole gradient's, said in `how`
+    # no per-bucket host-ahead record (PowerSGD rank 32's timing failed: a full launch queue): the per-bucket
+    # profile with its launch gaps, said in `how`; without that either, the whole gradient's host-ahead time
     t, how = _record_inputs(_profile_rows(reduce_buckets=6.0, reduce_host_ahead=1.5), True).encode_decode(
+        "m", "c", "{}", 2, phase="reduce_buckets")
+    assert t == 6e-3 and "reduce_buckets" in how and "no host-ahead record" in how
+    t, how = _record_inputs(_profile_rows(reduce=4.0, reduce_host_ahead=1.5), True).encode_decode(
         "m", "c", "{}", 2, phase="reduce_buckets")
     assert t == 1.5e-3 and "reduce_host_ahead" in how
     t, how = _record_inputs(_profile_rows(reduce=4.0), True).encode_decode("m", "c", "{}", 2)
