@@ -50,7 +50,8 @@ SLOW_LAST = ("atomo",)
 #: With ``reuse=4`` three calls in four skip the P round: the median is the cheap call, the IQR shows both.
 #: ATOMO's SVD from the eigendecomposition of the smaller Gram matrix (``studykit.compressors.lowrank.Atomo``,
 #: ``svd="gram"``; issue 19 item 2), timed after the exact SVD.
-VARIANTS = {"powersgd": [(("orthogonalize", "once"),), (("reuse", 4),), (("orthogonalize", "once"), ("reuse", 4))],
+VARIANTS = {"powersgd": [(("orthogonalize", "once"),), (("reuse", 4),), (("orthogonalize", "once"), ("reuse", 4)),
+                         (("orthogonalize", "cholesky"),)],
             "atomo": [(("svd", "gram"),)]}
 
 

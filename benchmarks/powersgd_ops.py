@@ -16,7 +16,10 @@ Per model (``studykit.models.param_shapes``: one gradient tensor per parameter, 
 
 * ``default``: the registered default (error feedback on, warm start);
 * ``no_ef``: error feedback off (``encdec`` in ``python -m studykit bench``, what issue 19's target judges);
-* ``once_reuse4``: ``orthogonalize="once", reuse=4`` (Han et al. 2024's low-overhead variants).
+* ``once_reuse4``: ``orthogonalize="once", reuse=4`` (Han et al. 2024's low-overhead variants);
+* ``rank32``: rank 32; ``buckets``, ``rank32_buckets``: rank 4 and 32 called once per DDP bucket, as the kit's
+  hook calls it (the iteration's calls together); ``cholesky_buckets``, ``rank32_cholesky_buckets``: the same
+  with ``orthogonalize="cholesky"`` (CholeskyQR2 instead of Gram-Schmidt).
 
 The count is the mean over ``reuse`` consecutive calls (one full step and, for ``reuse=4``, three that
 reuse P) after warm-up calls; ``ops_by_site`` says where they go: the innermost line of the kit that
@@ -57,7 +60,9 @@ MODELS = ("resnet50", "resnet101", "bert_base")
 #: variant -> parameters of ``compressors.get("powersgd", rank=4, **params)`` (``rank`` overrides 4);
 #: ``ddp_buckets``: the call is the DDP hook's, one ``reduce`` per DDP bucket (25 MB, ``ddp_bucket_grads``)
 VARIANTS = {"default": {}, "no_ef": {"error_feedback": False}, "once_reuse4": {"orthogonalize": "once", "reuse": 4},
-            "rank32": {"rank": 32}, "buckets": {"ddp_buckets": True}, "rank32_buckets": {"rank": 32, "ddp_buckets": True}}
+            "rank32": {"rank": 32}, "buckets": {"ddp_buckets": True}, "rank32_buckets": {"rank": 32, "ddp_buckets": True},
+            "cholesky_buckets": {"orthogonalize": "cholesky", "ddp_buckets": True},
+            "rank32_cholesky_buckets": {"rank": 32, "orthogonalize": "cholesky", "ddp_buckets": True}}
 RANK = 4
 #: calls before counting (the layout cache, the warm-start state and the reuse cycle settle)
 SETTLE_CALLS = 5

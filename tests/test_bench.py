@@ -562,7 +562,8 @@ def test_codec_repeat_default_codecs_are_every_one_with_quantize_at_every_b_and_
     bits = [dict(s.params)["bits"] for s in specs if s.name == "quantize"]
     assert bits == list(range(2, 17))  # every b Quantize accepts
     psgd = [dict(s.params) for s in specs if s.name == "powersgd"]  # defaults first, then the low-overhead variants
-    assert psgd == [{}, {"orthogonalize": "once"}, {"reuse": 4}, {"orthogonalize": "once", "reuse": 4}]
+    assert psgd == [{}, {"orthogonalize": "once"}, {"reuse": 4}, {"orthogonalize": "once", "reuse": 4},
+                    {"orthogonalize": "cholesky"}]
     for v in psgd:
         C.get("powersgd", **v)  # each is a valid setting
     atomo = [dict(s.params) for s in specs if s.name == "atomo"]  # the exact SVD, then the Gram route, both last

@@ -14,7 +14,8 @@ from studykit.measure.profile import ddp_bucket_grads
 
 CASES = [("resnet50", "powersgd", {"rank": 4}), ("resnet50", "powersgd", {"rank": 32}),
          ("bert_base", "powersgd", {"rank": 32}), ("bert_base", "dgc", {"ratio": 0.01}),
-         ("resnet50", "dgc", {"ratio": 0.01}), ("bert_base", "topk", {"ratio": 0.01})]
+         ("resnet50", "dgc", {"ratio": 0.01}), ("bert_base", "topk", {"ratio": 0.01}),
+         ("bert_base", "powersgd", {"rank": 32, "orthogonalize": "cholesky"})]
 
 
 @pytest.mark.gpu

@@ -399,6 +399,17 @@ def test_cuda_full_rank_is_exact_and_low_rank_is_a_projection(name):
             assert (x.T @ (a - x)).abs().max() < 1e-4
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_cholesky_orthonormalization_equals_gram_schmidt():
+    from studykit.compressors.lowrank import orthonormalize_, orthonormalize_cholesky_
+
+    x = torch.randn(7, 3072, 32, device="cuda")
+    got, want = orthonormalize_cholesky_(x.clone()), orthonormalize_(x.clone())
+    assert torch.allclose(got, want, atol=1e-4)
+    assert torch.allclose(got.transpose(1, 2) @ got, torch.eye(32, device="cuda").expand(7, 32, 32), atol=1e-4)
+
+
 # ------------------------------------------- low-overhead variants (Han et al. 2024)
 def test_powersgd_reuse_skips_the_p_round_and_projects_on_the_kept_subspace():
     from studykit.comm import LocalComm, RecordingComm
@@ -422,7 +433,57 @@ def test_powersgd_single_gram_schmidt_pass_is_orthonormal_on_well_conditioned_p(
     assert torch.allclose(once, twice, atol=1e-4)
 
 
-@pytest.mark.parametrize("params", [{"orthogonalize": "once"}, {"reuse": 2}])
+def test_cholesky_orthonormalization_equals_gram_schmidt_with_few_operations_at_any_rank():
+    """Shifted CholeskyQR2 (``orthogonalize="cholesky"``) gives Gram-Schmidt's Q for a full-rank P, keeps zero
+    columns, zero matrices and zero padding rows at zero, stays orthonormal on an ill-conditioned P (singular
+    values over six decades), runs on ``meta``, and issues the same number of operations at rank 4 and 32."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from studykit.compressors.lowrank import orthonormalize_, orthonormalize_cholesky_
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(0)
+    counts = {}
+    for r in (1, 4, 32):
+        x = torch.randn(5, 200, r, generator=gen)
+        want = orthonormalize_(x.clone())
+        Count.n = 0
+        with Count():
+            got = orthonormalize_cholesky_(x.clone())
+        counts[r] = Count.n
+        assert torch.allclose(got, want, atol=1e-5)
+        assert torch.allclose(got.transpose(1, 2) @ got, torch.eye(r).expand(5, r, r), atol=1e-5)
+    assert counts[4] == counts[32] <= 30 < 4 + 10 * 31  # Gram-Schmidt (two passes) at r = 32: 314
+    x = torch.randn(3, 50, 4, generator=gen)
+    x[:, :, 2], x[1], x[:, 40:] = 0, 0, 0
+    got = orthonormalize_cholesky_(x.clone())
+    assert got[:, :, 2].abs().max() == 0 and got[1].abs().max() == 0 and got[:, 40:].abs().max() == 0
+    assert torch.allclose(got, orthonormalize_(x.clone()), atol=1e-5)
+    u, _ = torch.linalg.qr(torch.randn(300, 8, dtype=torch.float64, generator=gen))
+    ill = (u * torch.logspace(0, -6, 8, dtype=torch.float64)).float().unsqueeze(0)
+    q = orthonormalize_cholesky_(ill.clone())
+    assert torch.allclose(q.transpose(1, 2) @ q, torch.eye(8), atol=1e-5)
+    assert orthonormalize_cholesky_(torch.empty(2, 10, 4, device="meta")).shape == (2, 10, 4)
+
+
+def test_powersgd_cholesky_variant_gives_the_gram_schmidt_estimate():
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(64, 48, generator=gen), torch.randn(32, 16, 3, 3, generator=gen), torch.randn(10)]
+    chol = C.get("powersgd", rank=4, orthogonalize="cholesky", error_feedback=False)
+    gs = C.get("powersgd", rank=4, error_feedback=False)
+    for _ in range(3):  # warm start: the power iteration goes on
+        for a, b in zip(chol.reduce(grads, key="k"), gs.reduce(grads, key="k")):
+            assert torch.allclose(a, b, atol=1e-4)
+    assert [c.numel for c in chol.plan([g.shape for g in grads])] == [c.numel for c in gs.plan([g.shape for g in grads])]
+
+
+@pytest.mark.parametrize("params", [{"orthogonalize": "once"}, {"reuse": 2}, {"orthogonalize": "cholesky"}])
 def test_powersgd_variants_simulate_identically_on_every_worker(params):
     grads = [[torch.randn(16, 12, generator=torch.Generator().manual_seed(r))] for r in range(3)]
     sim = C.Simulation("powersgd", 3, **params)

@@ -268,6 +268,35 @@ def orthonormalize_(x: torch.Tensor, passes: int = 2) -> torch.Tensor:
     return x
 
 
+#: CholeskyQR's relative shift of the Gram matrix (float64): cond(P) up to about 1e6 orthonormalizes to
+#: working precision, a column dependent on earlier ones comes out of norm about sqrt(shift), not exactly 0
+_CHOL_SHIFT = 1e-12
+_CHOL_TINY = 1e-300  # the shift of an all-zero P: its columns stay zero (0 / sqrt(tiny) = 0)
+
+
+def orthonormalize_cholesky_(x: torch.Tensor, passes: int = 2) -> torch.Tensor:
+    """Orthonormalize the columns of every matrix in the batch ``x`` (B, n, r), in place, by shifted
+    CholeskyQR repeated ``passes`` times (CholeskyQR2: Yamamoto et al. 2015, "Roundoff error analysis of the
+    CholeskyQR2 algorithm", ETNA 44, https://etna.math.kent.edu/vol.44.2015/pp306-326.dir/pp306-326.pdf; the
+    shift: Fukaya et al. 2020, "Shifted Cholesky QR for computing the QR factorization of ill-conditioned
+    matrices", SIAM J. Sci. Comput. 42(1), https://doi.org/10.1137/18M1218212).
+
+    Each pass: ``G = X^T X + s I`` in float64 (``s`` = ``_CHOL_SHIFT`` x trace), ``G = L L^T``, ``X <- X L^-T``.
+    For a P of full column rank this is the QR factor with a positive diagonal, the matrix Gram-Schmidt
+    (:func:`orthonormalize_`) gives, to rounding; zero columns and zero (padding) rows stay zero. The number
+    of operations does not grow with the rank (about 12 per pass, where Gram-Schmidt issues
+    ``4 + (6 + 2 passes) (r - 1)``: 314 at r = 32): what matters where PowerSGD is launch-bound, bucket
+    by bucket in a DDP hook. No host synchronisation (``cholesky_ex`` does not check its result)."""
+    for _ in range(passes):
+        xd = x.double()
+        g = torch.bmm(xd.transpose(1, 2), xd)
+        diag = g.diagonal(dim1=1, dim2=2)
+        diag.add_(diag.sum(-1, keepdim=True).mul_(_CHOL_SHIFT).add_(_CHOL_TINY))
+        low, _ = torch.linalg.cholesky_ex(g)
+        x.copy_(torch.linalg.solve_triangular(low.transpose(1, 2), xd, upper=True, left=False))
+    return x
+
+
 class _Workspace:
     """PowerSGD's buffers for one ``key`` (Vogels et al. 2019, Algorithm 1: P, Q and the mean Q), with
     every per-group view made once: a call then issues one ``bmm`` per group and round instead of
@@ -351,6 +380,10 @@ class PowerSGD(_LowRank):
     * ``orthogonalize="once"``: one classical Gram-Schmidt pass instead of two (half the
       orthogonalization kernels; columns orthogonal to about the square root of working
       precision when P is ill-conditioned);
+    * ``orthogonalize="cholesky"``: CholeskyQR2 with a shift (:func:`orthonormalize_cholesky_`) instead of
+      Gram-Schmidt: the same P for a full-rank P, to rounding, in a dozen operations per pass whatever the
+      rank (Gram-Schmidt's grow with it); not one of the papers' algorithms, an implementation of the same
+      step for launch-bound GPUs (``data/benchmarks/powersgd_ops_cpu/``);
     * ``reuse=r > 1``: the orthonormalized P of a full step is reused for the next ``r - 1``
       calls with the same ``key``: those calls skip ``P = M Q``, its all-reduce and the
       orthogonalization, and send only ``Q = M^T P`` (one all-reduce of the Qs, the estimate
@@ -371,8 +404,8 @@ class PowerSGD(_LowRank):
         if not isinstance(warm_start, bool):
             raise self.error(f"warm_start must be True or False, got {warm_start!r}")
         self.warm_start = warm_start
-        if orthogonalize not in ("twice", "once"):
-            raise self.error(f"orthogonalize must be 'twice' or 'once', got {orthogonalize!r}")
+        if orthogonalize not in ("twice", "once", "cholesky"):
+            raise self.error(f"orthogonalize must be 'twice', 'once' or 'cholesky', got {orthogonalize!r}")
         self.orthogonalize = orthogonalize
         if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
             raise self.error(f"reuse must be an integer >= 1, got {reuse!r}")
@@ -410,9 +443,13 @@ class PowerSGD(_LowRank):
             if lay.any_padded:  # the Ps into their zero-padded Gram-Schmidt batches, one copy
                 ws.ortho.zero_()
                 ws.ortho.index_copy_(0, ws.index, ws.p)
-            passes = 2 if self.orthogonalize == "twice" else 1
-            for block in ws.ortho_views:
-                orthonormalize_(block, passes)
+            if self.orthogonalize == "cholesky":
+                for block in ws.ortho_views:
+                    orthonormalize_cholesky_(block)
+            else:
+                passes = 2 if self.orthogonalize == "twice" else 1
+                for block in ws.ortho_views:
+                    orthonormalize_(block, passes)
             age = 0
 
         # Q = M^T P, again straight into the all-reduce buffer
