@@ -142,3 +142,26 @@ def test_ddp_hook_times_records(tmp_path):
     # a rerun resumes: nothing new
     torchrun(*common, "--modes", "syncsgd", "hook", "hook_blocking", "post", "--hook-times")
     assert len(load_records(out)) == len(recs)
+
+
+def test_ddp_coalesced_hooks_are_configurations_of_their_own_and_traces_are_written(tmp_path):
+    """``--hook-coalesce-mb off 0``: each hook twice (a protocol per bucket, once per iteration), the value in the
+    record and its identity, the same bytes per iteration (PowerSGD's payloads do not depend on the grouping);
+    ``--trace-dir``: rank 0's traces."""
+    import gzip
+    import json
+
+    out, traces = tmp_path / "d.jsonl", tmp_path / "traces"
+    torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--modes", "hook", "--compressors", "powersgd",
+             "--bucket-mb", "0.001", "--hook-coalesce-mb", "off", "0", "--iters", "3", "--warmup", "1",
+             "--out", str(out), "--trace-dir", str(traces))
+    recs = [r for r in load_records(out) if r["mode"] == "hook"]
+    by = {r["hook_coalesce_mb"]: r for r in recs}
+    assert set(by) == {None, 0.0} and len({r["config_id"] for r in recs}) == 2
+    assert all(r["status"] == "ok" for r in recs)
+    assert by[0.0]["wire_bytes_per_iter"] == pytest.approx(by[None]["wire_bytes_per_iter"])
+    assert '"hook_coalesce_mb":0.0' in by[0.0]["config_id"] and "hook_coalesce_mb" not in by[None]["config_id"]
+    names = sorted(p.name for p in traces.iterdir())
+    assert names == ["mlp_small_b8_hook_powersgd.json.gz", "mlp_small_b8_hook_powersgd_c0.json.gz"]
+    events = json.loads(gzip.open(traces / names[1]).read())["traceEvents"]
+    assert any(e.get("name", "").startswith("aten::") for e in events)

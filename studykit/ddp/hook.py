@@ -1,4 +1,5 @@
 """The DDP communication hook and its state (the package docstring, :mod:`studykit.ddp`, tells how it works)."""
+import contextlib
 import queue
 import threading
 from typing import Callable, Optional, Sequence, Union
@@ -171,7 +172,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         waiting = sum(b.numel() * b.element_size() for b, *_ in state._pending)
         if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
             group, state._pending = state._pending, []
-            state.worker().submit(lambda: _run_group(state, group, comm, consumer))
+            state.worker().submit(lambda: _run_group(state, group, comm))
         return fut
 
     def job():
@@ -194,24 +195,21 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     return fut
 
 
-def _run_group(state: HookState, group: list, comm, consumer) -> None:
+def _run_group(state: HookState, group: list, comm) -> None:
     """The protocol once over several buckets (``coalesce_mb``; on the communication thread): their gradients
     as one call of the compressor, under the key ``("group", index, ...)``, then each bucket's future."""
+    buf = group[0][0]
     try:
-        with torch.no_grad():
-            buf = group[0][0]
-            if buf.is_cuda:
+        with torch.no_grad(), contextlib.ExitStack() as on_side:
+            if buf.is_cuda:  # the protocol on the side stream, after every bucket's gradients
                 side = state.side_stream(buf.device)
-                with torch.cuda.device(buf.device), torch.cuda.stream(side):
-                    for *_, ready in group:
-                        side.wait_event(ready)
-                    _reduce_group(state, group, comm)
-                    for b, *_, fut, _ in group:
-                        fut.set_result(b)
-            else:
-                _reduce_group(state, group, comm)
-                for b, *_, fut, _ in group:
-                    fut.set_result(b)
+                on_side.enter_context(torch.cuda.device(buf.device))
+                on_side.enter_context(torch.cuda.stream(side))
+                for *_, ready in group:
+                    side.wait_event(ready)
+            _reduce_group(state, group, comm)
+            for b, *_, fut, _ in group:
+                fut.set_result(b)  # on CUDA: records an event on `side`, which DDP's wait() waits for
     except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
         for *_, fut, _ in group:
             fut.set_exception(exc)

@@ -218,7 +218,6 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
 def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> None:
     """3 iterations of ``step`` under ``torch.profiler`` (CPU and, on GPUs, CUDA activity); rank 0 writes
     ``<trace_dir>/<model>_b<batch>_<mode>_<compressor>[_c<coalesce MB>][_<rate>G].json.gz``."""
-    import gzip
     import os
 
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
@@ -234,11 +233,7 @@ def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> N
             + ("" if cfg.hook_coalesce_mb is None else f"_c{cfg.hook_coalesce_mb:g}")
             + ("" if rate is None else f"_{rate:g}G"))
     os.makedirs(trace_dir, exist_ok=True)
-    tmp = os.path.join(trace_dir, name + ".json")
-    prof.export_chrome_trace(tmp)
-    with open(tmp, "rb") as src, gzip.open(tmp + ".gz", "wb") as dst:
-        dst.write(src.read())
-    os.remove(tmp)
+    prof.export_chrome_trace(os.path.join(trace_dir, name + ".json.gz"))  # gzipped by the profiler (.gz)
 
 
 def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n_iter: int = 5,
