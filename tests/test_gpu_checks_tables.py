@@ -35,21 +35,29 @@ def readme_blocks_b() -> dict[str, str]:
     return {"hook-targets": R.hook_targets_markdown(hooks), "hook-budget": hook_times.hook_budget_markdown(budget)}
 
 
-def readme_block_hook_vs_post() -> str:
-    """data/measurements/bandwidth/README.md's hook-vs-post block (issue 19 item 3 on the shaped links)."""
-    return R.hook_vs_post_markdown(R.hook_vs_post(load_records(P2C / "ddp.jsonl", quiet=True)))
+#: data/measurements/bandwidth/README.md's hook-vs-post blocks (issue 19 item 3 on the shaped links): marker -> campaign
+HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d"}
 
 
-def test_gpu_checks_b_readme_tables_are_the_generated_ones():
-    text = (GPU_CHECKS_B / "README.md").read_text(encoding="utf-8")
-    for marker, want in readme_blocks_b().items():
-        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_gpu_checks_tables.py)"
+def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
+    """The hook-vs-post block of one campaign under data/measurements/bandwidth/ (h200_p2d: coalesced hooks too)."""
+    return R.hook_vs_post_markdown(R.hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / campaign
+                                                               / "ddp.jsonl", quiet=True)))
 
 
-def test_bandwidth_readme_hook_vs_post_is_the_generated_one():
+@pytest.mark.parametrize("folder, blocks", [("gpu_checks_h200b", "readme_blocks_b"),
+                                            ("gpu_checks_h200c", "readme_blocks_c")])
+def test_gpu_checks_readme_tables_of_later_runs_are_the_generated_ones(folder, blocks):
+    text = (paths.MEASUREMENTS / folder / "README.md").read_text(encoding="utf-8")
+    for marker, want in globals()[blocks]().items():
+        assert _marked(text, marker) == want, f"regenerate the {marker!r} block with {blocks}()"
+
+
+@pytest.mark.parametrize("marker, campaign", sorted(HOOK_VS_POST_BLOCKS.items()))
+def test_bandwidth_readme_hook_vs_post_is_the_generated_one(marker, campaign):
     text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
-    assert _marked(text, "hook-vs-post") == readme_block_hook_vs_post(), \
-        "regenerate with readme_block_hook_vs_post() (tests/test_gpu_checks_tables.py)"
+    assert _marked(text, marker) == readme_block_hook_vs_post(campaign), \
+        f"regenerate with readme_block_hook_vs_post({campaign!r}) (tests/test_gpu_checks_tables.py)"
 
 
 def _marked(text: str, marker: str) -> str:
@@ -203,7 +211,6 @@ def test_coalesced_hooks_are_rows_of_their_own_beside_the_per_bucket_hook():
 
 
 GPU_CHECKS_C = paths.MEASUREMENTS / "gpu_checks_h200c"
-P2D = paths.MEASUREMENTS / "bandwidth" / "h200_p2d"
 
 
 def readme_blocks_c() -> dict[str, str]:
@@ -221,19 +228,3 @@ def readme_blocks_c() -> dict[str, str]:
                                                                                   quiet=True))),
             "hook-rounds": "\n".join(rounds), "hook-coalesce": "\n".join(parts)}
 
-
-def readme_block_hook_vs_post_p2d() -> str:
-    """data/measurements/bandwidth/README.md's hook-vs-post block of h200_p2d (hooks with coalesced buckets)."""
-    return R.hook_vs_post_markdown(R.hook_vs_post(load_records(P2D / "ddp.jsonl", quiet=True)))
-
-
-def test_gpu_checks_c_readme_tables_are_the_generated_ones():
-    text = (GPU_CHECKS_C / "README.md").read_text(encoding="utf-8")
-    for marker, want in readme_blocks_c().items():
-        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_gpu_checks_tables.py)"
-
-
-def test_bandwidth_readme_hook_vs_post_p2d_is_the_generated_one():
-    text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
-    assert _marked(text, "hook-vs-post-p2d") == readme_block_hook_vs_post_p2d(), \
-        "regenerate with readme_block_hook_vs_post_p2d() (tests/test_gpu_checks_tables.py)"

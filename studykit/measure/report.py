@@ -309,8 +309,8 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
     true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
     kit / reference and ``verdict`` PASS (ratio <= limit), MISS, or NOT MEASURED where either record is
     missing. The hook judged runs a protocol per bucket (``register``'s default) or, with ``coalesce_mb``,
-    the hook that coalesced buckets so (``hook_coalesce_mb``; its label says so). Nothing is judged at world size 1 or for a model and batch where no kit hook ran (e.g. a batch
-    sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
+    the hook that coalesced buckets so (``hook_coalesce_mb``; its label says so). Nothing is judged at world
+    size 1 or for a model and batch where no kit hook ran (e.g. a batch sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
     batch_size, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit, verdict."""
     from studykit.measure.crossover import coalesce_text, method_label
 
@@ -395,8 +395,10 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     for key, found in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
                              + tuple(str(x) for x in kv[0][5:])):
         p = found.get(("post", None))
-        hooks = sorted(((mb, h) for (m, mb), h in found.items() if m == "hook"), key=lambda x: (x[0] is not None, x[0] or 0))
-        for mb, h in hooks if p is not None else []:
+        if p is None:
+            continue
+        hooks = [(mb, h) for (m, mb), h in found.items() if m == "hook"]
+        for mb, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0)):  # per bucket first, then by MB
             ratio = h["ms_median"] / p["ms_median"]
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
