@@ -174,13 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     fast = [s for s in specs if s.name not in SLOW_LAST]
     slow = [s for s in specs if s.name in SLOW_LAST]
     passes = [(run, fast) for run in RUNS] + [(run, slow) for run in RUNS if slow]
+    deferred: list = []  # the kernel counts go after every pass: the profiler slows every launch after it
     for run, todo in passes:
         if not todo:
             continue
         print(f"== run {run} of {len(RUNS)}: {len(todo)} codec settings on {args.model}, {device}", flush=True)
         bench.run_codecs(todo, writer, device=device, model=args.model, policy=policy, phases=args.phases,
                          extras=args.components and run == RUNS[0] and todo is fast, repeat=run,
-                         verbose=not args.quiet)
+                         deferred=deferred, verbose=not args.quiet)
+    if deferred:
+        print(f"== kernel counts of {len(deferred)} timings (torch.profiler, after every timing)", flush=True)
+        bench.count_kernels(deferred, writer)
     report(out)
     return 0
 

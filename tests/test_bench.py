@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from studykit.measure import bench
+from studykit.measure.records import RecordWriter
 from studykit import compressors as C
 from studykit.comm import LocalComm
 from studykit.compressors import _fast
@@ -667,6 +668,28 @@ def test_a_run_cut_midway_keeps_every_codec_it_timed(tmp_path, monkeypatch):
                          phases=("encdec",), verbose=False)
     recs = load_records(tmp_path / "c.jsonl")
     assert [r.get("compressor") for r in recs] == [None, "fp16", "bf16"]  # copy_bw first
+
+
+def test_deferred_kernel_counts_run_after_every_pass(tmp_path, monkeypatch):
+    """Two timing passes (codec_repeat's runs 1 and 2) share one ``deferred`` list: the profiler, which
+    slows every later launch, runs after both, and each count names the timing it belongs to."""
+    out = tmp_path / "c.jsonl"
+    seen = []  # bench records already written when each count was taken
+    monkeypatch.setattr(bench, "_kernels", lambda fn, device: seen.append(
+        len(load_records(out, kind="bench", quiet=True))) or 5)
+    deferred: list = []
+    kw = dict(device="cpu", model="mlp_small", policy=bench.RepPolicy(min_reps=2, min_time_s=0.0, n_warmup=1),
+              copy_bytes=2**20, phases=("encdec",), kernels=True, extras=False, deferred=deferred, verbose=False)
+    for run in (1, 2):
+        bench.run_codecs([bench.CompressorSpec("fp16", ()), bench.CompressorSpec("signsgd", ())],
+                         RecordWriter(out), repeat=run, **kw)
+    assert seen == [] and len(deferred) == 4  # nothing profiled during the passes
+    assert bench.count_kernels(deferred, RecordWriter(out)) == 4
+    assert seen == [4, 4, 4, 4]  # every count after all four timings
+    recs = bench.attach_kernels(load_records(out))
+    timed = [r for r in recs if r["kind"] == "bench"]
+    assert len(timed) == 4 and all(r["kernels"] == 5 for r in timed)
+    assert {r["of_config"] for r in recs if r["kind"] == "kernels"} == {r["config_id"] for r in timed}
 
 
 def test_kernel_counts_written_after_the_timings_are_attached_to_them():

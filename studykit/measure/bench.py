@@ -89,7 +89,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is built
     import pandas
 
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
-           "AGREE_TOL", "attach_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
+           "AGREE_TOL", "attach_kernels", "count_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
            "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "write_report",
            "add_json_output_args", "json_output_from_args", "write_json", "main"]
 
@@ -287,20 +287,22 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                model: str = "resnet50", policy: RepPolicy | None = None,
                reference: bool = False, split: bool = True, extras: bool = True, phases: Sequence[str] = PHASES,
                copy_bytes: int | None = None, repeat: int | None = None, kernels: bool | None = None,
-               verbose: bool = True) -> int:
+               deferred: list | None = None, verbose: bool = True) -> int:
     """Time every codec of ``specs`` on ``model``'s flat gradient (low-rank ones on its real
     shapes) beside the memory floor, each by ``policy`` (:class:`RepPolicy`); returns records
     written. Resumes: configurations whose ``config_id`` is in ``writer``'s file are skipped.
     ``repeat`` (1, 2, ...) tags a repeated run of the same configurations in one file (part of
     the ``config_id``; ``benchmarks/codec_repeat.py``). ``kernels``: count each codec's device
-    kernels with the profiler after all timings (default: on CUDA only)."""
+    kernels with the profiler after all timings (default: on CUDA only). ``deferred``: a list that
+    collects the calls to count instead, for :func:`count_kernels` after *every* timing of a caller
+    that calls this function more than once (the profiler slows every later launch: see below)."""
     device = torch.device(device)
     policy = policy if policy is not None else RepPolicy()
     timing_kw = policy.timing_kw(device)
     done = writer.done()
     written = 0
     dev_type = device.type
-    count_kernels = dev_type == "cuda" if kernels is None else kernels
+    want_counts = dev_type == "cuda" if kernels is None else kernels
     if provenance(device)["git_commit"] == "unknown":
         print("bench: WARNING the kit's commit is unknown (no .git here): records will say git_commit 'unknown'; "
               "set STUDYKIT_GIT_COMMIT=<sha> to stamp them", file=sys.stderr, flush=True)
@@ -373,7 +375,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                                   reason=f"{type(exc).__name__}: {exc}"[:500], **fields)
             writer.write(rec)  # streamed: a run cut by a deadline keeps every codec it timed
             written += 1
-            if rec["status"] == "ok" and count_kernels:
+            if rec["status"] == "ok" and want_counts:
                 pending.append((rec, fast, fn))
             fn = None
             if dev_type == "cuda":  # every codec starts from the same allocator state, not the last one's leftovers
@@ -386,14 +388,29 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
     comps = _components(flat, device, base, policy, done, writer, verbose) if extras else []
     written += len(comps)
     # The profiler goes last: once CUPTI is attached, every later launch costs more host time,
-    # which would inflate the timings of launch-bound codecs measured after it. Its counts are
-    # records of their own (kind "kernels"), attached to the timings by attach_kernels.
-    for rec, fast, fn in pending + (comps if count_kernels else []):
+    # which would inflate the timings of launch-bound codecs measured after it (PyTorch does not
+    # detach CUPTI when a profile ends: https://github.com/pytorch/pytorch/issues/144455; a second
+    # timing pass after the first one's counts ran PowerSGD rank 32 2.2x slower on an H200,
+    # data/measurements/gpu_checks_h200d). Its counts are records of their own (kind "kernels"),
+    # attached to the timings by attach_kernels.
+    todo = pending + (comps if want_counts else [])
+    if deferred is not None:
+        deferred.extend((item, device) for item in todo)
+        return written
+    return written + count_kernels([(item, device) for item in todo], writer)
+
+
+def count_kernels(items: Sequence, writer: RecordWriter) -> int:
+    """Write one ``kernels`` record per ``((record, fast, fn), device)`` of ``items`` (the calls
+    :func:`run_codecs` timed, or collected in its ``deferred``): the device kernels one call of
+    ``fn`` launches, counted with the profiler. Call it after every timing: see :func:`run_codecs`."""
+    written = 0
+    for (rec, fast, fn), device in items:
         with _fast_paths(fast):
             n = _kernels(fn, device)
         ident = {k: rec.get(k) for k in ("model", "compressor", "params", "phase", "mode", "repeat")}
-        writer.write(make_record("kernels", config_id(kind="kernels", device_type=dev_type, **ident), device=device,
-                                 kernels=n, of_config=rec["config_id"], **ident))
+        writer.write(make_record("kernels", config_id(kind="kernels", device_type=torch.device(device).type, **ident),
+                                 device=device, kernels=n, of_config=rec["config_id"], **ident))
         written += 1
     return written
 
