@@ -692,6 +692,25 @@ def test_deferred_kernel_counts_run_after_every_pass(tmp_path, monkeypatch):
     assert {r["of_config"] for r in recs if r["kind"] == "kernels"} == {r["config_id"] for r in timed}
 
 
+def test_host_ahead_policy_is_another_timer_and_refused_on_cpu(tmp_path, capsys):
+    ahead = bench.RepPolicy(host_ahead=True)
+    assert ahead.timing_kw("cpu")["host_ahead"] is True and bench.RepPolicy().timing_kw("cpu")["host_ahead"] is False
+    assert ahead.fields("cuda:0")["timer"] == "cuda_events_host_ahead"
+    assert bench.RepPolicy().fields("cuda:0")["timer"] == "cuda_events" and ahead.fields("cpu")["timer"] == "perf_counter"
+    with pytest.raises(ValueError, match="host-ahead timing needs a CUDA device"):
+        bench.run_codecs([bench.CompressorSpec("fp16", ())], RecordWriter(tmp_path / "c.jsonl"), device="cpu",
+                         model="mlp_small", policy=ahead, verbose=False)
+    assert not (tmp_path / "c.jsonl").exists()  # refused before anything was written
+    with pytest.raises(SystemExit):
+        bench.main(["bench", "--model", "mlp_small", "--compressors", "fp16", "--out-dir", str(tmp_path / "b"),
+                    "--host-ahead", "--device", "cpu", "--quiet"])
+    assert "--host-ahead needs a CUDA device, got cpu" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _codec_repeat().main(["--device", "cpu", "--model", "mlp_small", "--compressors", "fp16", "--host-ahead",
+                              "--out", str(tmp_path / "r.jsonl")])
+    assert "--host-ahead needs a CUDA device, got cpu" in capsys.readouterr().err
+
+
 def test_kernel_counts_written_after_the_timings_are_attached_to_them():
     timed = {"kind": "bench", "status": "ok", "config_id": "a", "kernels": None, "ms_median": 1.0}
     old = {"kind": "bench", "status": "ok", "config_id": "b", "kernels": 7}

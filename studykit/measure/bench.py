@@ -119,13 +119,18 @@ class RepPolicy:
     """How many times, and how, each codec is timed (issue 19 item 1): ``n_warmup`` untimed calls,
     then at least ``min_reps`` repetitions and at least ``min_time_s`` seconds of timed calls,
     whichever is more, at most ``budget_s`` seconds; ``flush_bytes`` written before each repetition
-    (None: :data:`~studykit.measure.timing.L2_FLUSH_BYTES` on CUDA, none on CPU)."""
+    (None: :data:`~studykit.measure.timing.L2_FLUSH_BYTES` on CUDA, none on CPU). ``host_ahead``
+    (CUDA only): each repetition's *device* time with the host ahead of the GPU
+    (:class:`studykit.measure.timing._Clock`): without it, a codec whose host needs longer to launch
+    its kernels than the GPU needs to run them is timed by the host's launch gaps, which vary from run
+    to run on a shared machine (``data/measurements/codec_repeat_h200b``)."""
 
     min_reps: int = MIN_REPS
     min_time_s: float = MIN_TIME_S
     budget_s: float | None = BUDGET_S
     n_warmup: int = 10
     flush_bytes: int | None = None
+    host_ahead: bool = False
 
     def __post_init__(self):
         if self.min_reps < 1:
@@ -148,13 +153,20 @@ class RepPolicy:
     def timing_kw(self, device) -> dict:
         """Keyword arguments of :func:`~studykit.measure.timing.time_fn` for this policy."""
         return {"n_iter": self.min_reps, "n_warmup": self.n_warmup, "budget_s": self.budget_s,
-                "min_time_s": self.min_time_s, "flush_bytes": self.flush_for(device), "min_iter": 3}
+                "min_time_s": self.min_time_s, "flush_bytes": self.flush_for(device), "min_iter": 3,
+                "host_ahead": self.host_ahead}
 
     def fields(self, device) -> dict:
         """The policy as record fields."""
         return {"min_reps": self.min_reps, "min_time_s": self.min_time_s, "budget_s": self.budget_s,
                 "l2_flush_bytes": self.flush_for(device),
-                "timer": "cuda_events" if torch.device(device).type == "cuda" else "perf_counter"}
+                "timer": self.timer(device)}
+
+    def timer(self, device) -> str:
+        """The record's ``timer``: ``cuda_events``, ``cuda_events_host_ahead`` or ``perf_counter``."""
+        if torch.device(device).type != "cuda":
+            return "perf_counter"
+        return "cuda_events_host_ahead" if self.host_ahead else "cuda_events"
 
     def capped(self, timing) -> bool:
         """Whether ``timing`` stopped short of the policy (the budget bound it)."""
@@ -308,7 +320,10 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
               "set STUDYKIT_GIT_COMMIT=<sha> to stamp them", file=sys.stderr, flush=True)
 
     copy_bytes = copy_bytes or (256 * 2**20 if dev_type == "cuda" else 64 * 2**20)
-    copy_cid = config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=dev_type, repeat=repeat)
+    if policy.host_ahead and dev_type != "cuda":
+        raise ValueError(f"host-ahead timing needs a CUDA device, got {device} (drop --host-ahead on a CPU)")
+    ahead = policy.timer(device) if policy.host_ahead else None  # in the config_id: another timing, another config
+    copy_cid = config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=dev_type, repeat=repeat, timer=ahead)
     earlier = [r for r in load_records(writer.path, kind="copy_bw", missing_ok=True, quiet=True)
                if r.get("config_id") == copy_cid and r.get("status") == "ok"] if copy_cid in done else []
     if earlier:  # a resumed (or split) run: the floor of this repeat was measured already, in this file
@@ -347,7 +362,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
             params = effective_params(comp)
             mode = f"{layout}:{'fast' if fast else 'reference'}"
             cid = config_id(kind="bench", model=model, compressor=spec.name, params=params, phase=phase,
-                            mode=mode, device_type=dev_type, repeat=repeat)
+                            mode=mode, device_type=dev_type, repeat=repeat, timer=ahead)
             if cid in done:
                 continue
             grads = [flat] if layout == "flat" else per_tensor
@@ -474,7 +489,8 @@ def _components(flat, device, base, policy, done, writer, verbose) -> list:
         if fn is None:
             continue
         cid = config_id(kind="bench", model=base["model"], compressor=None, phase="component:" + label,
-                        device_type=device.type, repeat=base["repeat"])
+                        device_type=device.type, repeat=base["repeat"],
+                        timer=policy.timer(device) if policy.host_ahead else None)
         if cid in done:
             continue
         _settle(fn, device)
@@ -844,13 +860,17 @@ def add_policy_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--l2-flush-mib", type=argtypes.nonneg_float, default=None,
                     help=f"MiB written before every repetition, untimed (default: {L2_FLUSH_BYTES // 2**20} on CUDA, "
                          "as triton.testing.do_bench; 0 on CPU; more than the last-level cache, e.g. 64, flushes it there)")
+    ap.add_argument("--host-ahead", action="store_true",
+                    help="CUDA only: time each repetition's device work with the host ahead of the GPU (a GPU sleep "
+                         "before it lets the host queue the whole call), not the host's launch gaps; records say "
+                         "timer cuda_events_host_ahead")
 
 
 def policy_from_args(ap: argparse.ArgumentParser, args) -> RepPolicy:
     """The :class:`RepPolicy` of parsed :func:`add_policy_args` options (a bad combination: ``ap.error``)."""
     try:
         return RepPolicy(min_reps=args.min_reps, min_time_s=args.min_time_s, budget_s=args.budget_s,
-                         n_warmup=args.warmup,
+                         n_warmup=args.warmup, host_ahead=bool(getattr(args, "host_ahead", False)),
                          flush_bytes=None if args.l2_flush_mib is None else int(args.l2_flush_mib * 2**20))
     except ValueError as exc:
         ap.error(str(exc).replace("RepPolicy: ", "").replace("budget_s", "--budget-s")
@@ -1013,6 +1033,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             d.barrier()
         if not args.no_codecs and main_rank:
             device = d.device if d is not None else pick_device(args.device)
+            if policy.host_ahead and torch.device(device).type != "cuda":
+                ap.error(f"--host-ahead needs a CUDA device, got {device}")
             specs = parse_compressor_specs(args.compressors)
             run_codecs(specs, RecordWriter(codecs_path, retry_errors=args.retry_errors), device=device,
                        model=args.model, policy=policy, reference=args.reference, split=not args.no_split,

@@ -173,7 +173,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
             "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
-            "comm", "switch_interval_ms", "hook_coalesce_mb")
+            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer")
 
 
 def config_id(**fields) -> str:
