@@ -83,7 +83,7 @@ from studykit.measure.profile import (_plan, _timed_call, effective_params, meas
 from studykit.measure.records import (RecordError, RecordWriter, config_id, load_records, loadavg_1m, make_record,
                                       provenance)
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs
-from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, time_fn
+from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, time_fn
 
 if TYPE_CHECKING:  # pandas is imported where a table is built
     import pandas
@@ -248,6 +248,16 @@ def _settle(fn, device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _time(fn, device: torch.device, policy: RepPolicy):
+    """``(timing, timer)``: ``fn`` timed by ``policy``. With ``host_ahead``, a call that waits for the GPU
+    (:class:`~studykit.measure.timing.HostSyncCall`: the fused radix top-k reads a count back) cannot have
+    the host ahead of it; it is timed with plain CUDA events instead, and its ``timer`` says so."""
+    try:
+        return time_fn(fn, device=device, **policy.timing_kw(device)), policy.timer(device)
+    except HostSyncCall:
+        return time_fn(fn, device=device, **dict(policy.timing_kw(device), host_ahead=False)), "cuda_events_host_sync"
+
+
 def _kernels(fn, device: torch.device) -> Optional[int]:
     """Device kernels (and memsets/copies) one call launches, from torch.profiler; None on CPU."""
     if device.type != "cuda":
@@ -379,10 +389,10 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                     else:
                         fn = _timed_call(comp, phase, grads, 1)
                     _settle(fn, device)  # kernel compilation and the fast paths' one-time choices
-                    t = time_fn(fn, device=device, **timing_kw)
+                    t, timer = _time(fn, device, policy)
                     host = _host_ms(fn, device, reps=max(2, min(20, int(200 / max(t.ms_median, 0.01)))))
                 rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=host, kernels=None,
-                                    **fields)
+                                    **dict(fields, timer=timer))
             except Exception as exc:  # noqa: BLE001 - one codec failing must not stop the run
                 if dev_type == "cuda":
                     torch.cuda.empty_cache()
@@ -494,9 +504,9 @@ def _components(flat, device, base, policy, done, writer, verbose) -> list:
         if cid in done:
             continue
         _settle(fn, device)
-        t = time_fn(fn, device=device, **policy.timing_kw(device))
+        t, timer = _time(fn, device, policy)
         rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=_host_ms(fn, device), kernels=None,
-                            **dict(base, phase="component:" + label, layout="flat", group="component"))
+                            **dict(base, phase="component:" + label, layout="flat", group="component", timer=timer))
         writer.write(rec)
         out.append((rec, True, fn))
         note(f"{'component':>13} {label:<34} {_stats(rec)}  x{rec['x_floor']:6.1f} floor", verbose)

@@ -45,7 +45,7 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["Timing", "time_fn", "reps_needed", "quartiles", "PAPER_ITERATIONS", "PAPER_DISCARDED", "MIN_REPS",
+__all__ = ["Timing", "HostSyncCall", "time_fn", "reps_needed", "quartiles", "PAPER_ITERATIONS", "PAPER_DISCARDED", "MIN_REPS",
            "MIN_TIME_S", "L2_FLUSH_BYTES"]
 
 #: Agarwal et al. 2022, Sec. 3: 60 iterations per setup, the first 10 discarded
@@ -139,6 +139,11 @@ def host_was_ahead(enqueue_ms: float, sleep_ms: float, margin: float = 0.8) -> b
     return enqueue_ms < margin * sleep_ms
 
 
+class HostSyncCall(RuntimeError):
+    """A call that waits for the GPU (a host synchronisation inside it): the host cannot run ahead of it,
+    so host-ahead timing cannot measure it (:meth:`_Clock._ahead`)."""
+
+
 class _Clock:
     """Times calls of ``fn`` in ms: CUDA events on a GPU, perf_counter on CPU. With
     ``flush_bytes``, a buffer that large is written before every call, outside the timed region.
@@ -161,7 +166,9 @@ class _Clock:
                       if flush_bytes > 0 else None)
 
     def _ahead(self, fn: Callable[[], object]) -> float:
-        """One host-ahead call (see the class docstring), ms of device time."""
+        """One host-ahead call (see the class docstring), ms of device time. A call whose host time grows
+        with the sleep before it waits for the GPU: :class:`HostSyncCall`."""
+        prev = None
         while True:
             torch.cuda.synchronize(self.device)
             before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -173,8 +180,14 @@ class _Clock:
             end.record()
             enqueue_ms = (time.perf_counter() - t0) * 1e3
             end.synchronize()
-            if host_was_ahead(enqueue_ms, float(before.elapsed_time(start))):
+            sleep_ms = float(before.elapsed_time(start))
+            if host_was_ahead(enqueue_ms, sleep_ms):
                 return float(start.elapsed_time(end))
+            if prev is not None and enqueue_ms > sleep_ms and enqueue_ms > 1.5 * prev:
+                raise HostSyncCall(f"host-ahead timing: the call waits for the GPU (the host's time to queue it grew "
+                                   f"with the sleep before it, {prev:.2f} -> {enqueue_ms:.2f} ms), so the host cannot "
+                                   f"run ahead of it")
+            prev = enqueue_ms
             if self.sleep_cycles >= HOST_AHEAD_MAX_CYCLES:
                 raise RuntimeError(f"host-ahead timing: the host needs {enqueue_ms:.1f} ms to queue one call, more "
                                    f"than a GPU sleep of {HOST_AHEAD_MAX_CYCLES} cycles")
