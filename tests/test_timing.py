@@ -37,7 +37,7 @@ def test_host_ahead_removes_the_launch_gaps_of_a_launch_bound_call():
 @pytest.mark.gpu
 def test_host_ahead_refuses_a_call_that_waits_for_the_gpu():
     """A call with a host synchronisation inside (here ``.item()``) waits for the sleep before it: however long
-    the sleep, the host never gets ahead. It is refused after one doubling, not after a 1 s sleep."""
+    the sleep, the host never gets ahead. It is refused at once (CUDA's sync debug mode), not after a 1 s sleep."""
     import time
 
     import torch
