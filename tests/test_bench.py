@@ -719,7 +719,8 @@ def test_kernel_counts_written_after_the_timings_are_attached_to_them():
     assert [r.get("kernels") for r in out] == [12, 7, 12] and timed["kernels"] is None  # the input is not changed
 
 
-@pytest.mark.parametrize("run,device", [("codec_repeat_cpu", "cpu"), ("codec_repeat_h200", "cuda:0")])
+@pytest.mark.parametrize("run,device", [("codec_repeat_cpu", "cpu"), ("codec_repeat_h200", "cuda:0"),
+                                        ("codec_repeat_h200b", "cuda:0"), ("codec_repeat_h200b/events", "cuda:0")])
 def test_the_committed_rerun_tables_are_generated_from_their_records(tmp_path, run, device):
     """data/measurements/<run>/codecs.md is what --report-only makes of codecs.jsonl (no hand edits)."""
     import shutil
@@ -733,12 +734,13 @@ def test_the_committed_rerun_tables_are_generated_from_their_records(tmp_path, r
     assert {r["device"] for r in recs} == {device} and {r["repeat"] for r in recs} == {1, 2}
 
 
-def test_the_h200_rerun_readme_summary_is_generated_from_its_records(tmp_path):
-    """The summary block of data/measurements/codec_repeat_h200/README.md is what --report-only writes there
+@pytest.mark.parametrize("run", ["codec_repeat_h200", "codec_repeat_h200b"])
+def test_the_h200_rerun_readme_summary_is_generated_from_its_records(tmp_path, run):
+    """The summary block of data/measurements/<run>/README.md is what --report-only writes there
     (the closing lines of codecs.md's tables, verbatim, and the settings behind them), not a hand edit."""
     import shutil
 
-    folder = os.path.join(ROOT, "data", "measurements", "codec_repeat_h200")
+    folder = os.path.join(ROOT, "data", "measurements", run)
     for name in ("codecs.jsonl", "README.md"):
         shutil.copy(os.path.join(folder, name), tmp_path / name)
     cr = _codec_repeat()
@@ -750,6 +752,23 @@ def test_the_h200_rerun_readme_summary_is_generated_from_its_records(tmp_path):
     md = (tmp_path / "codecs.md").read_text(encoding="utf-8").splitlines()
     summary = [line[2:] for line in block.splitlines() if line.startswith("- ")]
     assert len(summary) == 2 and all(line in md for line in summary)  # copied verbatim from codecs.md
+
+
+def test_the_profiler_aftereffect_table_is_generated_from_its_records(tmp_path):
+    """data/measurements/codec_repeat_h200b/profiler_aftereffect/*.md is what --report-only makes of its records."""
+    import importlib.util
+    import shutil
+
+    folder = os.path.join(ROOT, "data", "measurements", "codec_repeat_h200b", "profiler_aftereffect")
+    shutil.copy(os.path.join(folder, "profiler_aftereffect.jsonl"), tmp_path / "profiler_aftereffect.jsonl")
+    spec = importlib.util.spec_from_file_location("profiler_aftereffect",
+                                                  os.path.join(ROOT, "benchmarks", "profiler_aftereffect.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    md = mod.report(tmp_path / "profiler_aftereffect.jsonl")
+    with open(os.path.join(folder, "profiler_aftereffect.md"), encoding="utf-8") as f:
+        assert md == f.read()
+    assert md.count("| default |") == 2 and md.count("| teardown |") == 2  # both cases, both workloads
 
 
 def test_codec_repeat_summary_block_names_the_settings_behind_its_lines(tmp_path, fake_clock):

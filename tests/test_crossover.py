@@ -110,6 +110,10 @@ def test_method_labels():
     # hook records from before the field hook_overlap existed ran the blocking hook
     assert X.method_label("hook", "topk", {"ratio": 0.01}, None, None) == "topk 1% (blocking hook)"
     assert X.method_label("post", "quantize", {"bits": 8}, None) == "quantize b8 (post)"
+    # an option away from its default is named (CholeskyQR2); the default is not
+    assert X.method_label("hook", "powersgd", {"rank": 32, "orthogonalize": "cholesky"}, None) == \
+        "powersgd r32 cholesky (hook)"
+    assert X.method_label("post", "powersgd", {"rank": 4, "orthogonalize": "twice"}, None) == "powersgd r4 (post)"
 
 
 @pytest.mark.skipif(not (BW / "h200_p2" / "ddp.jsonl").exists(), reason="no committed bandwidth records")

@@ -36,7 +36,7 @@ def readme_blocks_b() -> dict[str, str]:
 
 
 #: data/measurements/bandwidth/README.md's hook-vs-post blocks (issue 19 item 3 on the shaped links): marker -> campaign
-HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d"}
+HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d", "hook-vs-post-p2e": "h200_p2e"}
 
 
 def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
@@ -46,7 +46,8 @@ def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
 
 
 @pytest.mark.parametrize("folder, blocks", [("gpu_checks_h200b", "readme_blocks_b"),
-                                            ("gpu_checks_h200c", "readme_blocks_c")])
+                                            ("gpu_checks_h200c", "readme_blocks_c"),
+                                            ("gpu_checks_h200d", "readme_blocks_d")])
 def test_gpu_checks_readme_tables_of_later_runs_are_the_generated_ones(folder, blocks):
     text = (paths.MEASUREMENTS / folder / "README.md").read_text(encoding="utf-8")
     for marker, want in globals()[blocks]().items():
@@ -228,3 +229,32 @@ def readme_blocks_c() -> dict[str, str]:
                                                                                   quiet=True))),
             "hook-rounds": "\n".join(rounds), "hook-coalesce": "\n".join(parts)}
 
+
+
+GPU_CHECKS_D = paths.MEASUREMENTS / "gpu_checks_h200d"
+
+
+def readme_blocks_d() -> dict[str, str]:
+    """gpu_checks_h200d/README.md's generated blocks: PowerSGD with Gram-Schmidt against CholeskyQR2
+    (``orthogonalize``), bucket by bucket (the profile, with and without the host ahead), and in DDP over
+    NVLink: the rank-4 targets per orthogonalization and coalescing, and the rank-32 hook against post."""
+    import dataclasses
+
+    d = GPU_CHECKS_D
+    profile = R.profile_phases_markdown(load_records(d / "profile.jsonl", quiet=True)
+                                        + load_records(d / "profile_host_ahead.jsonl", quiet=True))
+    nv = load_records(d / "nvlink.jsonl", quiet=True)
+    parts = []
+    for o in ("twice", "cholesky"):
+        targets = [dataclasses.replace(t, params=t.params + (("orthogonalize", o),), text=f"{t.text}, {o}")
+                   for t in R.HOOK_TARGETS if t.compressor == "powersgd"]
+        for mb, what in ((None, "a protocol per bucket"), (0.0, "buckets coalesced once per iteration")):
+            parts.append(f"`orthogonalize={o}`, {what}:\n\n"
+                         + R.hook_targets_markdown(R.hook_targets(nv, targets, coalesce_mb=mb)))
+    r32 = [R.HookTarget(f"r32 {o} vs {ref}", "powersgd", (("rank", 32), ("orthogonalize", o)), mode, comp, params,
+                        limit, f"PowerSGD rank-32 hook, {o}, vs {ref}")
+           for o in ("twice", "cholesky")
+           for ref, mode, comp, params, limit in (("post", "post", "powersgd", (("rank", 32), ("orthogonalize", o)), 1.0),
+                                                  ("syncSGD", "syncsgd", None, (), 1.1))]
+    return {"cholesky-profile": profile, "cholesky-nvlink": "\n".join(parts),
+            "cholesky-r32": R.hook_targets_markdown(R.hook_targets(load_records(d / "nvlink32.jsonl", quiet=True), r32))}

@@ -373,6 +373,11 @@ for _sub in ("h200_p4", "h200_p2_all", "h200_p2c"):
     BANDWIDTH_RUNS[f"{_sub}/path_model"] = (BANDWIDTH_RUNS[_sub][0], BANDWIDTH_RUNS[_sub][1] + PO_MODEL)
 # a later hook campaign (another day's machine, ResNet-50 and BERT-base; its coalesced hooks are not scored)
 BANDWIDTH_RUNS["h200_p2d/path_model"] = ("h200_p2d", _P2C + ["--holdout", "network"] + PO_MODEL)
+# PowerSGD with CholeskyQR2 (two rates: each is predicted from the other alone); its per-bucket inputs from gpu_checks_h200d
+BANDWIDTH_RUNS["h200_p2e/path_model"] = ("h200_p2e", _P2C[:_P2C.index("--encode-decode-from")]
+                                         + [str(paths.MEASUREMENTS / "gpu_checks_h200d")]
+                                         + _P2C[_P2C.index("--encode-decode-from"):]
+                                         + ["--holdout", "network"] + PO_MODEL)
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -400,6 +405,8 @@ BANDWIDTH_TABLE = {
     "p = 2, hook campaign, leave one rate out, encode/decode host-ahead, path overhead from the model's other rates":
         "h200_p2c/path_model",
     "p = 2, second hook campaign (ResNet-50, BERT-base), same options as the row above": "h200_p2d/path_model",
+    "p = 2, PowerSGD with CholeskyQR2 (ResNet-50, BERT-base; 10 and 25 Gbit/s, each predicted from the other), same options":
+        "h200_p2e/path_model",
 }
 
 

@@ -383,7 +383,10 @@ class PowerSGD(_LowRank):
     * ``orthogonalize="cholesky"``: CholeskyQR2 with a shift (:func:`orthonormalize_cholesky_`) instead of
       Gram-Schmidt: the same P for a full-rank P, to rounding, in a dozen operations per pass whatever the
       rank (Gram-Schmidt's grow with it); not one of the papers' algorithms, an implementation of the same
-      step for launch-bound GPUs (``data/benchmarks/powersgd_ops_cpu/``);
+      step for launch-bound GPUs (``data/benchmarks/powersgd_ops_cpu/``). Measured on H200s
+      (``data/measurements/gpu_checks_h200d/``, ``data/measurements/bandwidth/h200_p2e/``): at rank 32 it
+      cuts the bucket-by-bucket call several-fold and the DDP hook's iteration by more than half on
+      BERT-base; at rank 4 it gains nothing. Use it for rank >= 16, above all in a hook;
     * ``reuse=r > 1``: the orthonormalized P of a full step is reused for the next ``r - 1``
       calls with the same ``key``: those calls skip ``P = M Q``, its all-reduce and the
       orthogonalization, and send only ``Q = M^T P`` (one all-reduce of the Qs, the estimate

@@ -36,7 +36,9 @@ calls, whichever is more, capped at ``--budget-s`` seconds (30) per configuratio
 repetition a 256 MiB buffer is written (``--l2-flush-mib``; L2 flushed, as
 ``triton.testing.do_bench`` does; on CPU no flush by default: ``--l2-flush-mib 64`` flushes a
 buffer larger than the last-level cache, at about 10 ms of untimed work per repetition); CUDA
-events on a GPU. Records carry the median, the interquartile range (``ms_q25``, ``ms_q75``),
+events on a GPU; with ``--host-ahead`` each repetition's device time with the host ahead of the
+GPU (:class:`RepPolicy`: the event timing of a host-bound codec is its host's launch gaps).
+Records carry the median, the interquartile range (``ms_q25``, ``ms_q75``),
 ``n_iter``, the policy (``min_reps``, ``min_time_s``, ``budget_s``, ``l2_flush_bytes``,
 ``timer``), ``reps_capped`` (true where the budget stopped it short of the policy),
 ``loadavg_1m`` (the machine's load when it was timed: a busy shared CPU explains noise), the memory

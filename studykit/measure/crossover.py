@@ -39,8 +39,13 @@ BASELINES = {"syncSGD": ("syncsgd", None), "fp16": ("builtin", "torch_fp16")}
 _SHORT = {"ratio": "", "rank": "r", "bits": "b", "levels": "s", "chunk": "chunk "}
 
 
+#: options named in a label where they differ from the default (PowerSGD's CholeskyQR2: 'powersgd r32 cholesky')
+_NAMED_OPTIONS = {"powersgd": {"orthogonalize": "twice"}}
+
+
 def _params_text(compressor: Optional[str], params: dict) -> str:
-    """The main parameter of a compressor, short: rank 4 -> 'r4', ratio 0.01 -> '1%'."""
+    """The main parameter of a compressor, short: rank 4 -> 'r4', ratio 0.01 -> '1%'; then the options of
+    :data:`_NAMED_OPTIONS` that differ from their default ('r32 cholesky')."""
     if not params:
         return ""
     keep = {"powersgd": ["rank"], "topk": ["ratio"], "topk_chunked": ["ratio"], "randomk": ["ratio"],
@@ -51,6 +56,8 @@ def _params_text(compressor: Optional[str], params: dict) -> str:
         if k in params:
             v = params[k]
             parts.append(f"{v * 100:g}%" if k == "ratio" else f"{_SHORT.get(k, k)}{v:g}")
+    parts += [str(params[k]) for k, default in _NAMED_OPTIONS.get(compressor or "", {}).items()
+              if params.get(k, default) != default]
     return " ".join(parts)
 
 

@@ -432,6 +432,33 @@ def hook_vs_post_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def profile_phases_markdown(records: Iterable[dict]) -> str:
+    """``profile`` records as a Markdown table: one row per model and compressor setting (its label names
+    options that differ from their default: 'powersgd r32 cholesky'), one column per phase found (``reduce``,
+    ``reduce_buckets``, their ``_host_ahead`` timings, ...), mean ms, or ``error`` where the timing failed (the
+    reason is in the record). The latest record of a configuration counts."""
+    from studykit.measure.crossover import _params_text
+
+    cells: dict[tuple, dict] = {}
+    phases: list[str] = []
+    for r in _latest(records):
+        if r.get("kind") != "profile":
+            continue
+        p = _params_text(r.get("compressor"), r.get("params") or {})
+        key = (r.get("model"), f"{r.get('compressor')}{' ' + p if p else ''}")
+        phase = r.get("phase")
+        if phase not in phases:
+            phases.append(phase)
+        cells.setdefault(key, {})[phase] = (f"{r['ms_mean']:.2f}" if r.get("status") == "ok" else "error")
+    if not cells:
+        raise ValueError("profile_phases_markdown: no profile records")
+    lines = ["| model | compressor | " + " | ".join(f"{ph} ms" for ph in phases) + " |",
+             "|---|---|" + "---:|" * len(phases)]
+    for (model, lab), by in cells.items():
+        lines.append(f"| {model} | {lab} | " + " | ".join(by.get(ph, "") for ph in phases) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
 def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str, Iterable[dict]]) -> pd.DataFrame:
     """A compressor's protocol through one parameter server against the same protocol on the backend's
