@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 
 PHASES=${PHASES:-"kernels buckets hostahead nvlink hooks ps"}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base"}
-BUCKET_COMPRESSORS=${BUCKET_COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
+BUCKET_COMPRESSORS=${BUCKET_COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 powersgd:rank=32,orthogonalize=cholesky topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 HOOK_RATE=${HOOK_RATE:-10}
 NVLINK_ITERS=${NVLINK_ITERS:-10} NVLINK_WARMUP=${NVLINK_WARMUP:-2}  # each nvlink-phase configuration's iterations
 GIL_AB=${GIL_AB-0.5}   # the hooks phase again at these GIL switch intervals (ms); GIL_AB= skips the A/B

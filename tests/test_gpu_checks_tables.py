@@ -258,3 +258,38 @@ def readme_blocks_d() -> dict[str, str]:
                                                   ("syncSGD", "syncsgd", None, (), 1.1))]
     return {"cholesky-profile": profile, "cholesky-nvlink": "\n".join(parts),
             "cholesky-r32": R.hook_targets_markdown(R.hook_targets(load_records(d / "nvlink32.jsonl", quiet=True), r32))}
+
+
+#: campaigns that measured the same configurations (another lent machine or day): the pairs of
+#: data/verification/bandwidth/README.md's run-to-run table
+RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "h200_p2d"), ("h200_p2", "h200_p2d"),
+               ("h200_p2d", "h200_p2e"))
+
+
+def readme_block_rerun_spread() -> str:
+    """data/verification/bandwidth/README.md's rerun-spread block: how far the same configuration's median
+    moved between two campaigns (``report.rerun_spread``)."""
+    def recs(c):
+        return load_records(paths.MEASUREMENTS / "bandwidth" / c / "ddp.jsonl", quiet=True)
+    return R.rerun_spread_markdown({f"`{a}` / `{b}`": R.rerun_spread(recs(a), recs(b)) for a, b in RERUN_PAIRS})
+
+
+def test_verification_readme_rerun_spread_is_the_generated_one():
+    text = (paths.DATA / "verification" / "bandwidth" / "README.md").read_text(encoding="utf-8")
+    assert _marked(text, "rerun-spread") == readme_block_rerun_spread(), \
+        "regenerate with readme_block_rerun_spread() (tests/test_gpu_checks_tables.py)"
+
+
+def test_rerun_spread_by_hand():
+    a = [_ddp("syncsgd", ms=100.0, cid={"s": 1}, ts="1"), _ddp("post", "topk", {"ratio": 0.01}, ms=50.0, cid={"p": 1}),
+         _ddp("hook", "topk", {"ratio": 0.01}, ms=40.0, cid={"h": 1}, hook_overlap=True),
+         _ddp("post", "fp16", ms=30.0, cid={"only": 1})]
+    b = [_ddp("syncsgd", ms=110.0, cid={"s": 1}, ts="2"), _ddp("post", "topk", {"ratio": 0.01}, ms=40.0, cid={"p": 1}, ts="2"),
+         _ddp("hook", "topk", {"ratio": 0.01}, ms=40.0, cid={"h": 1}, hook_overlap=True)]  # same timestamp: a copy
+    t = R.rerun_spread(a, b)
+    assert list(t["group"]) == ["compressors (post)", "syncSGD"]
+    assert list(t["spread"]) == pytest.approx([0.25, 0.10])  # larger / smaller - 1, whichever came first
+    md = R.rerun_spread_markdown({"x / y": t})
+    assert "| x / y | syncSGD | 1 | 10.0 % | 10.0 % |" in md and "25.0 %" in md
+    with pytest.raises(ValueError, match="no configuration measured in both"):
+        R.rerun_spread_markdown({"x / z": R.rerun_spread(a, [])})

@@ -130,8 +130,10 @@ def test_says_which_terms_one_model_cannot_determine():
     one = Truth(ddp_options="extended", sync_delta_s=3e-3, t_comp_s={("resnet50", 64): 0.118})
     found, why = fit.fit_sync_calibration(pd.DataFrame(synthetic_records(one, seed=2)), one.alpha_s, one.bandwidth_gbps,
                                           n_boot=0)
-    assert set(found) == {"gamma_extended"}
-    assert "less than 1.5x apart" in why["sync_delta_s"] and "at least 1.5x apart" in why["per_bucket_s"]
+    # one backward time: gamma cannot be told from delta, so gamma stays 1 and delta absorbs the constant
+    assert set(found) == {"sync_delta_s"}
+    assert "less than 1.5x apart" in why["gamma_extended"] and "gamma kept at 1" in why["gamma_extended"]
+    assert "one DDP bucket count only" in why["per_bucket_s"]
 
 
 def test_says_when_gamma_is_unobservable():

@@ -234,3 +234,21 @@ def test_synthetic_main_writes_reports_and_the_committed_demo_only_when_told(tmp
     assert "--overwrite-committed" in capsys.readouterr().err
     assert synthetic.main(["--out", str(tmp_path / "d.jsonl")]) == 0
     assert (tmp_path / "d.jsonl").read_text() == synthetic.DEMO_PATH.read_text()
+
+
+def test_extended_sync_terms_keep_gamma_at_1_when_the_backward_times_are_too_close():
+    """Backward passes 10 and 12 ms (less than 1.5x apart), each iteration 5 ms longer: a line through them
+    cannot tell gamma from delta. The extended fit keeps gamma = 1 and puts the 5 ms in delta (a constant
+    extrapolates as a constant); the paper's rule puts it in gamma (median of 15/10 and 17/12)."""
+    from studykit.perfmodel.fit import fit_sync_terms
+
+    rows = [{"s": t + 5e-3, "t_comp": t, "overlapped_comm": 0.0, "last_comm": 0.0, "k": 3, "n_tensors": 100}
+            for t in (10e-3, 12e-3)]
+    ext = fit_sync_terms(rows, extended=True)
+    assert ext.gamma == 1.0 and ext.delta_s == pytest.approx(5e-3) and ext.fitted == ("delta",)
+    assert "cannot be told from delta" in ext.how
+    paper = fit_sync_terms(rows)
+    assert paper.gamma == pytest.approx((15 / 10 + 17 / 12) / 2) and paper.fitted == ("gamma",)
+    # 1.5x apart: both terms fitted by the line
+    wide = fit_sync_terms([dict(rows[0]), {**rows[0], "t_comp": 20e-3, "s": 25e-3}], extended=True)
+    assert wide.gamma == pytest.approx(1.0) and wide.delta_s == pytest.approx(5e-3) and "gamma" in wide.fitted

@@ -1043,14 +1043,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if d is not None:
             d.barrier()
+        # with DDP iterations to time after the codecs, the codecs' kernel counts wait until after them: the
+        # profiler leaves CUPTI attached, which slows every later launch (run_codecs)
+        deferred: list | None = [] if (args.ddp or world > 1) else None
+        codec_writer = None
         if not args.no_codecs and main_rank:
             device = d.device if d is not None else pick_device(args.device)
             if policy.host_ahead and torch.device(device).type != "cuda":
                 ap.error(f"--host-ahead needs a CUDA device, got {device}")
             specs = parse_compressor_specs(args.compressors)
-            run_codecs(specs, RecordWriter(codecs_path, retry_errors=args.retry_errors), device=device,
+            codec_writer = RecordWriter(codecs_path, retry_errors=args.retry_errors)
+            run_codecs(specs, codec_writer, device=device,
                        model=args.model, policy=policy, reference=args.reference, split=not args.no_split,
-                       phases=args.phases, extras=not args.no_components, verbose=verbose)
+                       phases=args.phases, extras=not args.no_components, deferred=deferred, verbose=verbose)
         if d is not None:
             d.barrier()
         if args.ddp or world > 1:
@@ -1062,6 +1067,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             run_ddp(d, args.ddp_models, specs, gc_writer, modes=("syncsgd", "builtin", "hook"),
                     n_iter=args.ddp_iters, n_warmup=args.ddp_warmup, budget_s=args.ddp_budget_s, min_iter=5,
                     verbose=verbose)
+        if deferred and codec_writer is not None:
+            count_kernels(deferred, codec_writer)
         ok = True
     finally:
         if d is not None:

@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "once per value, 'off' a protocol per bucket (the default); part of its identity")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
-                        "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged)")
+                        "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged; sets "
+                        "TEARDOWN_CUPTI=1 so that the profiler does not slow the configurations timed after it)")
     p.add_argument("--switch-interval-ms", type=_positive_float, default=None,
                    help="Python's GIL switch interval for the run, ms (default: Python's, 5); part of each "
                         "configuration's identity when given (an A/B of the hook's communication thread)")

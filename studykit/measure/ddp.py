@@ -217,9 +217,18 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
 
 def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> None:
     """3 iterations of ``step`` under ``torch.profiler`` (CPU and, on GPUs, CUDA activity); rank 0 writes
-    ``<trace_dir>/<model>_b<batch>_<mode>_<compressor>[_c<coalesce MB>][_<rate>G].json.gz``."""
+    ``<trace_dir>/<model>_b<batch>_<mode>_<compressor>[_c<coalesce MB>][_<rate>G].json.gz``.
+
+    The next configurations are timed after this profile. PyTorch leaves CUPTI attached when a profile
+    ends unless ``TEARDOWN_CUPTI=1`` (https://github.com/pytorch/pytorch/issues/144455), and an attached
+    CUPTI slows every later kernel launch (PowerSGD rank 32: 1.83x, 1.04x with the variable;
+    ``data/measurements/codec_repeat_h200b/profiler_aftereffect/``, where it was set when the process
+    started). So it is set here, before the process's first profile, unless the environment says otherwise;
+    that setting it this late works as well is not measured: to be sure, start ``ddp --trace-dir`` with
+    ``TEARDOWN_CUPTI=1`` in its environment, or trace in a run of its own."""
     import os
 
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(3):

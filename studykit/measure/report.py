@@ -459,6 +459,59 @@ def profile_phases_markdown(records: Iterable[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rerun_spread(first: Iterable[dict], second: Iterable[dict]) -> pd.DataFrame:
+    """The same DDP configurations measured in two campaigns (another lent machine, another day): per
+    ``config_id`` with an ok ``ddp`` record in both (the latest of each; one record copied into both files
+    by a resumed campaign, same ``timestamp``, is not a rerun and is left out), both medians and ``spread`` =
+    larger / smaller - 1. This is how far a measurement itself moves from run to run: no model can be
+    expected to predict one campaign from the other more closely. Columns: config_id, model, batch_size, mode,
+    group, compressor, params, rate_gbps, ms_first, ms_second, spread."""
+    from studykit.measure.crossover import method_label
+
+    def latest(records) -> dict:
+        return {r["config_id"]: r for r in _latest(records)
+                if r.get("kind") == "ddp" and r.get("status") == "ok" and r.get("config_id")}
+
+    a, b = latest(first), latest(second)
+    rows = []
+    for cid in sorted(set(a) & set(b)):
+        ra, rb = a[cid], b[cid]
+        if ra.get("timestamp") == rb.get("timestamp"):  # one measurement in both files (a resumed campaign's copy)
+            continue
+        lo, hi = sorted((float(ra["ms_median"]), float(rb["ms_median"])))
+        mode = ra.get("mode")
+        group = {"syncsgd": "syncSGD", "builtin": "PyTorch's hooks", "post": "compressors (post)"}.get(
+            mode, "compressors (hook)" if mode == "hook" and ra.get("hook_overlap") else "compressors (blocking hook)")
+        rows.append({"config_id": cid, "model": ra.get("model"), "batch_size": ra.get("batch_size"), "mode": mode,
+                     "group": group,
+                     "label": method_label(mode, ra.get("compressor"), ra.get("params"), ra.get("bucket_mb"),
+                                           ra.get("hook_overlap")),
+                     "compressor": ra.get("compressor"), "params": ra.get("params"),
+                     "rate_gbps": (ra.get("network") or {}).get("rate_gbps"),
+                     "ms_first": float(ra["ms_median"]), "ms_second": float(rb["ms_median"]), "spread": hi / lo - 1})
+    cols = ["config_id", "model", "batch_size", "mode", "group", "label", "compressor", "params", "rate_gbps",
+            "ms_first", "ms_second", "spread"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def rerun_spread_markdown(pairs: Mapping[str, pd.DataFrame]) -> str:
+    """:func:`rerun_spread` of several campaign pairs (name -> table) as one Markdown table: per pair and group,
+    the number of configurations measured in both, the median and largest spread, and the configuration with
+    the largest."""
+    lines = ["| campaigns | group | n | median spread | max spread | largest: configuration (ms, ms) |",
+             "|---|---|---:|---:|---:|---|"]
+    for name, t in pairs.items():
+        if t.empty:
+            raise ValueError(f"rerun_spread_markdown: {name}: no configuration measured in both campaigns")
+        for group, g in t.groupby("group", sort=True):
+            w = g.loc[g["spread"].idxmax()]
+            rate = "" if w["rate_gbps"] is None or pd.isna(w["rate_gbps"]) else f" {w['rate_gbps']:g} Gbit/s"
+            lines.append(f"| {name} | {group} | {len(g)} | {100 * g['spread'].median():.1f} % | "
+                         f"{100 * g['spread'].max():.1f} % | {w['model']} b{int(w['batch_size'])} {w['label']}{rate} "
+                         f"({w['ms_first']:.1f}, {w['ms_second']:.1f}) |")
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
 def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str, Iterable[dict]]) -> pd.DataFrame:
     """A compressor's protocol through one parameter server against the same protocol on the backend's

@@ -564,10 +564,12 @@ def fit_sync_calibration(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: 
     models_used = sorted({f"{m} b{b}" for m, b in (r["key"] for r in recs)})
     src = (f"fit with gamma to {terms.n_used} compute-bound syncSGD DDP records ({stat}) of {len(recs)} "
            f"({', '.join(models_used)}); {terms.how}; bootstrap resamples records and iterations")
-    reasons = {"gamma": "no compute-bound DDP record (the backward pass is hidden)",
-               "delta": "the compute-bound records' backward times are less than 1.5x apart",
+    reasons = {"gamma": ("the compute-bound records' backward times are less than 1.5x apart, so gamma cannot be "
+                         "told from delta: gamma kept at 1, delta fitted") if "delta" in terms.fitted
+               else "no compute-bound DDP record (the backward pass is hidden)",
+               "delta": "no compute-bound DDP record (the backward pass is hidden)",
                "per_bucket": "the compute-bound records have one DDP bucket count only" if "delta" in terms.fitted
-               else "fitted only with delta, whose records' backward times must be at least 1.5x apart",
+               else "no compute-bound DDP record (the backward pass is hidden)",
                "per_tensor": (f"the compute-bound records have fewer than {PER_TENSOR_MIN_COUNTS} parameter-tensor "
                               "counts (models)") if opts.per_tensor else "off in the options (ModelOptions.per_tensor)"}
     out, notes = {}, {}
@@ -1151,7 +1153,9 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
     * ``extended``: least squares (relative errors, non-negative coefficients) of
       ``s - last_comm = gamma t_comp + delta + c_b (k - 1) [+ c_t n_tensors]``. ``delta`` is fitted when
       the backward times are at least 1.5x apart, ``c_b`` when there are two bucket counts, ``c_t``
-      (``per_tensor``) when there are :data:`PER_TENSOR_MIN_COUNTS` tensor counts; otherwise the paper's rule.
+      (``per_tensor``) when there are :data:`PER_TENSOR_MIN_COUNTS` tensor counts. Backward times less
+      than 1.5x apart cannot tell gamma from delta: gamma stays 1 and ``delta`` (and ``c_b``) are fitted to
+      ``s - last_comm - t_comp`` (a constant extrapolates as a constant, not as a multiple of the backward).
 
     gamma = 1 when no row is compute-bound."""
     from scipy.optimize import nnls as _nnls
@@ -1188,6 +1192,19 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
         if g > 0:
             return SyncTerms(float(g), float(d), 0.0, 0.0, (f"gamma={g:.3f}, delta={d * 1e3:.3f} ms: line through "
                                                             f"{len(x)} compute-bound of {n_train}"), ("gamma", "delta"), n)
+    if extended:
+        # The backward times span less than 1.5x: a line through them cannot tell gamma from delta. The paper's
+        # rule (gamma alone) would turn a per-iteration constant into a multiple of the backward pass and
+        # extrapolate it so: on ResNet-50 at batches 8-32 it fitted gamma = 2.0 (Sec. 4.1 reports 1.04-1.1)
+        # and missed batch 64 by 54 % (docs/verify.md section 6). Keep gamma at 1 and fit the constants.
+        kk = np.asarray([r["k"] - 1 for r in cb], dtype=float)
+        cols = [np.ones_like(x)] + ([kk] if kk.max() > kk.min() else [])
+        coef, _ = _nnls(np.column_stack(cols) / y[:, None], (y - x) / y)
+        d, e = float(coef[0]), (float(coef[1]) if len(coef) > 1 else 0.0)
+        per = f" + {e * 1e3:.3f} ms per extra bucket" if len(coef) > 1 else ""
+        return SyncTerms(1.0, d, e, 0.0, (f"gamma=1 (backward times less than 1.5x apart: gamma cannot be told from "
+                                          f"delta), delta={d * 1e3:.3f} ms{per}: fit to {len(x)} compute-bound of "
+                                          f"{n_train}"), ("delta",) + (("per_bucket",) if len(coef) > 1 else ()), n)
     g = float(np.median(y / x))
     return SyncTerms(g, how=f"gamma={g:.3f} from {len(x)} compute-bound of {n_train}", fitted=("gamma",), n_used=n)
 
