@@ -187,10 +187,17 @@ class _Clock:
                                    f"bucket by bucket), so its launches wait for the GPU")
             self.sleep_cycles *= 2
 
-    def check_no_sync(self, fn: Callable[[], object]) -> None:
+    def check_no_sync(self, fn: Callable[[], object], setup: Callable[[], object] | None = None) -> None:
         """One untimed call with CUDA's sync debug mode at "error": a call that waits for the GPU (``.item()``,
         a solver's status check) can never have the host ahead of it, however long the sleep before it:
-        :class:`HostSyncCall` instead of sleeps doubled up to a second."""
+        :class:`HostSyncCall` instead of sleeps doubled up to a second. A first untimed call goes before it,
+        so that one-time work of a first call (a fused path timing its candidates once, ``_fast.pick``) is
+        not taken for the call's own. ``setup`` runs before each of the two calls, as before a timed one."""
+        if setup is not None:
+            setup()
+        fn()
+        if setup is not None:
+            setup()
         mode = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -309,9 +316,7 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
     if clock is None:
         clock = _Clock(device, flush_bytes, host_ahead=True) if host_ahead else _Clock(device, flush_bytes)
         if host_ahead:
-            if setup is not None:
-                setup()
-            clock.check_no_sync(fn)
+            clock.check_no_sync(fn, setup)
 
     def once() -> float:
         if setup is not None:
