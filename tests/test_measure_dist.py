@@ -165,3 +165,9 @@ def test_ddp_coalesced_hooks_are_configurations_of_their_own_and_traces_are_writ
     assert names == ["mlp_small_b8_hook_powersgd.json.gz", "mlp_small_b8_hook_powersgd_c0.json.gz"]
     events = json.loads(gzip.open(traces / names[1]).read())["traceEvents"]
     assert any(e.get("name", "").startswith("aten::") for e in events)
+    # --no-broadcast-buffers: DDP built without it, a configuration of its own
+    torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--modes", "syncsgd", "--iters", "2",
+             "--warmup", "1", "--out", str(out), "--no-broadcast-buffers")
+    nob = [r for r in load_records(out) if r["mode"] == "syncsgd"]
+    assert len(nob) == 1 and nob[0]["broadcast_buffers"] is False and nob[0]["status"] == "ok"
+    assert '"broadcast_buffers":false' in nob[0]["config_id"]

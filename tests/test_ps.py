@@ -249,6 +249,21 @@ def test_a_switch_interval_is_part_of_the_identity_only_when_set():
     assert '"switch_interval_ms":0.1' in ab[0].cid and "switch_interval" not in plain[0].cid
 
 
+def test_no_buffer_broadcast_is_part_of_the_identity_of_the_ddp_modes_only():
+    """``ddp --no-broadcast-buffers`` (the A/B of DDP's forward): syncSGD and the hook become configurations of
+    their own; post, which runs the plain model, keeps its id; the default keeps every earlier id."""
+    assert "broadcast_buffers" in IDENTITY
+    specs = [CompressorSpec("fp16", {})]
+    plain = mddp.plan_configs(_Dist(), ["mlp_small"], [8], specs, ("syncsgd", "hook", "post"), (), (), 128)
+    ab = mddp.plan_configs(_Dist(), ["mlp_small"], [8], specs, ("syncsgd", "hook", "post"), (), (), 128,
+                           broadcast_buffers=False)
+    by = {c.mode: c for c in plain}
+    for c in ab:
+        assert (c.cid == by[c.mode].cid) == (c.mode == "post")
+        assert c.broadcast_buffers is (None if c.mode == "post" else False)
+    assert all("broadcast_buffers" not in c.cid for c in plain)
+
+
 def test_run_ddp_refuses_a_switch_interval_out_of_range():
     with pytest.raises(ValueError, match=r"switch_interval_ms must be in \(0, 1000\] ms, got 0"):
         mddp.run_ddp(_Dist(), ["mlp_small"], [], None, switch_interval_ms=0)

@@ -123,7 +123,13 @@ def test_coalesced_hooks_are_neither_scored_nor_fitted(tmp_path):
     plat = verify.load_platform(tmp_path)
     assert 99.0 not in set(plat.ddp["ms_median"]) and len(plat.ddp[plat.ddp["mode"] == "hook"]) == 2
     kinds = fit.normalize(recs + [coalesced])["kind"]
-    assert list(kinds).count("ddp_coalesced") == 1 and kinds.iloc[-1] == "ddp_coalesced"
+    assert list(kinds).count("ddp_unpriced") == 1 and kinds.iloc[-1] == "ddp_unpriced"
+    # so is DDP without its buffer broadcast, syncSGD included (an A/B run, `ddp --no-broadcast-buffers`)
+    sync = next(r for r in recs if r["kind"] == "ddp" and r.get("mode") in (None, "syncsgd"))
+    nobuf = dict(sync, ms_median=77.0, broadcast_buffers=False)
+    _write(tmp_path / "records.jsonl", recs + [nobuf])
+    assert 77.0 not in set(verify.load_platform(tmp_path).ddp["ms_median"])
+    assert fit.normalize(recs + [nobuf])["kind"].iloc[-1] == "ddp_unpriced"
 
 
 def test_blocking_hooks_are_their_own_mode_and_group(tmp_path):

@@ -167,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
                         "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged; sets "
                         "TEARDOWN_CUPTI=1 so that the profiler does not slow the configurations timed after it)")
+    p.add_argument("--no-broadcast-buffers", dest="broadcast_buffers", action="store_false",
+                   help="DDP(broadcast_buffers=False) in the syncsgd, builtin and hook modes: no buffer broadcast "
+                        "at every forward (BatchNorm statistics stay per rank); part of each such configuration's "
+                        "identity (an A/B of what DDP's forward costs beside post, which runs the plain model)")
     p.add_argument("--switch-interval-ms", type=_positive_float, default=None,
                    help="Python's GIL switch interval for the run, ms (default: Python's, 5); part of each "
                         "configuration's identity when given (an A/B of the hook's communication thread)")
@@ -277,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                             comms=args.comm,
                             switch_interval_ms=args.switch_interval_ms,
                             hook_coalesce_mbs=list(dict.fromkeys(args.hook_coalesce_mb)), trace_dir=args.trace_dir,
+                            broadcast_buffers=args.broadcast_buffers,
                             **_timing(args))
             ok = True
         finally:

@@ -67,6 +67,8 @@ from studykit.measure.timing import time_fn
 __all__ = ["BUILTIN_HOOKS", "MODES", "measure_bucket_times", "run_ddp"]
 
 MODES = ("syncsgd", "builtin", "hook", "post", "hook_blocking")
+#: the modes that run the model inside DistributedDataParallel (post runs the plain model)
+DDP_MODES = ("syncsgd", "builtin", "hook")
 #: PyTorch's built-in hooks timed as peers: name -> params recorded
 BUILTIN_HOOKS = {"torch_fp16": {}, "torch_bf16": {}, "torch_powersgd": {"rank": 4, "start_iter": 2}}
 BUILTIN_SKIP_REASON = ("PyTorch's built-in DDP comm hooks are run on NCCL only: on gloo bf16_compress_hook "
@@ -88,6 +90,7 @@ class _Config:
     comm: str | None = None  # "ps": through a parameter server; None: the backend's collectives
     switch_interval_ms: Optional[float] = None  # set by --switch-interval-ms (None: Python's default)
     hook_coalesce_mb: Optional[float] = None  # overlapped hooks: buckets run together (studykit.ddp.register)
+    broadcast_buffers: Optional[bool] = None  # False: DDP(broadcast_buffers=False) (--no-broadcast-buffers)
     ident: dict = field(default_factory=dict)  # the identifying fields behind ``cid`` (records.config_id)
 
 
@@ -108,7 +111,8 @@ def _builtin_hook(name: str):
 
 def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len,
                  comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
-                 hook_coalesce_mbs: Sequence[Optional[float]] = (None,)) -> list[_Config]:
+                 hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
+                 broadcast_buffers: bool = True) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
@@ -131,11 +135,13 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                          "params": params, "bucket_mb": bucket_mb, "seq_len": sl, "world_size": d.world_size,
                          "backend": d.backend, "device_type": d.device.type, "hook_overlap": hook_overlap,
                          "comm": comm, "switch_interval_ms": switch_interval_ms, "hook_coalesce_mb": coalesce}
+                nobuf = False if mode in DDP_MODES and not broadcast_buffers else None  # the default keeps old ids
+                ident["broadcast_buffers"] = nobuf
                 cid = config_id(**ident)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
                     groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
-                                                 hook_overlap, comm, switch_interval_ms, coalesce, ident))
+                                                 hook_overlap, comm, switch_interval_ms, coalesce, nobuf, ident))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -176,8 +182,10 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
     Chrome trace JSON named after the configuration; a diagnosis aid, not a record)."""
     net = copy.deepcopy(base)
     fwd, reducer, state = net, None, None
-    if cfg.mode in ("syncsgd", "builtin", "hook"):
+    if cfg.mode in DDP_MODES:
         kw = {} if cfg.bucket_mb is None else {"bucket_cap_mb": cfg.bucket_mb}
+        if cfg.broadcast_buffers is False:
+            kw["broadcast_buffers"] = False
         fwd = DDP(net, device_ids=[d.device.index] if d.device.type == "cuda" else None, **kw)
         if cfg.mode == "builtin":
             hook_state, hook = _builtin_hook(cfg.compressor)
@@ -321,7 +329,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             min_iter: int = 3, verbose: bool = True, bucket_times: bool = False,
             comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
             hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
-            trace_dir: Optional[str] = None) -> int:
+            trace_dir: Optional[str] = None, broadcast_buffers: bool = True) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -331,7 +339,12 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     The hook's communication thread and the autograd thread that calls the hook share the GIL, so how
     often it changes hands may delay the hook's start on every bucket: this is the knob for an A/B.
     ``hook_coalesce_mbs``: each overlapped hook configuration once per value (None: a protocol per bucket;
-    a number: :func:`studykit.ddp.register`'s ``coalesce_mb``); coalesced hooks write no ``hook_times``."""
+    a number: :func:`studykit.ddp.register`'s ``coalesce_mb``); coalesced hooks write no ``hook_times``.
+    ``broadcast_buffers=False``: DDP without its buffer broadcast at every forward (``DDP(broadcast_buffers=
+    False)``) in the syncSGD, built-in and hook configurations, each then a configuration of its own
+    (``broadcast_buffers: false`` in its identity; post runs the plain model and does not change): the A/B of
+    what DDP's forward costs the hooks beside post. BatchNorm statistics then stay per rank; ``buckets``
+    records keep DDP's default, and such hooks are not stamped (``hook_times``)."""
     if switch_interval_ms is not None:
         if not 0 < switch_interval_ms <= 1000:
             raise ValueError(f"switch_interval_ms must be in (0, 1000] ms, got {switch_interval_ms}")
@@ -339,7 +352,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
-                                    switch_interval_ms, hook_coalesce_mbs)
+                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers)
             if c.cid not in done or (hook_times and _stamped(c) and _hook_times_cid(c) not in done)]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
@@ -395,8 +408,9 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
 
 
 def _stamped(cfg: _Config) -> bool:
-    """Whether ``--hook-times`` stamps ``cfg`` bucket by bucket (hooks that run a protocol per bucket)."""
-    return cfg.mode == "hook" and cfg.hook_coalesce_mb is None
+    """Whether ``--hook-times`` stamps ``cfg`` bucket by bucket (hooks that run a protocol per bucket, in DDP as
+    it comes: the stamping run keeps DDP's buffer broadcast)."""
+    return cfg.mode == "hook" and cfg.hook_coalesce_mb is None and cfg.broadcast_buffers is None
 
 
 def _record_fields(cfg: _Config, seq_len: int) -> dict:
@@ -404,7 +418,7 @@ def _record_fields(cfg: _Config, seq_len: int) -> dict:
     return {"model": cfg.model, "batch_size": cfg.batch_size, "mode": cfg.mode, "compressor": cfg.compressor,
             "params": cfg.params, "bucket_mb": cfg.bucket_mb, "seq_len": M.seq_len_of(cfg.model, seq_len),
             "optimizer": OPTIMIZER, "hook_overlap": cfg.hook_overlap, "comm": cfg.comm,
-            "hook_coalesce_mb": cfg.hook_coalesce_mb,
+            "hook_coalesce_mb": cfg.hook_coalesce_mb, "broadcast_buffers": cfg.broadcast_buffers,
             "switch_interval_ms": sys.getswitchinterval() * 1e3}
 
 

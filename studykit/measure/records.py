@@ -134,6 +134,9 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                             "last bucket) were ready and ran the protocol once over them (`ddp --hook-coalesce-mb`, "
                             "studykit.ddp.register's coalesce_mb); null: a protocol run per bucket, as in every "
                             "record written before this field existed",
+        "broadcast_buffers": "modes syncsgd/builtin/hook: false when DDP ran without its buffer broadcast at every "
+                             "forward (`ddp --no-broadcast-buffers`; an A/B that fits and scores leave out); null: "
+                             "DDP's default (broadcast), as in every record written before this field existed",
     },
     "hook_times": {  # `ddp --hook-times`: studykit.measure.hook_times.measure_hook_times
         "mode": "hook (the ddp record's identity: mode, bucket_mb, seq_len, optimizer, hook_overlap, comm, "
@@ -145,6 +148,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "comm": "as in the ddp record: ps (parameter server) or null (the backend's collectives)",
         "switch_interval_ms": "as in the ddp record",
         "hook_coalesce_mb": "as in the ddp record: always null (hooks that coalesce buckets are not stamped)",
+        "broadcast_buffers": "as in the ddp record: always null (hooks without DDP's buffer broadcast are not stamped)",
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
         "bucket_bytes": "bytes of each bucket's gradient buffer",
         "ready_ms": "per bucket, median ms from the start of loss.backward() to DDP calling the hook (all the "
@@ -173,7 +177,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
             "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
-            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer")
+            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer", "broadcast_buffers")
 
 
 def config_id(**fields) -> str:

@@ -79,14 +79,33 @@ def load_records(*sources: str | Path) -> pd.DataFrame:
     return df
 
 
+#: identity fields of DDP variants that no model term prices (A/B runs beside the defaults): a ``ddp`` record
+#: with one of them set is left out of every fit and score (:func:`normalize`, :func:`unpriced_ddp`)
+UNPRICED_DDP_FIELDS = {
+    "hook_coalesce_mb": "a hook that coalesced buckets (the model's hook runs a protocol per bucket)",
+    "broadcast_buffers": "DDP without its buffer broadcast (`ddp --no-broadcast-buffers`)",
+}
+
+
+def unpriced_ddp(df: pd.DataFrame) -> pd.Series:
+    """Per row of a records frame: a ``ddp`` variant of :data:`UNPRICED_DDP_FIELDS` (one of the fields set),
+    which fits and scores leave out (the one rule of ``normalize`` and ``verify.load_platform``)."""
+    out = pd.Series(False, index=df.index)
+    for f in UNPRICED_DDP_FIELDS:
+        if f in df.columns:
+            out |= df[f].notna()
+    return out & (df["kind"].astype(str) == "ddp")
+
+
 def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     """Records with a canonical ``kind`` (one of :data:`KINDS`); failed/skipped records dropped.
 
     Maps the measurement schema: ``sweep`` + ``op`` -> allreduce / allgather / ps;
     ``profile`` with ``phase`` reduce (or none) -> encode_decode; ``tcomp`` keeps
     ``phase`` (``bwd`` is T_comp, ``fwd_bwd`` the forward+backward time); ``ddp`` with
-    ``mode`` syncsgd (or none) -> ddp, other modes -> ddp_other, hooks that coalesced buckets
-    (``hook_coalesce_mb``, which no model term prices) -> ddp_coalesced.
+    ``mode`` syncsgd (or none) -> ddp, other modes -> ddp_other, variants no model term prices
+    (:data:`UNPRICED_DDP_FIELDS`: hooks that coalesced buckets, DDP without its buffer broadcast) ->
+    ddp_unpriced.
     """
     df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if "kind" not in df.columns:
@@ -94,6 +113,7 @@ def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     if "status" in df.columns:
         df = df[df["status"].isna() | (df["status"] == "ok")]
     kind = df["kind"].astype(str).copy()
+    unpriced = unpriced_ddp(df)
     if "op" in df.columns:
         sweep = kind == "sweep"
         kind[sweep] = df.loc[sweep, "op"].map(_SWEEP_OPS).fillna("sweep_other")
@@ -107,8 +127,7 @@ def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     if "mode" in df.columns:
         other = (kind == "ddp") & df["mode"].notna() & (df["mode"] != "syncsgd")
         kind[other] = "ddp_other"
-    if "hook_coalesce_mb" in df.columns:  # the model's hook runs a protocol per bucket: coalesced hooks stay out
-        kind[(kind == "ddp_other") & df["hook_coalesce_mb"].notna()] = "ddp_coalesced"
+    kind[unpriced] = "ddp_unpriced"
     df = df.assign(kind=kind)
     return df.reset_index(drop=True)
 

@@ -103,7 +103,8 @@ import numpy as np
 import pandas as pd
 
 from studykit import paths
-from studykit.perfmodel.fit import RecordInputs, SyncTerms, fit_path_overhead, fit_sync_terms, pool_stat
+from studykit.perfmodel.fit import (RecordInputs, SyncTerms, fit_path_overhead, fit_sync_terms, pool_stat,
+                                    unpriced_ddp)
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, plan_summary, predict
 
 __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size",
@@ -418,8 +419,7 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     df.loc[(df["mode"] == "hook") & (ov != True), "mode"] = "hook_blocking"  # noqa: E712 (None/NaN are not True)
     if "comm" in df.columns:  # the model prices the backend's collectives; a parameter server's runs are not scored
         df = df[df["comm"].isna() | (df["kind"] != "ddp")]
-    if "hook_coalesce_mb" in df.columns:  # the model's hook runs a protocol per bucket; coalesced hooks are not scored
-        df = df[df["hook_coalesce_mb"].isna() | (df["kind"] != "ddp")]
+    df = df[~unpriced_ddp(df)]  # variants no model term prices (coalesced hooks, no buffer broadcast): not scored
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or (src.name if src.is_dir() else src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
