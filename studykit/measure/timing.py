@@ -141,7 +141,7 @@ def host_was_ahead(enqueue_ms: float, sleep_ms: float, margin: float = 0.8) -> b
 
 class HostSyncCall(RuntimeError):
     """A call that waits for the GPU (a host synchronisation inside it): the host cannot run ahead of it,
-    so host-ahead timing cannot measure it (:meth:`_Clock._ahead`)."""
+    so host-ahead timing cannot measure it (raised by :meth:`_Clock.check_no_sync` before any timed call)."""
 
 
 class _Clock:
