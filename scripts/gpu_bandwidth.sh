@@ -22,6 +22,9 @@
 # hook_blocking), the kit's hook stamped bucket by bucket: ready, encode end, collectives, decode end, end of
 # the backward pass (kind hook_times; `ddp --hook-times`). Off by default: it costs about as much again as
 # timing the hooks, and with RESUME_FROM it also stamps every hook configuration already in the folder.
+# BROADCAST_BUFFERS="1 0" times every configuration a second time per rate with `ddp --no-broadcast-buffers`
+# (DDP without its buffer broadcast at every forward: the A/B of what DDP's forward costs a hook beside post;
+# post does not change and is not timed again).
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
@@ -48,6 +51,10 @@ RESUME_FROM=${RESUME_FROM:-}
 BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
 HOOK_COALESCE=${HOOK_COALESCE:-off}  # hook configurations once per value: off (a protocol per bucket) or MB (0: per iteration)
 HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
+BROADCAST_BUFFERS=${BROADCAST_BUFFERS:-1}  # per rate, once per value: 1 DDP's default, 0 --no-broadcast-buffers
+for bb in $BROADCAST_BUFFERS; do
+  case $bb in 0|1) ;; *) echo "BROADCAST_BUFFERS must hold 1 and/or 0, got '$BROADCAST_BUFFERS'" >&2; exit 2;; esac
+done
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
 
@@ -67,7 +74,7 @@ fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
-  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE"
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE BROADCAST_BUFFERS=$BROADCAST_BUFFERS"
 
 
 # shellcheck disable=SC2086
@@ -78,15 +85,19 @@ if [ "$LOCAL" = 1 ]; then
       --budget-s 0.5 --min-iter 20 --ddp-buckets --out "$OUT/profile.jsonl" --quiet )
 fi
 
-# the throttled DDP iterations: one throttle call per rate, each bounded by the time left
+# the throttled DDP iterations: one throttle call per rate (and BROADCAST_BUFFERS value), each bounded by the time left
 for rate in $RATES; do
+  for bb in $BROADCAST_BUFFERS; do
+  name="ddp@${rate}G"; [ "$bb" = 0 ] && name="$name-nobuf"
   # shellcheck disable=SC2086
-  phase "ddp@${rate}G" 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps "$rate" \
+  phase "$name" 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps "$rate" \
     --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$OUT/ddp.jsonl" -- \
     ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
     --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
     --hook-coalesce-mb $HOOK_COALESCE \
-    $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times) $([ "$HOOK_TIMES" = 1 ] && echo --hook-times)
+    $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times) $([ "$HOOK_TIMES" = 1 ] && echo --hook-times) \
+    $([ "$bb" = 0 ] && echo --no-broadcast-buffers)
+  done
 done
 
 if [ "$SWEEP" = 1 ]; then

@@ -1,0 +1,57 @@
+"""scripts/gpu_bandwidth.sh without a GPU: every DDP command it would run through ``throttle`` parses with the
+kit's own argument parser, and BROADCAST_BUFFERS adds the A/B pass (or refuses a value it does not know)."""
+import json
+import os
+import subprocess
+
+from studykit import paths
+from studykit.measure import cli as mcli
+
+SCRIPT = paths.ROOT / "scripts" / "gpu_bandwidth.sh"
+FAKE_PY = """#!/usr/bin/env python3
+import json, os, sys
+with open(os.environ["ARGV_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+"""
+
+
+def _run(tmp_path, **env_extra):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    log = tmp_path / "argv.jsonl"
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": str(fake), "ARGV_LOG": str(log),
+           "STUDYKIT_GIT_COMMIT": "test", "IPROUTE2": str(tmp_path / "none"), "TOTAL_S": "600", **env_extra}
+    res = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120, cwd=paths.ROOT)
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return res, [a for a in calls if "throttle" in a]
+
+
+def _ddp_args(argv):
+    i = argv.index("--")
+    return argv[i + 1:]
+
+
+def test_broadcast_buffers_adds_one_pass_per_rate(tmp_path):
+    res, calls = _run(tmp_path, RATES="25 10", BROADCAST_BUFFERS="1 0", MODELS="resnet50")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert len(calls) == 4
+    parser = mcli.build_parser()
+    nobuf = []
+    for argv in calls:
+        ns = parser.parse_args(_ddp_args(argv))
+        assert ns.cmd == "ddp"
+        nobuf.append((argv[argv.index("--rate-gbps") + 1], ns.broadcast_buffers))
+    assert nobuf == [("25", True), ("25", False), ("10", True), ("10", False)]
+    assert "ddp@10G-nobuf" in (tmp_path / "out" / "RUN.txt").read_text()
+
+
+def test_default_keeps_the_buffer_broadcast(tmp_path):
+    res, calls = _run(tmp_path, RATES="5")
+    assert res.returncode == 0 and len(calls) == 1 and "--no-broadcast-buffers" not in calls[0]
+
+
+def test_unknown_broadcast_buffers_value_is_refused(tmp_path):
+    res, calls = _run(tmp_path, BROADCAST_BUFFERS="yes")
+    assert res.returncode == 2 and not calls
+    assert "BROADCAST_BUFFERS must hold 1 and/or 0, got 'yes'" in res.stderr
