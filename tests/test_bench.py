@@ -847,3 +847,13 @@ def test_json_benchmark_output_refuses_committed_data_unless_told(tmp_path, caps
     out = tmp_path / "sub" / "r.json"
     bench.write_json(out, {"a": 1})
     assert json.loads(out.read_text()) == {"a": 1} and "wrote" in capsys.readouterr().out
+
+
+def test_committed_h200x2b_summary_is_the_one_its_records_give():
+    """data/benchmarks/h200x2b/summary.md (bench --ddp --no-codecs) is what summarize() makes of its records."""
+    from studykit import paths
+    from studykit.measure.records import load_records
+
+    folder = paths.DATA / "benchmarks" / "h200x2b"
+    md = bench.summary_markdown(bench.summarize(load_records(folder / "ddp.jsonl", quiet=True)))
+    assert (folder / "summary.md").read_text(encoding="utf-8") == md + "\n"

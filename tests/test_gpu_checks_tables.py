@@ -36,7 +36,8 @@ def readme_blocks_b() -> dict[str, str]:
 
 
 #: data/measurements/bandwidth/README.md's hook-vs-post blocks (issue 19 item 3 on the shaped links): marker -> campaign
-HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d", "hook-vs-post-p2e": "h200_p2e"}
+HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d", "hook-vs-post-p2e": "h200_p2e",
+                       "hook-vs-post-p2f": "h200_p2f", "hook-vs-post-p2g": "h200_p2g"}
 
 
 def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
@@ -47,7 +48,8 @@ def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
 
 @pytest.mark.parametrize("folder, blocks", [("gpu_checks_h200b", "readme_blocks_b"),
                                             ("gpu_checks_h200c", "readme_blocks_c"),
-                                            ("gpu_checks_h200d", "readme_blocks_d")])
+                                            ("gpu_checks_h200d", "readme_blocks_d"),
+                                            ("gpu_checks_h200e", "readme_blocks_e")])
 def test_gpu_checks_readme_tables_of_later_runs_are_the_generated_ones(folder, blocks):
     text = (paths.MEASUREMENTS / folder / "README.md").read_text(encoding="utf-8")
     for marker, want in globals()[blocks]().items():
@@ -211,6 +213,32 @@ def test_coalesced_hooks_are_rows_of_their_own_beside_the_per_bucket_hook():
     assert row["kit_ms"] == 12.0 and row["verdict"] == "MISS"
 
 
+def test_hooks_without_buffer_broadcast_are_rows_of_their_own_and_never_stand_in_for_the_default():
+    nobuf = {"broadcast_buffers": False, "cid": {"rate": 10.0, "broadcast_buffers": False}}
+    recs = [_shaped("post", "powersgd", 10.0), _shaped("hook", "powersgd", 12.0, hook_overlap=True),
+            # written later than the default hook: it must not replace it
+            _ddp("hook", "powersgd", {"rank": 4}, ms=11.0, network=NET, hook_overlap=True, ts="2", **nobuf),
+            _ddp("syncsgd", None, ms=20.0, network=NET, cid={"rate": 10.0}),
+            _ddp("syncsgd", None, ms=19.0, network=NET, ts="2", **nobuf)]
+    t = R.hook_vs_post(recs)
+    assert list(t["label"]) == ["powersgd r4", "powersgd r4 no buffer broadcast"]
+    assert list(t["hook_ms"]) == [12.0, 11.0] and list(t["broadcast_buffers"].isna()) == [True, False]
+    assert [r["ms_median"] for r in R.plain_runs(recs) if r["mode"] == "syncsgd"] == [20.0]
+    # the NVLink targets judge DDP as it comes
+    nv = [_ddp("syncsgd", None, ms=10.0), _ddp("hook", "powersgd", {"rank": 4}, ms=12.0, hook_overlap=True),
+          _ddp("hook", "powersgd", {"rank": 4}, ms=9.0, hook_overlap=True, ts="2", broadcast_buffers=False,
+               cid={"broadcast_buffers": False})]
+    assert R.hook_targets(nv).iloc[0]["kit_ms"] == 12.0
+    # the crossover tables keep both, labelled apart
+    from studykit.measure.crossover import iteration_table
+    methods = set(iteration_table(recs)["method"])
+    assert {"syncSGD", "syncSGD no buffer broadcast", "powersgd r4 (hook) no buffer broadcast"} <= methods
+    # and the rerun spread names the variant
+    again = [dict(r, timestamp="3") for r in recs]
+    labels = set(R.rerun_spread(recs, again)["label"])
+    assert "powersgd r4 (hook) no buffer broadcast" in labels
+
+
 GPU_CHECKS_C = paths.MEASUREMENTS / "gpu_checks_h200c"
 
 
@@ -232,6 +260,23 @@ def readme_blocks_c() -> dict[str, str]:
 
 
 GPU_CHECKS_D = paths.MEASUREMENTS / "gpu_checks_h200d"
+GPU_CHECKS_E = paths.MEASUREMENTS / "gpu_checks_h200e"
+
+
+def readme_blocks_e() -> dict[str, str]:
+    """gpu_checks_h200e/README.md's generated block: the same DDP configurations in a run that traced each one
+    after timing it (``ddp --trace-dir``, which sets TEARDOWN_CUPTI=1 before its first profile) and in a run
+    without traces, in the order they were timed."""
+    traced = load_records(GPU_CHECKS_E / "trace_ab" / "traced.jsonl", quiet=True)
+    t = R.rerun_spread(traced, load_records(GPU_CHECKS_E / "trace_ab" / "plain.jsonl", quiet=True))
+    order = [r["config_id"] for r in sorted(traced, key=lambda r: r["timestamp"])]
+    t = t.set_index("config_id").loc[order]
+    lines = ["| order | configuration | run with traces (ms) | run without (ms) | with / without |",
+             "|---:|---|---:|---:|---:|"]
+    for i, (_, r) in enumerate(t.iterrows()):
+        lines.append(f"| {i + 1}{' (after a traced one)' if i else ''} | {r['model']} b{int(r['batch_size'])} "
+                     f"{r['label']} | {r['ms_first']:.1f} | {r['ms_second']:.1f} | {r['ms_first'] / r['ms_second']:.2f} |")
+    return {"trace-ab": "\n".join(lines) + "\n"}
 
 
 def readme_blocks_d() -> dict[str, str]:
@@ -263,7 +308,11 @@ def readme_blocks_d() -> dict[str, str]:
 #: campaigns that measured the same configurations (another lent machine or day): the pairs of
 #: data/verification/bandwidth/README.md's run-to-run table
 RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "h200_p2d"), ("h200_p2", "h200_p2d"),
-               ("h200_p2d", "h200_p2e"))
+               ("h200_p2d", "h200_p2e"),
+               # another machine: the Gram-Schmidt rows of h200_p2d, the CholeskyQR2 rows of h200_p2e
+               ("h200_p2d", "h200_p2f"), ("h200_p2e", "h200_p2f"), ("h200_p2d", "h200_p2g"),
+               # the same machine, minutes apart
+               ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"))
 
 
 def readme_block_rerun_spread() -> str:

@@ -384,6 +384,11 @@ BANDWIDTH_RUNS["h200_p2e/path_model"] = ("h200_p2e", _P2C[:_P2C.index("--encode-
                                          + [str(paths.MEASUREMENTS / "gpu_checks_h200d")]
                                          + _P2C[_P2C.index("--encode-decode-from"):]
                                          + ["--holdout", "network"] + PO_MODEL)
+# one machine, one session: PowerSGD Gram-Schmidt beside CholeskyQR2 at four rates (h200_p2f), a second round of its
+# 10 and 25 Gbit/s on the same machine (h200_p2f_repeat, scored alone: each rate from the other), and the buffer
+# broadcast A/B (h200_p2g, its runs without the broadcast left out of the fit; h200_p2g_repeat its second round)
+for _sub in ("h200_p2f", "h200_p2f_repeat", "h200_p2g", "h200_p2g_repeat"):
+    BANDWIDTH_RUNS[f"{_sub}/path_model"] = (_sub, BANDWIDTH_RUNS["h200_p2e/path_model"][1])
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -413,6 +418,13 @@ BANDWIDTH_TABLE = {
     "p = 2, second hook campaign (ResNet-50, BERT-base), same options as the row above": "h200_p2d/path_model",
     "p = 2, PowerSGD with CholeskyQR2 (ResNet-50, BERT-base; 10 and 25 Gbit/s, each predicted from the other), same options":
         "h200_p2e/path_model",
+    "p = 2, PowerSGD Gram-Schmidt and CholeskyQR2, rank 4 and 32 (ResNet-50, BERT-base; 2.5-25 Gbit/s), same options":
+        "h200_p2f/path_model",
+    "p = 2, the same machine's second round of the row above at 10 and 25 Gbit/s (each predicted from the other)":
+        "h200_p2f_repeat/path_model",
+    "p = 2, `none`, PowerSGD r4, TopK 1 % (ResNet-50, BERT-base; 10 and 25 Gbit/s, same machine), same options":
+        "h200_p2g/path_model",
+    "p = 2, the same machine's second round of the row above": "h200_p2g_repeat/path_model",
 }
 
 

@@ -86,6 +86,12 @@ def _switch_text(r: dict) -> str:
     return f" GIL {r.get('switch_interval_ms'):g} ms"
 
 
+def buffers_text(broadcast_buffers: Optional[bool]) -> str:
+    """' no buffer broadcast' for a record of ``ddp --no-broadcast-buffers`` (``broadcast_buffers`` false, an
+    A/B of its own), else ''."""
+    return " no buffer broadcast" if broadcast_buffers is False else ""
+
+
 def coalesce_text(mb: Optional[float]) -> str:
     """' coalesced per iteration' (``hook_coalesce_mb`` 0), ' coalesced 25 MB', or '' (a protocol per bucket)."""
     if mb is None or (isinstance(mb, float) and math.isnan(mb)):
@@ -117,7 +123,8 @@ def iteration_table(records: Iterable[dict], stat: str = "ms_median") -> pd.Data
             # hook records written before the field hook_overlap existed ran the blocking hook
             "method": method_label(r.get("mode"), r.get("compressor"), params, r.get("bucket_mb"),
                                    r.get("hook_overlap")) + (" via PS" if r.get("comm") == "ps" else "")
-                      + _switch_text(r) + coalesce_text(r.get("hook_coalesce_mb")),
+                      + _switch_text(r) + coalesce_text(r.get("hook_coalesce_mb"))
+                      + buffers_text(r.get("broadcast_buffers")),
             "rate_gbps": float(net["rate_gbps"]), "measured_gbps": net.get("measured_busbw_gbps"),
             "ms": r.get(stat), "times_ms": list(r.get("times_ms") or []), "n_iter": r.get("n_iter"),
             "timestamp": r.get("timestamp", ""),

@@ -286,8 +286,9 @@ def _has(params: dict | None, want: tuple) -> bool:
 
 def plain_runs(records: Iterable[dict]) -> list[dict]:
     """The records of plain configurations: DDP's default bucket, Python's GIL switch interval (not a
-    ``ddp --switch-interval-ms`` A/B run, whose records would otherwise stand in for the plain ones)."""
-    return [r for r in records if r.get("bucket_mb") is None
+    ``ddp --switch-interval-ms`` A/B run, whose records would otherwise stand in for the plain ones), DDP's
+    buffer broadcast (not ``ddp --no-broadcast-buffers``)."""
+    return [r for r in records if r.get("bucket_mb") is None and r.get("broadcast_buffers") is not False
             and '"switch_interval_ms"' not in str(r.get("config_id") or "")]
 
 
@@ -375,39 +376,44 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
     times; ``ratio`` = hook / post, ``verdict`` PASS (ratio <= 1) or MISS. Configurations with only one of
     the two are left out. The latest record of a configuration counts. A hook that coalesced buckets
-    (``hook_coalesce_mb``) is a row of its own beside the per-bucket hook, its label saying so. Columns: gpu,
-    world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, hook_ms, hook_n,
-    post_ms, post_n, ratio, verdict."""
-    from studykit.measure.crossover import coalesce_text, method_label
+    (``hook_coalesce_mb``) or ran without DDP's buffer broadcast (``broadcast_buffers`` false) is a row of its
+    own beside the per-bucket hook, its label saying so (post runs the plain model either way). Columns: gpu,
+    world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, broadcast_buffers,
+    hook_ms, hook_n, post_ms, post_n, ratio, verdict."""
+    from studykit.measure.crossover import buffers_text, coalesce_text, method_label
 
     by: dict[tuple, dict] = {}
     for r in _latest(records):
         rate = (r.get("network") or {}).get("rate_gbps")
-        if not _default_run(r) or not rate or r.get("mode") not in ("hook", "post"):
+        nobuf = r.get("broadcast_buffers") is False and r.get("mode") == "hook"
+        if not _default_run({**r, "broadcast_buffers": None} if nobuf else r) or not rate \
+                or r.get("mode") not in ("hook", "post"):
             continue
         if r.get("mode") == "hook" and not r.get("hook_overlap"):
             continue
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), float(rate),
                r.get("compressor"), json.dumps(r.get("params") or {}, sort_keys=True))
-        mode = ("hook", r.get("hook_coalesce_mb")) if r["mode"] == "hook" else ("post", None)
+        mode = ("hook", r.get("hook_coalesce_mb"), not nobuf) if r["mode"] == "hook" else ("post", None, True)
         by.setdefault(key, {})[mode] = r
     rows = []
     for key, found in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
                              + tuple(str(x) for x in kv[0][5:])):
-        p = found.get(("post", None))
+        p = found.get(("post", None, True))
         if p is None:
             continue
-        hooks = [(mb, h) for (m, mb), h in found.items() if m == "hook"]
-        for mb, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0)):  # per bucket first, then by MB
+        hooks = [(mb, bb, h) for (m, mb, bb), h in found.items() if m == "hook"]
+        # per bucket first (DDP's buffer broadcast, then without), then coalesced by MB
+        for mb, bb, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0, not x[1])):
             ratio = h["ms_median"] / p["ms_median"]
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
                          "label": method_label("post", key[5], json.loads(key[6]), None).removesuffix(" (post)")
-                         + coalesce_text(mb), "hook_coalesce_mb": mb,
+                         + coalesce_text(mb) + buffers_text(None if bb else False), "hook_coalesce_mb": mb,
+                         "broadcast_buffers": None if bb else False,
                          "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
                          "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS"})
     cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label",
-            "hook_coalesce_mb", "hook_ms", "hook_n", "post_ms", "post_n", "ratio", "verdict"]
+            "hook_coalesce_mb", "broadcast_buffers", "hook_ms", "hook_n", "post_ms", "post_n", "ratio", "verdict"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -466,7 +472,7 @@ def rerun_spread(first: Iterable[dict], second: Iterable[dict]) -> pd.DataFrame:
     larger / smaller - 1. This is how far a measurement itself moves from run to run: no model can be
     expected to predict one campaign from the other more closely. Columns: config_id, model, batch_size, mode,
     group, compressor, params, rate_gbps, ms_first, ms_second, spread."""
-    from studykit.measure.crossover import method_label
+    from studykit.measure.crossover import buffers_text, coalesce_text, method_label
 
     def latest(records) -> dict:
         return {r["config_id"]: r for r in _latest(records)
@@ -485,7 +491,8 @@ def rerun_spread(first: Iterable[dict], second: Iterable[dict]) -> pd.DataFrame:
         rows.append({"config_id": cid, "model": ra.get("model"), "batch_size": ra.get("batch_size"), "mode": mode,
                      "group": group,
                      "label": method_label(mode, ra.get("compressor"), ra.get("params"), ra.get("bucket_mb"),
-                                           ra.get("hook_overlap")),
+                                           ra.get("hook_overlap")) + coalesce_text(ra.get("hook_coalesce_mb"))
+                              + buffers_text(ra.get("broadcast_buffers")),
                      "compressor": ra.get("compressor"), "params": ra.get("params"),
                      "rate_gbps": (ra.get("network") or {}).get("rate_gbps"),
                      "ms_first": float(ra["ms_median"]), "ms_second": float(rb["ms_median"]), "spread": hi / lo - 1})
