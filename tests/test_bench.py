@@ -857,3 +857,73 @@ def test_committed_h200x2b_summary_is_the_one_its_records_give():
     folder = paths.DATA / "benchmarks" / "h200x2b"
     md = bench.summary_markdown(bench.summarize(load_records(folder / "ddp.jsonl", quiet=True)))
     assert (folder / "summary.md").read_text(encoding="utf-8") == md + "\n"
+
+
+# ------------------------------------------------------------------ benchmarks/codec_kernels.py: each kernel's device time
+def _codec_kernels():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("codec_kernels", os.path.join(ROOT, "benchmarks", "codec_kernels.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_split_calls_drops_the_flush_and_takes_each_kernels_median():
+    # three rounds of (flush, a, b), out of order as a profiler may list them
+    ev = [(0, 50.0, "flush"), (60, 10.0, "a"), (75, 4.0, "b"),
+          (100, 50.0, "flush"), (160, 12.0, "a"), (175, 5.0, "b"),
+          (200, 50.0, "flush"), (260, 11.0, "a"), (275, 3.0, "b")]
+    out = bench.split_calls(list(reversed(ev)), 3)
+    assert out == [{"name": "a", "us_median": 11.0, "us_min": 10.0}, {"name": "b", "us_median": 4.0, "us_min": 3.0}]
+    with pytest.raises(ValueError, match="are not 2 equal rounds"):
+        bench.split_calls(ev, 2)
+    odd = ev[:6] + [(200, 50.0, "flush"), (260, 11.0, "a"), (275, 3.0, "c")]
+    with pytest.raises(ValueError, match="call 3 launched other kernels than call 1"):
+        bench.split_calls(odd, 3)
+
+
+def test_kernel_times_refuses_a_cpu_device():
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        bench.kernel_times(lambda: None, "cpu")
+
+
+def test_codec_kernels_report_puts_the_kernels_beside_the_timed_call(tmp_path, capsys):
+    ck = _codec_kernels()
+    out = tmp_path / "k.jsonl"
+    params = {"bits": 8, "protocol": "auto"}
+    from studykit.measure.records import make_record
+
+    w = RecordWriter(out)
+    w.write(make_record("bench", "t", device="cpu", compressor="quantize", params=params, mode="flat:fast",
+                        phase="encdec", ms_median=0.12, floor_ms=0.05, min_reps=100, min_time_s=1.0, budget_s=30,
+                        n_iter=100, timer="cuda_events_host_ahead"))
+    w.write(make_record("codec_kernels", "k", device="cpu", compressor="quantize", params=params, mode="flat:fast",
+                        reps=20, n_kernels=2, ms_kernels=0.09,
+                        kernels=[{"name": "pack", "us_median": 60.0, "us_min": 59.0},
+                                 {"name": "unpack", "us_median": 30.0, "us_min": 29.0}]))
+    md = ck.report(out, verbose=False)
+    row = [line for line in md.splitlines() if line.startswith("| quantize")][0]
+    assert row == ("| quantize | bits=8,protocol=auto | 0.1200 (2.40) | 2 | 0.0900 (1.80) | 0.0300 | "
+                   "pack: 60.0 (67 %); unpack: 30.0 (33 %) |")
+    assert (tmp_path / "k.md").read_text() == md
+
+
+def test_codec_kernels_refuses_a_machine_without_a_gpu_and_bad_arguments(tmp_path, capsys):
+    ck = _codec_kernels()
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            ck.main(["--out", str(tmp_path / "k.jsonl")])
+        assert "needs a CUDA GPU" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ck.main(["--report-only", "--out", str(tmp_path / "none.jsonl")])
+    assert "no records at" in capsys.readouterr().err
+    names = [s.name for s in ck.default_specs()]
+    assert "atomo" not in names and set(names) == set(C.available()) - {"atomo"}
+
+
+@pytest.mark.gpu
+def test_kernel_times_of_one_elementwise_pass(dev):
+    x = _x(1 << 24, dev)
+    k = bench.kernel_times(lambda: x * 2, dev, reps=5)
+    assert len(k) == 1 and k[0]["us_min"] <= k[0]["us_median"] and k[0]["us_median"] > 0

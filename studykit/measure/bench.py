@@ -307,6 +307,72 @@ def _no_ef(spec: CompressorSpec) -> dict:
 FAST_CODECS = fastpath.accelerated()
 
 
+def codec_inputs(shapes: Sequence[tuple], device) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The gradient every codec is timed on: ``(flat, per_tensor)``, one fp32 vector of the shapes' elements
+    (seeded normal values) and the same values as separate tensors of ``shapes`` (the low-rank codecs' layout)."""
+    numel = sum(math.prod(s) for s in shapes)
+    gen = torch.Generator(device=device).manual_seed(0)
+    flat = torch.randn(numel, generator=gen, device=device)
+    per_tensor = list(flat.split([math.prod(s) for s in shapes]))
+    return flat, [p.view(s).clone() for p, s in zip(per_tensor, shapes)]  # separate tensors, like real grads
+
+
+def encdec_call(spec: CompressorSpec, flat: torch.Tensor, per_tensor: list[torch.Tensor]):
+    """``(compressor, layout, fn)``: the call the ``encdec`` phase times, ``compressor.reduce`` of the flat
+    gradient (of ``per_tensor`` for the low-rank codecs) at world size 1, error feedback off."""
+    layout = "per_tensor" if spec.name in LOW_RANK else "flat"
+    comp = C.get(spec.name, allow_nonfinite=True, **_no_ef(spec))
+    grads, comm = ([flat] if layout == "flat" else per_tensor), LocalComm()
+    return comp, layout, (lambda: comp.reduce(grads, comm, key=0))
+
+
+def kernel_times(fn: Callable[[], object], device, *, reps: int = 20, flush_bytes: int = L2_FLUSH_BYTES) -> list[dict]:
+    """What each device kernel of one call of ``fn`` costs: ``reps`` calls under ``torch.profiler`` (CUDA
+    activity), each after a write of ``flush_bytes`` (L2 flushed, as the timings do); per kernel of the call,
+    in launch order, its name and its median and minimum device time over the calls (``us_median``,
+    ``us_min``). The sum of the medians is what the kernels alone cost: a bound below the timed call, whose
+    excess is launch gaps and waits. Memsets and copies count as kernels. CUDA only; raises ValueError
+    when the calls do not launch the same kernels in the same order (a codec that alternates, e.g. PowerSGD
+    with ``reuse``). Profile after every timing: the profiler slows every later launch (see
+    :func:`run_codecs`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"kernel_times needs a CUDA device (the profiler's device times), got {device}")
+    if reps < 1:
+        raise ValueError(f"kernel_times: reps must be >= 1, got {reps}")
+    flush = torch.empty(max(1, flush_bytes // 4), dtype=torch.int32, device=device)
+    _settle(fn, device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.fill_(1)
+            fn()
+        torch.cuda.synchronize(device)
+    events = [(e.time_range.start, e.time_range.elapsed_us(), e.name) for e in prof.events()
+              if e.device_type == torch.autograd.DeviceType.CUDA]
+    return split_calls(events, reps)
+
+
+def split_calls(events: Sequence[tuple], reps: int) -> list[dict]:
+    """:func:`kernel_times`' device events ``(start_us, duration_us, name)`` of ``reps`` rounds of (one flush
+    kernel, one call) -> per kernel of the call, in order: ``{"name", "us_median", "us_min"}``."""
+    import statistics
+
+    ev = sorted(events)
+    if not ev or len(ev) % reps:
+        raise ValueError(f"split_calls: {len(ev)} device events are not {reps} equal rounds of a flush and a call")
+    per = len(ev) // reps
+    rounds = [ev[i * per:(i + 1) * per] for i in range(reps)]
+    names = [e[2] for e in rounds[0]]
+    for i, r in enumerate(rounds[1:], 2):
+        if [e[2] for e in r] != names:
+            raise ValueError(f"split_calls: call {i} launched other kernels than call 1 (a codec whose calls "
+                             f"differ cannot be split into per-kernel times)")
+    return [{"name": names[j], "us_median": statistics.median(r[j][1] for r in rounds),
+             "us_min": min(r[j][1] for r in rounds)} for j in range(1, per)]  # position 0: the flush
+
+
 def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device: torch.device,
                model: str = "resnet50", policy: RepPolicy | None = None,
                reference: bool = False, split: bool = True, extras: bool = True, phases: Sequence[str] = PHASES,
@@ -356,10 +422,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
          f">= {policy.min_reps} reps and >= {policy.min_time_s:g} s per codec (budget {policy.budget_s} s), "
          f"flush {policy.flush_for(device) / 2**20:g} MiB before each", verbose)
 
-    gen = torch.Generator(device=device).manual_seed(0)
-    flat = torch.randn(numel, generator=gen, device=device)
-    per_tensor = list(flat.split([math.prod(s) for s in shapes]))
-    per_tensor = [p.view(s).clone() for p, s in zip(per_tensor, shapes)]  # separate tensors, like real grads
+    flat, per_tensor = codec_inputs(shapes, device)
 
     variants = [True, False] if reference else [True]
     pending: list = []  # (record, fast, function): kernels are counted after all timings
