@@ -61,7 +61,7 @@ def measure(specs, out: Path, device, model: str, policy, reps: int, verbose: bo
         comp, layout, fn = bench.encdec_call(spec, flat, per_tensor)
         params = bench.effective_params(comp)
         ident = dict(model=model, compressor=spec.name, params=params, phase="encdec", mode=f"{layout}:fast")
-        cid = config_id(kind="codec_kernels", device_type=device.type, reps=reps, **ident)
+        cid = config_id(kind="codec_kernels", device_type=device.type, **ident)
         if cid in done:
             continue
         try:
