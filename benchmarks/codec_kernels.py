@@ -83,9 +83,9 @@ def _key(r: dict) -> tuple:
     return r.get("compressor"), bench._params_str(r.get("params")), r.get("mode")
 
 
-def report(out: Path, verbose: bool = True) -> str:
+def report(out: Path, verbose: bool = True, write: bool = True) -> str:
     """The table of ``out``'s records: per codec its timed call and the sum of its kernels, each against the
-    floor, and its three largest kernels; printed and written beside ``out`` (.md)."""
+    floor, and its three largest kernels; printed (``verbose``) and written beside ``out`` (.md; ``write``)."""
     recs = load_records(out, quiet=True)
     timed = {_key(r): r for r in recs if r.get("kind") == "bench" and r.get("status") == "ok"}
     kern = [r for r in recs if r.get("kind") == "codec_kernels"]
@@ -115,7 +115,10 @@ def report(out: Path, verbose: bool = True) -> str:
             f"gradient at this run's copy bandwidth). Timed: `bench`'s encode+decode, "
             f"{bench.policy_text(next(iter(timed.values()))) if timed else 'not timed'}.\n\n") if floor else (
             f"# What each codec's kernels alone cost\n\nRecords: `{out.name}` (no timings).\n\n")
-    return bench.write_report(out, head + "\n".join(rows) + "\n", verbose)
+    text = head + "\n".join(rows) + "\n"
+    if not write:
+        return text
+    return bench.write_report(out, text, verbose)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -927,3 +928,31 @@ def test_kernel_times_of_one_elementwise_pass(dev):
     x = _x(1 << 24, dev)
     k = bench.kernel_times(lambda: x * 2, dev, reps=5)
     assert len(k) == 1 and k[0]["us_min"] <= k[0]["us_median"] and k[0]["us_median"] > 0
+
+
+CODEC_KERNELS = os.path.join(ROOT, "data", "measurements", "codec_kernels_h200")
+
+
+def codec_kernels_readme_blocks() -> dict:
+    """data/measurements/codec_kernels_h200/README.md's generated block: the max |g| trial's components."""
+    recs = load_records(os.path.join(CODEC_KERNELS, "abs_max_trial", "bench_components.jsonl"), quiet=True)
+    rows = ["| component | ms median [q25-q75] n | x floor |", "|---|---:|---:|"]
+    for r in recs:
+        label = str(r.get("phase") or "").removeprefix("component:")
+        if r.get("kind") == "bench" and label.startswith(("max |g|", "elementwise pass")):
+            rows.append(f"| {label.replace('|', chr(92) + '|')} | {r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']} | "
+                        f"{r['x_floor']:.2f} |")
+    return {"abs-max-components": "\n".join(rows) + "\n"}
+
+
+@pytest.mark.parametrize("sub", ["", "abs_max_trial"])
+def test_committed_codec_kernels_tables_are_the_generated_ones(sub):
+    out = Path(CODEC_KERNELS) / sub / "codec_kernels.jsonl"
+    assert out.with_suffix(".md").read_text(encoding="utf-8") == _codec_kernels().report(out, verbose=False, write=False)
+
+
+def test_codec_kernels_readme_block_is_the_generated_one():
+    text = (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8")
+    for marker, want in codec_kernels_readme_blocks().items():
+        a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
+        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with codec_kernels_readme_blocks()"

@@ -148,29 +148,3 @@ def test_qsgd_payloads_decode_the_same_on_both_paths(dev, reference, levels):
     # the fast levels are the reference's or a neighbour (same norms, other noise)
     assert torch.allclose(fast[0][0], ref[0][0], rtol=1e-6)
     assert (comp._unpack(fast[0][1], n).int() - comp._unpack(ref[0][1], n).int()).abs().max() <= 1
-
-
-# ------------------------------------------------------------------ max |x| (quantize's and TernGrad's scale)
-@pytest.mark.gpu
-@pytest.mark.parametrize("n", [1, 13, 8191, 8192, 8193, 3 * 8192 + 77])
-def test_abs_max_is_the_exact_maximum_of_abs(dev, n):
-    x = _x(n, dev, seed=n)
-    x[n // 2] = -7.5  # the largest magnitude, negative, somewhere inside
-    for got in (_fast.abs_max(x), _fast.abs_max_fused(x)):  # the picked path, and the Triton pass itself
-        assert got.shape == (1,) and got.dtype == torch.float32
-        assert torch.equal(got, x.abs().amax().reshape(1))
-    for name in ("terngrad", "quantize"):  # the fast path serves both codecs' round 1
-        assert torch.equal(C.get(name).peak(x), x.abs().amax().reshape(1))
-
-
-@pytest.mark.gpu
-def test_abs_max_keeps_nan_and_inf_as_torch_does(dev):
-    n = 3 * 8192 + 5
-    for bad, at in ((float("nan"), 5), (float("nan"), n - 1), (float("-inf"), 8192)):
-        x = _x(n, dev)
-        x[at] = bad
-        want = x.abs().amax().reshape(1)
-        for got in (_fast.abs_max(x), _fast.abs_max_fused(x)):
-            assert torch.equal(got.isnan(), want.isnan()) and (want.isnan().all() or torch.equal(got, want))
-    h = _x(4, dev).half()  # other dtypes: PyTorch's reduction
-    assert torch.equal(_fast.abs_max(h), h.abs().amax().reshape(1))

@@ -233,24 +233,6 @@ if HAVE_TRITON:
         b = _ld(bits_ptr + (idx >> 3), m, 0, MASKED).to(tl.int32)
         return (b >> (idx & 7)) & 1
 
-    # ------------------------------------------------------------------ max |x|: per-block maxima in one read
-    @triton.jit
-    def _absmax_body(x_ptr, part_ptr, n, pid, MASKED: tl.constexpr, BLOCK: tl.constexpr):
-        idx = pid * BLOCK + tl.arange(0, BLOCK)
-        a = tl.abs(_ld(x_ptr + idx, idx < n, 0.0, MASKED))  # padding reads 0, which never wins a max of |x|
-        # NaN anywhere makes the block's maximum NaN, as torch.amax does: the sum of the NaN entries is NaN
-        # (0 when there are none), added to the maximum of the others
-        nan = tl.sum(tl.where(a != a, a, 0.0), axis=0)
-        tl.store(part_ptr + pid, tl.max(tl.where(a != a, 0.0, a), axis=0) + nan)
-
-    @triton.jit
-    def _absmax_kernel(x_ptr, part_ptr, n, n_full, REVERSE: tl.constexpr, BLOCK: tl.constexpr):
-        pid = _program(REVERSE)
-        if pid < n_full:
-            _absmax_body(x_ptr, part_ptr, n, pid, False, BLOCK)
-        else:
-            _absmax_body(x_ptr, part_ptr, n, pid, True, BLOCK)
-
     # ------------------------------------------------------------------ half-precision casts
     @triton.jit
     def _cast_kernel(x_ptr, out_ptr, n, factor, start, MASKED: tl.constexpr, DIVIDE: tl.constexpr,
@@ -752,31 +734,9 @@ def _launch1(kernel, full_units: int, total_units: int, block: int, *args, rever
         kernel[(grid,)](*args, full_units // block, REVERSE=reverse, **meta)
 
 
-_MAX_BLOCK = 8192    # elements per program of the max |x| pass
-
-
 def abs_max(x: torch.Tensor) -> torch.Tensor:
-    """``x.abs().amax()`` as a 1-element tensor in one read of ``x`` (no ``|x|`` temporary); exact (a maximum
-    rounds nothing), NaN where ``x`` has one. fp32: one Triton pass writes each block's maximum, then
-    ``torch.amax`` of those; on an H200 PyTorch's own reduction (``torch.linalg.vector_norm(x, inf)``) took
-    36 us for ResNet-50's 25.6M elements, 1.5x one read at the copy bandwidth
-    (``data/measurements/codec_kernels_h200/``). Whichever of the two is faster on the device is kept
-    (:func:`pick`); other dtypes take PyTorch's."""
-    def torch_max():
-        return torch.linalg.vector_norm(x, float("inf")).reshape(1)
-
-    if x.dtype != torch.float32 or x.numel() == 0:
-        return torch_max()
-    return (lambda: abs_max_fused(x), torch_max)[pick(("abs_max", x.device, x.numel()),
-                                                      [lambda: abs_max_fused(x), torch_max])]()
-
-
-def abs_max_fused(x: torch.Tensor) -> torch.Tensor:
-    """:func:`abs_max` by the Triton pass alone (fp32, at least one element)."""
-    n = x.numel()
-    part = torch.empty(triton.cdiv(n, _MAX_BLOCK), dtype=torch.float32, device=x.device)
-    _launch1(_absmax_kernel, n, n, _MAX_BLOCK, x, part, n, BLOCK=_MAX_BLOCK)
-    return part.amax().reshape(1)
+    """``x.abs().amax()`` as a 1-element tensor in one reduction pass (no ``|x|`` temporary); exact."""
+    return torch.linalg.vector_norm(x, float("inf")).reshape(1)
 
 
 def pack(x: torch.Tensor, mode: int, *, abs_mean: bool = False):
