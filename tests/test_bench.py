@@ -956,3 +956,31 @@ def test_codec_kernels_readme_block_is_the_generated_one():
     for marker, want in codec_kernels_readme_blocks().items():
         a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
         assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with codec_kernels_readme_blocks()"
+
+
+def test_codec_kernels_measure_times_then_profiles_each_codec_and_resumes(tmp_path, fake_clock, monkeypatch):
+    """The script's two passes on a CPU, the profiler replaced (its device times need CUDA)."""
+    ck = _codec_kernels()
+    calls = []
+
+    def fake_kernel_times(fn, device, *, reps, flush_bytes):
+        fn()
+        calls.append(reps)
+        return [{"name": "k", "us_median": 5.0, "us_min": 4.0}]
+
+    monkeypatch.setattr(bench, "kernel_times", fake_kernel_times)
+    out = tmp_path / "k.jsonl"
+    policy = bench.RepPolicy(min_reps=3, min_time_s=0, n_warmup=1)
+    from studykit.measure.runtime import CompressorSpec
+
+    specs = [CompressorSpec("fp16", ()), CompressorSpec("powersgd", ())]
+    ck.measure(specs, out, torch.device("cpu"), "mlp_small", policy, 2, False)
+    recs = load_records(out)
+    kern = [r for r in recs if r["kind"] == "codec_kernels"]
+    assert [(r["compressor"], r["mode"], r["n_kernels"], r["ms_kernels"]) for r in kern] == [
+        ("fp16", "flat:fast", 1, 0.005), ("powersgd", "per_tensor:fast", 1, 0.005)]
+    assert calls == [2, 2] and all(r["git_commit"] for r in kern)
+    ck.measure(specs, out, torch.device("cpu"), "mlp_small", policy, 2, False)  # resumed: nothing again
+    assert calls == [2, 2] and len(load_records(out)) == len(recs)
+    md = ck.report(out, verbose=False, write=False)
+    assert "| fp16 |  |" in md and "| 1 | 0.0050 (" in md
