@@ -389,6 +389,10 @@ BANDWIDTH_RUNS["h200_p2e/path_model"] = ("h200_p2e", _P2C[:_P2C.index("--encode-
 # broadcast A/B (h200_p2g, its runs without the broadcast left out of the fit; h200_p2g_repeat its second round)
 for _sub in ("h200_p2f", "h200_p2f_repeat", "h200_p2g", "h200_p2g_repeat"):
     BANDWIDTH_RUNS[f"{_sub}/path_model"] = (_sub, BANDWIDTH_RUNS["h200_p2e/path_model"][1])
+# each campaign with its second round as one platform: verify pools a configuration's repeated records (_pool)
+for _sub in ("h200_p2f", "h200_p2g"):
+    BANDWIDTH_RUNS[f"{_sub}_pooled/path_model"] = ((_sub, f"{_sub}_repeat"), BANDWIDTH_RUNS["h200_p2e/path_model"][1]
+                                                   + ["--pool", f"{_sub}_pooled"])
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -425,6 +429,9 @@ BANDWIDTH_TABLE = {
     "p = 2, `none`, PowerSGD r4, TopK 1 % (ResNet-50, BERT-base; 10 and 25 Gbit/s, same machine), same options":
         "h200_p2g/path_model",
     "p = 2, the same machine's second round of the row above": "h200_p2g_repeat/path_model",
+    "p = 2, `h200_p2f` and its second round pooled (10 and 25 Gbit/s measured twice), same options":
+        "h200_p2f_pooled/path_model",
+    "p = 2, `h200_p2g` and its second round pooled, same options": "h200_p2g_pooled/path_model",
 }
 
 
