@@ -984,3 +984,21 @@ def test_codec_kernels_measure_times_then_profiles_each_codec_and_resumes(tmp_pa
     assert calls == [2, 2] and len(load_records(out)) == len(recs)
     md = ck.report(out, verbose=False, write=False)
     assert "| fp16 |  |" in md and "| 1 | 0.0050 (" in md
+
+
+def benchmarks_readme_blocks() -> dict:
+    """data/benchmarks/README.md's generated block: issue 19's NVLink hook targets on h200x2b's records."""
+    from studykit import paths
+    from studykit.measure import report as R
+
+    recs = load_records(paths.DATA / "benchmarks" / "h200x2b" / "ddp.jsonl", quiet=True)
+    return {"h200x2b-hook-targets": R.hook_targets_markdown(R.hook_targets(recs))}
+
+
+def test_benchmarks_readme_block_is_the_generated_one():
+    from studykit import paths
+
+    text = (paths.DATA / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    for marker, want in benchmarks_readme_blocks().items():
+        a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
+        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with benchmarks_readme_blocks()"
