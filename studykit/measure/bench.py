@@ -322,8 +322,13 @@ def encdec_call(spec: CompressorSpec, flat: torch.Tensor, per_tensor: list[torch
     gradient (of ``per_tensor`` for the low-rank codecs) at world size 1, error feedback off."""
     layout = "per_tensor" if spec.name in LOW_RANK else "flat"
     comp = C.get(spec.name, allow_nonfinite=True, **_no_ef(spec))
-    grads, comm = ([flat] if layout == "flat" else per_tensor), LocalComm()
-    return comp, layout, (lambda: comp.reduce(grads, comm, key=0))
+    return comp, layout, _reduce_call(comp, [flat] if layout == "flat" else per_tensor)
+
+
+def _reduce_call(comp, grads: list[torch.Tensor]) -> Callable[[], object]:
+    """One ``comp.reduce`` of ``grads`` at world size 1 (a :class:`LocalComm` of its own), as timed and profiled."""
+    comm = LocalComm()
+    return lambda: comp.reduce(grads, comm, key=0)
 
 
 def kernel_times(fn: Callable[[], object], device, *, reps: int = 20, flush_bytes: int = L2_FLUSH_BYTES) -> list[dict]:
@@ -449,8 +454,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
             try:
                 with _fast_paths(fast):
                     if phase in ("encdec", "default"):
-                        comm = LocalComm()
-                        fn = (lambda c=comp, g=grads, m=comm: c.reduce(g, m, key=0))
+                        fn = _reduce_call(comp, grads)
                     else:
                         fn = _timed_call(comp, phase, grads, 1)
                     _settle(fn, device)  # kernel compilation and the fast paths' one-time choices
