@@ -548,13 +548,18 @@ def test_every_compressor_runs_on_the_gpu_and_workers_agree(dev, name):
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
-def _codec_repeat():
+def _benchmark(name: str):
+    """The script benchmarks/<name>.py as a module."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("codec_repeat", os.path.join(ROOT, "benchmarks", "codec_repeat.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _codec_repeat():
+    return _benchmark("codec_repeat")
 
 
 def test_codec_repeat_default_codecs_are_every_one_with_quantize_at_every_b_and_atomo_last():
@@ -862,12 +867,7 @@ def test_committed_h200x2b_summary_is_the_one_its_records_give():
 
 # ------------------------------------------------------------------ benchmarks/codec_kernels.py: each kernel's device time
 def _codec_kernels():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("codec_kernels", os.path.join(ROOT, "benchmarks", "codec_kernels.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _benchmark("codec_kernels")
 
 
 def test_split_calls_drops_the_flush_and_takes_each_kernels_median():
