@@ -22,6 +22,9 @@
 # hook_blocking), the kit's hook stamped bucket by bucket: ready, encode end, collectives, decode end, end of
 # the backward pass (kind hook_times; `ddp --hook-times`). Off by default: it costs about as much again as
 # timing the hooks, and with RESUME_FROM it also stamps every hook configuration already in the folder.
+# ROUNDS=2 (or more) measures every rate again after the first round, round k into $OUT/round<k>/ (no bucket
+# or hook stamps there): verify, which reads a folder's subfolders too, pools a configuration's rounds (the
+# median of their medians), and studykit.measure.report.rerun_spread compares them (how far a run moves).
 # BROADCAST_BUFFERS="1 0" times every configuration a second time per rate with `ddp --no-broadcast-buffers`
 # (DDP without its buffer broadcast at every forward: the A/B of what DDP's forward costs a hook beside post;
 # post does not change and is not timed again).
@@ -29,7 +32,8 @@
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
 # Writes at most 7 files, directly in $OUT: ddp.jsonl (records of kinds ddp, buckets and hook_times)
-# probe.jsonl tcomp.jsonl profile.jsonl sweep.jsonl run.log RUN.txt.
+# probe.jsonl tcomp.jsonl profile.jsonl sweep.jsonl run.log RUN.txt; with ROUNDS > 1 also ddp.jsonl and
+# probe.jsonl in $OUT/round<k>/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,6 +56,8 @@ BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when 
 HOOK_COALESCE=${HOOK_COALESCE:-off}  # hook configurations once per value: off (a protocol per bucket) or MB (0: per iteration)
 HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 BROADCAST_BUFFERS=${BROADCAST_BUFFERS:-1}  # per rate, once per value: 1 DDP's default, 0 --no-broadcast-buffers
+ROUNDS=${ROUNDS:-1}                # rounds over the rates; round k > 1 into $OUT/round<k>/
+case $ROUNDS in ''|*[!0-9]*|0) echo "ROUNDS must be a whole number >= 1, got '$ROUNDS'" >&2; exit 2;; esac
 for bb in $BROADCAST_BUFFERS; do
   case $bb in 0|1) ;; *) echo "BROADCAST_BUFFERS must hold 1 and/or 0, got '$BROADCAST_BUFFERS'" >&2; exit 2;; esac
 done
@@ -74,7 +80,7 @@ fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
-  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE BROADCAST_BUFFERS=$BROADCAST_BUFFERS"
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE BROADCAST_BUFFERS=$BROADCAST_BUFFERS ROUNDS=$ROUNDS"
 
 
 # shellcheck disable=SC2086
@@ -85,18 +91,23 @@ if [ "$LOCAL" = 1 ]; then
       --budget-s 0.5 --min-iter 20 --ddp-buckets --out "$OUT/profile.jsonl" --quiet )
 fi
 
-# the throttled DDP iterations: one throttle call per rate (and BROADCAST_BUFFERS value), each bounded by the time left
-for rate in $RATES; do
-  for bb in $BROADCAST_BUFFERS; do
-  name="ddp@${rate}G"; [ "$bb" = 0 ] && name="$name-nobuf"
-  # shellcheck disable=SC2086
-  phase "$name" 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps "$rate" \
-    --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$OUT/ddp.jsonl" -- \
-    ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
-    --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
-    --hook-coalesce-mb $HOOK_COALESCE \
-    $([ "$BUCKET_TIMES" = 1 ] && echo --bucket-times) $([ "$HOOK_TIMES" = 1 ] && echo --hook-times) \
-    $([ "$bb" = 0 ] && echo --no-broadcast-buffers)
+# the throttled DDP iterations: per round, one throttle call per rate (and BROADCAST_BUFFERS value), each
+# bounded by the time left
+for round in $(seq 1 "$ROUNDS"); do
+  dst=$OUT; stamps=1; tag=""
+  if [ "$round" -gt 1 ]; then dst=$OUT/round$round; stamps=0; tag="-round$round"; mkdir -p "$dst"; fi
+  for rate in $RATES; do
+    for bb in $BROADCAST_BUFFERS; do
+    name="ddp@${rate}G$tag"; [ "$bb" = 0 ] && name="$name-nobuf"
+    # shellcheck disable=SC2086
+    phase "$name" 100000 $PY -m studykit throttle --gpus --workers "$NPROC" "${IPR[@]}" --rate-gbps "$rate" \
+      --timeout-s $(( $(left) > 40 ? $(left) - 20 : 20 )) --out "$dst/ddp.jsonl" -- \
+      ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
+      --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
+      --hook-coalesce-mb $HOOK_COALESCE \
+      $([ "$BUCKET_TIMES$stamps" = 11 ] && echo --bucket-times) $([ "$HOOK_TIMES$stamps" = 11 ] && echo --hook-times) \
+      $([ "$bb" = 0 ] && echo --no-broadcast-buffers)
+    done
   done
 done
 
@@ -108,6 +119,6 @@ if [ "$SWEEP" = 1 ]; then
 fi
 {
   echo "finished $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s"
-  for f in "$OUT"/*.jsonl; do [ -f "$f" ] && echo "$(basename "$f"): $(wc -l < "$f") records"; done
+  for f in "$OUT"/*.jsonl "$OUT"/round*/*.jsonl; do [ -f "$f" ] && echo "${f#"$OUT"/}: $(wc -l < "$f") records"; done
 } | tee -a "$LOG" >> "$RUN"
 tail -n 25 "$LOG"

@@ -51,6 +51,26 @@ def test_default_keeps_the_buffer_broadcast(tmp_path):
     assert res.returncode == 0 and len(calls) == 1 and "--no-broadcast-buffers" not in calls[0]
 
 
+def test_rounds_measure_every_rate_again_into_round_folders_without_stamps(tmp_path):
+    res, calls = _run(tmp_path, RATES="25 10", ROUNDS="2", BUCKET_TIMES="1", HOOK_TIMES="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    outs = [(a[a.index("--rate-gbps") + 1], a[a.index("--out") + 1]) for a in calls]
+    out = str(tmp_path / "out")
+    assert outs == [("25", f"{out}/ddp.jsonl"), ("10", f"{out}/ddp.jsonl"),
+                    ("25", f"{out}/round2/ddp.jsonl"), ("10", f"{out}/round2/ddp.jsonl")]
+    stamped = ["--bucket-times" in a and "--hook-times" in a for a in calls]
+    assert stamped == [True, True, False, False]  # the stamps once, in the first round
+    parser = mcli.build_parser()
+    assert all(parser.parse_args(_ddp_args(a)).cmd == "ddp" for a in calls)
+    assert "ddp@10G-round2" in (tmp_path / "out" / "RUN.txt").read_text()
+
+
+def test_bad_rounds_are_refused(tmp_path):
+    for bad in ("0", "two", "-1"):
+        res, calls = _run(tmp_path, ROUNDS=bad)
+        assert res.returncode == 2 and not calls and f"ROUNDS must be a whole number >= 1, got '{bad}'" in res.stderr
+
+
 def test_unknown_broadcast_buffers_value_is_refused(tmp_path):
     res, calls = _run(tmp_path, BROADCAST_BUFFERS="yes")
     assert res.returncode == 2 and not calls

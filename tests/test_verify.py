@@ -785,3 +785,21 @@ def test_path_overhead_from_must_be_known():
     with pytest.raises(ValueError, match=r"path_overhead_from must be one of \('identity', 'model'\), got 'x'"):
         verify.verify_platform(verify.load_platform(paths.MEASUREMENTS / "bandwidth" / "h200_p2b", sweep_from=paths
                                                     .MEASUREMENTS / "bandwidth" / "h200_p2"), path_overhead_from="x")
+
+
+@pytest.mark.slow
+def test_a_campaign_with_a_round2_folder_scores_as_its_rounds_pooled(tmp_path):
+    """scripts/gpu_bandwidth.sh ROUNDS=2 writes round 2 into <campaign>/round2/: verify reads it with the campaign
+    and pools each configuration's two records, as --pool does for two sibling folders (h200_p2f_pooled)."""
+    import shutil
+
+    camp = tmp_path / "h200_p2f"
+    shutil.copytree(paths.MEASUREMENTS / "bandwidth" / "h200_p2f", camp)
+    shutil.copytree(paths.MEASUREMENTS / "bandwidth" / "h200_p2f_repeat", camp / "round2")
+    args = BANDWIDTH_RUNS["h200_p2f/path_model"][1]
+    assert verify.main(["verify", "--records", str(camp), *args, "--out", str(tmp_path / "v"), "--quiet"]) == 0
+    new = pd.read_csv(tmp_path / "v" / "predictions.csv")
+    old = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2f_pooled" / "path_model" / "predictions.csv")
+    assert len(new) == len(old) and (new["n_records"] == 2).sum() == (old["n_records"] == 2).sum() > 0
+    pd.testing.assert_series_equal(new["predicted_ms"], old["predicted_ms"], rtol=1e-9)
+    pd.testing.assert_series_equal(new["measured_ms"], old["measured_ms"], rtol=1e-9)
