@@ -37,7 +37,46 @@ def readme_blocks_b() -> dict[str, str]:
 
 #: data/measurements/bandwidth/README.md's hook-vs-post blocks (issue 19 item 3 on the shaped links): marker -> campaign
 HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d", "hook-vs-post-p2e": "h200_p2e",
-                       "hook-vs-post-p2f": "h200_p2f", "hook-vs-post-p2g": "h200_p2g"}
+                       "hook-vs-post-p2f": "h200_p2f", "hook-vs-post-p2g": "h200_p2g",
+                       "hook-vs-post-p2h": "h200_p2h", "hook-vs-post-p2h-repeat": "h200_p2h_repeat",
+                       "hook-vs-post-p2i": "h200_p2i", "hook-vs-post-p2i-repeat": "h200_p2i_repeat"}
+
+
+def readme_block_fp16_vs_torch() -> str:
+    """data/measurements/bandwidth/README.md's block of h200_p2j: the kit's fp16 hook against PyTorch's at each rate,
+    each round on its own (issue 19 item 3: "at most as slow as PyTorch's at every rate")."""
+    (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
+    parts = []
+    for i, sub in enumerate(("h200_p2j", "h200_p2j_repeat"), 1):
+        recs = load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True)
+        t = R.hook_targets(recs, (fp16,), shaped=True).sort_values(["model", "rate_gbps"], ascending=[True, False])
+        parts.append(f"Round {i} (`{sub}/`):\n\n" + R.hook_targets_markdown(t))
+    return "\n".join(parts)
+
+
+def test_bandwidth_readme_fp16_vs_torch_is_the_generated_one():
+    text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
+    assert _marked(text, "fp16-vs-torch-p2j") == readme_block_fp16_vs_torch(), \
+        "regenerate with readme_block_fp16_vs_torch() (tests/test_gpu_checks_tables.py)"
+
+
+def test_hook_targets_per_rate_keep_rates_apart():
+    """``hook_targets(shaped=True)`` judges each emulated rate on its own, and leaves the NVLink records out
+    (``shaped=False`` the reverse)."""
+    def rec(mode, comp, ms, rate):
+        return {"kind": "ddp", "status": "ok", "gpu": "G", "world_size": 2, "model": "m", "batch_size": 8,
+                "mode": mode, "compressor": comp, "params": {}, "hook_overlap": mode == "hook", "ms_median": ms,
+                "n_iter": 5, "network": {"rate_gbps": rate} if rate else None, "timestamp": "t"}
+    recs = [rec("hook", "fp16", 10.0, 25.0), rec("builtin", "torch_fp16", 8.0, 25.0),
+            rec("hook", "fp16", 20.0, 10.0), rec("builtin", "torch_fp16", 25.0, 10.0),
+            rec("hook", "fp16", 1.0, None), rec("builtin", "torch_fp16", 2.0, None)]
+    (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
+    t = R.hook_targets(recs, (fp16,), shaped=True).set_index("rate_gbps")
+    assert t.loc[25.0, "ratio"] == 1.25 and t.loc[25.0, "verdict"] == "MISS"
+    assert t.loc[10.0, "ratio"] == 0.8 and t.loc[10.0, "verdict"] == "PASS" and len(t) == 2
+    nv = R.hook_targets(recs, (fp16,))
+    assert len(nv) == 1 and nv.iloc[0]["ratio"] == 0.5
+    assert "| 25 Gbit/s |" in R.hook_targets_markdown(t.reset_index()) and "Gbit/s" not in R.hook_targets_markdown(nv)
 
 
 def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
@@ -312,7 +351,9 @@ RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "
                # another machine: the Gram-Schmidt rows of h200_p2d, the CholeskyQR2 rows of h200_p2e
                ("h200_p2d", "h200_p2f"), ("h200_p2e", "h200_p2f"), ("h200_p2d", "h200_p2g"),
                # the same machine, minutes apart
-               ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"))
+               ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"),
+               # the same call, gpu_bandwidth.sh ROUNDS=2
+               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"))
 
 
 def readme_block_rerun_spread() -> str:
@@ -342,3 +383,13 @@ def test_rerun_spread_by_hand():
     assert "| x / y | syncSGD | 1 | 10.0 % | 10.0 % |" in md and "25.0 %" in md
     with pytest.raises(ValueError, match="no configuration measured in both"):
         R.rerun_spread_markdown({"x / z": R.rerun_spread(a, [])})
+
+
+def test_bandwidth_readme_counts_the_records_with_one_warmup():
+    """The README's count of `ddp` records timed after a single warm-up (the fault fixed in timing.time_fn)."""
+    import glob
+    recs = [r for f in glob.glob(str(paths.MEASUREMENTS / "bandwidth" / "*" / "ddp.jsonl"))
+            for r in load_records(f, quiet=True) if r.get("kind") == "ddp" and r.get("status") == "ok"]
+    one = sum(r.get("n_warmup") == 1 for r in recs)
+    text = " ".join((paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8").split())
+    assert f"{one} of the {len(recs):,} `ddp` records under this folder have one warm-up" in text

@@ -252,3 +252,25 @@ def test_extended_sync_terms_keep_gamma_at_1_when_the_backward_times_are_too_clo
     # 1.5x apart: both terms fitted by the line
     wide = fit_sync_terms([dict(rows[0]), {**rows[0], "t_comp": 20e-3, "s": 25e-3}], extended=True)
     assert wide.gamma == pytest.approx(1.0) and wide.delta_s == pytest.approx(5e-3) and "gamma" in wide.fitted
+
+
+def test_curve_fit_keeps_gamma_at_1_when_no_record_moves_with_it():
+    """The timeline's gamma (``fit_sync_terms_curve``) from syncSGD records so communication-bound that T_obs moves
+    by under 2 % of the iteration over the whole grid (VGG19's 548 MB over 2.5-10 Gbit/s): the noise would pick
+    gamma, so it stays 1 and says why. A record that moves with gamma gets it fitted, even at the grid's edge."""
+    from studykit.perfmodel.fit import GAMMA_GRID, GAMMA_MIN_SENSITIVITY, fit_sync_terms_curve
+
+    # T_obs = 500 ms + 1 ms x gamma: 2.2 ms (0.44 %) over 0.8-3.0; measured as if gamma were 2.5 (noise does that)
+    flat = [{"s": 0.5 + 2.5e-3, "curve": 0.5 + 1e-3 * GAMMA_GRID, "k": 6}]
+    t = fit_sync_terms_curve(flat, GAMMA_GRID, extended=True)
+    assert t.gamma == 1.0 and t.fitted == () and "not identifiable" in t.how and "0.4%" in t.how
+    # the extra terms are fitted at gamma = 1: the 1.5 ms left lands in delta
+    assert t.delta_s == pytest.approx(1.5e-3, rel=1e-6)
+    # a compute-bound record: T_obs = 20 ms x gamma, measured 34 ms -> gamma 1.7 (and delta 0)
+    steep = [{"s": 34e-3, "curve": 20e-3 * GAMMA_GRID, "k": 6}]
+    t = fit_sync_terms_curve(flat + steep, GAMMA_GRID, extended=True)
+    assert "gamma" in t.fitted and "not identifiable" not in t.how
+    assert 1.6 <= t.gamma <= 1.8
+    # just above the threshold: fitted
+    edge = [{"s": 0.1, "curve": 0.1 * (1 + 1.01 * GAMMA_MIN_SENSITIVITY * (GAMMA_GRID - 0.8) / 2.2), "k": 1}]
+    assert fit_sync_terms_curve(edge, GAMMA_GRID).fitted == ("gamma",)

@@ -283,3 +283,75 @@ def test_the_notebooks_reading_of_the_gpu_runs_holds():
         # the speed-up is (fp16's iterations / dynamic's) x (time per iteration, fp16's / dynamic's): both above 1
         iters = t.loc["fp16", "steps_to_target"] / t.loc["dynamic", "steps_to_target"]
         assert iters > 1 and t.loc["dynamic", "speedup_vs_baseline"] / iters > 1
+
+
+# ------------------------------------------------------------------ the learning-rate runs (scripts/gpu_tta_lr.sh)
+LR = TTA / "lr"
+
+
+def lr_finals() -> pd.DataFrame:
+    """Final validation loss of every run of ``lr/``: one row per (learning rate, method, seed)."""
+    rows = []
+    for folder in sorted(LR.glob("lr*"), key=lambda f: -float(f.name[2:])):
+        df = analysis.latest_runs(analysis.to_frame(analysis.load_runs(folder)))
+        last = df.sort_values("step").groupby(["method", "seed"])["val_loss"].last()
+        rows += [{"lr": float(folder.name[2:]), "method": m, "seed": s, "val_loss": v} for (m, s), v in last.items()]
+    return pd.DataFrame(rows)
+
+
+def readme_lr() -> str:
+    """data/training/tta_gpu2/README.md's generated block of the learning-rate runs: final validation loss per
+    method and peak learning rate (means over seeds, 90 % Student-t intervals), then `dynamic` against `none`."""
+    f = lr_finals()
+    lrs = sorted(f["lr"].unique(), reverse=True)
+    methods = analysis.method_order(f["method"].unique())
+    out = ["| method | " + " | ".join(f"peak lr {lr:g}" for lr in lrs) + " |\n",
+           "|---|" + "---:|" * len(lrs) + "\n"]
+    means = {}
+    for m in methods:
+        cells = []
+        for lr in lrs:
+            mid, lo, hi = analysis.seed_interval(f[(f["lr"] == lr) & (f["method"] == m)]["val_loss"], 0.9)
+            means[m, lr] = mid
+            cells.append(f"{mid:.3f} [{lo:.3f}, {hi:.3f}]")
+        out.append(f"| {m} | " + " | ".join(cells) + " |\n")
+    best = min(lrs, key=lambda lr: means["none", lr])
+    out.append(f"\nFinal validation loss (nats per byte) after {int(analysis.load_runs(LR / f'lr{lrs[0]:g}')[0]['total_steps'])} "
+               f"iterations, mean over {f['seed'].nunique()} seeds [90 % interval]. `none`'s best peak learning rate "
+               f"here: {best:g}. `dynamic` below `none`, seed by seed: ")
+    per = f.pivot_table(index=["lr", "seed"], columns="method", values="val_loss")
+    out.append(", ".join(f"{int((per.loc[lr, 'dynamic'] < per.loc[lr, 'none']).sum())} of {len(per.loc[lr])} at {lr:g}"
+                         for lr in lrs) + ".\n")
+    return "".join(out)
+
+
+def test_lr_runs_are_complete():
+    f = lr_finals()
+    assert sorted(f["lr"].unique()) == [0.0005, 0.001, 0.002]
+    assert (f.groupby(["lr", "method"])["seed"].nunique() == 3).all() and f["method"].nunique() == 4
+    for folder in LR.glob("lr*"):
+        assert (analysis.to_frame(analysis.load_runs(folder)).groupby("run_id")["step"].max() == 300).all()
+
+
+def test_lr_readme_block_is_the_generated_one():
+    text = (TTA / "README.md").read_text()
+    a, b = "<!-- lr:begin -->\n", "<!-- lr:end -->"
+    assert a in text and b in text
+    assert text[text.index(a) + len(a):text.index(b)] == readme_lr(), "regenerate with tests/test_train_tta.py: readme_lr()"
+
+
+def test_lr_readme_reading_holds_in_the_records():
+    """The README's reading of the learning-rate runs, checked against them."""
+    text = " ".join((TTA / "README.md").read_text().split())
+    f = lr_finals()
+    mean = f.groupby(["method", "lr"])["val_loss"].mean()
+    best = mean["none"].idxmin()
+    assert best == 0.001 and "`none` improves down to 1e-3" in text
+    per = f.pivot_table(index=["lr", "seed"], columns="method", values="val_loss")
+    assert (per.loc[0.002, "dynamic"] < per.loc[0.002, "none"]).all() and "leads `none` at every seed again" in text
+    assert (per.loc[best, "dynamic"] < per.loc[best, "none"]).sum() < 2 and "`dynamic`'s lead is gone" in text
+    for m in ("dynamic", "quantize4"):
+        assert mean[m][0.002] < mean[m][0.001] < mean[m][0.0005]
+    assert mean["quantize8"].idxmin() == 0.001 and "`quantize8`, like `none`, does best at 1e-3" in text
+    _, lo, _ = analysis.seed_interval(f[(f["lr"] == best) & (f["method"] == "none")]["val_loss"], 0.9)
+    assert lo < mean["dynamic"][0.002] < mean["none"][best] and "inside that mean's interval" in text

@@ -304,7 +304,7 @@ def _latest(records: Iterable[dict]) -> list[dict]:
 
 
 def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_TARGETS,
-                 coalesce_mb: Optional[float] = None) -> pd.DataFrame:
+                 coalesce_mb: Optional[float] = None, shaped: bool = False) -> pd.DataFrame:
     """Issue 19 item 3's NVLink targets judged on ``ddp`` records without an emulated network: per
     (GPU, world size, model, batch) and target, the kit's overlapped hook (mode ``hook``, ``hook_overlap``
     true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
@@ -312,14 +312,18 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
     missing. The hook judged runs a protocol per bucket (``register``'s default) or, with ``coalesce_mb``,
     the hook that coalesced buckets so (``hook_coalesce_mb``; its label says so). Nothing is judged at world
     size 1 or for a model and batch where no kit hook ran (e.g. a batch sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
-    batch_size, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit, verdict."""
+    batch_size, rate_gbps, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit,
+    verdict. ``shaped``: the same targets judged per emulated rate instead (records with ``network.rate_gbps``;
+    the issue asks the fp16 and PowerSGD ones "at every rate")."""
     from studykit.measure.crossover import coalesce_text, method_label
 
-    recs = [r for r in _latest(records) if _default_run(r) and not (r.get("network") or {}).get("rate_gbps")
+    def rate(r):
+        return (r.get("network") or {}).get("rate_gbps")
+    recs = [r for r in _latest(records) if _default_run(r) and bool(rate(r)) == shaped
             and (r.get("mode") != "hook" or r.get("hook_coalesce_mb") == coalesce_mb)]
     groups: dict[tuple, dict] = {}
     for r in recs:
-        key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"))
+        key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), rate(r))
         groups.setdefault(key, {})[(r.get("mode"), r.get("compressor"), json.dumps(r.get("params") or {},
                                                                                     sort_keys=True))] = r
     rows = []
@@ -334,7 +338,8 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
             k, f = (_latest(kit) or [None])[-1], (_latest(ref) or [None])[-1]
             ratio = k["ms_median"] / f["ms_median"] if k and f else None
             verdict = "NOT MEASURED" if ratio is None else ("PASS" if ratio <= t.limit else "MISS")
-            rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3], "target": t.key,
+            rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
+                         "rate_gbps": key[4], "target": t.key,
                          "text": t.text,
                          "kit": method_label("hook", t.compressor, dict(t.params), None, True)
                          + coalesce_text(coalesce_mb),
@@ -343,7 +348,7 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
                                                    None),
                          "reference_ms": f["ms_median"] if f else None, "reference_n": f.get("n_iter") if f else None,
                          "ratio": ratio, "limit": t.limit, "verdict": verdict})
-    cols = ["gpu", "world_size", "model", "batch_size", "target", "text", "kit", "kit_ms", "kit_n", "reference",
+    cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "target", "text", "kit", "kit_ms", "kit_n", "reference",
             "reference_ms", "reference_n", "ratio", "limit", "verdict"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -357,11 +362,14 @@ def _ms_n(ms, n) -> str:
 def hook_targets_markdown(table: pd.DataFrame) -> str:
     """:func:`hook_targets` as a Markdown table (median iteration ms with the number of timed iterations),
     with the count of judged rows that PASS."""
-    lines = [("| model (batch) | GPUs | target | kit hook ms (n) | reference | reference ms (n) | kit / reference "
-              "| limit | verdict |"), "|---|---:|---|---:|---|---:|---:|---:|---|"]
+    shaped = "rate_gbps" in table and table["rate_gbps"].notna().any()
+    lines = [("| model (batch) | GPUs | " + ("link | " if shaped else "") + "target | kit hook ms (n) | reference | "
+              "reference ms (n) | kit / reference | limit | verdict |"),
+             "|---|---:|" + ("---:|" if shaped else "") + "---|---:|---|---:|---:|---:|---|"]
     for _, r in table.iterrows():
         ratio = "" if r["ratio"] is None or pd.isna(r["ratio"]) else f"{r['ratio']:.3f}"
-        lines.append(f"| {r['model']} ({int(r['batch_size'])}) | {int(r['world_size'])} | {r['text']} | "
+        link = f"{r['rate_gbps']:g} Gbit/s | " if shaped else ""
+        lines.append(f"| {r['model']} ({int(r['batch_size'])}) | {int(r['world_size'])} | {link}{r['text']} | "
                      f"{_ms_n(r['kit_ms'], r['kit_n'])} | {r['reference']} | "
                      f"{_ms_n(r['reference_ms'], r['reference_n'])} | {ratio} | {r['limit']:g}x | {r['verdict']} |")
     v = table["verdict"]

@@ -1230,6 +1230,10 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
 
 #: gamma values tried by :func:`fit_sync_terms_curve` (the Sec. 4.1 range 1.04-1.1 and far beyond it)
 GAMMA_GRID = np.round(np.arange(0.80, 3.0001, 0.005), 3)
+#: :func:`fit_sync_terms_curve` fits gamma only if some calibration record's ``T_obs`` moves by at least this
+#: fraction of its measured time over the whole grid: a syncSGD median moves by 1-2 % from run to run
+#: (``data/measurements/bandwidth/README.md``), so a flatter curve leaves gamma to the noise
+GAMMA_MIN_SENSITIVITY = 0.02
 
 
 def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | None = None, *,
@@ -1241,7 +1245,13 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
     of ``grid``, no extra term), ``k`` (buckets). Every row counts (communication-bound ones too: through
     the ready times they still depend on gamma). gamma minimizes the sum of squared relative errors;
     ``extended``: at each gamma, ``delta`` and ``c_b (k-1)`` by non-negative least squares of the
-    relative residuals (``c_b`` only with two bucket counts)."""
+    relative residuals (``c_b`` only with two bucket counts).
+
+    gamma stays 1 (and the extra terms are fitted at 1) when no row's ``T_obs`` moves by
+    :data:`GAMMA_MIN_SENSITIVITY` of its measured time over the whole grid: every calibration record is
+    communication-bound so deeply that the backward pass hides inside its noise (VGG19's 548 MB of
+    gradients over 2.5-10 Gbit/s), and the best gamma on the grid is whatever the noise makes it. A
+    hook's compressed iteration, compute-bound, would carry that arbitrary gamma in full."""
     from scipy.optimize import nnls as _nnls
 
     n_train = len(rows) if n_train is None else n_train
@@ -1253,7 +1263,11 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
     kk = np.asarray([r["k"] - 1.0 for r in rows])
     cols = [np.ones_like(y)] + ([kk] if kk.max() > kk.min() else [])
     best = (np.inf, 1.0, 0.0, 0.0)
+    sensitivity = float(np.max((curves.max(axis=1) - curves.min(axis=1)) / y))
+    identified = sensitivity >= GAMMA_MIN_SENSITIVITY or not np.any(grid == 1.0)
     for j, g in enumerate(grid):
+        if not identified and g != 1.0:
+            continue
         res = y - curves[:, j]
         coef = np.zeros(len(cols))
         if extended:
@@ -1263,9 +1277,13 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
             best = (err, float(g), float(coef[0]) if extended else 0.0,
                     float(coef[1]) if extended and len(coef) > 1 else 0.0)
     _, g, d, e = best
-    edge = " (at the grid's edge)" if g in (grid[0], grid[-1]) else ""
+    edge = " (at the grid's edge)" if identified and g in (grid[0], grid[-1]) else ""
+    if not identified:
+        edge = (f" (not identifiable: no calibration record's T_obs moves by {GAMMA_MIN_SENSITIVITY:.0%} over gamma "
+                f"{grid[0]:g}-{grid[-1]:g}, at most {sensitivity:.1%})")
     how = f"gamma={g:.3f}{edge}" + (f", delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket" if extended else "")
-    return SyncTerms(g, d, e, 0.0, how + f": per-bucket timeline fitted to {len(rows)} of {n_train}")
+    return SyncTerms(g, d, e, 0.0, how + f": per-bucket timeline fitted to {len(rows)} of {n_train}",
+                     ("gamma",) if identified else ())
 
 
 def fit_path_overheads(records: pd.DataFrame, cal: Calibration, *, stat: str = "ms_median") -> list[PathOverhead]:
