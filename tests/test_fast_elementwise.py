@@ -148,3 +148,65 @@ def test_qsgd_payloads_decode_the_same_on_both_paths(dev, reference, levels):
     # the fast levels are the reference's or a neighbour (same norms, other noise)
     assert torch.allclose(fast[0][0], ref[0][0], rtol=1e-6)
     assert (comp._unpack(fast[0][1], n).int() - comp._unpack(ref[0][1], n).int()).abs().max() <= 1
+
+
+# ------------------------------------------------------------------ THC: levels packed in one pass, unpacked with the sum
+THC_BITS = [1, 2, 3, 4, 8, 16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", THC_BITS)
+def test_thc_packed_payload_is_pack_fields_of_its_grid_index(dev, bits):
+    """With M = top / 2 the grid step is 1 and y = j - top / 2 sits exactly on grid index j, and |y| beyond M
+    clamps to 0 or top: the fused kernel's bytes are then ``pack_fields`` of those indices whatever the noise
+    (but for float32's rounding of u + j up to j + 1, u within half an ulp of 1: a rare few)."""
+    top = 2**bits - 1
+    bound = torch.tensor(top / 2, device=dev)
+    for n in SIZES:
+        g = torch.Generator().manual_seed(n + bits)
+        j = torch.randint(0, top + 1, (n,), generator=g)
+        y = (j.double() - top / 2).float()
+        y[: min(n, 2)] = torch.tensor([-3.0 * top, 3.0 * top])[: min(n, 2)]  # clamped
+        want = j.clone()
+        want[: min(n, 2)] = torch.tensor([0, top])[: min(n, 2)]
+        got = _fast.thc_pack(y.to(dev), bound, top, bits, seed=n)
+        assert got.dtype == torch.uint8 and got.numel() == -(-n * bits // 8), (n, bits)
+        extra = Q.unpack_fields(got.cpu(), bits, n).long() - want
+        assert set(extra.unique().tolist()) <= {0, 1} and extra.float().mean() < 0.01, (n, bits)
+        exact = (extra == 0)
+        assert torch.equal(Q.unpack_fields(got.cpu(), bits, n)[exact], want[exact].int())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", THC_BITS)
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_thc_unpack_sum_decode_is_the_references_bit_for_bit(dev, bits, world_size):
+    """Random payloads (any bytes): unpack + integer sum over the workers + decode in one pass gives what the
+    reference computes (``THC._sum``'s ``unpack_fields(...).sum(0)``, then ``sum * (delta / W) - M``) bit for bit,
+    and what the two-kernel fast path (``thc_decode``) gives."""
+    top = 2**bits - 1
+    n = 2 * 4096 + 5
+    nbytes = -(-n * bits // 8)
+    g = torch.Generator().manual_seed(bits * 10 + world_size)
+    rows = torch.randint(0, 256, (world_size, nbytes), generator=g, dtype=torch.uint8).to(dev)
+    bound = torch.tensor(0.8125, device=dev)
+    got = _fast.thc_unpack(rows, bound, top, bits, n, world_size)
+    total = Q.unpack_fields(rows, bits, n).sum(0, dtype=torch.int32)
+    delta = bound * (2 / top)
+    assert torch.equal(got, total.float() * (delta / world_size) - bound)
+    assert torch.equal(got, _fast.thc_decode(total, bound, top, world_size))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_thc_packed_levels_are_stochastic_rounding_of_y(dev, bits):
+    """Random y: every decoded level is one of the two grid points around y (stochastic rounding), and their
+    mean over many elements sits on y's (unbiased)."""
+    top = 2**bits - 1
+    y = _x(40_000, dev)
+    bound = y.abs().max()
+    delta = bound * (2 / top)
+    packed = _fast.thc_pack(y, bound, top, bits, seed=7)
+    own = _fast.thc_unpack(packed.view(1, -1), bound, top, bits, y.numel())
+    assert ((own - y).abs() <= delta * 1.001).all()
+    assert abs((own - y).mean().item()) < 0.05 * delta.item()

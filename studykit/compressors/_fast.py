@@ -437,53 +437,70 @@ if HAVE_TRITON:
 
     # ------------------------------------------------------------------ quantize: levels packed in the same pass
     @triton.jit
-    def _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, MASKED: tl.constexpr,
-                            W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
+    def _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, MASKED: tl.constexpr,
+                            MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
+        """MODE 0 (quantize): floor(u + x L / scale) clamped to [-L, L], offset by L; MODE 1 (THC, L = top):
+        floor(u + offset + x / (scale * mult)) clamped to [0, top] (:func:`thc_levels`' grid index)."""
         g0 = pid * G
         group = g0 + tl.arange(0, G)
         idx = group[:, None] * 8 + tl.arange(0, 8)[None, :]
         m = idx < n
         x = _ld(x_ptr + idx, m, 0.0, MASKED)
         lf = L.to(tl.float32)
-        f = lf / tl.load(scale_ptr)
-        v = tl.floor(_uniform8(seed, group, G) + x * f)
-        field = (tl.minimum(tl.maximum(v, -lf), lf) + lf).to(tl.int32)  # level in [-L, L], offset to [0, 2 L]
+        if MODE == 0:
+            f = lf / tl.load(scale_ptr)
+            v = tl.floor(_uniform8(seed, group, G) + x * f)
+            field = (tl.minimum(tl.maximum(v, -lf), lf) + lf).to(tl.int32)  # level in [-L, L], offset to [0, 2 L]
+        else:
+            f = 1 / (tl.load(scale_ptr) * mult)
+            v = tl.floor((_uniform8(seed, group, G) + offset) + x * f)
+            field = tl.minimum(tl.maximum(v, 0.0), lf).to(tl.int32)
         if MASKED:
             field = tl.where(m, field, 0)
         _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G)
 
     @_jit_seeded
-    def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, n_full, REVERSE: tl.constexpr,
-                              W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
+    def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, n_full,
+                              REVERSE: tl.constexpr, MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
+                              G: tl.constexpr):
         pid = _program(REVERSE)
         if pid < n_full:
-            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, False, W, WP, G)
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, False, MODE, W, WP, G)
         else:
-            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, seed, pid, True, W, WP, G)
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, True, MODE, W, WP, G)
 
     @triton.jit
-    def _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, pid, MASKED: tl.constexpr,
-                              NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
+    def _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, pid,
+                              MASKED: tl.constexpr, MODE: tl.constexpr, NW: tl.constexpr, W: tl.constexpr,
+                              BLOCK: tl.constexpr):
+        """MODE 0 (quantize): (sum_w field_w - NW L) * (scale * inv_l), times inv_w where NW > 1; MODE 1 (THC):
+        sum_w field_w * (scale * inv_l / div) - scale (:func:`thc_decode`'s products, inv_l = 2 / top)."""
         idx = pid * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         total = tl.zeros([BLOCK], dtype=tl.int32)
         for w in range(NW):
             total += _load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W)
-        step = tl.load(scale_ptr) * inv_l  # the reference's scale * reciprocal(L)
-        out = (total - NW * L).to(tl.float32) * step
-        if NW > 1:
-            out = out * inv_w  # reciprocal(NW)
+        s = tl.load(scale_ptr)
+        if MODE == 0:
+            step = s * inv_l  # the reference's scale * reciprocal(L)
+            out = (total - NW * L).to(tl.float32) * step
+            if NW > 1:
+                out = out * inv_w  # reciprocal(NW)
+        else:
+            out = total.to(tl.float32) * (s * inv_l / div) - s
         _st(out_ptr + idx, out, m, MASKED)
 
     @_jit_levels
-    def _quantize_unpack_kernel(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, n_full,
-                                REVERSE: tl.constexpr,
+    def _quantize_unpack_kernel(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, n_full,
+                                REVERSE: tl.constexpr, MODE: tl.constexpr,
                                 NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
         pid = _program(REVERSE)
         if pid < n_full:
-            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, pid, False, NW, W, BLOCK)
+            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, pid, False, MODE,
+                                  NW, W, BLOCK)
         else:
-            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, pid, True, NW, W, BLOCK)
+            _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, pid, True, MODE,
+                                  NW, W, BLOCK)
 
     # ------------------------------------------------------------------ shared-scale quantizers
     @_jit_seeded
@@ -888,7 +905,7 @@ def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: i
     packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, x, scale.reshape(1).float(), _field_view(packed, width), n,
-             nbytes, max_level, seed, reverse=True, W=width, WP=triton.next_power_of_2(width), G=g)
+             nbytes, max_level, 1.0, 0.0, seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g)
     return packed
 
 
@@ -899,8 +916,8 @@ def quantize_unpack(packed: torch.Tensor, scale: torch.Tensor, max_level: int, w
     w, nbytes = packed.shape
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), scale.reshape(1).float(), out, n,
-             nbytes, n if width == 16 else nbytes, max_level, reciprocal(max_level), reciprocal(w), NW=w, W=width,
-             BLOCK=_BLOCK)
+             nbytes, n if width == 16 else nbytes, max_level, reciprocal(max_level), reciprocal(w), 1, MODE=0, NW=w,
+             W=width, BLOCK=_BLOCK)
     return out
 
 
@@ -938,6 +955,30 @@ def thc_decode(q: torch.Tensor, bound: torch.Tensor, top: int, div: int = 1) -> 
     out = torch.empty(n, dtype=torch.float32, device=q.device)
     _launch(_dequant_kernel, n, n, _BLOCK, q, bound.reshape(1).float(), out, n, 2.0 / top, div, MODE=1,
             BLOCK=_BLOCK)
+    return out
+
+
+def thc_pack(y: torch.Tensor, bound: torch.Tensor, top: int, width: int, seed: int) -> torch.Tensor:
+    """THC's all-gather payload in one pass: :func:`thc_levels`' grid index, packed in ``width``-bit fields
+    (the bytes of ``pack_fields(levels, width)``); the noise is drawn per group of 8 as in :func:`quantize_pack`."""
+    n = y.numel()
+    nbytes = _fields_nbytes(n, width)
+    packed = torch.empty(nbytes, dtype=torch.uint8, device=y.device)
+    g = _BLOCK // 8
+    _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, y, bound.reshape(1).float(), _field_view(packed, width), n,
+             nbytes, top, 2.0 / top, top / 2, seed, reverse=True, MODE=1, W=width, WP=triton.next_power_of_2(width),
+             G=g)
+    return packed
+
+
+def thc_unpack(packed: torch.Tensor, bound: torch.Tensor, top: int, width: int, n: int, div: int = 1) -> torch.Tensor:
+    """Every worker's packed grid indices ``(W, nbytes)`` -> ``sum_w q_w * (delta / div) - M``, float32 ``(n,)``:
+    the reference's integer sum (``THC._sum``) and :func:`thc_decode` in one pass."""
+    packed = packed.contiguous()
+    w, nbytes = packed.shape
+    out = torch.empty(n, dtype=torch.float32, device=packed.device)
+    _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), bound.reshape(1).float(), out, n,
+             nbytes, n if width == 16 else nbytes, top, 2.0 / top, 1.0, div, MODE=1, NW=w, W=width, BLOCK=_BLOCK)
     return out
 
 

@@ -247,20 +247,29 @@ def _(self, packed, scale, numel):  # unpack, integer sum over workers and scale
 @override(THC, "reduce_flat", when=lambda self, flat, comm, return_local: _fast.enabled(flat))
 def _(self, flat, comm, return_local):
     """The same protocol with fused GPU kernels around the rotation: the random diagonal is
-    drawn inside the kernel that pads (and, inverted, inside the one that un-pads), and
-    quantization / dequantization are one pass each with in-kernel noise. The transform
+    drawn inside the kernel that pads (and, inverted, inside the one that un-pads); the range is
+    one reduction pass; quantization / dequantization are one pass each with in-kernel noise, and
+    with the all-gather protocol the levels are packed in the pass that draws them and the workers'
+    fields unpacked, summed and decoded in one (the wire bytes are ``pack_fields``'). The transform
     itself is :func:`~studykit.compressors.thc.rotate` / ``unrotate`` as in the reference."""
     numel, world_size = flat.numel(), comm.world_size
     size, padded = self.rotation_size(numel), self.padded_numel(numel)
     shared = _fast.seed_of(self)  # the diagonal: same on every worker
     y = rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
-    bound = torch.cat(comm.all_gather(self._range(y))).amax().clamp_min(TINY)
+    t = self._range(y) if self.saturation else _fast.abs_max(y)  # max |y| in one pass (no |y| temporary)
+    bound = torch.cat(comm.all_gather(t)).amax().clamp_min(TINY)
     top = 2**self.bits - 1
-    q = _fast.thc_levels(y, bound, top, torch.int32, _fast.seed_of(self, comm.rank))
+    seed = _fast.seed_of(self, comm.rank)
 
     def inverse(z):
         return _fast.thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
 
+    if self.protocol_for(world_size) == "allgather":  # levels packed in the pass that draws them; unpack + sum + decode
+        packed = _fast.thc_pack(y, bound, top, self.bits, seed)
+        gathered = _fast.rows([[g] for g in comm.all_gather(packed)], 0)
+        local = inverse(_fast.thc_unpack(packed.view(1, -1), bound, top, self.bits, padded)) if return_local else None
+        return inverse(_fast.thc_unpack(gathered, bound, top, self.bits, padded, world_size)), local
+    q = _fast.thc_levels(y, bound, top, torch.int32, seed)
     local = inverse(_fast.thc_decode(q, bound, top)) if return_local else None
     return inverse(_fast.thc_decode(self._sum(q, comm), bound, top, world_size)), local
 
