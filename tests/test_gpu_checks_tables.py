@@ -393,3 +393,35 @@ def test_bandwidth_readme_counts_the_records_with_one_warmup():
     one = sum(r.get("n_warmup") == 1 for r in recs)
     text = " ".join((paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8").split())
     assert f"{one} of the {len(recs):,} `ddp` records under this folder have one warm-up" in text
+
+
+def test_bandwidth_readme_reading_of_the_two_round_calls_holds():
+    """data/measurements/bandwidth/README.md's reading of h200_p2h, h200_p2i and h200_p2j, checked per round."""
+    text = " ".join((paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8").split())
+
+    def table(sub):
+        t = R.hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True))
+        return t.set_index(["label", "rate_gbps"])["verdict"]
+
+    r101 = [table("h200_p2h"), table("h200_p2h_repeat")]
+    assert "(`none`, fp16) pass post at every rate in both rounds" in text
+    for v in r101:
+        assert (v[["none", "fp16"]] == "PASS").all()
+        assert (v.xs(25.0, level="rate_gbps")[["powersgd r4", "powersgd r32", "topk 1%"]] == "MISS").all()
+    at10 = [v.xs(10.0, level="rate_gbps")[["powersgd r4", "powersgd r32", "topk 1%"]] for v in r101]
+    assert sum((x == "PASS").sum() for x in at10) == 1 and "at 10 Gbit/s in all but one row" in text
+    vgg = [table("h200_p2i"), table("h200_p2i_repeat")]
+    assert "TopK's hook passes post at every rate in both rounds, PowerSGD rank 32's at 2.5-10 Gbit/s" in text
+    for v in vgg:
+        assert (v["topk 1%"] == "PASS").all()
+        assert (v["powersgd r32"].drop(25.0) == "PASS").all() and v["powersgd r32"][25.0] == "MISS"
+    (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
+    ratio = {sub: R.hook_targets(load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True),
+                                 (fp16,), shaped=True).set_index(["model", "rate_gbps"])["ratio"]
+             for sub in ("h200_p2j", "h200_p2j_repeat")}
+    assert "1.35x PyTorch's in round 1 and 0.88x in round 2" in text
+    assert f"{ratio['h200_p2j'][('resnet50', 25.0)]:.2f}" == "1.35"
+    assert f"{ratio['h200_p2j_repeat'][('resnet50', 25.0)]:.2f}" == "0.88"
+    flips = [k for k in ratio["h200_p2j_repeat"].index if (ratio["h200_p2j"][k] <= 1) != (ratio["h200_p2j_repeat"][k] <= 1)]
+    assert sorted(flips) == [("bert_base", 10.0), ("resnet50", 10.0), ("resnet50", 25.0)]
+    assert "(both models at 10 Gbit/s, ResNet-50 at 25)" in text
