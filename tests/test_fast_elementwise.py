@@ -210,3 +210,39 @@ def test_thc_packed_levels_are_stochastic_rounding_of_y(dev, bits):
     own = _fast.thc_unpack(packed.view(1, -1), bound, top, bits, y.numel())
     assert ((own - y).abs() <= delta * 1.001).all()
     assert abs((own - y).mean().item()) < 0.05 * delta.item()
+
+
+# ------------------------------------------------------------------ THC: the Hadamard transform, two stages per pass
+def test_stages_pair_the_reference_stages_in_order_where_both_are_at_least_16():
+    from studykit.compressors.thc import _radix_sizes
+
+    assert _radix_sizes(2**19) == [32, 32, 32, 16]
+    assert _fast._stages(2**19, False) == [(32, 16), (32, 32)]  # applied: 16 then 32, then 32 then 32
+    assert _fast._stages(2**19, True) == [(32, 32), (32, 16)]
+    assert _radix_sizes(2**16) == [64, 32, 32]
+    assert _fast._stages(2**16, False) == [(32, 32), (64,)] and _fast._stages(2**16, True) == [(64, 32), (32,)]
+    assert _fast._stages(2**7, False) == [(8,), (16,)]  # 16 x 8: no pair (tl.dot needs 16)
+    for size in [2**k for k in range(1, 25)]:
+        for inverse in (False, True):
+            flat = [d for st in _fast._stages(size, inverse) for d in st]
+            assert sorted(flat) == sorted(_radix_sizes(size)), (size, inverse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,size", [(1, 2**19), (3, 2**16), (5, 2**10), (2, 2**12), (7, 2**7), (4, 32), (1, 2**13)])
+def test_fast_rotation_is_the_references_up_to_rounding_and_inverts(dev, rows, size):
+    """:func:`_fast.rotate` / ``unrotate`` (two stages per pass) against :func:`thc.rotate` / ``unrotate`` (one GEMM
+    per stage): the same values in the same rotated layout, to float32 rounding; ``unrotate(rotate(x)) = size x``;
+    and against the dense Hadamard product where that is small enough to build."""
+    from studykit.compressors import thc
+
+    x = _x(rows * size, dev).view(rows, size)
+    got, want = _fast.rotate(x), thc.rotate(x)
+    tol = 1e-5 * size**0.5 * 8
+    assert got.shape == want.shape and torch.allclose(got, want, atol=tol, rtol=0), (got - want).abs().max()
+    back = _fast.unrotate(got, rows, size)
+    assert back.shape == (rows, size) and torch.allclose(back, size * x, atol=tol * size**0.5, rtol=1e-5)
+    assert torch.allclose(back, thc.unrotate(want, rows, size), atol=tol * size**0.5, rtol=1e-5)
+    if size <= 2**12:
+        dense = (x.double() @ thc.hadamard_matrix(size, "cpu").double().to(dev)).float()  # natural layout
+        assert torch.allclose(got.view(size, rows).t(), dense, atol=tol, rtol=0)

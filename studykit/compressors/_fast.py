@@ -536,6 +536,28 @@ if HAVE_TRITON:
             out = q * (s * mult / div) - s
         _st(out_ptr + idx, out, m, MASKED)
 
+    # ------------------------------------------------------------------ THC's Hadamard transform, two stages per pass
+    @triton.jit
+    def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, DIR: tl.constexpr, BR: tl.constexpr, DA: tl.constexpr,
+                          DB: tl.constexpr):
+        """Two Kronecker stages of :func:`~studykit.compressors.thc.rotate` in one pass: ``H_DB`` along the last axis,
+        then ``H_DA`` along the one before, of BR rows at a time. DIR 0 (rotate): ``(R, DA, DB)`` in, ``(DA, DB, R)``
+        out; DIR 1 (unrotate): ``(DA, DB, R)`` in, ``(R, DA, DB)`` out (the transposes rotate/unrotate make)."""
+        r = tl.program_id(0) * BR + tl.arange(0, BR)
+        a = tl.arange(0, DA)
+        b = tl.arange(0, DB)
+        m = (r < R)[:, None, None]
+        rows = r[:, None, None] * (DA * DB) + a[None, :, None] * DB + b[None, None, :]  # (R, DA, DB), row-major
+        cols = (a[None, :, None] * DB + b[None, None, :]) * R + r[:, None, None]       # (DA, DB, R), row-major
+        x = tl.load(x_ptr + (rows if DIR == 0 else cols), mask=m, other=0.0)
+        hb = tl.load(hb_ptr + b[:, None] * DB + b[None, :])
+        ha = tl.load(ha_ptr + a[:, None] * DA + a[None, :])
+        y = tl.dot(tl.reshape(x, (BR * DA, DB)), hb, input_precision="ieee")  # H symmetric: x @ H = (H x^T)^T
+        y = tl.permute(tl.reshape(y, (BR, DA, DB)), (0, 2, 1))
+        z = tl.permute(tl.reshape(tl.dot(tl.reshape(y, (BR * DB, DA)), ha, input_precision="ieee"), (BR, DB, DA)),
+                       (0, 2, 1))
+        tl.store(out_ptr + (cols if DIR == 0 else rows), z, mask=m)
+
     # ------------------------------------------------------------------ THC's random signs
     @_jit_seeded
     def _sign_pad_kernel(x_ptr, out_ptr, n, n_out, size_mask, inv_sqrt, seed, start, MASKED: tl.constexpr,
@@ -980,6 +1002,78 @@ def thc_unpack(packed: torch.Tensor, bound: torch.Tensor, top: int, width: int, 
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), bound.reshape(1).float(), out, n,
              nbytes, n if width == 16 else nbytes, top, 2.0 / top, 1.0, div, MODE=1, NW=w, W=width, BLOCK=_BLOCK)
     return out
+
+
+#: elements of one program's tile in :func:`_hadamard2_kernel` (rows x DA x DB)
+_H2_TILE = 8192
+
+
+def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool) -> torch.Tensor:
+    """One :func:`_hadamard2_kernel` pass over the flat ``x`` (``da``, ``db`` >= 16, powers of two)."""
+    from studykit.compressors.thc import hadamard_matrix
+
+    r = x.numel() // (da * db)
+    out = torch.empty_like(x)
+    br = max(1, _H2_TILE // (da * db))
+    _hadamard2_kernel[(triton.cdiv(r, br),)](x, hadamard_matrix(da, x.device), hadamard_matrix(db, x.device), out, r,
+                                             DIR=int(inverse), BR=br, DA=da, DB=db, num_warps=8)
+    return out
+
+
+def _stages(size: int, inverse: bool) -> list[tuple[int, ...]]:
+    """:func:`~studykit.compressors.thc.rotate`'s Kronecker stages in the order applied, consecutive ones paired
+    where both are >= 16 (``tl.dot``'s least dimension): (da, db) pairs run as one pass, (d,) stages alone."""
+    from studykit.compressors.thc import _radix_sizes
+
+    ds = _radix_sizes(size)
+    order = ds if inverse else ds[::-1]
+    out, i = [], 0
+    while i < len(order):
+        if i + 1 < len(order) and min(order[i], order[i + 1]) >= 16:
+            pair = (order[i], order[i + 1]) if inverse else (order[i + 1], order[i])  # (DA, DB) as laid out
+            out.append(pair)
+            i += 2
+        else:
+            out.append((order[i],))
+            i += 1
+    return out
+
+
+def _fwht_passes(x: torch.Tensor, size: int, inverse: bool) -> torch.Tensor:
+    from studykit.compressors.thc import hadamard_matrix
+
+    cur = x.reshape(-1)
+    for st in _stages(size, inverse):
+        if len(st) == 2:
+            cur = _hadamard2(cur, *st, inverse)
+        elif inverse:  # as unrotate: (d, rest) -> (rest, d)
+            cur = (cur.view(st[0], -1).t() @ hadamard_matrix(st[0], x.device)).reshape(-1)
+        else:  # as rotate: (rest, d) -> (d, rest)
+            cur = (hadamard_matrix(st[0], x.device) @ cur.view(-1, st[0]).t()).reshape(-1)
+    return cur
+
+
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """:func:`studykit.compressors.thc.rotate` (same layout, the same transform up to float32 rounding) with two
+    stages per pass over memory where it can, or the reference's one GEMM per stage: whichever is faster for
+    this shape on this device (:func:`pick`)."""
+    from studykit.compressors import thc
+
+    rows, size = x.shape
+    if not any(len(st) == 2 for st in _stages(size, False)):
+        return thc.rotate(x)
+    fns = [lambda: _fwht_passes(x, size, False), lambda: thc.rotate(x)]
+    return fns[pick(("thc_rotate", x.device, rows, size), fns)]()
+
+
+def unrotate(y: torch.Tensor, rows: int, size: int) -> torch.Tensor:
+    """:func:`studykit.compressors.thc.unrotate`, as :func:`rotate` is ``thc.rotate``."""
+    from studykit.compressors import thc
+
+    if not any(len(st) == 2 for st in _stages(size, True)):
+        return thc.unrotate(y, rows, size)
+    fns = [lambda: _fwht_passes(y, size, True).view(rows, size), lambda: thc.unrotate(y, rows, size)]
+    return fns[pick(("thc_unrotate", y.device, rows, size), fns)]()
 
 
 def thc_sign(x: torch.Tensor, n_in: int, n_out: int, size: int, seed: int) -> torch.Tensor:

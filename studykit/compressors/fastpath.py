@@ -39,7 +39,7 @@ from studykit.compressors.quantization import (
     _Signs,
 )
 from studykit.compressors.sparsification import DGC, MSTopK, TopK, TopKChunked
-from studykit.compressors.thc import THC, rotate, unrotate
+from studykit.compressors.thc import THC
 
 __all__ = ["OVERRIDES", "Override", "accelerated", "override", "reference"]
 
@@ -251,18 +251,19 @@ def _(self, flat, comm, return_local):
     one reduction pass; quantization / dequantization are one pass each with in-kernel noise, and
     with the all-gather protocol the levels are packed in the pass that draws them and the workers'
     fields unpacked, summed and decoded in one (the wire bytes are ``pack_fields``'). The transform
-    itself is :func:`~studykit.compressors.thc.rotate` / ``unrotate`` as in the reference."""
+    is :func:`~studykit.compressors.thc.rotate` / ``unrotate``'s, two Kronecker stages per pass where that is
+    faster (:func:`studykit.compressors._fast.rotate`)."""
     numel, world_size = flat.numel(), comm.world_size
     size, padded = self.rotation_size(numel), self.padded_numel(numel)
     shared = _fast.seed_of(self)  # the diagonal: same on every worker
-    y = rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
+    y = _fast.rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
     t = self._range(y) if self.saturation else _fast.abs_max(y)  # max |y| in one pass (no |y| temporary)
     bound = torch.cat(comm.all_gather(t)).amax().clamp_min(TINY)
     top = 2**self.bits - 1
     seed = _fast.seed_of(self, comm.rank)
 
     def inverse(z):
-        return _fast.thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
+        return _fast.thc_sign(_fast.unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
 
     if self.protocol_for(world_size) == "allgather":  # levels packed in the pass that draws them; unpack + sum + decode
         packed = _fast.thc_pack(y, bound, top, self.bits, seed)
