@@ -213,3 +213,12 @@ def test_budget_reads_the_timed_iterations_not_a_slow_last_warmup():
     slow = time_fn(lambda: None, n_iter=10, n_warmup=2, budget_s=3.0, min_iter=3,
                    clock=FakeClock(lambda i: 5000.0 if i == 0 else 700.0))
     assert slow.n_iter == 3  # 3 x 700 = 2100 ms; a 4th would reach 2800 > 2400
+
+
+def test_another_iteration_is_the_budget_rule_both_timers_share():
+    assert T.another_iteration([], 10, 3, 0.001)  # below min_iter: always
+    assert T.another_iteration([500.0, 500.0], 10, 3, 0.001)
+    assert not T.another_iteration([50.0] * 10, 10, 3, 100.0)  # n_iter reached
+    assert T.another_iteration([50.0] * 3, 10, 3, 0.2)  # 150 + 50 = 200 ms <= 200 ms
+    assert not T.another_iteration([50.0] * 4, 10, 3, 0.2)  # 250 ms > 200 ms
+    assert T.another_iteration([50.0] * 9, 10, 3, float("inf"))

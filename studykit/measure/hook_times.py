@@ -22,6 +22,7 @@ from studykit import ddp as sk_ddp
 from studykit import models as M
 from studykit.comm import make_comm
 from studykit.measure.runtime import Dist
+from studykit.measure.timing import another_iteration
 
 if TYPE_CHECKING:  # pandas is imported where the table is built
     import pandas as pd
@@ -176,8 +177,8 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
 
     The configuration's compressor is registered on a fresh DDP model through the kit's own hook,
     wrapped from outside (:class:`_HookTimer`, :class:`_StampComm`); ``n_warmup`` iterations (DDP rebuilds
-    its buckets after the first), then ``n_iter`` stamped ones, fewer (never below ``min_iter``) where they
-    would take more than ``budget_s`` at the slowest rank's last warm-up pace. Every stamp is in ms since
+    its buckets after the first), then ``n_iter`` stamped ones, fewer (never below ``min_iter``) once another
+    would pass ``budget_s`` at the slowest rank's pace so far (:func:`studykit.measure.timing.another_iteration`). Every stamp is in ms since
     the start of ``loss.backward()``: on GPUs the time from a CUDA event recorded on the main stream just
     before it to an event recorded as below (device time); on CPU ``time.perf_counter()`` (``clock``). Per
     bucket, in bucket index order (DDP's, the communication order), the median over the stamped iterations of
@@ -239,12 +240,13 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
         return iters[-1]
 
     try:
-        warm_ms = [iteration() for _ in range(n_warmup)]
-        if budget_s is not None and warm_ms:  # every rank must run as many iterations: the slowest decides
-            n_iter = max(min_iter, min(n_iter, int(budget_s * 1e3 / max(d.agree_max(warm_ms[-1]), 1e-3))))
-        del passes[:], ends[:], syncs[:], iters[:]
-        for _ in range(n_iter):
+        for _ in range(n_warmup):
             iteration()
+        del passes[:], ends[:], syncs[:], iters[:]
+        paced: list[float] = []  # every rank must run as many iterations: the slowest rank's times decide
+        while another_iteration(paced, n_iter, min_iter, float("inf") if budget_s is None else budget_s):
+            paced.append(d.agree_max(iteration()))
+        n_iter = len(paced)
     finally:
         state.close()
     order = sorted({i for p in passes for i in p})

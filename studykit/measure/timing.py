@@ -360,9 +360,15 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
     # iterations already timed: the last warm-up alone may still carry one-time costs (a DDP hook's first call on
     # the buckets DDP rebuilt after its first iteration cut h200_p2j's ResNet-50 fp16 hooks to 3 iterations of 10)
     times: list[float] = []
-    cap_ms = 0.8 * budget_s * 1e3
-    while len(times) < n_iter:
-        if len(times) >= min_iter and math.fsum(times) + statistics.median(times) > cap_ms:
-            break
+    while another_iteration(times, n_iter, min_iter, 0.8 * budget_s):
         times.append(once())  # agreed values: every rank takes the same branch
     return Timing.from_times(times, len(warm))
+
+
+def another_iteration(times_ms: list[float], n_iter: int, min_iter: int, budget_s: float) -> bool:
+    """Whether to time one more iteration after ``times_ms``: fewer than ``n_iter`` so far, and either fewer than
+    ``min_iter`` or one more at their median still fits in ``budget_s`` (the rule of :func:`time_fn`'s budget, and
+    of :func:`studykit.measure.hook_times.measure_hook_times`; pass agreed times in a process group)."""
+    if len(times_ms) >= n_iter:
+        return False
+    return len(times_ms) < min_iter or math.fsum(times_ms) + statistics.median(times_ms) <= budget_s * 1e3
