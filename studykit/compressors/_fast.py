@@ -1040,16 +1040,11 @@ def _stages(size: int, inverse: bool) -> list[tuple[int, ...]]:
 
 
 def _fwht_passes(x: torch.Tensor, size: int, inverse: bool) -> torch.Tensor:
-    from studykit.compressors.thc import hadamard_matrix
+    from studykit.compressors.thc import stage
 
     cur = x.reshape(-1)
     for st in _stages(size, inverse):
-        if len(st) == 2:
-            cur = _hadamard2(cur, *st, inverse)
-        elif inverse:  # as unrotate: (d, rest) -> (rest, d)
-            cur = (cur.view(st[0], -1).t() @ hadamard_matrix(st[0], x.device)).reshape(-1)
-        else:  # as rotate: (rest, d) -> (d, rest)
-            cur = (hadamard_matrix(st[0], x.device) @ cur.view(-1, st[0]).t()).reshape(-1)
+        cur = _hadamard2(cur, *st, inverse) if len(st) == 2 else stage(cur, st[0], inverse)
     return cur
 
 

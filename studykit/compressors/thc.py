@@ -64,8 +64,8 @@ def rotate(x: torch.Tensor) -> torch.Tensor:
     """
     rows, size = x.shape
     cur = x.reshape(-1)
-    for d in reversed(_radix_sizes(size)):  # (rest, d) -> (d, rest), d transformed
-        cur = (hadamard_matrix(d, x.device) @ cur.view(-1, d).t()).reshape(-1)
+    for d in reversed(_radix_sizes(size)):
+        cur = stage(cur, d, inverse=False)
     return cur
 
 
@@ -73,9 +73,17 @@ def unrotate(y: torch.Tensor, rows: int, size: int) -> torch.Tensor:
     """Inverse layout of :func:`rotate` with the same unnormalized transform: rotated-layout
     ``y`` -> ``(rows, size)``; ``unrotate(rotate(x)) == size * x``."""
     cur = y.reshape(-1)
-    for d in _radix_sizes(size):  # (d, rest) -> (rest, d), d transformed
-        cur = (cur.view(d, -1).t() @ hadamard_matrix(d, y.device)).reshape(-1)
+    for d in _radix_sizes(size):
+        cur = stage(cur, d, inverse=True)
     return cur.view(rows, size)
+
+
+def stage(cur: torch.Tensor, d: int, inverse: bool) -> torch.Tensor:
+    """One Kronecker stage of :func:`rotate` on the flat ``cur``, one GEMM: ``(rest, d) -> (d, rest)``, d
+    transformed (``inverse``, as :func:`unrotate`: ``(d, rest) -> (rest, d)``)."""
+    if inverse:
+        return (cur.view(d, -1).t() @ hadamard_matrix(d, cur.device)).reshape(-1)
+    return (hadamard_matrix(d, cur.device) @ cur.view(-1, d).t()).reshape(-1)
 
 
 def fwht(x: torch.Tensor) -> torch.Tensor:

@@ -245,7 +245,8 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
         del passes[:], ends[:], syncs[:], iters[:]
         paced: list[float] = []  # every rank must run as many iterations: the slowest rank's times decide
         while another_iteration(paced, n_iter, min_iter, float("inf") if budget_s is None else budget_s):
-            paced.append(d.agree_max(iteration()))
+            ms = iteration()
+            paced.append(ms if budget_s is None else d.agree_max(ms))  # no budget: n_iter, no collective needed
         n_iter = len(paced)
     finally:
         state.close()
