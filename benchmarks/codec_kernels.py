@@ -47,36 +47,49 @@ def default_specs() -> list[CompressorSpec]:
     return [CompressorSpec(n, ()) for n in C.available() if n not in SKIP] + EXTRA
 
 
-def measure(specs, out: Path, device, model: str, policy, reps: int, verbose: bool) -> None:
-    """Pass 1 (timings) then pass 2 (kernel profiles) into ``out``; resumes both."""
+def measure(specs, out: Path, device, model: str, policy, reps: int, verbose: bool, reference: bool = False) -> None:
+    """Pass 1 (timings) then pass 2 (kernel profiles) into ``out``; resumes both. With ``reference`` each codec
+    is also timed and profiled with ``STUDYKIT_FAST=0`` (mode ``<layout>:reference``); both passes set
+    ``STUDYKIT_FAST`` themselves, so the one in the environment changes nothing."""
     import torch
 
     writer = RecordWriter(out)
     bench.run_codecs(specs, writer, device=device, model=model, policy=policy, split=False, extras=False,
-                     phases=("encdec",), kernels=False, verbose=verbose)
+                     phases=("encdec",), kernels=False, verbose=verbose, reference=reference)
     done = writer.done()
     shapes = [tuple(s) for s in M.param_shapes(model)]
     flat, per_tensor = bench.codec_inputs(shapes, device)
-    for spec in specs:
-        comp, layout, fn = bench.encdec_call(spec, flat, per_tensor)
-        params = bench.effective_params(comp)
-        ident = dict(model=model, compressor=spec.name, params=params, phase="encdec", mode=f"{layout}:fast")
-        cid = config_id(kind="codec_kernels", device_type=device.type, **ident)
-        if cid in done:
-            continue
-        try:
-            kernels = bench.kernel_times(fn, device, reps=reps, flush_bytes=policy.flush_for(device))
-            rec = make_record("codec_kernels", cid, device=device, reps=reps, kernels=kernels, n_kernels=len(kernels),
-                              ms_kernels=sum(k["us_median"] for k in kernels) / 1e3, **ident)
-        except (ValueError, RuntimeError) as exc:
-            rec = make_record("codec_kernels", cid, device=device, status="error", reps=reps,
-                              reason=f"{type(exc).__name__}: {exc}"[:500], **ident)
-        writer.write(rec)
-        note(f"{spec.name:>13} {bench._params_str(params)[:40]:<40} "
-             + (f"{rec['n_kernels']:4d} kernels {rec['ms_kernels']:.4f} ms" if rec["status"] == "ok"
-                else rec["reason"][:80]), verbose)
-        fn = None
+    for spec, fast in ((s, f) for s in specs for f in ((True, False) if reference else (True,))):
+        with bench._fast_paths(fast):
+            _profile_one(spec, fast, flat, per_tensor, writer, done, device, model, policy, reps, verbose)
         torch.cuda.empty_cache()
+
+
+def _profile_one(spec, fast: bool, flat, per_tensor, writer, done, device, model, policy, reps, verbose) -> None:
+    """One codec's kernel profile (pass 2) with the fast paths ``fast``, unless ``done`` has it."""
+    comp, layout, fn = bench.encdec_call(spec, flat, per_tensor)
+    params = bench.effective_params(comp)
+    mode = f"{layout}:{'fast' if fast else 'reference'}"
+    ident = dict(model=model, compressor=spec.name, params=params, phase="encdec", mode=mode)
+    cid = config_id(kind="codec_kernels", device_type=device.type, **ident)
+    if cid in done:
+        return
+    try:
+        kernels = bench.kernel_times(fn, device, reps=reps, flush_bytes=policy.flush_for(device))
+        rec = make_record("codec_kernels", cid, device=device, reps=reps, kernels=kernels, n_kernels=len(kernels),
+                          ms_kernels=sum(k["us_median"] for k in kernels) / 1e3, **ident)
+    except (ValueError, RuntimeError) as exc:
+        rec = make_record("codec_kernels", cid, device=device, status="error", reps=reps,
+                          reason=f"{type(exc).__name__}: {exc}"[:500], **ident)
+    writer.write(rec)
+    note(f"{spec.name:>13} {bench._params_str(params)[:40]:<40} {mode:<15} "
+         + (f"{rec['n_kernels']:4d} kernels {rec['ms_kernels']:.4f} ms" if rec["status"] == "ok"
+            else rec["reason"][:80]), verbose)
+
+
+def _codec_cell(r: dict) -> str:
+    """The codec's name, and "(reference)" for its plain-PyTorch rows (``--reference``)."""
+    return r["compressor"] + (" (reference)" if str(r.get("mode", "")).endswith(":reference") else "")
 
 
 def _key(r: dict) -> tuple:
@@ -98,7 +111,7 @@ def report(out: Path, verbose: bool = True, write: bool = True) -> str:
         t = timed.get(_key(k))
         cell_t = f"{t['ms_median']:.4f} ({t['ms_median'] / t['floor_ms']:.2f})" if t else "not timed"
         if k.get("status") != "ok":
-            rows.append(f"| {k['compressor']} | {bench._params_str(k['params'])} | {cell_t} | | {k['reason'][:80]} | | |")
+            rows.append(f"| {_codec_cell(k)} | {bench._params_str(k['params'])} | {cell_t} | | {k['reason'][:80]} | | |")
             continue
         total = k["ms_kernels"]
         top = sorted(k["kernels"], key=lambda x: -x["us_median"])[:3]
@@ -106,7 +119,7 @@ def report(out: Path, verbose: bool = True, write: bool = True) -> str:
                           for x in top)
         cell_k = f"{total:.4f} ({total / floor:.2f})" if floor else f"{total:.4f}"
         gap = f"{t['ms_median'] - total:.4f}" if t else ""
-        rows.append(f"| {k['compressor']} | {bench._params_str(k['params'])} | {cell_t} | {k['n_kernels']} | "
+        rows.append(f"| {_codec_cell(k)} | {bench._params_str(k['params'])} | {cell_t} | {k['n_kernels']} | "
                     f"{cell_k} | {gap} | {names} |")
     any_k = kern[0]
     head = (f"# What each codec's kernels alone cost\n\nRecords: `{out.name}`; device: {any_k.get('gpu')}; "
@@ -128,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "8, 16, PowerSGD rank 4 with CholeskyQR2)")
     ap.add_argument("--model", default="resnet50", choices=M.available(), help="whose gradient (default resnet50)")
     ap.add_argument("--reps", type=int, default=20, help="profiled calls per codec (default 20)")
+    ap.add_argument("--reference", action="store_true",
+                    help="also time and profile each codec with its fast paths off (STUDYKIT_FAST=0; rows of mode "
+                         "<layout>:reference), side by side with the fast ones")
     bench.add_policy_args(ap)
     bench.add_output_args(ap, "codec_kernels.jsonl", "table")
     return ap
@@ -148,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = parse_compressor_specs(args.compressors) if args.compressors else default_specs()
     except ValueError as exc:
         ap.error(str(exc))
-    measure(specs, out, torch.device("cuda:0"), args.model, policy, args.reps, not args.quiet)
+    measure(specs, out, torch.device("cuda:0"), args.model, policy, args.reps, not args.quiet, args.reference)
     report(out)
     return 0
 

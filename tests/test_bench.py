@@ -942,10 +942,25 @@ def codec_kernels_readme_blocks() -> dict:
         if r.get("kind") == "bench" and label.startswith(("max |g|", "elementwise pass")):
             rows.append(f"| {label.replace('|', chr(92) + '|')} | {r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']} | "
                         f"{r['x_floor']:.2f} |")
-    return {"abs-max-components": "\n".join(rows) + "\n"}
+    blocks = {"abs-max-components": "\n".join(rows) + "\n"}
+    rows = ["| run | kit commit | codec | timed ms (x floor) | kernels | kernels alone ms (x floor) | rotation's kernels ms |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    for sub in ("", "thc_fused"):
+        recs = load_records(os.path.join(CODEC_KERNELS, sub, "codec_kernels.jsonl"), quiet=True)
+        timed = {(r["compressor"], r["params"].get("rotation")): r for r in recs if r["kind"] == "bench"}
+        for k in recs:
+            if k["kind"] != "codec_kernels" or k["compressor"] != "thc":
+                continue
+            t = timed[("thc", k["params"]["rotation"])]
+            rot = sum(x["us_median"] for x in k["kernels"] if "gemm" in x["name"] or "hadamard" in x["name"]) / 1e3
+            rows.append(f"| `{sub or '.'}/` | `{t['git_commit'][:7]}` | thc rotation={k['params']['rotation']} | "
+                        f"{t['ms_median']:.4f} ({t['ms_median'] / t['floor_ms']:.1f}) | {k['n_kernels']} | "
+                        f"{k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) | {rot:.4f} |")
+    blocks["thc-fused"] = "\n".join(rows) + "\n"
+    return blocks
 
 
-@pytest.mark.parametrize("sub", ["", "abs_max_trial"])
+@pytest.mark.parametrize("sub", ["", "abs_max_trial", "thc_fused"])
 def test_committed_codec_kernels_tables_are_the_generated_ones(sub):
     out = Path(CODEC_KERNELS) / sub / "codec_kernels.jsonl"
     assert out.with_suffix(".md").read_text(encoding="utf-8") == _codec_kernels().report(out, verbose=False, write=False)
@@ -984,6 +999,36 @@ def test_codec_kernels_measure_times_then_profiles_each_codec_and_resumes(tmp_pa
     assert calls == [2, 2] and len(load_records(out)) == len(recs)
     md = ck.report(out, verbose=False, write=False)
     assert "| fp16 |  |" in md and "| 1 | 0.0050 (" in md
+
+
+def test_codec_kernels_reference_profiles_under_its_own_switch_whatever_the_environment(tmp_path, fake_clock,
+                                                                                        monkeypatch):
+    """With ``--reference`` each codec is profiled twice, the fast paths on then off, each labelled by what ran;
+    a ``STUDYKIT_FAST=0`` in the environment changes neither (it once left the profile on the reference path
+    while the timed rows and every label said fast)."""
+    ck = _codec_kernels()
+    seen = []
+
+    def fake_kernel_times(fn, device, *, reps, flush_bytes):
+        seen.append(os.environ.get("STUDYKIT_FAST"))
+        return [{"name": "k", "us_median": 5.0, "us_min": 4.0}]
+
+    monkeypatch.setattr(bench, "kernel_times", fake_kernel_times)
+    monkeypatch.setenv("STUDYKIT_FAST", "0")
+    out = tmp_path / "k.jsonl"
+    policy = bench.RepPolicy(min_reps=3, min_time_s=0, n_warmup=1)
+    from studykit.measure.runtime import CompressorSpec
+
+    ck.measure([CompressorSpec("fp16", ())], out, torch.device("cpu"), "mlp_small", policy, 2, False, reference=True)
+    recs = load_records(out)
+    assert seen == ["1", "0"] and os.environ["STUDYKIT_FAST"] == "0"
+    assert [r["mode"] for r in recs if r["kind"] == "codec_kernels"] == ["flat:fast", "flat:reference"]
+    assert sorted(r["mode"] for r in recs if r["kind"] == "bench") == ["flat:fast", "flat:reference"]
+    md = ck.report(out, verbose=False, write=False)
+    assert "| fp16 |  |" in md and "| fp16 (reference) |  |" in md
+    seen.clear()
+    ck.measure([CompressorSpec("fp16", ())], out, torch.device("cpu"), "mlp_small", policy, 2, False)
+    assert seen == []  # the fast profile is resumed, not repeated
 
 
 def benchmarks_readme_blocks() -> dict:
