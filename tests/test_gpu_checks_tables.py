@@ -42,22 +42,49 @@ HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d
                        "hook-vs-post-p2i": "h200_p2i", "hook-vs-post-p2i-repeat": "h200_p2i_repeat"}
 
 
-def readme_block_fp16_vs_torch() -> str:
-    """data/measurements/bandwidth/README.md's block of h200_p2j: the kit's fp16 hook against PyTorch's at each rate,
-    each round on its own (issue 19 item 3: "at most as slow as PyTorch's at every rate")."""
+#: the fp16-vs-torch blocks of data/measurements/bandwidth/README.md: marker -> the rounds' folders
+FP16_VS_TORCH = {"fp16-vs-torch-p2j": ("h200_p2j", "h200_p2j_repeat"),
+                 "fp16-vs-torch-p2kl": ("h200_p2k", "h200_p2k_repeat", "h200_p2l", "h200_p2l_repeat")}
+
+
+def _fp16_vs_torch(sub: str):
     (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
+    recs = load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True)
+    return R.hook_targets(recs, (fp16,), shaped=True).sort_values(["model", "rate_gbps"], ascending=[True, False])
+
+
+def readme_block_fp16_vs_torch(marker: str = "fp16-vs-torch-p2j") -> str:
+    """data/measurements/bandwidth/README.md's block ``marker``: the kit's fp16 hook against PyTorch's at each rate,
+    each round on its own (issue 19 item 3: "at most as slow as PyTorch's at every rate")."""
     parts = []
-    for i, sub in enumerate(("h200_p2j", "h200_p2j_repeat"), 1):
-        recs = load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True)
-        t = R.hook_targets(recs, (fp16,), shaped=True).sort_values(["model", "rate_gbps"], ascending=[True, False])
-        parts.append(f"Round {i} (`{sub}/`):\n\n" + R.hook_targets_markdown(t))
+    for sub in FP16_VS_TORCH[marker]:
+        label = "round 2" if sub.endswith("_repeat") else "round 1"
+        parts.append(f"`{sub}/` ({label}):\n\n" + R.hook_targets_markdown(_fp16_vs_torch(sub)))
     return "\n".join(parts)
 
 
-def test_bandwidth_readme_fp16_vs_torch_is_the_generated_one():
+@pytest.mark.parametrize("marker", sorted(FP16_VS_TORCH))
+def test_bandwidth_readme_fp16_vs_torch_is_the_generated_one(marker):
     text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
-    assert _marked(text, "fp16-vs-torch-p2j") == readme_block_fp16_vs_torch(), \
-        "regenerate with readme_block_fp16_vs_torch() (tests/test_gpu_checks_tables.py)"
+    assert _marked(text, marker) == readme_block_fp16_vs_torch(marker), \
+        f"regenerate with readme_block_fp16_vs_torch({marker!r}) (tests/test_gpu_checks_tables.py)"
+
+
+def test_bandwidth_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_holds():
+    """The README's reading of h200_p2k/h200_p2l: two warm-ups everywhere, the kit's fp16 hook within 0.98-1.05x
+    of PyTorch's at every rate and round, and that gap smaller than PyTorch's own hook moved between rounds."""
+    text = " ".join((paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8").split())
+    subs = FP16_VS_TORCH["fp16-vs-torch-p2kl"]
+    recs = [r for sub in subs for r in load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True)
+            if r.get("kind") == "ddp" and r.get("status") == "ok"]
+    assert recs and all(r["n_warmup"] == 2 for r in recs) and "every record of the four folders has two warm-ups" in text
+    ratios = [x for sub in subs for x in _fp16_vs_torch(sub)["ratio"]]
+    assert len(ratios) == 16 and 0.98 <= min(ratios) and max(ratios) <= 1.05
+    assert f"{min(ratios):.3f}-{max(ratios):.3f}" in text
+    ref = {sub: _fp16_vs_torch(sub).set_index(["model", "rate_gbps"])["reference_ms"] for sub in subs}
+    moved = max(abs(ref[b] / ref[a] - 1).max() for a, b in zip(subs[::2], subs[1::2]))
+    assert moved > max(abs(x - 1) for x in ratios)
+    assert f"PyTorch's own fp16 hook moved by up to {100 * moved:.1f} % between the two rounds" in text
 
 
 def test_hook_targets_per_rate_keep_rates_apart():
@@ -353,7 +380,8 @@ RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "
                # the same machine, minutes apart
                ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"),
                # the same call, gpu_bandwidth.sh ROUNDS=2
-               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"))
+               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"),
+               ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"))
 
 
 def readme_block_rerun_spread() -> str:
@@ -425,3 +453,19 @@ def test_bandwidth_readme_reading_of_the_two_round_calls_holds():
     flips = [k for k in ratio["h200_p2j_repeat"].index if (ratio["h200_p2j"][k] <= 1) != (ratio["h200_p2j_repeat"][k] <= 1)]
     assert sorted(flips) == [("bert_base", 10.0), ("resnet50", 10.0), ("resnet50", 25.0)]
     assert "(both models at 10 Gbit/s, ResNet-50 at 25)" in text
+
+
+def test_verification_readme_reading_of_the_hooks_rerun_after_the_warmup_fix_holds():
+    """data/verification/bandwidth/README.md: the fp16 hooks' round-to-round spread in h200_p2k/h200_p2l against
+    h200_p2j's."""
+    text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text(encoding="utf-8").split())
+
+    def hooks(a):
+        t = R.rerun_spread(*(load_records(paths.MEASUREMENTS / "bandwidth" / c / "ddp.jsonl", quiet=True)
+                             for c in (a, f"{a}_repeat")))
+        return t[t["group"] == "compressors (hook)"]["spread"]
+
+    assert f"moved by up to {100 * hooks('h200_p2j').max():.0f} % between its rounds" in text
+    k, l_ = hooks("h200_p2k"), hooks("h200_p2l")
+    assert (f"moved by {100 * k.median():.1f} % (ResNet-50) and {100 * l_.median():.1f} % (BERT-base) at the median, "
+            f"at most {100 * max(k.max(), l_.max()):.1f} %") in text

@@ -2,6 +2,7 @@
 crossings (first round and interpolated), Student-t intervals over seeds, the paired speed-up, bytes per
 iteration, the table's Markdown; and data/training/tta_gpu2/README.md's generated tables against the records."""
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -287,22 +288,25 @@ def test_the_notebooks_reading_of_the_gpu_runs_holds():
 
 # ------------------------------------------------------------------ the learning-rate runs (scripts/gpu_tta_lr.sh)
 LR = TTA / "lr"
+#: the SGD control of the learning-rate runs (gpu_tta_lr.sh OPTIMIZER=sgd)
+LR_SGD = TTA / "lr_sgd"
 
 
-def lr_finals() -> pd.DataFrame:
-    """Final validation loss of every run of ``lr/``: one row per (learning rate, method, seed)."""
+def lr_finals(root: Path = LR) -> pd.DataFrame:
+    """Final validation loss of every run of ``root`` (``lr/``): one row per (learning rate, method, seed)."""
     rows = []
-    for folder in sorted(LR.glob("lr*"), key=lambda f: -float(f.name[2:])):
+    for folder in sorted(root.glob("lr*"), key=lambda f: -float(f.name[2:])):
         df = analysis.latest_runs(analysis.to_frame(analysis.load_runs(folder)))
         last = df.sort_values("step").groupby(["method", "seed"])["val_loss"].last()
         rows += [{"lr": float(folder.name[2:]), "method": m, "seed": s, "val_loss": v} for (m, s), v in last.items()]
     return pd.DataFrame(rows)
 
 
-def readme_lr() -> str:
-    """data/training/tta_gpu2/README.md's generated block of the learning-rate runs: final validation loss per
-    method and peak learning rate (means over seeds, 90 % Student-t intervals), then `dynamic` against `none`."""
-    f = lr_finals()
+def readme_lr(root: Path = LR) -> str:
+    """data/training/tta_gpu2/README.md's generated block of the learning-rate runs under ``root`` (block ``lr``;
+    ``LR_SGD``: block ``lr-sgd``): final validation loss per method and peak learning rate (means over seeds,
+    90 % Student-t intervals), then `dynamic` against `none`."""
+    f = lr_finals(root)
     lrs = sorted(f["lr"].unique(), reverse=True)
     methods = analysis.method_order(f["method"].unique())
     out = ["| method | " + " | ".join(f"peak lr {lr:g}" for lr in lrs) + " |\n",
@@ -316,7 +320,7 @@ def readme_lr() -> str:
             cells.append(f"{mid:.3f} [{lo:.3f}, {hi:.3f}]")
         out.append(f"| {m} | " + " | ".join(cells) + " |\n")
     best = min(lrs, key=lambda lr: means["none", lr])
-    out.append(f"\nFinal validation loss (nats per byte) after {int(analysis.load_runs(LR / f'lr{lrs[0]:g}')[0]['total_steps'])} "
+    out.append(f"\nFinal validation loss (nats per byte) after {int(analysis.load_runs(root / f'lr{lrs[0]:g}')[0]['total_steps'])} "
                f"iterations, mean over {f['seed'].nunique()} seeds [90 % interval]. `none`'s best peak learning rate "
                f"here: {best:g}. `dynamic` below `none`, seed by seed: ")
     per = f.pivot_table(index=["lr", "seed"], columns="method", values="val_loss")
@@ -333,11 +337,37 @@ def test_lr_runs_are_complete():
         assert (analysis.to_frame(analysis.load_runs(folder)).groupby("run_id")["step"].max() == 300).all()
 
 
-def test_lr_readme_block_is_the_generated_one():
+@pytest.mark.parametrize("marker,root", [("lr", LR), ("lr-sgd", LR_SGD)])
+def test_lr_readme_block_is_the_generated_one(marker, root):
     text = (TTA / "README.md").read_text()
-    a, b = "<!-- lr:begin -->\n", "<!-- lr:end -->"
+    a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
     assert a in text and b in text
-    assert text[text.index(a) + len(a):text.index(b)] == readme_lr(), "regenerate with tests/test_train_tta.py: readme_lr()"
+    assert text[text.index(a) + len(a):text.index(b)] == readme_lr(root), \
+        f"regenerate with tests/test_train_tta.py: readme_lr({root.name!r})"
+
+
+def test_lr_sgd_runs_are_complete_and_the_reading_holds():
+    """The SGD control: 0.1 and 0.03 complete (3 seeds x 4 methods, 300 iterations); 0.3 diverged under `none`
+    (its log, not committed as records); the README's reading, checked against the records."""
+    f = lr_finals(LR_SGD)
+    assert sorted(f["lr"].unique()) == [0.03, 0.1]
+    assert (f.groupby(["lr", "method"])["seed"].nunique() == 3).all() and f["method"].nunique() == 4
+    for folder in LR_SGD.glob("lr*"):
+        assert (analysis.to_frame(analysis.load_runs(folder)).groupby("run_id")["step"].max() == 300).all()
+    log = (LR_SGD / "run.log").read_text()
+    assert "[lr0.3] train none seed 0 round 1/12 (step 25): val loss 339.423" in log and "contains NaN or Inf" in log
+    text = " ".join((TTA / "README.md").read_text().split())
+    assert "At 0.3 `none` diverged in its first evaluation round (validation loss 339 at iteration 25)" in text
+    mean = f.groupby(["method", "lr"])["val_loss"].mean()
+    adamw = lr_finals(LR).groupby(["method", "lr"])["val_loss"].mean()
+    assert mean.min() > adamw.max() and "every SGD run ends above every AdamW mean" in text
+    per = f.pivot_table(index=["lr", "seed"], columns="method", values="val_loss")
+    for m in ("dynamic", "quantize4"):
+        assert (per.loc[0.03, m] < per.loc[0.03, "none"]).all()
+    assert "At 0.03, the better of the two rates for `none`, `dynamic` and 4-bit `quantize` end below `none` at every seed" in text
+    assert mean["none"].idxmin() == 0.03
+    _, lo, hi = analysis.seed_interval(f[(f["lr"] == 0.03) & (f["method"] == "none")]["val_loss"], 0.9)
+    assert lo < mean["dynamic"][0.03] < hi and "inside `none`'s interval" in text
 
 
 def test_lr_readme_reading_holds_in_the_records():
