@@ -168,6 +168,32 @@ def test_reduce_buckets_phase_is_the_hooks_protocol(spec, tmp_path):
     assert calls == want and len(want) > 1
 
 
+def test_bucket_times_measure_each_buckets_host_time(tmp_path, monkeypatch):
+    """``profile --ddp-buckets --bucket-times N``: the reduce_buckets record holds one host time per DDP bucket
+    (communication order), each the median of N rounds of that bucket's own call; no device times on CPU;
+    the reduce record none. Refused without --ddp-buckets."""
+    import time as _time
+    from studykit.measure import profile as P
+
+    out = tmp_path / "p.jsonl"
+    assert cli.main(["profile", "--models", "mlp_large", "--compressors", "fp16", "--ddp-buckets", "--bucket-times",
+                     "3", "--no-split", "--iters", "2", "--warmup", "0", "--copy-bytes", "64K", "--quiet",
+                     "--out", str(out)]) == 0
+    red, rb = load_records(out, kind="profile")
+    n = len(P.ddp_bucket_grads([torch.zeros(s) for s in M.param_shapes("mlp_large")]))
+    assert "bucket_host_ms" not in red and n > 1
+    assert len(rb["bucket_host_ms"]) == n and all(x > 0 for x in rb["bucket_host_ms"]) and rb["bucket_reps"] == 3
+    assert rb["bucket_device_ms"] is None and rb["bucket_device_error"] is None
+    # each bucket's time is its own call's: bucket 1 made slow shows in bucket 1 alone
+    calls = [lambda: None, lambda: _time.sleep(0.02), lambda: None]
+    t = P.bucket_times(calls, "cpu", reps=3)
+    assert t["bucket_host_ms"][1] >= 20 and max(t["bucket_host_ms"][0], t["bucket_host_ms"][2]) < 5
+    with pytest.raises(ValueError, match="reps must be >= 1"):
+        P.bucket_times(calls, "cpu", reps=0)
+    with pytest.raises(SystemExit):
+        cli.main(["profile", "--models", "mlp_small", "--bucket-times", "3", "--out", str(tmp_path / "q.jsonl")])
+
+
 def test_encode_decode_input_never_pools_split_phases():
     """RecordInputs.encode_decode reads one phase: the split encode / decode records (single-round codecs)
     are not the protocol's time and must not be pooled with it."""

@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ddp-buckets", action="store_true",
                    help="also time the protocol bucket by bucket at DDP's default bucket caps, as the kit's DDP "
                         "hook runs it (phase reduce_buckets; the performance model's hook input)")
+    p.add_argument("--bucket-times", type=_positive_int, default=None, metavar="REPS",
+                   help="with --ddp-buckets: also each bucket's host time (the hook's thread: Python, dispatch, "
+                        "launches) and, on CUDA, its device time with the host ahead, median of REPS rounds "
+                        "(fields bucket_host_ms, bucket_device_ms; the hook model's host chain)")
     p.add_argument("--sim-world-size", type=_positive_int, default=1,
                    help="decode as if this many workers sent payloads (all-gather codecs; no communication)")
     p.add_argument("--host-ahead", action="store_true",
@@ -228,10 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         device = _single_device(parser, args)
         if args.host_ahead and torch.device(device).type != "cuda":
             parser.error(f"profile --host-ahead needs a CUDA device (the GPU runs ahead of the host), got {device}")
+        if args.bucket_times and not args.ddp_buckets:
+            parser.error("profile --bucket-times times the buckets of --ddp-buckets: pass both")
         writer = RecordWriter(out, retry_errors=args.retry_errors)
         n = run_profile(args.models, specs, writer, device=device, split=not args.no_split,
                         sim_world_size=args.sim_world_size, copy_bytes=args.copy_bytes,
                         ddp_buckets=args.ddp_buckets, host_ahead=args.host_ahead, verbose=verbose,
+                        bucket_reps=args.bucket_times or 0,
                         **_timing(args))
     elif args.cmd == "tcomp":
         from studykit.measure.tcomp import run_tcomp

@@ -122,6 +122,62 @@ def ddp_bucket_grads(grads: list[torch.Tensor]) -> list[tuple[torch.Tensor, list
     return out
 
 
+def bucket_calls(comp: Compressor, grads: list[torch.Tensor], comm) -> list:
+    """One function per DDP bucket of ``grads`` (communication order): the protocol on that bucket as the
+    kit's DDP hook calls it (the flat bucket for partition-invariant codecs, the per-parameter views and a
+    copy back otherwise), each with its own state key."""
+    from studykit.compressors.base import copy_back
+
+    def call(i, buf, views):
+        if comp.partition_invariant:
+            return lambda: comp.reduce(buf, comm, key=i)
+        return lambda: copy_back(views, comp.reduce(views, comm, key=i))
+    return [call(i, buf, views) for i, (buf, views) in enumerate(ddp_bucket_grads(grads))]
+
+
+def bucket_times(calls: Sequence, device, reps: int = 10) -> dict:
+    """Per bucket (communication order) what a DDP hook's protocol costs the host and the GPU (BEYOND THE
+    PAPER; the inputs of the hook model's host chain, :func:`studykit.perfmodel.model.bucket_timeline_s`):
+
+    * ``bucket_host_ms``: the host's time inside each bucket's call, the buckets called back to back
+      without a synchronisation between them, the GPU idle at the first (median over ``reps`` rounds):
+      Python, dispatch and kernel launches, as the hook's thread spends them. A call that fills CUDA's
+      launch queue waits for the GPU there, as it would in the hook.
+    * ``bucket_device_ms`` (CUDA only): each bucket's device time with the host ahead of the GPU
+      (:func:`studykit.measure.timing.time_fn` ``host_ahead``, median), one bucket at a time: a bucket fits
+      the launch queue where a whole iteration's buckets may not (PowerSGD rank 32 with Gram-Schmidt on
+      VGG19). ``None`` where a bucket cannot be timed so (a call that waits for the GPU), with the reason
+      in ``bucket_device_error``.
+    """
+    import time
+
+    if reps < 1:
+        raise ValueError(f"bucket_times: reps must be >= 1, got {reps}")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    for call in calls:  # warm-up round (state, caches, a fused path's one-time choice)
+        call()
+    host = [[] for _ in calls]
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize(device)
+        for i, call in enumerate(calls):
+            t0 = time.perf_counter()
+            call()
+            host[i].append((time.perf_counter() - t0) * 1e3)
+    if cuda:
+        torch.cuda.synchronize(device)
+    out = {"bucket_host_ms": [sorted(h)[len(h) // 2] for h in host], "bucket_reps": reps,
+           "bucket_device_ms": None, "bucket_device_error": None}
+    if cuda:
+        try:
+            out["bucket_device_ms"] = [time_fn(call, device=device, host_ahead=True, n_iter=reps, n_warmup=1).ms_median
+                                       for call in calls]
+        except RuntimeError as exc:  # HostSyncCall or a bucket longer than the launch queue
+            out["bucket_device_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
+
+
 def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_world_size: int):
     """The function one timed iteration calls for ``phase``: ``reduce`` (the whole gradient, as after the
     backward pass), ``reduce_buckets`` (bucket by bucket, as the kit's DDP hook calls the protocol: the
@@ -131,16 +187,12 @@ def _timed_call(comp: Compressor, phase: str, grads: list[torch.Tensor], sim_wor
     if phase == "reduce":
         return lambda: comp.reduce(grads, comm, key=0)
     if phase == "reduce_buckets":
-        from studykit.compressors.base import copy_back
-
-        buckets = ddp_bucket_grads(grads)
+        calls = bucket_calls(comp, grads, comm)
 
         def per_bucket():
-            for i, (buf, views) in enumerate(buckets):
-                if comp.partition_invariant:
-                    comp.reduce(buf, comm, key=i)
-                else:
-                    copy_back(views, comp.reduce(views, comm, key=i))
+            for call in calls:
+                call()
+        per_bucket.calls = calls
         return per_bucket
     flat = flatten(grads)
     if phase == "encode":
@@ -156,9 +208,10 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
                 device: torch.device, n_iter: int = 50, n_warmup: int = 10, budget_s: Optional[float] = None,
                 min_iter: int = 3, split: bool = True, sim_world_size: int = 1,
                 copy_bytes: Optional[int] = None, ddp_buckets: bool = False, host_ahead: bool = False,
-                verbose: bool = True) -> int:
+                bucket_reps: int = 0, verbose: bool = True) -> int:
     """Profile every (model, compressor spec[, phase]) not yet in ``writer``'s file; returns records written.
-    ``ddp_buckets`` adds phase ``reduce_buckets`` (the protocol bucket by bucket, as a DDP hook runs it).
+    ``ddp_buckets`` adds phase ``reduce_buckets`` (the protocol bucket by bucket, as a DDP hook runs it);
+    with ``bucket_reps`` its records also hold each bucket's host and device time (:func:`bucket_times`).
 
     ``host_ahead`` (CUDA only): time each call's device work with the host ahead of the GPU
     (:func:`studykit.measure.timing.time_fn`), as inside a training iteration, instead of alone with
@@ -225,8 +278,10 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
         try:
             fn = _timed_call(comp, cfg.phase, grads, sim_world_size)
             t = time_fn(fn, device=device, host_ahead=host_ahead, **timing_kw)
+            per = (bucket_times(fn.calls, device, reps=bucket_reps)
+                   if cfg.phase == "reduce_buckets" and bucket_reps else {})
             rec = make_record("profile", cfg.cid, device=device, timing=t, x_floor=t.ms_mean / floor_ms,
-                              host_ahead=host_ahead, **fields)
+                              host_ahead=host_ahead, **fields, **per)
         except Exception as exc:  # noqa: BLE001 - one codec failing (OOM, unsupported op) must not stop a sweep
             if device.type == "cuda":
                 torch.cuda.empty_cache()
