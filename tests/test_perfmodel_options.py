@@ -217,3 +217,55 @@ def test_refusals_for_missing_model_inputs():
     with pytest.raises(ValueError, match="cannot fit the path overhead"):
         fit.fit_path_overhead([])
     assert models.available()  # the workloads above exist
+
+
+# ------------------------------------------------------------------ the hook timeline's host chain
+def test_bucket_timeline_host_chain_by_hand():
+    """Two buckets, C = 10 ms, ready at 5 and 10 ms of the device's backward pass, no communication, e = d = 0.5 ms.
+    Without the chain T_obs = C + sum e + sum d = 12 ms. The host reaches the hooks at 1 and 2 ms and spends 6 ms
+    in each: H_1 = 1 + 6 = 7, H_2 = max(2, 7) + 6 = 13 ms > 12: the iteration ends when the host has launched
+    the last protocol. A host of 2 ms per hook (H_2 = 5 ms) changes nothing."""
+    from studykit.perfmodel.model import bucket_timeline_s
+
+    base = bucket_timeline_s(0.010, [0.5, 1.0], [0.0, 0.0], [0.0005] * 2, [0.0005] * 2)
+    assert float(base["total_s"]) == pytest.approx(0.012) and float(base["host_end_s"]) == 0.0
+    slow = bucket_timeline_s(0.010, [0.5, 1.0], [0.0, 0.0], [0.0005] * 2, [0.0005] * 2, [0.001, 0.002], [0.006] * 2)
+    assert float(slow["host_end_s"]) == pytest.approx(0.013) and float(slow["total_s"]) == pytest.approx(0.013)
+    assert float(slow["compute_s"]) == pytest.approx(0.012) and float(slow["exposed_s"]) == pytest.approx(0.001)
+    fast = bucket_timeline_s(0.010, [0.5, 1.0], [0.0, 0.0], [0.0005] * 2, [0.0005] * 2, [0.001, 0.002], [0.002] * 2)
+    assert float(fast["total_s"]) == pytest.approx(0.012) and float(fast["host_end_s"]) == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="one host ready time and one host time per bucket"):
+        bucket_timeline_s(0.010, [0.5, 1.0], [0.0, 0.0], host_ready_s=[0.001], host_s=[0.006] * 2)
+
+
+def test_hook_prediction_takes_per_bucket_device_shares_and_the_host_chain():
+    """predict(mode="hook") with bucket_encode_decode_s shares T_encode_decode by the buckets' device times (the
+    total is unchanged), and with bucket_host_s and the workload's host ready times a slow host lengthens T_obs;
+    both refused outside the hook timeline and with the wrong number of buckets."""
+    from studykit.perfmodel.model import Hardware, ModelOptions, Workload, predict
+
+    import dataclasses
+
+    opts = dataclasses.replace(ModelOptions.extended(), overlap="timeline")
+    w = Workload("resnet50", 64, t_comp_s=0.05)
+    k = len(w.ddp_bucket_shapes())
+    hw = Hardware(bandwidth_gbps=100.0, alpha_s=1e-5)
+    plain = predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="hook")
+    dev = [0.001] + [0.0] * (k - 2) + [0.003]
+    shared = predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="hook",
+                     bucket_encode_decode_s=dev)
+    assert float(shared.compressed["encode_decode_s"]) == pytest.approx(0.004)
+    wh = Workload("resnet50", 64, t_comp_s=0.05, bucket_ready_host_s=tuple(0.001 * (i + 1) for i in range(k)))
+    slow = predict(wh, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="hook",
+                   bucket_encode_decode_s=dev, bucket_host_s=[0.02] * k)
+    assert float(slow.compressed["host_end_s"]) == pytest.approx(0.001 + 0.02 * k)
+    assert float(slow.compressed["total_s"]) >= 0.02 * k > float(plain.compressed["total_s"])
+    with pytest.raises(ValueError, match="inputs of the hook timeline"):
+        predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="post",
+                bucket_host_s=[0.02] * k)
+    with pytest.raises(ValueError, match="one positive time per DDP bucket"):
+        predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="hook",
+                bucket_encode_decode_s=[0.001])
+    with pytest.raises(ValueError, match="needs the workload's bucket_ready_host_s"):
+        predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="hook",
+                bucket_host_s=[0.02] * k)

@@ -1013,6 +1013,10 @@ class RecordInputs:
         self.host_ahead = bool(host_ahead)
         #: (model, batch, bucket_mb or None, world_size) -> [(rate, ready fractions), ...] of ``buckets`` records
         self.ready: dict = {}
+        #: (model, batch, world_size) -> [(rate, host ready ms), ...] of ``buckets`` records on DDP's default buckets
+        self.ready_host_ms: dict = {}
+        #: per-bucket encode/decode for hooks (``verify --encode-decode-from buckets``; :meth:`bucket_costs`)
+        self.bucket_times = False
         if buckets is not None and not buckets.empty and "ready_fraction" in buckets.columns:
             for r in buckets.to_dict("records"):
                 fr = r.get("ready_fraction")
@@ -1020,6 +1024,10 @@ class RecordInputs:
                     self.ready.setdefault((r["model"], int(r["batch_size"]), _mb(r.get("bucket_mb")),
                                            int(r["world_size"])), []).append(
                         (r.get("rate_gbps"), tuple(float(x) for x in fr)))
+                hr = r.get("ready_host_ms")
+                if isinstance(hr, (list, tuple)) and hr and _missing(r.get("bucket_mb")):
+                    self.ready_host_ms.setdefault((r["model"], int(r["batch_size"]), int(r["world_size"])), []).append(
+                        (r.get("rate_gbps"), tuple(float(x) for x in hr)))
         st = stat
         t = tcomp.assign(_w=tcomp["network"].map(_workers))
         if max_p is not None:
@@ -1115,6 +1123,37 @@ class RecordInputs:
             return None, ""
         med = tuple(float(v) for v in np.median(np.asarray(rows, dtype=float), axis=0))
         return med, f"; bucket ready times measured ({len(rows)} buckets records at other rates)"
+
+    def ready_host(self, model: str, batch_size: int, world_size: int, rate) -> tuple[tuple | None, str]:
+        """When the host reaches each DDP bucket's hook (s from the call of ``loss.backward()``, host clock;
+        DDP's default buckets): the element-wise median of the ``buckets`` records' ``ready_host_ms`` at the
+        *other* rates, as :meth:`ready_fractions`; ``(None, "")`` without such records."""
+        rows = [hr for x, hr in self.ready_host_ms.get((model, int(batch_size), int(world_size)), [])
+                if _missing(rate) or _missing(x) or float(x) != float(rate)]
+        if not rows or len({len(hr) for hr in rows}) != 1:
+            return None, ""
+        med = tuple(float(v) / 1e3 for v in np.median(np.asarray(rows, dtype=float), axis=0))
+        return med, f"; host ready times measured ({len(rows)} buckets records at other rates)"
+
+    def bucket_costs(self, model: str, compressor: str, pkey: str) -> tuple[tuple, tuple, str]:
+        """``(device_s, host_s, how)``: per DDP bucket (communication order) the protocol's device time with the
+        host ahead and its host time, element-wise medians over the ``reduce_buckets`` profile records that
+        hold them (``profile --ddp-buckets --bucket-times``). KeyError where none does, or where a bucket's
+        device time could not be taken (``bucket_device_error``)."""
+        prof = self.profile
+        if "bucket_device_ms" not in prof.columns or "bucket_host_ms" not in prof.columns:
+            raise KeyError("no profile record with per-bucket times (profile --bucket-times)")
+        ph = prof["phase"].fillna("reduce") if "phase" in prof.columns else pd.Series("reduce", index=prof.index)
+        g = prof[(prof["model"] == model) & (prof["compressor"] == compressor) & (prof["params_key"] == pkey)
+                 & (ph == "reduce_buckets")]
+        rows = [(d, h) for d, h in zip(g["bucket_device_ms"], g["bucket_host_ms"])
+                if isinstance(d, (list, tuple)) and isinstance(h, (list, tuple)) and d and len(d) == len(h)]
+        if not rows or len({len(d) for d, _ in rows}) != 1:
+            raise KeyError(f"no per-bucket times for {compressor} {pkey} on {model}")
+        dev = tuple(float(v) / 1e3 for v in np.median(np.asarray([d for d, _ in rows], dtype=float), axis=0))
+        host = tuple(float(v) / 1e3 for v in np.median(np.asarray([h for _, h in rows], dtype=float), axis=0))
+        return dev, host, f"profile --bucket-times: {len(dev)} buckets, device {sum(dev) * 1e3:.2f} ms, " \
+                          f"host {sum(host) * 1e3:.2f} ms ({len(rows)} record{'s' if len(rows) > 1 else ''})"
 
     def network(self, p: int, rate, probe_gbps: float | None = None, probe_bytes: float | None = None) -> Network:
         """The :class:`Network` of world size ``p`` at link ``rate`` (None: a real network); ``probe_gbps``

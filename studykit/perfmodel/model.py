@@ -214,6 +214,10 @@ class Workload:
     #: measured fraction of the backward pass done when each DDP bucket is ready (communication order;
     #: ``buckets`` records of ``python -m studykit ddp --bucket-times``); None: :func:`bucket_ready_fractions`
     bucket_ready: tuple | None = None
+    #: host-clock time (s) from the call of ``loss.backward()`` at which DDP calls the hook of each bucket
+    #: (communication order; ``ready_host_ms`` of the same ``buckets`` records): the host's side of the
+    #: backward pass, which a hook's host work (``predict``'s ``bucket_host_s``) queues behind
+    bucket_ready_host_s: tuple | None = None
 
     def __post_init__(self):
         for name in ("overhead_s", "path_overhead_s"):
@@ -530,7 +534,8 @@ def bucket_ready_fractions(bucket_sizes: Sequence[float]) -> np.ndarray:
 
 
 def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: Sequence | None = None,
-                      decode_s: Sequence | None = None) -> dict:
+                      decode_s: Sequence | None = None, host_ready_s: Sequence | None = None,
+                      host_s: Sequence | None = None) -> dict:
     """Per-bucket overlap of a DDP iteration (BEYOND THE PAPER; Sec. 4.1 assumes every bucket but the
     last can be sent from the start of the backward pass).
 
@@ -547,15 +552,30 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
     syncSGD is ``e = d = 0``: ``T_obs = max(C, F_k)``. Broadcasts over arrays (``t_compute_s`` and each
     ``c_i`` may be arrays, e.g. a grid of gamma or bandwidth). Returns ``total_s``, ``compute_s``
     (``C + sum e + sum d``: the GPU's busy time), ``comm_s`` (``sum c``), ``exposed_s``
-    (``T_obs - compute_s``: what does not hide under the backward pass) and ``last_ready_s`` (``g_k``)."""
+    (``T_obs - compute_s``: what does not hide under the backward pass) and ``last_ready_s`` (``g_k``).
+
+    **The host chain** (with ``host_ready_s`` ``r_i`` and ``host_s`` ``h_i``): the hook's host work (Python,
+    dispatch, kernel launches) runs on one thread, bucket after bucket, from the moment the host reaches
+    the bucket's hook (``r_i``, the host clock of the backward pass, which runs ahead of the GPU)::
+
+        H_i = max(r_i, H_{i-1}) + h_i                 (the host has launched bucket i's protocol; H_0 = 0)
+        D_i = max(D_i, H_i)                           (no kernel finishes before it is launched)
+
+    A codec whose launches take longer than its kernels (PowerSGD rank 32 with Gram-Schmidt, bucket by
+    bucket) ends when its host does, not when its device work would; one whose kernels take longer is
+    unchanged. Returned as ``host_end_s`` (``H_k``; 0 without the chain)."""
     f = np.asarray(ready_fractions, dtype=float)
     k = len(comm_s)
     if len(f) != k:
         raise ValueError(f"{len(f)} ready fractions for {k} buckets")
     e = [0.0] * k if encode_s is None else list(encode_s)
     d = [0.0] * k if decode_s is None else list(decode_s)
+    chain = host_ready_s is not None and host_s is not None
+    if chain and not (len(host_ready_s) == len(host_s) == k):
+        raise ValueError(f"the host chain needs one host ready time and one host time per bucket ({k}), "
+                         f"got {len(host_ready_s)} and {len(host_s)}")
     C = np.asarray(t_compute_s, dtype=float)
-    F = D = 0.0 * C
+    F = D = H = 0.0 * C
     enc = 0.0 * C
     comm = 0.0 * C
     g = C
@@ -564,10 +584,14 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
         g = f[i] * C + enc
         F = np.maximum(g, F) + comm_s[i]
         D = np.maximum(F, D) + d[i]
+        if chain:
+            H = np.maximum(float(host_ready_s[i]), H) + float(host_s[i])
+            D = np.maximum(D, H)
         comm = comm + comm_s[i]
     busy = C + enc + sum(np.asarray(x, dtype=float) for x in d)
     total = np.maximum(busy, D)
-    return {"total_s": total, "compute_s": busy, "comm_s": comm, "exposed_s": total - busy, "last_ready_s": g}
+    return {"total_s": total, "compute_s": busy, "comm_s": comm, "exposed_s": total - busy, "last_ready_s": g,
+            "host_end_s": H}
 
 
 Plan = tuple  # (op, numel, dtype, nbytes) per collective, in order
@@ -718,7 +742,8 @@ def compressed_plan_s(t_comp_s, t_encode_decode_s, plans: Sequence[Sequence[dict
 
 
 def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor, params, world_size: int,
-                    hw: Hardware, options: ModelOptions, bytes_scale=1.0) -> dict:
+                    hw: Hardware, options: ModelOptions, bytes_scale=1.0, bucket_encode_decode_s=None,
+                    bucket_host_s=None) -> dict:
     """A compressor run as a DDP communication hook, bucket by bucket (BEYOND THE PAPER; App. A only
     shows hooks are slower): :func:`bucket_timeline_s` with
 
@@ -727,10 +752,13 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
       compressor's ``plan()`` of that bucket's shapes, each priced by :func:`collective_s`;
     * ``e_i = d_i = T_encode_decode * s_i / (2 G)``: the profiled encode + decode of the whole gradient
       shared among buckets by bytes, half before the collectives and half after (the profile times them
-      together: an assumption).
+      together: an assumption); with ``bucket_encode_decode_s`` (each bucket's device time, ``profile
+      --bucket-times``) shared in those proportions instead;
+    * with ``bucket_host_s`` (each bucket's host time) and the workload's ``bucket_ready_host_s``, the host
+      chain of :func:`bucket_timeline_s`.
 
-    Same keys as :func:`compressed_s`, plus ``k`` and ``exposed_s`` (the part not hidden under the
-    backward pass)."""
+    Same keys as :func:`compressed_s`, plus ``k``, ``exposed_s`` (the part not hidden under the
+    backward pass) and ``host_end_s``."""
     groups = workload.ddp_bucket_shapes()
     sizes = np.asarray([4.0 * sum(math.prod(s) for s in g) for g in groups])
     fr = workload.ready_fractions("ddp")
@@ -748,13 +776,27 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
                 t_ag = t_ag + t
         per.append(ci)
     ed = np.asarray(t_encode_decode_s, dtype=float) / hw.compute_speedup
-    half = [ed * (s / sizes.sum()) / 2.0 for s in sizes]
+    share = sizes
+    if bucket_encode_decode_s is not None:
+        share = np.asarray(bucket_encode_decode_s, dtype=float)
+        if len(share) != len(groups) or share.sum() <= 0:
+            raise ValueError(f"bucket_encode_decode_s: one positive time per DDP bucket ({len(groups)}) expected, "
+                             f"got {list(bucket_encode_decode_s)}")
+    half = [ed * (s / share.sum()) / 2.0 for s in share]
+    host_ready, host = None, None
+    if bucket_host_s is not None:
+        if workload.bucket_ready_host_s is None:
+            raise ValueError("bucket_host_s needs the workload's bucket_ready_host_s (when the host reaches each hook)")
+        if not (len(bucket_host_s) == len(workload.bucket_ready_host_s) == len(groups)):
+            raise ValueError(f"the host chain needs one host time and one host ready time per DDP bucket "
+                             f"({len(groups)}), got {len(bucket_host_s)} and {len(workload.bucket_ready_host_s)}")
+        host_ready, host = workload.bucket_ready_host_s, bucket_host_s
     comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
-    tl = bucket_timeline_s(hw.gamma * comp, fr, per, half, half)
+    tl = bucket_timeline_s(hw.gamma * comp, fr, per, half, half, host_ready, host)
     z = 0 * tl["total_s"]
     return {"compute_s": hw.gamma * comp + z, "encode_decode_s": ed + z, "allreduce_s": np.asarray(t_ar) + z,
             "allgather_s": np.asarray(t_ag) + z, "comm_s": tl["comm_s"] + z, "exposed_s": tl["exposed_s"] + z,
-            "total_s": tl["total_s"], "k": np.asarray(float(len(groups)))}
+            "total_s": tl["total_s"], "k": np.asarray(float(len(groups))), "host_end_s": tl["host_end_s"] + z}
 
 
 def iteration_s(overhead_s, t_obs_s, hw: Hardware, options: ModelOptions | None = None, path_overhead_s=0.0):
@@ -836,7 +878,7 @@ MODES = ("post", "hook", "hook_blocking")
 def predict(workload: Workload, hardware: Hardware, world_size, compressor=None, params: dict | None = None, *,
             calibration: Calibration | None = None, t_encode_decode_s=None, bytes_scale=1.0,
             encode_decode_scale=1.0, options: ModelOptions | None = None, mode: str = "post",
-            sync_bytes_scale: float = 1.0) -> Prediction:
+            sync_bytes_scale: float = 1.0, bucket_encode_decode_s=None, bucket_host_s=None) -> Prediction:
     """Predict syncSGD (Sec. 4.1) and, with ``compressor``, compressed training (App. B).
 
     ``world_size`` and any :class:`Hardware` field may be arrays; the result
@@ -849,6 +891,9 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     encode/decode time (App. D trade-off, Fig. 21). ``sync_bytes_scale`` multiplies what syncSGD
     all-reduces, bucket by bucket (0.5: DDP's fp16 / bf16 compress hook, which sends each bucket in
     half precision and keeps the overlap of Sec. 4.1; the casts are not in ``sync``).
+    ``bucket_encode_decode_s`` / ``bucket_host_s`` (``mode="hook"`` with the timeline overlap): each DDP
+    bucket's device and host time of the protocol (``profile --bucket-times``), for
+    :func:`hook_timeline_s`'s per-bucket shares and host chain.
 
     ``options`` (default :class:`ModelOptions`: the paper's model plus ``hardware.incast_coeff``)
     chooses the terms; ``mode`` is how the compressor runs (``"post"``: after the backward pass,
@@ -913,13 +958,18 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     if opts.cpu_contention:
         t_ed = t_ed * hardware.cpu_slowdown
     notes["t_encode_decode_s"] = float(np.max(t_ed))
+    if (bucket_encode_decode_s is not None or bucket_host_s is not None) and not (
+            mode == "hook" and opts.overlap == "timeline"):
+        raise ValueError("bucket_encode_decode_s and bucket_host_s are inputs of the hook timeline: they need "
+                         f"mode='hook' and ModelOptions.overlap='timeline', got mode={mode!r}, overlap={opts.overlap!r}")
     per_bucket = mode == "hook_blocking" or (mode == "hook" and (opts.hook_buckets or opts.overlap == "timeline"))
     measured = opts.collectives == "measured" and hardware.collective_table is not None
     if mode == "hook" and opts.overlap == "timeline":
         if p.size != 1:
             raise ValueError("the per-bucket timeline needs one world size per call")
         q = int(p.reshape(-1)[0])
-        comp = hook_timeline_s(t_comp, t_ed, workload, compressor, params, q, hardware, opts, bytes_scale)
+        comp = hook_timeline_s(t_comp, t_ed, workload, compressor, params, q, hardware, opts, bytes_scale,
+                               bucket_encode_decode_s, bucket_host_s)
         notes["compressed_plans"] = "per DDP bucket, timeline"
     elif per_bucket or measured:
         if p.size != 1:

@@ -118,7 +118,7 @@ REQUIRED_COLUMNS = ("config", "predicted_ms", "measured_ms", "rel_error", "calib
 VARIANTS = ("paper", "extended")
 STATS = ("ms_median", "ms_mean", "ms_min")
 #: where encode/decode comes from (verify --encode-decode-from; verify_platform)
-ENCODE_DECODE_SOURCES = ("profile", "iterations", "host_ahead")
+ENCODE_DECODE_SOURCES = ("profile", "iterations", "host_ahead", "buckets")
 #: where the extended variant's path overhead comes from (verify --path-overhead-from; _extended_compressed)
 PATH_OVERHEAD_SOURCES = ("identity", "model")
 MIB = 2**20
@@ -541,12 +541,15 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                 "inputs": f"{how_o}; {how_tc}; {where} ({net.fitted_on}"
                           f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''}){how_ready}"}
     ed, how_ed = _encode_decode(inp, r, p)
+    per_bucket = {}
+    if getattr(inp, "bucket_times", False) and r["mode"] == "hook" and opts.overlap == "timeline":
+        per_bucket, ed, how_ed, w = _bucket_costs(inp, r, w, ed, how_ed)
     if ed_scale[0] != 1.0:  # the codec's in-iteration cost, calibrated on post-backward iterations
         ed, how_ed = ed * ed_scale[0], f"{how_ed} {ed_scale[1]}"
     how_ed += _kk(kappa)
     scale, how_wire = _wire_scale(r, w)
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
-                 mode=r["mode"], bytes_scale=scale)
+                 mode=r["mode"], bytes_scale=scale, **per_bucket)
     c = {k: float(np.asarray(v)) for k, v in pr.compressed.items()}
     return {"t_comp_ms": tc * 1e3, "overhead_ms": (o * kappa + pr.notes["path_overhead_s"]) * 1e3,
             "t_obs_ms": c["total_s"] * 1e3, "t_comm_ms": c["comm_s"] * 1e3,
@@ -554,6 +557,27 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
             "k_buckets": int(c.get("k", 1)), "bound": "", "predicted_ms": c["iteration_s"] * 1e3,
             "inputs": f"{how_o}; {how_tc}; {how_ed}; {where} incast={net.incast_coeff:.2f} ({net.fitted_on}"
                       f"{', Eq. 1 / App. B at p=%d' % p if net.extrapolated else ''}){how_wire}{how_ready}"}
+
+
+def _bucket_costs(inp: RecordInputs, r, w: Workload, ed: float, how_ed: str):
+    """A hook record's per-bucket inputs (``verify --encode-decode-from buckets``): each bucket's device and host
+    time (:meth:`RecordInputs.bucket_costs`) and when the host reaches each hook (:meth:`RecordInputs.ready_host`),
+    as ``(predict kwargs, T_encode_decode, how, workload)``; where either is missing or the bucket counts
+    disagree, the record keeps its whole-gradient input (``({}, ed, how_ed + why, w)``)."""
+    try:
+        dev, host, how = inp.bucket_costs(r["model"], r["compressor"], r["params_key"])
+    except KeyError as exc:
+        return {}, ed, f"{how_ed} (no per-bucket times: {exc.args[0]})", w
+    ready, how_ready = inp.ready_host(r["model"], int(r["batch_size"]), int(r["world_size"]), r.get("rate_gbps"))
+    k = len(w.ddp_bucket_shapes())
+    if ready is None or not (len(ready) == len(dev) == k):
+        return {}, ed, f"{how_ed} (no per-bucket times: {len(dev)} profiled buckets, " \
+                       f"{'no' if ready is None else len(ready)} host ready times, {k} DDP buckets)", w
+    import dataclasses
+
+    w = dataclasses.replace(w, bucket_ready_host_s=ready)
+    return ({"bucket_encode_decode_s": dev, "bucket_host_s": host}, float(sum(dev)),
+            f"{how}, host chain{how_ready}", w)
 
 
 def _encode_decode(inp: RecordInputs, r, p: int) -> tuple[float, str]:
@@ -713,7 +737,11 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     scaled by what post-backward iterations of the same compressor and parameters leave room for
     (:func:`_ed_scales`), fitted on the other holdout groups, for the post and hook rows alike.
     ``encode_decode_from="host_ahead"`` (both variants): the profile timed with the host ahead of the GPU
-    (``profile --host-ahead``) where the platform has it (:meth:`RecordInputs.encode_decode`)."""
+    (``profile --host-ahead``) where the platform has it (:meth:`RecordInputs.encode_decode`).
+    ``encode_decode_from="buckets"``: as ``host_ahead``, and a hook's encode/decode bucket by bucket from
+    ``profile --bucket-times`` records where the platform has them: each bucket's device time, and each
+    bucket's host time queued behind the host's side of the backward pass (the host chain of
+    :func:`studykit.perfmodel.model.bucket_timeline_s`; the ``ready_host_ms`` of ``buckets`` records)."""
     if encode_decode_from not in ENCODE_DECODE_SOURCES:
         raise ValueError(f"encode_decode_from must be one of {ENCODE_DECODE_SOURCES}, got {encode_decode_from!r}")
     if path_overhead_from not in PATH_OVERHEAD_SOURCES:
@@ -722,7 +750,9 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
         raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
-    inp = _inputs(plat, max_p=max_p, network_from=network_from, host_ahead=encode_decode_from == "host_ahead")
+    inp = _inputs(plat, max_p=max_p, network_from=network_from,
+                  host_ahead=encode_decode_from in ("host_ahead", "buckets"))
+    inp.bucket_times = encode_decode_from == "buckets"
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
     modes = ["syncsgd", "post"] + (["hook", "hook_blocking"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
