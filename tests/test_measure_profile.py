@@ -221,3 +221,74 @@ def test_host_ahead_profiling_needs_cuda_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="--host-ahead needs a CUDA device"):
         run_profile(["mlp_small"], [], RecordWriter(out), device=torch.device("cpu"), host_ahead=True)
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ data/measurements/hook_host_h200*/README.md
+def _bucket_rows(folder: str) -> dict:
+    from studykit import paths
+
+    recs = load_records(paths.MEASUREMENTS / folder / "profile_buckets.jsonl", kind="profile", quiet=True)
+    out = {}
+    for r in recs:
+        if r.get("phase") == "reduce_buckets" and r.get("status") == "ok" and r.get("bucket_host_ms"):
+            p = r["params"]
+            label = r["compressor"] + (f" r{p['rank']}" if "rank" in p else "") + (
+                f" {p['orthogonalize']}" if "orthogonalize" in p else "") + (f" {p['ratio']:g}" if "ratio" in p else "")
+            out[(r["model"], label)] = r
+    return out
+
+
+def _cells(r: dict) -> str:
+    dev = r["bucket_device_ms"]
+    return (f"{len(r['bucket_host_ms'])} | {sum(r['bucket_host_ms']):.2f} | "
+            + (f"{sum(dev):.2f}" if dev else "(not timed)") + f" | {r['ms_median']:.2f}")
+
+
+def hook_host_readme_blocks() -> dict:
+    """The generated blocks of data/measurements/hook_host_h200/README.md (every configuration) and
+    hook_host_h200b/README.md (its configurations beside the same ones on the other machine): per
+    configuration the number of buckets, the sums of the buckets' host and device times, and the timed call."""
+    a, b = _bucket_rows("hook_host_h200"), _bucket_rows("hook_host_h200b")
+    head = "| model | compressor | buckets | host ms (sum) | device ms (sum) | timed call ms |\n|---|---|---:|---:|---:|---:|\n"
+    one = head + "".join(f"| {m} | {c} | {_cells(r)} |\n" for (m, c), r in a.items())
+    two = ("| model | compressor | buckets | `hook_host_h200b/` host / device / call ms | `hook_host_h200/` host / device / call ms |"
+           " host, b / a |\n|---|---|---:|---:|---:|---:|\n")
+    for key, r in b.items():
+        o = a[key]
+        cells = lambda x: (f"{sum(x['bucket_host_ms']):.2f} / {sum(x['bucket_device_ms']):.2f} / "  # noqa: E731
+                           f"{x['ms_median']:.2f}")
+        two += (f"| {key[0]} | {key[1]} | {len(r['bucket_host_ms'])} | {cells(r)} | {cells(o)} | "
+                f"{sum(r['bucket_host_ms']) / sum(o['bucket_host_ms']):.2f} |\n")
+    return {("hook_host_h200", "bucket-times"): one, ("hook_host_h200b", "bucket-times-two-machines"): two}
+
+
+def test_hook_host_readme_blocks_are_the_generated_ones():
+    from studykit import paths
+
+    for (folder, marker), want in hook_host_readme_blocks().items():
+        text = (paths.MEASUREMENTS / folder / "README.md").read_text(encoding="utf-8")
+        a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
+        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with hook_host_readme_blocks()"
+
+
+def test_hook_host_readme_reading_holds():
+    """hook_host_h200/README.md: Gram-Schmidt rank 32 takes more host than device time bucket by bucket on every
+    model, CholeskyQR2 rank 32 much less host time; hook_host_h200b/README.md: the same call's host time differs
+    between the two machines by the factors it names."""
+    from studykit import paths
+
+    a, b = _bucket_rows("hook_host_h200"), _bucket_rows("hook_host_h200b")
+    text = " ".join((paths.MEASUREMENTS / "hook_host_h200" / "README.md").read_text(encoding="utf-8").split())
+    for m in ("bert_base", "gpt2_small", "resnet50", "resnet101", "vgg19"):
+        gs, ch = a[(m, "powersgd r32 twice")], a[(m, "powersgd r32 cholesky")]
+        assert sum(gs["bucket_host_ms"]) > 2 * sum(gs["bucket_device_ms"])
+        assert sum(ch["bucket_host_ms"]) < 0.5 * sum(gs["bucket_host_ms"])
+    assert "host time is more than twice its device time on every model" in text
+    ratios = {k: sum(r["bucket_host_ms"]) / sum(a[k]["bucket_host_ms"]) for k, r in b.items()}
+    text_b = " ".join((paths.MEASUREMENTS / "hook_host_h200b" / "README.md").read_text(encoding="utf-8").split())
+    r = ratios[("bert_base", "powersgd r32 twice")]
+    assert r > 1.4 and f"{r:.2f}x" in text_b
+    assert all(0.89 <= v <= 1.11 for k, v in ratios.items() if k != ("bert_base", "powersgd r32 twice"))
+    dev = [sum(x["bucket_device_ms"]) / sum(a[k]["bucket_device_ms"]) for k, x in b.items()]
+    assert all(abs(d - 1) <= 0.01 for d in dev)
+    assert "device times agree between the two machines within 1 %" in text_b and "host times agree within 11 %" in text_b

@@ -401,6 +401,21 @@ for _sub in ("h200_p2h", "h200_p2i", "h200_p2j", "h200_p2k", "h200_p2l"):
     for _name, _recs, _extra in ((_sub, _sub, []), (f"{_sub}_repeat", f"{_sub}_repeat", []),
                                  (f"{_sub}_pooled", (_sub, f"{_sub}_repeat"), ["--pool", f"{_sub}_pooled"])):
         BANDWIDTH_RUNS[f"{_name}/path_model"] = (_recs, BANDWIDTH_RUNS["h200_p2e/path_model"][1] + _extra)
+# hooks whose backward pass runs at T_comp, not syncSGD's gamma T_comp (--hook-gamma one), on every hook campaign
+HOOK_G1 = ["--hook-gamma", "one"]
+for _sub in ("h200_p2c", "h200_p2d", "h200_p2e", "h200_p2f_pooled", "h200_p2g_pooled", "h200_p2h_pooled",
+             "h200_p2i_pooled", "h200_p2j_pooled", "h200_p2k_pooled", "h200_p2l_pooled"):
+    _recs, _args = BANDWIDTH_RUNS[f"{_sub}/path_model"]
+    BANDWIDTH_RUNS[f"{_sub}/path_model/gamma1"] = (_recs, _args + HOOK_G1)
+# one machine, one call: the hooks' per-bucket host and device times (hook_host_h200b, profile --bucket-times) beside
+# the hooks' iterations (h200_p2m); each rate predicted from the other
+_P2M = BANDWIDTH_RUNS["h200_p2e/path_model"][1]
+_P2M = (_P2M[:_P2M.index("--inputs-from") + 1] + [str(paths.MEASUREMENTS / "hook_host_h200b")]
+        + _P2M[_P2M.index("--inputs-from") + 1:])
+BANDWIDTH_RUNS["h200_p2m/path_model"] = ("h200_p2m", _P2M)
+BANDWIDTH_RUNS["h200_p2m/path_model/gamma1"] = ("h200_p2m", _P2M + HOOK_G1)
+_ED = _P2M.index("--encode-decode-from") + 1
+BANDWIDTH_RUNS["h200_p2m/buckets/gamma1"] = ("h200_p2m", _P2M[:_ED] + ["buckets"] + _P2M[_ED + 1:] + HOOK_G1)
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -455,7 +470,58 @@ BANDWIDTH_TABLE = {
     "p = 2, BERT-base: the kit's fp16 hook (2.5-25 Gbit/s), two warm-ups every time, same options": "h200_p2l/path_model",
     "p = 2, second round of `h200_p2l` (the same call)": "h200_p2l_repeat/path_model",
     "p = 2, both rounds of `h200_p2l` pooled": "h200_p2l_pooled/path_model",
+    "p = 2, `h200_p2m`: BERT-base and VGG19, PowerSGD r4 and r32 hooks (10 and 25 Gbit/s, each from the other), same options":
+        "h200_p2m/path_model",
 }
+#: data/verification/bandwidth/README.md's hook-gamma block: each hook campaign's hook rows with syncSGD's fitted gamma
+#: (its table row above) and at gamma 1 (--hook-gamma one), and h200_p2m also with per-bucket times and the host chain
+HOOK_GAMMA_CAMPAIGNS = ("h200_p2c", "h200_p2d", "h200_p2e", "h200_p2f_pooled", "h200_p2g_pooled", "h200_p2h_pooled",
+                        "h200_p2i_pooled", "h200_p2j_pooled", "h200_p2k_pooled", "h200_p2l_pooled", "h200_p2m")
+
+
+def _hook_errors(sub: str) -> tuple[int, float, float]:
+    s = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "summary.csv")
+    row = s[(s["variant"] == "extended") & (s["group"] == "compressors (hook)")].iloc[0]
+    return int(row["n"]), float(row["median_abs_rel_error"]), float(row["max_abs_rel_error"])
+
+
+#: h200_p2m's hook rows in the three ways of the hook-gamma block: folder -> column title
+P2M_VARIANTS = {"h200_p2m/path_model": "fitted gamma", "h200_p2m/path_model/gamma1": "gamma 1",
+                "h200_p2m/buckets/gamma1": "gamma 1, host chain"}
+
+
+def readme_p2m_hooks() -> str:
+    """The p2m-hooks block of data/verification/bandwidth/README.md: each hook of h200_p2m measured and predicted
+    (extended variant) in the three ways, with the host chain's input (each bucket's host and device time)."""
+    frames = {}
+    for sub in P2M_VARIANTS:
+        d = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "predictions.csv")
+        frames[sub] = d[(d["variant"] == "extended") & (d["mode"] == "hook")].set_index("config")
+    first = frames["h200_p2m/path_model"]
+    lines = ["| model (batch) | PowerSGD | link | measured ms | " + " | ".join(f"{t} ms (error)" for t in P2M_VARIANTS.values())
+             + " |", "|---|---|---:|---:|" + "---:|" * len(P2M_VARIANTS)]
+    for cfg, r in first.sort_values(["model", "rate_gbps"], ascending=[True, False]).iterrows():
+        rank = cfg.split("rank:")[1].split(",")[0]
+        cells = [f"{frames[s].loc[cfg, 'predicted_ms']:.1f} ({100 * frames[s].loc[cfg, 'rel_error']:+.1f} %)" for s in P2M_VARIANTS]
+        lines.append(f"| {r['model']} ({int(r['batch_size'])}) | rank {rank} | {r['rate_gbps']:g} Gbit/s | "
+                     f"{r['measured_ms']:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_hook_gamma() -> str:
+    """The hook-gamma block of data/verification/bandwidth/README.md (extended variant, hook rows)."""
+    def cell(sub):
+        _, med, mx = _hook_errors(sub)
+        return f"{100 * med:.1f} % / {100 * mx:.1f} %"
+    lines = ["| campaign | hooks | fitted gamma: median / max | gamma 1: median / max | gamma 1, per-bucket times and "
+             "host chain |", "|---|---:|---:|---:|---:|"]
+    for c in HOOK_GAMMA_CAMPAIGNS:
+        extra = cell(f"{c}/buckets/gamma1") if (paths.DATA / "verification" / "bandwidth" / c / "buckets").exists() else ""
+        lines.append(f"| `{c}` | {_hook_errors(f'{c}/path_model')[0]} | {cell(f'{c}/path_model')} | "
+                     f"{cell(f'{c}/path_model/gamma1')} | {extra} |")
+    return "\n".join(lines) + "\n"
+
+
 
 
 @pytest.mark.slow
@@ -765,8 +831,10 @@ def test_encode_decode_scale_is_fitted_on_other_holdout_groups_by_hand(monkeypat
 
 def test_encode_decode_from_must_be_known():
     with pytest.raises(ValueError, match=r"encode_decode_from must be one of \('profile', 'iterations', "
-                                         r"'host_ahead'\), got 'both'"):
+                                         r"'host_ahead', 'buckets'\), got 'both'"):
         verify.verify_platform(None, encode_decode_from="both")
+    with pytest.raises(ValueError, match=r"hook_gamma must be one of \('fitted', 'one'\), got 'two'"):
+        verify.verify_platform(None, hook_gamma="two")
 
 
 # ------------------------------------------------------------------ --path-overhead-from
@@ -887,3 +955,37 @@ def test_verification_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_hold
         assert med <= 0.05 and mx <= 0.15, sub
     med, mx = hooks("h200_p2k_repeat")
     assert 0.05 < med < 0.06 and mx <= 0.15
+
+
+
+@pytest.mark.parametrize("marker,make", [("hook-gamma", "readme_hook_gamma"), ("p2m-hooks", "readme_p2m_hooks")])
+def test_verification_readme_hook_gamma_blocks_are_the_generated_ones(marker, make):
+    text = (paths.DATA / "verification" / "bandwidth" / "README.md").read_text()
+    assert _marked(text, marker) == globals()[make](), f"regenerate with {make}() (tests/test_verify.py)"
+
+
+def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
+    """data/verification/bandwidth/README.md's reading of the hook-gamma and p2m-hooks blocks."""
+    text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text().split())
+    fitted = {c: _hook_errors(f"{c}/path_model") for c in HOOK_GAMMA_CAMPAIGNS}
+    one = {c: _hook_errors(f"{c}/path_model/gamma1") for c in HOOK_GAMMA_CAMPAIGNS}
+    r = lambda x: round(100 * x, 1)  # noqa: E731 - the table's precision
+    med = sum(r(one[c][1]) <= r(fitted[c][1]) for c in HOOK_GAMMA_CAMPAIGNS)
+    mx = sum(r(one[c][2]) <= r(fitted[c][2]) for c in HOOK_GAMMA_CAMPAIGNS)
+    assert f"The median improves or holds on {med} of {len(HOOK_GAMMA_CAMPAIGNS)} campaigns and the maximum on {mx}" in text
+    worst = max(max(r(one[c][i]) - r(fitted[c][i]) for i in (1, 2)) for c in HOOK_GAMMA_CAMPAIGNS)
+    assert f"by at most {worst:.1f} points" in text
+    assert one["h200_p2h_pooled"][1] <= 0.05 and one["h200_p2h_pooled"][2] <= 0.15
+    assert fitted["h200_p2i_pooled"] == one["h200_p2i_pooled"]
+    p2m = {s: pd.read_csv(paths.DATA / "verification" / "bandwidth" / s / "predictions.csv") for s in P2M_VARIANTS}
+    chain = p2m["h200_p2m/buckets/gamma1"]
+    chain = chain[(chain["variant"] == "extended") & (chain["mode"] == "hook")]
+    whole = p2m["h200_p2m/path_model"]
+    whole = whole[(whole["variant"] == "extended") & (whole["mode"] == "hook")]
+    vgg32 = lambda d: d[(d["model"] == "vgg19") & d["config"].str.contains("rank:32")]  # noqa: E731
+    assert (vgg32(chain)["abs_rel_error"] < 0.08).all() and (vgg32(whole)["rel_error"].abs() > 0.15).all()
+    miss = vgg32(whole)["rel_error"].abs()
+    assert "within 8 % at both rates" in text and f"misses it by {int(100 * miss.min())}-{round(100 * miss.max())} %" in text
+    bert = whole[(whole["model"] == "bert_base") & whole["config"].str.contains("rank:32")].set_index("rate_gbps")
+    assert f"took {bert.loc[25.0, 'measured_ms']:.1f} ms at 25 Gbit/s and {bert.loc[10.0, 'measured_ms']:.1f} ms at 10" in text
+

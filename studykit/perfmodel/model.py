@@ -89,7 +89,10 @@ class ModelOptions:
     * ``overlap``: ``"sec41"`` (Sec. 4.1: every bucket but the last overlaps the whole backward pass,
       ``max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last)``) or ``"timeline"`` (beyond the paper:
       each DDP bucket is sent once its gradients are ready and the link is free, and a DDP hook's
-      encode / decode run per bucket on the GPU: :func:`bucket_timeline_s`). Needs a scalar ``bucket_bytes``.
+      encode / decode run per bucket on the GPU: :func:`bucket_timeline_s`). Needs a scalar ``bucket_bytes``;
+    * ``hook_gamma``: a DDP hook's backward pass is slowed by ``Hardware.gamma`` as syncSGD's is (True, the
+      default: gamma is fitted on syncSGD records only), or runs at ``T_comp`` (False; ``verify --hook-gamma
+      one``: the kit's hooks issue their collectives from a thread of their own, on a side stream).
     """
 
     collectives: str = "eq1"
@@ -101,6 +104,7 @@ class ModelOptions:
     cpu_contention: bool = False
     hook_buckets: bool = False
     overlap: str = "sec41"
+    hook_gamma: bool = True
 
     def __post_init__(self):
         if self.overlap not in OVERLAP:
@@ -747,7 +751,8 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
     """A compressor run as a DDP communication hook, bucket by bucket (BEYOND THE PAPER; App. A only
     shows hooks are slower): :func:`bucket_timeline_s` with
 
-    * ``C = gamma T_comp`` (the backward pass overlapped with communication, as for syncSGD);
+    * ``C = gamma T_comp`` (the backward pass overlapped with communication, as for syncSGD; ``T_comp`` with
+      ``options.hook_gamma`` False);
     * per DDP bucket ``i`` (:meth:`Workload.ddp_bucket_shapes`), its collectives ``c_i`` from the
       compressor's ``plan()`` of that bucket's shapes, each priced by :func:`collective_s`;
     * ``e_i = d_i = T_encode_decode * s_i / (2 G)``: the profiled encode + decode of the whole gradient
@@ -792,9 +797,10 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
                              f"({len(groups)}), got {len(bucket_host_s)} and {len(workload.bucket_ready_host_s)}")
         host_ready, host = workload.bucket_ready_host_s, bucket_host_s
     comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
-    tl = bucket_timeline_s(hw.gamma * comp, fr, per, half, half, host_ready, host)
+    gamma = hw.gamma if options.hook_gamma else 1.0
+    tl = bucket_timeline_s(gamma * comp, fr, per, half, half, host_ready, host)
     z = 0 * tl["total_s"]
-    return {"compute_s": hw.gamma * comp + z, "encode_decode_s": ed + z, "allreduce_s": np.asarray(t_ar) + z,
+    return {"compute_s": gamma * comp + z, "encode_decode_s": ed + z, "allreduce_s": np.asarray(t_ar) + z,
             "allgather_s": np.asarray(t_ag) + z, "comm_s": tl["comm_s"] + z, "exposed_s": tl["exposed_s"] + z,
             "total_s": tl["total_s"], "k": np.asarray(float(len(groups))), "host_end_s": tl["host_end_s"] + z}
 

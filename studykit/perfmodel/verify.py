@@ -119,6 +119,8 @@ VARIANTS = ("paper", "extended")
 STATS = ("ms_median", "ms_mean", "ms_min")
 #: where encode/decode comes from (verify --encode-decode-from; verify_platform)
 ENCODE_DECODE_SOURCES = ("profile", "iterations", "host_ahead", "buckets")
+#: the extended variant's gamma for hooks (verify --hook-gamma; ModelOptions.hook_gamma): syncSGD's fitted one, or 1
+HOOK_GAMMA_SOURCES = ("fitted", "one")
 #: where the extended variant's path overhead comes from (verify --path-overhead-from; _extended_compressed)
 PATH_OVERHEAD_SOURCES = ("identity", "model")
 MIB = 2**20
@@ -547,6 +549,8 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
     if ed_scale[0] != 1.0:  # the codec's in-iteration cost, calibrated on post-backward iterations
         ed, how_ed = ed * ed_scale[0], f"{how_ed} {ed_scale[1]}"
     how_ed += _kk(kappa)
+    if r["mode"] == "hook" and opts.overlap == "timeline" and not opts.hook_gamma:
+        how_ed += "; backward pass at gamma 1 (--hook-gamma one)"
     scale, how_wire = _wire_scale(r, w)
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
                  mode=r["mode"], bytes_scale=scale, **per_bucket)
@@ -720,6 +724,7 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
                     per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None,
+                    hook_gamma: str = "fitted",
                     encode_decode_from: str = "profile", path_overhead_from: str = "identity") -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
@@ -746,6 +751,8 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
         raise ValueError(f"encode_decode_from must be one of {ENCODE_DECODE_SOURCES}, got {encode_decode_from!r}")
     if path_overhead_from not in PATH_OVERHEAD_SOURCES:
         raise ValueError(f"path_overhead_from must be one of {PATH_OVERHEAD_SOURCES}, got {path_overhead_from!r}")
+    if hook_gamma not in HOOK_GAMMA_SOURCES:
+        raise ValueError(f"hook_gamma must be one of {HOOK_GAMMA_SOURCES}, got {hook_gamma!r}")
     by_p = holdout == "world_size"
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
@@ -792,6 +799,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     ext = replace(ModelOptions.extended(), per_tensor=per_tensor)
     if overlap is not None:
         ext = replace(ext, overlap=overlap)
+    ext = replace(ext, hook_gamma=hook_gamma == "fitted")
     presets = {"paper": ModelOptions.paper(), "extended": ext}
     for variant in variants:
         # syncSGD: gamma fitted on the other holdout groups' syncSGD records
@@ -1059,7 +1067,7 @@ def default_sources() -> list[Path]:
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
-           network_from: str = "sweep", overlap: str | None = None,
+           network_from: str = "sweep", overlap: str | None = None, hook_gamma: str = "fitted",
            sweep_from: str | Path | None = None, pool: str | None = None,
            encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
            path_overhead_from: str = "identity") -> tuple[pd.DataFrame, pd.DataFrame, list]:
@@ -1077,7 +1085,7 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
         plat = load_platform(s, stat, name=pool, sweep_from=sweep_from, inputs_from=inputs_from)
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
-                                      network_from=network_from, overlap=overlap,
+                                      network_from=network_from, overlap=overlap, hook_gamma=hook_gamma,
                                       encode_decode_from=encode_decode_from,
                                       path_overhead_from=path_overhead_from))
         by_p = holdout == "world_size"
@@ -1152,11 +1160,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
+    ap.add_argument("--hook-gamma", default="fitted", choices=list(HOOK_GAMMA_SOURCES),
+                    help="extended variant, hooks on the timeline: the backward pass slowed by syncSGD's fitted "
+                         "gamma (default) or not at all ('one'; ModelOptions.hook_gamma)")
     ap.add_argument("--encode-decode-from", default="profile", choices=list(ENCODE_DECODE_SOURCES),
                     help="encode/decode: as profiled (the codec timed alone; default); 'iterations' (extended "
                          "variant): the profile scaled by what post-backward iterations of the same compressor "
                          "leave room for, fitted on the other holdout groups; 'host_ahead': the profile timed with "
-                         "the host ahead of the GPU (profile --host-ahead) where there is one (verify_platform)")
+                         "the host ahead of the GPU (profile --host-ahead) where there is one; 'buckets': as "
+                         "host_ahead, and hooks bucket by bucket with the host chain where profile --bucket-times "
+                         "records are among the inputs (verify_platform)")
     ap.add_argument("--pool", default=None, metavar="NAME",
                     help="score every --records folder as ONE platform called NAME (campaigns of one card kind, "
                          "world size and link method, e.g. models measured in different sessions)")
@@ -1189,7 +1202,8 @@ def main(argv: list[str] | None = None) -> int:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
-                                   overlap=args.overlap, sweep_from=args.sweep_from, pool=args.pool,
+                                   overlap=args.overlap, hook_gamma=args.hook_gamma,
+                                   sweep_from=args.sweep_from, pool=args.pool,
                                    encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from,
                                    path_overhead_from=args.path_overhead_from)
     except (ValueError, FileNotFoundError) as exc:
