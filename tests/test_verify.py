@@ -926,9 +926,7 @@ def test_verification_readme_reading_of_the_two_round_calls_holds():
     text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text().split())
 
     def hooks(sub):
-        s = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "path_model" / "summary.csv")
-        row = s[(s["variant"] == "extended") & (s["group"] == "compressors (hook)")].iloc[0]
-        return row["median_abs_rel_error"], row["max_abs_rel_error"]
+        return _hook_errors(f"{sub}/path_model")[1:]
 
     assert "round 2 alone meets both targets, round 1 alone neither" in text
     med, mx = hooks("h200_p2h_repeat")
@@ -945,9 +943,7 @@ def test_verification_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_hold
     text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text().split())
 
     def hooks(sub):
-        s = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "path_model" / "summary.csv")
-        row = s[(s["variant"] == "extended") & (s["group"] == "compressors (hook)")].iloc[0]
-        return row["median_abs_rel_error"], row["max_abs_rel_error"]
+        return _hook_errors(f"{sub}/path_model")[1:]
 
     assert "meets both of issue 13's targets on both campaigns pooled, and on each round alone but ResNet-50's second" in text
     for sub in ("h200_p2k", "h200_p2k_pooled", "h200_p2l", "h200_p2l_repeat", "h200_p2l_pooled"):

@@ -19,6 +19,8 @@ computation only).
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -149,8 +151,6 @@ def bucket_times(calls: Sequence, device, reps: int = 10) -> dict:
       VGG19). ``None`` where a bucket cannot be timed so (a call that waits for the GPU), with the reason
       in ``bucket_device_error``.
     """
-    import time
-
     if reps < 1:
         raise ValueError(f"bucket_times: reps must be >= 1, got {reps}")
     device = torch.device(device)
@@ -167,7 +167,7 @@ def bucket_times(calls: Sequence, device, reps: int = 10) -> dict:
             host[i].append((time.perf_counter() - t0) * 1e3)
     if cuda:
         torch.cuda.synchronize(device)
-    out = {"bucket_host_ms": [sorted(h)[len(h) // 2] for h in host], "bucket_reps": reps,
+    out = {"bucket_host_ms": [statistics.median(h) for h in host], "bucket_reps": reps,
            "bucket_device_ms": None, "bucket_device_error": None}
     if cuda:
         try:

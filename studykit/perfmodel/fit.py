@@ -1005,7 +1005,7 @@ class RecordInputs:
 
     def __init__(self, tcomp: pd.DataFrame, ddp: pd.DataFrame, sweep: pd.DataFrame, profile: pd.DataFrame,
                  stat: str, max_p: int | None = None, network_from: str = "sweep",
-                 buckets: pd.DataFrame | None = None, host_ahead: bool = False):
+                 buckets: pd.DataFrame | None = None, host_ahead: bool = False, bucket_times: bool = False):
         if network_from not in NETWORK_SOURCES:
             raise ValueError(f"network_from must be one of {NETWORK_SOURCES}, got {network_from!r}")
         self.stat, self.max_p, self.sweep, self.network_from = stat, max_p, sweep, network_from
@@ -1016,7 +1016,7 @@ class RecordInputs:
         #: (model, batch, world_size) -> [(rate, host ready ms), ...] of ``buckets`` records on DDP's default buckets
         self.ready_host_ms: dict = {}
         #: per-bucket encode/decode for hooks (``verify --encode-decode-from buckets``; :meth:`bucket_costs`)
-        self.bucket_times = False
+        self.bucket_times = bool(bucket_times)
         if buckets is not None and not buckets.empty and "ready_fraction" in buckets.columns:
             for r in buckets.to_dict("records"):
                 fr = r.get("ready_fraction")

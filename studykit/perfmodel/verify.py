@@ -95,7 +95,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -485,10 +485,11 @@ def _isnull(x) -> bool:
 
 
 def _inputs(plat: Platform, max_p: int | None = None, network_from: str = "sweep",
-            host_ahead: bool = False) -> RecordInputs:
+            host_ahead: bool = False, bucket_times: bool = False) -> RecordInputs:
     """The platform's single-device constants and networks (:class:`studykit.perfmodel.fit.RecordInputs`)."""
     return RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, plat.stat, max_p=max_p,
-                        network_from=network_from, buckets=plat.buckets, host_ahead=host_ahead)
+                        network_from=network_from, buckets=plat.buckets, host_ahead=host_ahead,
+                        bucket_times=bucket_times)
 
 
 def _network(inp: RecordInputs, r):
@@ -544,7 +545,7 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
                           f"{', Eq. 1 at p=%d' % p if net.extrapolated else ''}){how_ready}"}
     ed, how_ed = _encode_decode(inp, r, p)
     per_bucket = {}
-    if getattr(inp, "bucket_times", False) and r["mode"] == "hook" and opts.overlap == "timeline":
+    if inp.bucket_times and r["mode"] == "hook" and opts.overlap == "timeline":
         per_bucket, ed, how_ed, w = _bucket_costs(inp, r, w, ed, how_ed)
     if ed_scale[0] != 1.0:  # the codec's in-iteration cost, calibrated on post-backward iterations
         ed, how_ed = ed * ed_scale[0], f"{how_ed} {ed_scale[1]}"
@@ -577,9 +578,7 @@ def _bucket_costs(inp: RecordInputs, r, w: Workload, ed: float, how_ed: str):
     if ready is None or not (len(ready) == len(dev) == k):
         return {}, ed, f"{how_ed} (no per-bucket times: {len(dev)} profiled buckets, " \
                        f"{'no' if ready is None else len(ready)} host ready times, {k} DDP buckets)", w
-    import dataclasses
-
-    w = dataclasses.replace(w, bucket_ready_host_s=ready)
+    w = replace(w, bucket_ready_host_s=ready)
     return ({"bucket_encode_decode_s": dev, "bucket_host_s": host}, float(sum(dev)),
             f"{how}, host chain{how_ready}", w)
 
@@ -758,8 +757,8 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     if by_p and max_p < 2:
         raise ValueError("--calibrate-max-p must be >= 2 (world size 1 moves no bytes)")
     inp = _inputs(plat, max_p=max_p, network_from=network_from,
-                  host_ahead=encode_decode_from in ("host_ahead", "buckets"))
-    inp.bucket_times = encode_decode_from == "buckets"
+                  host_ahead=encode_decode_from in ("host_ahead", "buckets"),
+                  bucket_times=encode_decode_from == "buckets")
     d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
     modes = ["syncsgd", "post"] + (["hook", "hook_blocking"] if include_hook else [])
     d = d[d["mode"].isin(modes)]
@@ -794,8 +793,6 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     sync = [r for r in recs if r["mode"] == "syncsgd"]
     sync_pool = None if cal_recs is None else [r for r in cal_recs if r["mode"] == "syncsgd"]
     cache: dict = {}
-    from dataclasses import replace
-
     ext = replace(ModelOptions.extended(), per_tensor=per_tensor)
     if overlap is not None:
         ext = replace(ext, overlap=overlap)
