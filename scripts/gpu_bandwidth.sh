@@ -25,14 +25,18 @@
 # ROUNDS=2 (or more) measures every rate again after the first round, round k into $OUT/round<k>/ (no bucket
 # or hook stamps there): verify, which reads a folder's subfolders too, pools a configuration's rounds (the
 # median of their medians), and studykit.measure.report.rerun_spread compares them (how far a run moves).
+# HOOK_PROFILE=1 (default when MODES has hook) first times, on GPU 0 and unthrottled, each DDP bucket's host and
+# device time of every compressor's hook protocol (`profile --ddp-buckets --bucket-times`, into
+# profile_buckets.jsonl): the host chain of the hook model needs host times of the machine it predicts
+# (data/measurements/hook_host_h200b/README.md; verify --encode-decode-from buckets).
 # BROADCAST_BUFFERS="1 0" times every configuration a second time per rate with `ddp --no-broadcast-buffers`
 # (DDP without its buffer broadcast at every forward: the A/B of what DDP's forward costs a hook beside post;
 # post does not change and is not timed again).
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
-# Writes at most 7 files, directly in $OUT: ddp.jsonl (records of kinds ddp, buckets and hook_times)
-# probe.jsonl tcomp.jsonl profile.jsonl sweep.jsonl run.log RUN.txt; with ROUNDS > 1 also ddp.jsonl and
+# Writes at most 8 files, directly in $OUT: ddp.jsonl (records of kinds ddp, buckets and hook_times)
+# probe.jsonl tcomp.jsonl profile.jsonl profile_buckets.jsonl sweep.jsonl run.log RUN.txt; with ROUNDS > 1 also ddp.jsonl and
 # probe.jsonl in $OUT/round<k>/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +61,8 @@ HOOK_COALESCE=${HOOK_COALESCE:-off}  # hook configurations once per value: off (
 HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 BROADCAST_BUFFERS=${BROADCAST_BUFFERS:-1}  # per rate, once per value: 1 DDP's default, 0 --no-broadcast-buffers
 ROUNDS=${ROUNDS:-1}                # rounds over the rates; round k > 1 into $OUT/round<k>/
+case " $MODES " in *" hook "*) HOOK_PROFILE=${HOOK_PROFILE:-1};; *) HOOK_PROFILE=${HOOK_PROFILE:-0};; esac
+case $HOOK_PROFILE in 0|1) ;; *) echo "HOOK_PROFILE must be 0 or 1, got '$HOOK_PROFILE'" >&2; exit 2;; esac
 case $ROUNDS in ''|*[!0-9]*|0) echo "ROUNDS must be a whole number >= 1, got '$ROUNDS'" >&2; exit 2;; esac
 for bb in $BROADCAST_BUFFERS; do
   case $bb in 0|1) ;; *) echo "BROADCAST_BUFFERS must hold 1 and/or 0, got '$BROADCAST_BUFFERS'" >&2; exit 2;; esac
@@ -80,7 +86,8 @@ fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
-  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE BROADCAST_BUFFERS=$BROADCAST_BUFFERS ROUNDS=$ROUNDS"
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE BROADCAST_BUFFERS=$BROADCAST_BUFFERS ROUNDS=$ROUNDS" \
+  "HOOK_PROFILE=$HOOK_PROFILE"
 
 
 # shellcheck disable=SC2086
@@ -89,6 +96,13 @@ if [ "$LOCAL" = 1 ]; then
     phase tcomp 120 $PY -m studykit tcomp --models $MODELS --budget-s 2 --min-iter 5 --out "$OUT/tcomp.jsonl" --quiet
     phase profile 150 $PY -m studykit profile --models $MODELS --compressors $COMPRESSORS \
       --budget-s 0.5 --min-iter 20 --ddp-buckets --out "$OUT/profile.jsonl" --quiet )
+fi
+
+# shellcheck disable=SC2086
+if [ "$HOOK_PROFILE" = 1 ]; then
+  ( export CUDA_VISIBLE_DEVICES=0
+    phase hook-profile 150 $PY -m studykit profile --models $MODELS --compressors $COMPRESSORS --budget-s 0.5 \
+      --min-iter 20 --ddp-buckets --bucket-times 20 --no-split --out "$OUT/profile_buckets.jsonl" --quiet )
 fi
 
 # the throttled DDP iterations: per round, one throttle call per rate (and BROADCAST_BUFFERS value), each

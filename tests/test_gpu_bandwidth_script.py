@@ -75,3 +75,29 @@ def test_unknown_broadcast_buffers_value_is_refused(tmp_path):
     res, calls = _run(tmp_path, BROADCAST_BUFFERS="yes")
     assert res.returncode == 2 and not calls
     assert "BROADCAST_BUFFERS must hold 1 and/or 0, got 'yes'" in res.stderr
+
+
+def _profiles(tmp_path):
+    log = tmp_path / "argv.jsonl"
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [a for a in calls if "profile" in a and "throttle" not in a]
+
+
+def test_hook_profile_times_each_bucket_before_the_throttled_phases_when_hooks_are_measured(tmp_path):
+    """With hooks in MODES the script first runs `profile --ddp-buckets --bucket-times` (parsed by the kit's own
+    parser) into profile_buckets.jsonl; without hooks, or with HOOK_PROFILE=0, it does not; other values are
+    refused."""
+    res, _ = _run(tmp_path, RATES="25", MODELS="resnet50", COMPRESSORS="powersgd:rank=4", MODES="syncsgd hook")
+    assert res.returncode == 0, res.stderr[-2000:]
+    (argv,) = _profiles(tmp_path)
+    ns = mcli.build_parser().parse_args(argv[argv.index("-m") + 2:])
+    assert ns.cmd == "profile" and ns.ddp_buckets and ns.bucket_times == 20 and ns.models == ["resnet50"]
+    assert argv[argv.index("--out") + 1] == str(tmp_path / "out" / "profile_buckets.jsonl")
+    for env in ({"MODES": "syncsgd post"}, {"MODES": "syncsgd hook", "HOOK_PROFILE": "0"}):
+        sub = tmp_path / env["MODES"].replace(" ", "_") / env.get("HOOK_PROFILE", "d")
+        sub.mkdir(parents=True)
+        res, _ = _run(sub, RATES="25", MODELS="resnet50", **env)
+        assert res.returncode == 0 and not _profiles(sub)
+    res, calls = _run(tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else tmp_path, HOOK_PROFILE="yes")
+    assert res.returncode == 2 and not calls and "HOOK_PROFILE must be 0 or 1, got 'yes'" in res.stderr
+
