@@ -98,6 +98,8 @@ def test_hook_profile_times_each_bucket_before_the_throttled_phases_when_hooks_a
         sub.mkdir(parents=True)
         res, _ = _run(sub, RATES="25", MODELS="resnet50", **env)
         assert res.returncode == 0 and not _profiles(sub)
-    res, calls = _run(tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else tmp_path, HOOK_PROFILE="yes")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    res, calls = _run(bad, HOOK_PROFILE="yes")
     assert res.returncode == 2 and not calls and "HOOK_PROFILE must be 0 or 1, got 'yes'" in res.stderr
 
