@@ -985,3 +985,21 @@ def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
     bert = whole[(whole["model"] == "bert_base") & whole["config"].str.contains("rank:32")].set_index("rate_gbps")
     assert f"took {bert.loc[25.0, 'measured_ms']:.1f} ms at 25 Gbit/s and {bert.loc[10.0, 'measured_ms']:.1f} ms at 10" in text
 
+
+
+def test_buckets_without_per_bucket_records_keeps_the_whole_call_input_and_says_why(tmp_path):
+    """verify --encode-decode-from buckets on a campaign whose inputs hold no `profile --bucket-times` record:
+    every prediction is host_ahead's, and each hook row's inputs names what was missing."""
+    folder, args = BANDWIDTH_RUNS["h200_p2k/path_model"]
+    records = [str(paths.MEASUREMENTS / "bandwidth" / folder)]
+    out = {}
+    for ed in ("host_ahead", "buckets"):
+        a = list(args)
+        a[a.index("--encode-decode-from") + 1] = ed
+        assert verify.main(["verify", "--records", *records, *a, "--out", str(tmp_path / ed), "--quiet"]) == 0
+        out[ed] = pd.read_csv(tmp_path / ed / "predictions.csv")
+    pd.testing.assert_series_equal(out["buckets"]["predicted_ms"], out["host_ahead"]["predicted_ms"])
+    hooks = out["buckets"][out["buckets"]["mode"] == "hook"]
+    ext = hooks[hooks["variant"] == "extended"]
+    assert len(ext) and ext["inputs"].str.contains("(no per-bucket times: no profile record with per-bucket times",
+                                                  regex=False).all()
