@@ -228,6 +228,41 @@ def test_stages_pair_the_reference_stages_in_order_where_both_are_at_least_16():
             assert sorted(flat) == sorted(_radix_sizes(size)), (size, inverse)
 
 
+def test_the_diagonal_rides_on_rotates_first_pass_and_unrotates_last_where_they_are_pairs():
+    assert _fast._signed_fusable(2**19, False) and _fast._signed_fusable(2**19, True)  # ResNet-50's blocks
+    assert _fast._signed_fusable(2**16, False) and not _fast._signed_fusable(2**16, True)  # (64, 32), (32,)
+    assert not _fast._signed_fusable(2**7, False) and not _fast._signed_fusable(2**7, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("numel,size", [(1000, 2**8), (3 * 2**10 - 5, 2**10), (2**12, 2**12), (5000, 2**9)])
+def test_signed_rotation_fuses_the_diagonal_bit_for_bit(dev, numel, size):
+    """THC's diagonal fused into rotate's first pass (sign on the load, zero padding) and unrotate's last (sign on
+    the store, un-padding): the same bits as the separate sign kernel around the unfused passes; both public
+    entry points give the unfused results too, whichever path they pick."""
+    from studykit.compressors import thc
+
+    padded = -(-numel // size) * size
+    seed = _fast.seed_of(thc.THC(), 0)
+    flat = _x(numel, dev)
+    apart = _fast._fwht_passes(_fast.thc_sign(flat, numel, padded, size, seed), size, False)
+    if _fast._signed_fusable(size, False):
+        fused = _fast._fwht_passes(flat, size, False, (numel, padded, size, seed))
+        assert fused.shape == apart.shape and torch.equal(fused, apart)
+    assert torch.equal(_fast.rotate_signed(flat, numel, padded, size, seed).reshape(-1),
+                       _fast.rotate(_fast.thc_sign(flat, numel, padded, size, seed).view(-1, size)).reshape(-1))
+    z = apart
+    back = _fast.thc_sign(_fast._fwht_passes(z, size, True), padded, numel, size, seed)
+    if _fast._signed_fusable(size, True):
+        fused = _fast._fwht_passes(z, size, True, (numel, padded, size, seed))
+        assert fused.shape == (numel,) and torch.equal(fused, back)
+    got = _fast.unrotate_signed(z, padded, numel, size, seed)
+    want = _fast.thc_sign(_fast.unrotate(z, padded // size, size).reshape(-1), padded, numel, size, seed)
+    assert torch.equal(got, want)
+    # D H H D / size = I: the decode side inverts the encode side
+    assert got.shape == flat.shape and torch.allclose(got, flat, atol=1e-5 * size ** 0.5, rtol=1e-5)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,size", [(1, 2**19), (3, 2**16), (5, 2**10), (2, 2**12), (7, 2**7), (4, 32), (1, 2**13)])
 def test_fast_rotation_is_the_references_up_to_rounding_and_inverts(dev, rows, size):

@@ -537,26 +537,39 @@ if HAVE_TRITON:
         _st(out_ptr + idx, out, m, MASKED)
 
     # ------------------------------------------------------------------ THC's Hadamard transform, two stages per pass
-    @triton.jit
-    def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, DIR: tl.constexpr, BR: tl.constexpr, DA: tl.constexpr,
-                          DB: tl.constexpr):
+    @_jit_seeded
+    def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, n_lim, size_mask, inv_sqrt, seed, DIR: tl.constexpr,
+                          BR: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SIGN: tl.constexpr):
         """Two Kronecker stages of :func:`~studykit.compressors.thc.rotate` in one pass: ``H_DB`` along the last axis,
         then ``H_DA`` along the one before, of BR rows at a time. DIR 0 (rotate): ``(R, DA, DB)`` in, ``(DA, DB, R)``
-        out; DIR 1 (unrotate): ``(DA, DB, R)`` in, ``(R, DA, DB)`` out (the transposes rotate/unrotate make)."""
+        out; DIR 1 (unrotate): ``(DA, DB, R)`` in, ``(R, DA, DB)`` out (the transposes rotate/unrotate make).
+        SIGN 1 (rotate's first pass): the input is the unpadded gradient, ``n_lim`` long, times THC's random
+        diagonal / sqrt(size) (:func:`_sign_pad_kernel`'s, zero past ``n_lim``: the padding); SIGN 2 (unrotate's
+        last pass): the output times the diagonal / sqrt(size), only its first ``n_lim`` written."""
         r = tl.program_id(0) * BR + tl.arange(0, BR)
         a = tl.arange(0, DA)
         b = tl.arange(0, DB)
         m = (r < R)[:, None, None]
         rows = r[:, None, None] * (DA * DB) + a[None, :, None] * DB + b[None, None, :]  # (R, DA, DB), row-major
         cols = (a[None, :, None] * DB + b[None, None, :]) * R + r[:, None, None]       # (DA, DB, R), row-major
-        x = tl.load(x_ptr + (rows if DIR == 0 else cols), mask=m, other=0.0)
+        src = rows if DIR == 0 else cols
+        if SIGN == 1:
+            x = tl.load(x_ptr + src, mask=m & (src < n_lim), other=0.0)
+            x = x * (((tl.randint(seed, src & size_mask) & 1).to(tl.float32) * 2 - 1) * inv_sqrt)
+        else:
+            x = tl.load(x_ptr + src, mask=m, other=0.0)
         hb = tl.load(hb_ptr + b[:, None] * DB + b[None, :])
         ha = tl.load(ha_ptr + a[:, None] * DA + a[None, :])
         y = tl.dot(tl.reshape(x, (BR * DA, DB)), hb, input_precision="ieee")  # H symmetric: x @ H = (H x^T)^T
         y = tl.permute(tl.reshape(y, (BR, DA, DB)), (0, 2, 1))
         z = tl.permute(tl.reshape(tl.dot(tl.reshape(y, (BR * DB, DA)), ha, input_precision="ieee"), (BR, DB, DA)),
                        (0, 2, 1))
-        tl.store(out_ptr + (cols if DIR == 0 else rows), z, mask=m)
+        dst = cols if DIR == 0 else rows
+        if SIGN == 2:
+            z = z * (((tl.randint(seed, dst & size_mask) & 1).to(tl.float32) * 2 - 1) * inv_sqrt)
+            tl.store(out_ptr + dst, z, mask=m & (dst < n_lim))
+        else:
+            tl.store(out_ptr + dst, z, mask=m)
 
     # ------------------------------------------------------------------ THC's random signs
     @_jit_seeded
@@ -1008,15 +1021,29 @@ def thc_unpack(packed: torch.Tensor, bound: torch.Tensor, top: int, width: int, 
 _H2_TILE = 8192
 
 
-def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool) -> torch.Tensor:
-    """One :func:`_hadamard2_kernel` pass over the flat ``x`` (``da``, ``db`` >= 16, powers of two)."""
+#: the seed argument of an unsigned :func:`_hadamard2_kernel` pass: unused, but of the type every seed has
+_NO_SEED = 1 << 62
+
+
+def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool, sign: tuple | None = None) -> torch.Tensor:
+    """One :func:`_hadamard2_kernel` pass over the flat ``x`` (``da``, ``db`` >= 16, powers of two). ``sign``
+    ``(numel, padded, size, seed)`` fuses THC's random diagonal in: into the load of rotate's first pass (``x``
+    the unpadded gradient, the output ``padded`` long) or the store of unrotate's last (``x`` ``padded`` long,
+    the output its first ``numel``)."""
     from studykit.compressors.thc import hadamard_matrix
 
-    r = x.numel() // (da * db)
-    out = torch.empty_like(x)
+    mode, n_lim, mask, inv, seed = 0, 0, 0, 1.0, _NO_SEED
+    length, n_out = x.numel(), x.numel()
+    if sign is not None:
+        numel, length, size, seed = sign
+        mode, n_lim, mask, inv = (2, numel, size - 1, size ** -0.5) if inverse else (1, numel, size - 1, size ** -0.5)
+        n_out = numel if inverse else length
+    r = length // (da * db)
+    out = torch.empty(n_out, dtype=torch.float32, device=x.device)
     br = max(1, _H2_TILE // (da * db))
     _hadamard2_kernel[(triton.cdiv(r, br),)](x, hadamard_matrix(da, x.device), hadamard_matrix(db, x.device), out, r,
-                                             DIR=int(inverse), BR=br, DA=da, DB=db, num_warps=8)
+                                             n_lim, mask, inv, seed, DIR=int(inverse), BR=br, DA=da, DB=db,
+                                             SIGN=mode, num_warps=8)
     return out
 
 
@@ -1039,13 +1066,24 @@ def _stages(size: int, inverse: bool) -> list[tuple[int, ...]]:
     return out
 
 
-def _fwht_passes(x: torch.Tensor, size: int, inverse: bool) -> torch.Tensor:
+def _fwht_passes(x: torch.Tensor, size: int, inverse: bool, sign: tuple | None = None) -> torch.Tensor:
+    """The transform's passes (:func:`_stages`); ``sign`` (:func:`_hadamard2`'s) fused into the first pass of
+    the rotation or the last of the inverse, which must then be a pair (:func:`_signed_fusable`)."""
     from studykit.compressors.thc import stage
 
     cur = x.reshape(-1)
-    for st in _stages(size, inverse):
-        cur = _hadamard2(cur, *st, inverse) if len(st) == 2 else stage(cur, st[0], inverse)
+    stages = _stages(size, inverse)
+    for i, st in enumerate(stages):
+        fuse = sign if sign is not None and i == (len(stages) - 1 if inverse else 0) else None
+        cur = _hadamard2(cur, *st, inverse, fuse) if len(st) == 2 else stage(cur, st[0], inverse)
     return cur
+
+
+def _signed_fusable(size: int, inverse: bool) -> bool:
+    """Whether THC's diagonal can ride on a :func:`_hadamard2_kernel` pass: rotate's first stage, or unrotate's
+    last, is a pair."""
+    stages = _stages(size, inverse)
+    return bool(stages) and len(stages[-1 if inverse else 0]) == 2
 
 
 def rotate(x: torch.Tensor) -> torch.Tensor:
@@ -1069,6 +1107,30 @@ def unrotate(y: torch.Tensor, rows: int, size: int) -> torch.Tensor:
         return thc.unrotate(y, rows, size)
     fns = [lambda: _fwht_passes(y, size, True).view(rows, size), lambda: thc.unrotate(y, rows, size)]
     return fns[pick(("thc_unrotate", y.device, rows, size), fns)]()
+
+
+def rotate_signed(flat: torch.Tensor, numel: int, padded: int, size: int, seed: int) -> torch.Tensor:
+    """THC's encode-side transform, ``rotate(thc_sign(flat, numel, padded, size, seed).view(-1, size))``: the
+    diagonal fused into the first pass where that pass is a pair of stages and the fused path is faster here
+    (:func:`pick`), saving one pass over the padded gradient."""
+    def apart():
+        return rotate(thc_sign(flat, numel, padded, size, seed).view(-1, size))
+    if not _signed_fusable(size, False):
+        return apart()
+    fns = [lambda: _fwht_passes(flat, size, False, (numel, padded, size, seed)).view(-1, size), apart]
+    return fns[pick(("thc_rotate_signed", flat.device, numel, size), fns)]()
+
+
+def unrotate_signed(z: torch.Tensor, padded: int, numel: int, size: int, seed: int) -> torch.Tensor:
+    """THC's decode-side transform, ``thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size,
+    seed)``: the diagonal and the un-padding fused into the last pass where :func:`rotate_signed` could fuse
+    its own (the same rule, for the inverse) and that is faster here."""
+    def apart():
+        return thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, seed)
+    if not _signed_fusable(size, True):
+        return apart()
+    fns = [lambda: _fwht_passes(z, size, True, (numel, padded, size, seed)), apart]
+    return fns[pick(("thc_unrotate_signed", z.device, numel, size), fns)]()
 
 
 def thc_sign(x: torch.Tensor, n_in: int, n_out: int, size: int, seed: int) -> torch.Tensor:

@@ -252,18 +252,19 @@ def _(self, flat, comm, return_local):
     with the all-gather protocol the levels are packed in the pass that draws them and the workers'
     fields unpacked, summed and decoded in one (the wire bytes are ``pack_fields``'). The transform
     is :func:`~studykit.compressors.thc.rotate` / ``unrotate``'s, two Kronecker stages per pass where that is
-    faster (:func:`studykit.compressors._fast.rotate`)."""
+    faster, with the diagonal in the first pass of the rotation and the last of the inverse where those are such
+    passes (:func:`studykit.compressors._fast.rotate_signed`, ``unrotate_signed``)."""
     numel, world_size = flat.numel(), comm.world_size
     size, padded = self.rotation_size(numel), self.padded_numel(numel)
     shared = _fast.seed_of(self)  # the diagonal: same on every worker
-    y = _fast.rotate(_fast.thc_sign(flat, numel, padded, size, shared).view(-1, size))
+    y = _fast.rotate_signed(flat, numel, padded, size, shared)
     t = self._range(y) if self.saturation else _fast.abs_max(y)  # max |y| in one pass (no |y| temporary)
     bound = torch.cat(comm.all_gather(t)).amax().clamp_min(TINY)
     top = 2**self.bits - 1
     seed = _fast.seed_of(self, comm.rank)
 
     def inverse(z):
-        return _fast.thc_sign(_fast.unrotate(z, padded // size, size).reshape(-1), padded, numel, size, shared)
+        return _fast.unrotate_signed(z, padded, numel, size, shared)
 
     if self.protocol_for(world_size) == "allgather":  # levels packed in the pass that draws them; unpack + sum + decode
         packed = _fast.thc_pack(y, bound, top, self.bits, seed)
