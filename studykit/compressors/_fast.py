@@ -537,6 +537,11 @@ if HAVE_TRITON:
         _st(out_ptr + idx, out, m, MASKED)
 
     # ------------------------------------------------------------------ THC's Hadamard transform, two stages per pass
+    @triton.jit
+    def _thc_diag(seed, idx, size_mask):
+        """THC's random diagonal at flat positions ``idx``: +-1 from (seed, position in the rotation block)."""
+        return (tl.randint(seed, idx & size_mask) & 1).to(tl.float32) * 2 - 1
+
     @_jit_seeded
     def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, n_lim, size_mask, inv_sqrt, seed, DIR: tl.constexpr,
                           BR: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SIGN: tl.constexpr):
@@ -555,7 +560,7 @@ if HAVE_TRITON:
         src = rows if DIR == 0 else cols
         if SIGN == 1:
             x = tl.load(x_ptr + src, mask=m & (src < n_lim), other=0.0)
-            x = x * (((tl.randint(seed, src & size_mask) & 1).to(tl.float32) * 2 - 1) * inv_sqrt)
+            x = x * (_thc_diag(seed, src, size_mask) * inv_sqrt)
         else:
             x = tl.load(x_ptr + src, mask=m, other=0.0)
         hb = tl.load(hb_ptr + b[:, None] * DB + b[None, :])
@@ -566,7 +571,7 @@ if HAVE_TRITON:
                        (0, 2, 1))
         dst = cols if DIR == 0 else rows
         if SIGN == 2:
-            z = z * (((tl.randint(seed, dst & size_mask) & 1).to(tl.float32) * 2 - 1) * inv_sqrt)
+            z = z * (_thc_diag(seed, dst, size_mask) * inv_sqrt)
             tl.store(out_ptr + dst, z, mask=m & (dst < n_lim))
         else:
             tl.store(out_ptr + dst, z, mask=m)
@@ -580,8 +585,7 @@ if HAVE_TRITON:
         idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mo = idx < n_out
         x = _ld(x_ptr + idx, mo & (idx < n), 0.0, MASKED)
-        d = (tl.randint(seed, idx & size_mask) & 1).to(tl.float32) * 2 - 1
-        _st(out_ptr + idx, x * (d * inv_sqrt), mo, MASKED)
+        _st(out_ptr + idx, x * (_thc_diag(seed, idx, size_mask) * inv_sqrt), mo, MASKED)
 
     # ------------------------------------------------------------------ top-k selection
     @triton.jit
