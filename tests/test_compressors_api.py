@@ -310,7 +310,7 @@ class _KernelCalled(Exception):
 #: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
 FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
                 "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_pack",
-                "thc": "thc_sign", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk"}
+                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk"}
 
 
 @pytest.mark.parametrize("name", sorted(FIRST_KERNEL))
