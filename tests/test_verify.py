@@ -416,6 +416,14 @@ BANDWIDTH_RUNS["h200_p2m/path_model"] = ("h200_p2m", _P2M)
 BANDWIDTH_RUNS["h200_p2m/path_model/gamma1"] = ("h200_p2m", _P2M + HOOK_G1)
 _ED = _P2M.index("--encode-decode-from") + 1
 BANDWIDTH_RUNS["h200_p2m/buckets/gamma1"] = ("h200_p2m", _P2M[:_ED] + ["buckets"] + _P2M[_ED + 1:] + HOOK_G1)
+# VGG19 (h200_p2i, both rounds) with the per-bucket times of both profiling machines: VGG19's agree between them
+# (data/measurements/hook_host_h200b/README.md), though neither is h200_p2i's own machine
+_recs, _args = BANDWIDTH_RUNS["h200_p2i_pooled/path_model"]
+_i = _args.index("--inputs-from") + 1
+_args = (_args[:_i] + [str(paths.MEASUREMENTS / "hook_host_h200"), str(paths.MEASUREMENTS / "hook_host_h200b")]
+         + _args[_i:])
+_e = _args.index("--encode-decode-from") + 1
+BANDWIDTH_RUNS["h200_p2i_pooled/buckets/gamma1"] = (_recs, _args[:_e] + ["buckets"] + _args[_e + 1:] + HOOK_G1)
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -979,9 +987,12 @@ def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
     whole = p2m["h200_p2m/path_model"]
     whole = whole[(whole["variant"] == "extended") & (whole["mode"] == "hook")]
     vgg32 = lambda d: d[(d["model"] == "vgg19") & d["config"].str.contains("rank:32")]  # noqa: E731
-    assert (vgg32(chain)["abs_rel_error"] < 0.08).all() and (vgg32(whole)["rel_error"].abs() > 0.15).all()
+    assert (vgg32(chain)["abs_rel_error"] < 0.10).all() and (vgg32(whole)["rel_error"].abs() > 0.15).all()
     miss = vgg32(whole)["rel_error"].abs()
-    assert "within 8 % at both rates" in text and f"misses it by {int(100 * miss.min())}-{round(100 * miss.max())} %" in text
+    assert "within 10 % at both rates" in text and f"misses it by {int(100 * miss.min())}-{round(100 * miss.max())} %" in text
+    n, med, mx = _hook_errors("h200_p2i_pooled/buckets/gamma1")
+    assert med <= 0.05 and mx <= 0.15 and n == 12 and "meet both of issue 13's targets with it" in text
+    assert f"the defaults reach {100 * _hook_errors('h200_p2i_pooled/path_model')[2]:.1f} %" in text
     bert = whole[(whole["model"] == "bert_base") & whole["config"].str.contains("rank:32")].set_index("rate_gbps")
     assert f"took {bert.loc[25.0, 'measured_ms']:.1f} ms at 25 Gbit/s and {bert.loc[10.0, 'measured_ms']:.1f} ms at 10" in text
 

@@ -560,9 +560,13 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
 
     **The host chain** (with ``host_ready_s`` ``r_i`` and ``host_s`` ``h_i``): the hook's host work (Python,
     dispatch, kernel launches) runs on one thread, bucket after bucket, from the moment the host reaches
-    the bucket's hook (``r_i``, the host clock of the backward pass, which runs ahead of the GPU)::
+    the bucket's hook (``r_i``, the host clock of the backward pass, which runs ahead of the GPU). Half of it
+    issues the bucket's collectives; the other half runs once they are done, as the kit's hook chains a
+    protocol's rounds on the collectives' futures (the same half-and-half split as ``e_i`` / ``d_i``)::
 
-        H_i = max(r_i, H_{i-1}) + h_i                 (the host has launched bucket i's protocol; H_0 = 0)
+        P_i = max(r_i, H_{i-1}) + h_i / 2             (the host has issued bucket i's collectives; H_0 = 0)
+        g_i = max(g_i, P_i)                           (they start no earlier)
+        H_i = max(P_i, F_i) + h_i / 2                 (the rest, after them: bucket i launched)
         D_i = max(D_i, H_i)                           (no kernel finishes before it is launched)
 
     A codec whose launches take longer than its kernels (PowerSGD rank 32 with Gram-Schmidt, bucket by
@@ -586,10 +590,13 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
     for i in range(k):
         enc = enc + e[i]
         g = f[i] * C + enc
+        if chain:
+            pre = np.maximum(float(host_ready_s[i]), H) + float(host_s[i]) / 2
+            g = np.maximum(g, pre)
         F = np.maximum(g, F) + comm_s[i]
         D = np.maximum(F, D) + d[i]
         if chain:
-            H = np.maximum(float(host_ready_s[i]), H) + float(host_s[i])
+            H = np.maximum(pre, F) + float(host_s[i]) / 2
             D = np.maximum(D, H)
         comm = comm + comm_s[i]
     busy = C + enc + sum(np.asarray(x, dtype=float) for x in d)
