@@ -674,10 +674,22 @@ def test_verify_without_a_sweep_names_the_way_out(capsys, tmp_path):
 
 
 # ------------------------------------------------------------------ --inputs-from, --encode-decode-from host_ahead
-def test_inputs_from_refuses_own_inputs_another_card_and_an_empty_folder(tmp_path):
+def test_inputs_from_keeps_the_folders_own_measurement_of_a_configuration(tmp_path):
     bw = paths.MEASUREMENTS / "bandwidth"
-    with pytest.raises(ValueError, match=r"has single-device records of its own \(copy_bw, profile, tcomp records\)"):
-        verify.load_platform(bw / "h200_p2b", inputs_from=[bw / "h200_p2"])
+    _copy_kind(bw / "h200_p2c", tmp_path / "mine", "ddp")
+    _copy_kind(bw / "h200_p2", tmp_path / "mine", "tcomp", ms_median=12345.0)  # the folder's own, marked
+    plat = verify.load_platform(tmp_path / "mine", inputs_from=[bw / "h200_p2"])
+    n_tcomp = sum(1 for line in (bw / "h200_p2" / "tcomp.jsonl").read_text().splitlines() if line.strip())
+    assert len(plat.tcomp) == n_tcomp and (plat.tcomp["ms_median"] == 12345.0).all()  # none of the borrowed ones
+    note = next(n for n in plat.notes if "borrowed from" in n)
+    assert f"{n_tcomp} skipped" in note and "measured those configurations itself" in note
+    # the sweeps of --sweep-from are one set: a folder with its own is still refused
+    with pytest.raises(ValueError, match="has collective sweeps of its own"):
+        verify.load_platform(bw / "h200_p2", sweep_from=bw / "h200_p4")
+
+
+def test_inputs_from_refuses_another_card_and_an_empty_folder(tmp_path):
+    bw = paths.MEASUREMENTS / "bandwidth"
     _copy_kind(bw / "h200_p2c", tmp_path / "mine", "ddp")
     _copy_kind(bw / "h200_p2", tmp_path / "h100", "tcomp", gpu="NVIDIA H100 80GB HBM3")
     with pytest.raises(ValueError, match=r"ran on \['NVIDIA H100 80GB HBM3'\].*same card kind"):

@@ -379,8 +379,10 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     no sweep of its own, on the same card kind and shaped-link method); refused when ``source`` has
     sweeps of its own or the two folders' GPUs differ.
     ``inputs_from``: folders whose single-device records (``tcomp``, ``profile``, ``copy_bw``) stand in for
-    this one's (a campaign that measured only DDP iterations, e.g. ``LOCAL=0``); refused when ``source`` has
-    records of those kinds of its own or a folder's GPUs differ."""
+    this one's (a campaign that measured only DDP iterations, e.g. ``LOCAL=0``, or only its hooks' per-bucket
+    times, ``gpu_bandwidth.sh``'s ``HOOK_PROFILE``); where ``source`` measured a configuration itself (the same
+    ``config_id``), its own records are kept and the borrowed ones skipped, as the notes say; refused when a
+    folder's GPUs differ."""
     from studykit.measure.records import load_records
 
     if stat not in STATS:
@@ -404,7 +406,7 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
         borrowed += _borrow(recs, src, [sweep_from], ("sweep",), "--sweep-from", "sweep", "collective sweeps", stat)
     if inputs_from:
         borrowed += _borrow(recs, src, inputs_from, ("tcomp", "profile", "copy_bw"), "--inputs-from",
-                            "tcomp, profile or copy_bw", "single-device records", stat)
+                            "tcomp, profile or copy_bw", "single-device records", stat, fill=True)
     df = pd.DataFrame(recs)
     for c in ("network", "mode", "bucket_mb", "phase", "op", "compressor", "params", "sim_world_size", "size_bytes",
               "batch_size", "model", "times_ms", "n_iter", "gpu", "device"):
@@ -431,15 +433,18 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
 
 
 def _borrow(recs: list[dict], src: Path, folders: Sequence[str | Path], kinds: tuple, flag: str, kinds_text: str,
-            what: str, stat: str) -> list[str]:
+            what: str, stat: str, fill: bool = False) -> list[str]:
     """Append to ``recs`` the ok records of ``kinds`` in each of ``folders`` (``--sweep-from``, ``--inputs-from``);
-    the notes saying so. Refused when ``recs`` has records of those kinds already, a folder has none, or a
-    folder's records come from another card kind."""
+    the notes saying so. Refused when a folder has none, or its records come from another card kind. Where
+    ``recs`` has records of those kinds already: refused, or with ``fill`` the borrowed records of a
+    configuration ``recs`` measured itself (the same ``config_id``) are skipped (the folder's own measurement of
+    a configuration is never pooled with another machine's)."""
     from studykit.measure.records import load_records
 
     own = sorted({r.get("kind") for r in recs if r.get("kind") in kinds})
-    if own:
+    if own and not fill:
         raise ValueError(f"{src} has {what} of its own ({', '.join(own)} records): {flag} would mix two sets")
+    own_ids = {r.get("config_id") for r in recs if r.get("kind") in kinds}
     mine = {str(r["gpu"]) for r in recs if r.get("gpu")}
     notes = []
     for folder in folders:
@@ -451,8 +456,11 @@ def _borrow(recs: list[dict], src: Path, folders: Sequence[str | Path], kinds: t
         if theirs != mine:
             raise ValueError(f"{flag} {folder}: its records ran on {sorted(theirs) or 'no GPU'}, {src}'s on "
                              f"{sorted(mine) or 'no GPU'}; borrow only from the same card kind")
-        recs += other
-        notes.append(f"{what} borrowed from {folder} ({len(other)} records)")
+        taken = [r for r in other if r.get("config_id") not in own_ids]
+        recs += taken
+        skipped = len(other) - len(taken)
+        notes.append(f"{what} borrowed from {folder} ({len(taken)} records"
+                     + (f"; {skipped} skipped: {src} measured those configurations itself" if skipped else "") + ")")
     return notes
 
 
