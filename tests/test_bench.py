@@ -945,25 +945,70 @@ def codec_kernels_readme_blocks() -> dict:
     blocks = {"abs-max-components": "\n".join(rows) + "\n"}
     rows = ["| run | kit commit | codec | timed ms (x floor) | kernels | kernels alone ms (x floor) | rotation's kernels ms |",
             "|---|---|---|---:|---:|---:|---:|"]
-    for sub in ("", "thc_fused"):
+    for sub in ("", "thc_fused", "thc_diag"):
         recs = load_records(os.path.join(CODEC_KERNELS, sub, "codec_kernels.jsonl"), quiet=True)
-        timed = {(r["compressor"], r["params"].get("rotation")): r for r in recs if r["kind"] == "bench"}
+        timed = {(r["compressor"], r["params"].get("rotation"), r["mode"]): r for r in recs if r["kind"] == "bench"}
         for k in recs:
             if k["kind"] != "codec_kernels" or k["compressor"] != "thc":
                 continue
-            t = timed[("thc", k["params"]["rotation"])]
+            t = timed[("thc", k["params"]["rotation"], k["mode"])]
+            path = " (reference)" if k["mode"].endswith(":reference") else ""
             rot = sum(x["us_median"] for x in k["kernels"] if "gemm" in x["name"] or "hadamard" in x["name"]) / 1e3
-            rows.append(f"| `{sub or '.'}/` | `{t['git_commit'][:7]}` | thc rotation={k['params']['rotation']} | "
+            rows.append(f"| `{sub or '.'}/` | `{t['git_commit'][:7]}` | thc rotation={k['params']['rotation']}{path} | "
                         f"{t['ms_median']:.4f} ({t['ms_median'] / t['floor_ms']:.1f}) | {k['n_kernels']} | "
                         f"{k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) | {rot:.4f} |")
     blocks["thc-fused"] = "\n".join(rows) + "\n"
+    blocks["thc-signed"] = thc_signed_block()
     return blocks
 
 
-@pytest.mark.parametrize("sub", ["", "abs_max_trial", "thc_fused"])
+def thc_signed_block() -> str:
+    """The thc-signed block: benchmarks/thc_signed.py's records, fused / apart per rotation and direction."""
+    recs = load_records(os.path.join(CODEC_KERNELS, "thc_signed", "thc_signed.jsonl"), quiet=True)
+    by = {(r["params"]["rotation"], r["phase"], r["params"]["path"]): r for r in recs if r.get("kind") == "bench"}
+    rows = ["| rotation | transform | diagonal fused: ms [q25-q75] n | diagonal apart: ms [q25-q75] n | fused / apart |",
+            "|---|---|---:|---:|---:|"]
+    for (rot, phase, path), f in by.items():
+        if path != "fused":
+            continue
+        a = by[(rot, phase, "apart")]
+        cell = lambda r: f"{r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']}"  # noqa: E731
+        rows.append(f"| {rot} | {phase.removeprefix('thc_').removesuffix('_signed')} | {cell(f)} | {cell(a)} | "
+                    f"{f['ms_median'] / a['ms_median']:.3f} |")
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("sub", ["", "abs_max_trial", "thc_fused", "thc_diag"])
 def test_committed_codec_kernels_tables_are_the_generated_ones(sub):
     out = Path(CODEC_KERNELS) / sub / "codec_kernels.jsonl"
     assert out.with_suffix(".md").read_text(encoding="utf-8") == _codec_kernels().report(out, verbose=False, write=False)
+
+
+def test_codec_kernels_readme_reading_of_the_fused_diagonal_holds():
+    """data/measurements/codec_kernels_h200/README.md on thc_diag/ and thc_signed/: the fused diagonal is no
+    faster anywhere, pick kept the separate pass, THC's timed call and kernel count did not move, and the fast
+    path's lead over the reference."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    recs = load_records(os.path.join(CODEC_KERNELS, "thc_signed", "thc_signed.jsonl"), quiet=True)
+    ms = {(r["params"]["rotation"], r["phase"], r["params"]["path"]): r["ms_median"] for r in recs}
+    ratio = {k[:2]: ms[k] / ms[(*k[:2], "apart")] for k in ms if k[2] == "fused"}
+    assert abs(ratio[("full", "thc_rotate_signed")] - 1) < 0.01 and "within 1 %" in text
+    assert ratio[("partial", "thc_rotate_signed")] > 1 and ratio[("full", "thc_unrotate_signed")] > 1
+    log = (Path(CODEC_KERNELS) / "thc_signed" / "run.log").read_text(encoding="utf-8")
+    assert log.count("pick took: apart") == len(ratio) and "pick took: fused" not in log
+    kern = {}
+    for sub in ("thc_fused", "thc_diag"):
+        for r in load_records(os.path.join(CODEC_KERNELS, sub, "codec_kernels.jsonl"), quiet=True):
+            if r["kind"] in ("bench", "codec_kernels") and r["compressor"] == "thc":
+                kern[(sub, r["kind"], r["params"]["rotation"], r["mode"])] = r
+    for rot in ("full", "partial"):
+        a, b = (kern[(s, "codec_kernels", rot, "flat:fast")]["n_kernels"] for s in ("thc_fused", "thc_diag"))
+        assert a == b
+        ta, tb = (kern[(s, "bench", rot, "flat:fast")]["ms_median"] for s in ("thc_fused", "thc_diag"))
+        assert abs(tb / ta - 1) < 0.01
+    lead = {rot: kern[("thc_diag", "bench", rot, "flat:reference")]["ms_median"]
+            / kern[("thc_diag", "bench", rot, "flat:fast")]["ms_median"] for rot in ("full", "partial")}
+    assert f"by {lead['full']:.1f}x (full rotation) and {lead['partial']:.1f}x (partial)" in text
 
 
 def test_codec_kernels_readme_block_is_the_generated_one():

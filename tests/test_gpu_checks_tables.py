@@ -381,7 +381,10 @@ RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "
                ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"),
                # the same call, gpu_bandwidth.sh ROUNDS=2
                ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"),
-               ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"))
+               ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"),
+               # BERT-base's PowerSGD hooks: two calls on another machine (h200_p2n, then h200_p2q: 10 before 25 Gbit/s),
+               # and the same call's 25 before 10 Gbit/s (h200_p2q / h200_p2q_reversed)
+               ("h200_p2n", "h200_p2q"), ("h200_p2q", "h200_p2q_reversed"))
 
 
 def readme_block_rerun_spread() -> str:

@@ -259,7 +259,69 @@ def hook_host_readme_blocks() -> dict:
                            f"{x['ms_median']:.2f}")
         two += (f"| {key[0]} | {key[1]} | {len(r['bucket_host_ms'])} | {cells(r)} | {cells(o)} | "
                 f"{sum(r['bucket_host_ms']) / sum(o['bucket_host_ms']):.2f} |\n")
-    return {("hook_host_h200", "bucket-times"): one, ("hook_host_h200b", "bucket-times-two-machines"): two}
+    return {("hook_host_h200", "bucket-times"): one, ("hook_host_h200b", "bucket-times-two-machines"): two,
+            ("hook_host_h200c", "host-under-traffic"): hook_host_traffic_block()}
+
+
+#: hook_host_h200c: the profiles in the order they ran, and the shaped traffic each ran beside (Gbit/s, or None)
+HOST_TRAFFIC = (("alone", None), ("during25", 25.0), ("during10", 10.0), ("alone2", None))
+
+
+def _traffic_rows() -> dict:
+    """hook_host_h200c's per-bucket profiles: {(tag, label): record}."""
+    from studykit import paths
+
+    out = {}
+    for tag, _ in HOST_TRAFFIC:
+        recs = load_records(paths.MEASUREMENTS / "hook_host_h200c" / f"profile_{tag}.jsonl", kind="profile", quiet=True)
+        for r in recs:
+            if r.get("phase") == "reduce_buckets" and r.get("status") == "ok" and r.get("bucket_host_ms"):
+                out[(tag, f"powersgd r{r['params']['rank']}")] = r
+    return out
+
+
+def hook_host_traffic_block() -> str:
+    """data/measurements/hook_host_h200c/README.md's block: BERT-base's PowerSGD per-bucket host and device times,
+    alone and beside a shaped all-reduce loop, in the order measured."""
+    from studykit import paths
+
+    rows = _traffic_rows()
+    traffic = {}
+    for rate in (25, 10):
+        (t,) = load_records(paths.MEASUREMENTS / "hook_host_h200c" / f"traffic_{rate}.jsonl", quiet=True)
+        traffic[float(rate)] = t
+    out = ("| profile (in the order run) | written (UTC) | beside it | PowerSGD r32: host / device / call ms | "
+           "PowerSGD r4: host / device / call ms |\n|---|---|---|---:|---:|\n")
+    for tag, rate in HOST_TRAFFIC:
+        a, b = rows[(tag, "powersgd r32")], rows[(tag, "powersgd r4")]
+        cell = lambda x: f"{sum(x['bucket_host_ms']):.2f} / {sum(x['bucket_device_ms']):.2f} / {x['ms_median']:.2f}"  # noqa: E731
+        beside = "nothing" if rate is None else (f"256 MB all-reduce at {rate:g} Gbit/s "
+                                                 f"({traffic[rate]['ms_median']:.1f} ms each)")
+        out += f"| `{tag}` | {a['timestamp'][11:19]} | {beside} | {cell(a)} | {cell(b)} |\n"
+    return out
+
+
+def test_hook_host_under_traffic_reading_holds():
+    """hook_host_h200c/README.md: the profiles ran while their loops' timed iterations did; rank 32's host time
+    beside the 25 Gbit/s loop was no longer than alone before it; alone again it took the factor named."""
+    from datetime import datetime, timedelta
+
+    from studykit import paths
+
+    rows = _traffic_rows()
+    host = {tag: sum(rows[(tag, "powersgd r32")]["bucket_host_ms"]) for tag, _ in HOST_TRAFFIC}
+    text = " ".join((paths.MEASUREMENTS / "hook_host_h200c" / "README.md").read_text(encoding="utf-8").split())
+    assert host["during25"] <= host["alone"]
+    assert f"took {host['alone2'] / host['alone']:.2f}x the host time three minutes later" in text
+    assert host["alone2"] / host["alone"] > 1.4 and host["during10"] > 1.4 * host["alone"]
+    when = lambda r: datetime.fromisoformat(r["timestamp"])  # noqa: E731
+    for tag, rate in HOST_TRAFFIC:
+        if rate is None:
+            continue
+        (t,) = load_records(paths.MEASUREMENTS / "hook_host_h200c" / f"traffic_{int(rate)}.jsonl", quiet=True)
+        end = when(t)
+        start = end - timedelta(milliseconds=sum(t["times_ms"]))
+        assert start <= when(rows[(tag, "powersgd r32")]) <= end, tag
 
 
 def test_hook_host_readme_blocks_are_the_generated_ones():

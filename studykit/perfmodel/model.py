@@ -90,9 +90,11 @@ class ModelOptions:
       ``max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last)``) or ``"timeline"`` (beyond the paper:
       each DDP bucket is sent once its gradients are ready and the link is free, and a DDP hook's
       encode / decode run per bucket on the GPU: :func:`bucket_timeline_s`). Needs a scalar ``bucket_bytes``;
-    * ``hook_gamma``: a DDP hook's backward pass is slowed by ``Hardware.gamma`` as syncSGD's is (True, the
-      default: gamma is fitted on syncSGD records only), or runs at ``T_comp`` (False; ``verify --hook-gamma
-      one``: the kit's hooks issue their collectives from a thread of their own, on a side stream).
+    * ``hook_gamma``: a DDP hook's backward pass runs at ``T_comp`` (False, the default; ``verify --hook-gamma
+      one``: the kit's hooks issue their collectives from a thread of their own, on a side stream), or is slowed
+      by ``Hardware.gamma`` as syncSGD's is (True; ``--hook-gamma fitted``). gamma is fitted on syncSGD records
+      only, and where communication dominates them it is barely identifiable (0.8-2.2 on one campaign's rates);
+      gamma 1 scores better or equal on most hook campaigns (data/verification/bandwidth/README.md).
     """
 
     collectives: str = "eq1"
@@ -104,7 +106,7 @@ class ModelOptions:
     cpu_contention: bool = False
     hook_buckets: bool = False
     overlap: str = "sec41"
-    hook_gamma: bool = True
+    hook_gamma: bool = False
 
     def __post_init__(self):
         if self.overlap not in OVERLAP:

@@ -559,7 +559,7 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
         ed, how_ed = ed * ed_scale[0], f"{how_ed} {ed_scale[1]}"
     how_ed += _kk(kappa)
     if r["mode"] == "hook" and opts.overlap == "timeline" and not opts.hook_gamma:
-        how_ed += "; backward pass at gamma 1 (--hook-gamma one)"
+        how_ed += "; backward pass at gamma 1 (--hook-gamma one, the default)"
     scale, how_wire = _wire_scale(r, w)
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
                  mode=r["mode"], bytes_scale=scale, **per_bucket)
@@ -731,7 +731,7 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
                     per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None,
-                    hook_gamma: str = "fitted",
+                    hook_gamma: str = "one",
                     encode_decode_from: str = "profile", path_overhead_from: str = "identity") -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
@@ -1072,7 +1072,7 @@ def default_sources() -> list[Path]:
 def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_median", holdout: str = "auto",
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
-           network_from: str = "sweep", overlap: str | None = None, hook_gamma: str = "fitted",
+           network_from: str = "sweep", overlap: str | None = None, hook_gamma: str = "one",
            sweep_from: str | Path | None = None, pool: str | None = None,
            encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
            path_overhead_from: str = "identity") -> tuple[pd.DataFrame, pd.DataFrame, list]:
@@ -1165,9 +1165,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", default=None, choices=["sec41", "timeline"],
                     help="extended variant's overlap of communication with the backward pass (ModelOptions.overlap; "
                          "default: the preset's): Sec. 4.1's max, or the per-bucket timeline")
-    ap.add_argument("--hook-gamma", default="fitted", choices=list(HOOK_GAMMA_SOURCES),
-                    help="extended variant, hooks on the timeline: the backward pass slowed by syncSGD's fitted "
-                         "gamma (default) or not at all ('one'; ModelOptions.hook_gamma)")
+    ap.add_argument("--hook-gamma", default="one", choices=list(HOOK_GAMMA_SOURCES),
+                    help="extended variant, hooks on the timeline: the backward pass at T_comp ('one', default) "
+                         "or slowed by syncSGD's fitted gamma ('fitted'; ModelOptions.hook_gamma)")
     ap.add_argument("--encode-decode-from", default="profile", choices=list(ENCODE_DECODE_SOURCES),
                     help="encode/decode: as profiled (the codec timed alone; default); 'iterations' (extended "
                          "variant): the profile scaled by what post-backward iterations of the same compressor "
