@@ -435,6 +435,12 @@ for _sub in ("h200_p2n", "h200_p2o", "h200_p2p"):
     BANDWIDTH_RUNS[f"{_sub}/path_model"] = (_sub, _args)
     BANDWIDTH_RUNS[f"{_sub}/path_model/gamma_fitted"] = (_sub, _args + HOOK_FITTED)
     BANDWIDTH_RUNS[f"{_sub}/buckets/gamma1"] = (_sub, _args[:_e] + ["buckets"] + _args[_e + 1:] + HOOK_G1)
+# syncSGD's gamma measured as the paper measures it (verify --gamma-from buckets) on the campaigns with buckets
+# records at four rates (GAMMA_MEASURED_CAMPAIGNS)
+GAMMA_MEASURED_CAMPAIGNS = ("h200_p2c", "h200_p2f_pooled", "h200_p2h_pooled", "h200_p2n", "h200_p2o", "h200_p2p")
+for _sub in GAMMA_MEASURED_CAMPAIGNS:
+    _recs, _args = BANDWIDTH_RUNS[f"{_sub}/path_model"]
+    BANDWIDTH_RUNS[f"{_sub}/path_model/gamma_measured"] = (_recs, _args + ["--gamma-from", "buckets"])
 #: the rows of data/verification/bandwidth/README.md's generated table
 # the same with the encode/decode of the extended variant calibrated on post-backward iterations
 # (verify_platform(encode_decode_from="iterations"): the profile overstates PowerSGD's in-iteration cost)
@@ -530,6 +536,26 @@ def readme_p2m_hooks() -> str:
         lines.append(f"| {r['model']} ({int(r['batch_size'])}) | rank {rank} | {r['rate_gbps']:g} Gbit/s | "
                      f"{r['measured_ms']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def readme_gamma_measured() -> str:
+    """The gamma-measured block of data/verification/bandwidth/README.md: per campaign and group (extended variant),
+    the errors with syncSGD's gamma fitted and measured, and the range of gamma the syncSGD rows used."""
+    def read(sub):
+        d = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "predictions.csv")
+        return d[d["variant"] == "extended"]
+    lines = ["| campaign | group | n | gamma fitted: median / max error | gamma measured: median / max error |",
+             "|---|---|---:|---:|---:|"]
+    gam = ["| campaign | syncSGD rows' gamma, fitted | measured |", "|---|---:|---:|"]
+    for c in GAMMA_MEASURED_CAMPAIGNS:
+        a, b = read(f"{c}/path_model"), read(f"{c}/path_model/gamma_measured")
+        for g in sorted(a["group"].unique()):
+            x, y = a[a["group"] == g]["abs_rel_error"], b[b["group"] == g]["abs_rel_error"]
+            lines.append(f"| `{c}` | {g} | {len(x)} | {100 * x.median():.1f} % / {100 * x.max():.1f} % | "
+                         f"{100 * y.median():.1f} % / {100 * y.max():.1f} % |")
+        ga, gb = (d[d["mode"] == "syncsgd"]["gamma"] for d in (a, b))
+        gam.append(f"| `{c}` | {ga.min():.3f}-{ga.max():.3f} | {gb.min():.3f}-{gb.max():.3f} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(gam) + "\n"
 
 
 def readme_hook_gamma() -> str:
@@ -799,6 +825,61 @@ def test_ready_fractions_come_from_other_rates_only():
     assert inputs(mixed).ready_fractions("m", 8, None, 2, 10.0) == (None, "")
 
 
+def test_measured_gamma_by_hand():
+    """gamma as the paper measures it: the last bucket's device ready time (median over the configuration's buckets
+    records at that rate) over T_comp; records timed on the host clock, or of another rate, do not count."""
+    from studykit.perfmodel.fit import RecordInputs
+
+    plat = verify.load_platform(paths.MEASUREMENTS / "bandwidth" / "h200_p4")
+    (m, bs), t_comp = next(iter(RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, "ms_median").t_comp.items()))
+    last = 1e3 * t_comp  # ms
+    b = pd.DataFrame([{"model": m, "batch_size": bs, "bucket_mb": None, "world_size": 2, "rate_gbps": 10.0,
+                       "ready_ms": [0.3 * last, f * last], "clock": "cuda_event"} for f in (1.04, 1.10, 1.06)]
+                     + [{"model": m, "batch_size": bs, "bucket_mb": None, "world_size": 2, "rate_gbps": 10.0,
+                         "ready_ms": [0.3 * last, 9.0 * last], "clock": "perf_counter"},  # host clock: not the device's
+                        {"model": m, "batch_size": bs, "bucket_mb": None, "world_size": 2, "rate_gbps": 25.0,
+                         "ready_ms": [0.3 * last, 1.5 * last], "clock": "cuda_event"}])
+    inp = RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, "ms_median", buckets=b)
+    assert inp.measured_gamma(m, bs, None, 2, 10.0) == pytest.approx(1.06)
+    assert inp.measured_gamma(m, bs, float("nan"), 2, 25.0) == pytest.approx(1.5)
+    assert inp.measured_gamma(m, bs, None, 2, 5.0) is None and inp.measured_gamma(m, bs, 100.0, 2, 10.0) is None
+    assert inp.measured_gamma("no_such_model", bs, None, 2, 10.0) is None
+
+
+def test_gamma_from_buckets_measures_gamma_and_fits_the_rest_at_it(tmp_path):
+    """verify --gamma-from buckets: every syncSGD row's gamma is the grid value nearest the median measured gamma of
+    its calibration records (the other rates), said in its inputs; without buckets records the fit stays."""
+    from studykit.perfmodel.fit import GAMMA_GRID, RecordInputs
+
+    folder, args = BANDWIDTH_RUNS["h200_p2n/path_model"]
+    out = tmp_path / "measured"
+    assert verify.main(["verify", "--records", str(_BW / folder), *args, "--gamma-from", "buckets",
+                        "--out", str(out), "--quiet"]) == 0
+    d = pd.read_csv(out / "predictions.csv")
+    sync = d[(d["variant"] == "extended") & (d["mode"] == "syncsgd")]
+    assert sync["inputs"].str.contains("measured (median last-bucket ready / T_comp of 6 buckets record(s)",
+                                       regex=False).all()
+    plat = verify.load_platform(_BW / folder, inputs_from=args[args.index("--inputs-from") + 1:args.index("--encode-decode-from")])
+    inp = RecordInputs(plat.tcomp, plat.ddp, plat.sweep, plat.profile, "ms_median", buckets=plat.buckets)
+    for rate, g in sync.groupby("rate_gbps")["gamma"]:
+        train = [inp.measured_gamma("bert_base", 16, mb, 2, x) for x in (2.5, 5.0, 10.0, 25.0) if x != rate
+                 for mb in (None, 100.0)]
+        want = GAMMA_GRID[abs(GAMMA_GRID - float(pd.Series(train).median())).argmin()]
+        assert (g == want).all(), rate
+    with pytest.raises(SystemExit):
+        verify.main(["verify", "--records", str(_BW / folder), "--gamma-from", "nvtx", "--out", str(tmp_path / "x")])
+    # a campaign without buckets records: gamma fitted as before, and the row says why
+    out = tmp_path / "p2"
+    a = BANDWIDTH_RUNS["h200_p2"][1]
+    assert verify.main(["verify", "--records", str(_BW / "h200_p2"), *a, "--gamma-from", "buckets", "--out", str(out),
+                        "--quiet"]) == 0
+    base = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv")
+    new = pd.read_csv(out / "predictions.csv")
+    pd.testing.assert_series_equal(new["predicted_ms"], base["predicted_ms"])
+    ext = new[(new["variant"] == "extended") & (new["mode"] == "syncsgd")]
+    assert ext["inputs"].str.contains("--gamma-from buckets: no buckets record", regex=False).all()
+
+
 def test_verify_uses_measured_ready_times_where_recorded():
     rows = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2b" / "predictions.csv")
     sync = rows[(rows["variant"] == "extended") & (rows["mode"] == "syncsgd")]
@@ -1002,7 +1083,36 @@ def test_verification_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_hold
 
 
 
-@pytest.mark.parametrize("marker,make", [("hook-gamma", "readme_hook_gamma"), ("p2m-hooks", "readme_p2m_hooks")])
+def test_verification_readme_reading_of_the_measured_gamma_holds():
+    """data/verification/bandwidth/README.md: measured gamma's range, VGG19's, which rows change and by how much,
+    and on how many campaigns the fit's median is lower."""
+    text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text().split())
+
+    def read(sub):
+        d = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "predictions.csv")
+        return d[d["variant"] == "extended"]
+    fit_g, meas_g, moved, fit_better = [], {}, [], 0
+    for c in GAMMA_MEASURED_CAMPAIGNS:
+        a, b = read(f"{c}/path_model"), read(f"{c}/path_model/gamma_measured")
+        assert list(a["config"]) == list(b["config"])
+        same = a["mode"] != "syncsgd"
+        pd.testing.assert_series_equal(a[same]["predicted_ms"], b[same]["predicted_ms"])  # only syncSGD rows change
+        sa, sb = a[~same]["abs_rel_error"], b[~same]["abs_rel_error"]
+        moved.append(abs(sb.median() - sa.median()))
+        fit_better += round(100 * sa.median(), 1) < round(100 * sb.median(), 1)
+        fit_g += list(a[~same]["gamma"])
+        meas_g[c] = b[~same]["gamma"]
+    others = pd.concat([v for c, v in meas_g.items() if c != "h200_p2o"])
+    assert f"use {others.min():.3f}-{others.max():.3f} on every campaign but VGG19's" in text
+    assert f"where {meas_g['h200_p2o'].median():.2f} is measured" in text
+    assert (read("h200_p2o/path_model").query("mode == 'syncsgd'")["gamma"] == 1.0).all()
+    assert f"moves by at most {100 * max(moved):.1f} points either way" in text
+    assert f"wanders ({min(fit_g):.2f}-{max(fit_g):.2f} above)" in text
+    assert f"slightly lower median on {['no', 'one', 'two', 'three', 'four', 'five', 'six'][fit_better]} of the six" in text
+
+
+@pytest.mark.parametrize("marker,make", [("hook-gamma", "readme_hook_gamma"), ("p2m-hooks", "readme_p2m_hooks"),
+                                         ("gamma-measured", "readme_gamma_measured")])
 def test_verification_readme_hook_gamma_blocks_are_the_generated_ones(marker, make):
     text = (paths.DATA / "verification" / "bandwidth" / "README.md").read_text()
     assert _marked(text, marker) == globals()[make](), f"regenerate with {make}() (tests/test_verify.py)"

@@ -983,6 +983,11 @@ def _mb(bucket_mb) -> float | None:
     return None if _missing(bucket_mb) else float(bucket_mb)
 
 
+def _rate_key(rate) -> float | None:
+    """A link rate (Gbit/s) as a key: None for a real network (missing / NaN)."""
+    return None if _missing(rate) else float(rate)
+
+
 class RecordInputs:
     """The single-device constants of one platform's records, per configuration: ``T_comp`` (alone, and
     contended), the non-backward overhead ``O``, the CPU slowdown ``kappa``, ``T_encode_decode`` and the
@@ -1015,15 +1020,23 @@ class RecordInputs:
         self.ready: dict = {}
         #: (model, batch, world_size) -> [(rate, host ready ms), ...] of ``buckets`` records on DDP's default buckets
         self.ready_host_ms: dict = {}
+        #: (model, batch, bucket_mb or None, world_size, rate) -> [last bucket's device ready time, ms] of ``buckets``
+        #: records: the backward pass's compute under syncSGD's overlap (:meth:`measured_gamma`)
+        self.backward_end_ms: dict = {}
         #: per-bucket encode/decode for hooks (``verify --encode-decode-from buckets``; :meth:`bucket_costs`)
         self.bucket_times = bool(bucket_times)
-        if buckets is not None and not buckets.empty and "ready_fraction" in buckets.columns:
+        if buckets is not None and not buckets.empty:
             for r in buckets.to_dict("records"):
                 fr = r.get("ready_fraction")
                 if isinstance(fr, (list, tuple)) and fr:
                     self.ready.setdefault((r["model"], int(r["batch_size"]), _mb(r.get("bucket_mb")),
                                            int(r["world_size"])), []).append(
                         (r.get("rate_gbps"), tuple(float(x) for x in fr)))
+                rm = r.get("ready_ms")
+                if isinstance(rm, (list, tuple)) and rm and r.get("clock") == "cuda_event":
+                    self.backward_end_ms.setdefault((r["model"], int(r["batch_size"]), _mb(r.get("bucket_mb")),
+                                                     int(r["world_size"]), _rate_key(r.get("rate_gbps"))), []).append(
+                        float(rm[-1]))
                 hr = r.get("ready_host_ms")
                 if isinstance(hr, (list, tuple)) and hr and _missing(r.get("bucket_mb")):
                     self.ready_host_ms.setdefault((r["model"], int(r["batch_size"]), int(r["world_size"])), []).append(
@@ -1123,6 +1136,16 @@ class RecordInputs:
             return None, ""
         med = tuple(float(v) for v in np.median(np.asarray(rows, dtype=float), axis=0))
         return med, f"; bucket ready times measured ({len(rows)} buckets records at other rates)"
+
+    def measured_gamma(self, model: str, batch_size: int, bucket_mb, world_size: int, rate) -> float | None:
+        """gamma as the paper measures it (Agarwal et al. 2022, https://arxiv.org/abs/2103.00543, Sec. 4.1 and
+        App. C: the backward pass's compute under overlap with communication over ``T_comp`` alone): the last DDP
+        bucket's device ready time of the ``buckets`` records of this configuration and rate (median), over the
+        ``tcomp`` backward time; None without such records."""
+        v = self.backward_end_ms.get((model, int(batch_size), _mb(bucket_mb), int(world_size), _rate_key(rate)))
+        if not v or (model, int(batch_size)) not in self.t_comp:
+            return None
+        return float(np.median(v)) / 1e3 / self.t_comp[(model, int(batch_size))]
 
     def ready_host(self, model: str, batch_size: int, world_size: int, rate) -> tuple[tuple | None, str]:
         """When the host reaches each DDP bucket's hook (s from the call of ``loss.backward()``, host clock;

@@ -121,6 +121,9 @@ STATS = ("ms_median", "ms_mean", "ms_min")
 ENCODE_DECODE_SOURCES = ("profile", "iterations", "host_ahead", "buckets")
 #: the extended variant's gamma for hooks (verify --hook-gamma; ModelOptions.hook_gamma): syncSGD's fitted one, or 1
 HOOK_GAMMA_SOURCES = ("fitted", "one")
+#: where syncSGD's gamma comes from (verify --gamma-from; fit_gamma_loo): fitted to the calibration records' iteration
+#: times, or measured from their buckets records as the paper measures it
+GAMMA_SOURCES = ("fit", "buckets")
 #: where the extended variant's path overhead comes from (verify --path-overhead-from; _extended_compressed)
 PATH_OVERHEAD_SOURCES = ("identity", "model")
 MIB = 2**20
@@ -659,10 +662,18 @@ def _base_row(r, plat: Platform, variant: str, group: str) -> dict:
 
 # ------------------------------------------------------------------ gamma, leave-one-out
 def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache: dict | None = None,
-                  opts: ModelOptions | None = None) -> SyncTerms:
+                  opts: ModelOptions | None = None, gamma_from: str = "fit") -> SyncTerms:
     """gamma (and, ``extended``, the synchronization, per-bucket and per-tensor terms) from syncSGD
     calibration records: each record predicted with gamma 1 and no extra term (the model's overlapped
-    and last-bucket communication), then :func:`studykit.perfmodel.fit.fit_sync_terms`."""
+    and last-bucket communication), then :func:`studykit.perfmodel.fit.fit_sync_terms`.
+
+    ``gamma_from="buckets"`` (extended variant on the timeline; ``verify --gamma-from buckets``): gamma measured
+    as the paper measures it, not fitted: the median over the calibration records of
+    :meth:`RecordInputs.measured_gamma` (the backward pass's compute under overlap over ``T_comp``), rounded to
+    the fitting grid; the extra terms are then fitted at that gamma. Calibration records without ``buckets``
+    records leave the fit as it was (said in ``how``)."""
+    if gamma_from not in GAMMA_SOURCES:
+        raise ValueError(f"gamma_from must be one of {GAMMA_SOURCES}, got {gamma_from!r}")
     opts = opts or ModelOptions.named(variant)
     cache = {} if cache is None else cache
     rows = []
@@ -675,6 +686,20 @@ def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache:
                 cache[key] = _predict_record(r, inp, variant, opts=opts, curve=GAMMA_GRID)
             b = cache[key]
             rows.append({"s": float(r["measured_ms"]) / 1e3 - b["_s"], "curve": b["_curve"], "k": b["_k"]})
+        if gamma_from == "buckets" and variant != "paper":
+            g = [inp.measured_gamma(r["model"], r["batch_size"], r["bucket_mb"], r["world_size"], r["rate_gbps"])
+                 for r in train]
+            g = [x for x in g if x is not None]
+            if not g:
+                t = fit_sync_terms_curve(rows, GAMMA_GRID, len(train), extended=True)
+                return replace(t, how=t.how + " (--gamma-from buckets: no buckets record of the calibration runs)")
+            j = int(np.argmin(np.abs(GAMMA_GRID - float(np.median(g)))))
+            one = [{**x, "curve": np.asarray(x["curve"], dtype=float)[j]} for x in rows]
+            t = fit_sync_terms_curve(one, GAMMA_GRID[j:j + 1], len(train), extended=True)
+            how = t.how.split(": per-bucket timeline")[0].split(" (not identifiable")[0].replace(" (at the grid's edge)", "")
+            return replace(t, how=f"{how} measured (median last-bucket ready / T_comp of {len(g)} buckets record(s), "
+                                  f"{min(g):.3f}-{max(g):.3f}): extra terms fitted to {len(rows)} of {len(train)}",
+                           fitted=())
         return fit_sync_terms_curve(rows, GAMMA_GRID, len(train), extended=variant != "paper")
     for r in train:
         key = (r["config"], variant)
@@ -731,7 +756,7 @@ def check_world_size_holdout(rows: Iterable[dict] | pd.DataFrame, max_p: int) ->
 def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdout: str = "auto",
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
                     per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None,
-                    hook_gamma: str = "one",
+                    hook_gamma: str = "one", gamma_from: str = "fit",
                     encode_decode_from: str = "profile", path_overhead_from: str = "identity") -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
 
@@ -760,6 +785,8 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
         raise ValueError(f"path_overhead_from must be one of {PATH_OVERHEAD_SOURCES}, got {path_overhead_from!r}")
     if hook_gamma not in HOOK_GAMMA_SOURCES:
         raise ValueError(f"hook_gamma must be one of {HOOK_GAMMA_SOURCES}, got {hook_gamma!r}")
+    if gamma_from not in GAMMA_SOURCES:
+        raise ValueError(f"gamma_from must be one of {GAMMA_SOURCES}, got {gamma_from!r}")
     by_p = holdout == "world_size"
     max_p = int(calibrate_max_p) if by_p else None
     if by_p and max_p < 2:
@@ -809,7 +836,7 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
     for variant in variants:
         # syncSGD: gamma fitted on the other holdout groups' syncSGD records
         def fit(train, variant=variant):
-            return fit_gamma_loo(train, inp, variant, cache, opts=presets[variant])
+            return fit_gamma_loo(train, inp, variant, cache, opts=presets[variant], gamma_from=gamma_from)
 
         def pred(r, fitted, variant=variant):
             out = _base_row(r, plat, variant, "syncSGD")
@@ -1073,7 +1100,7 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            variants: Sequence[str] = VARIANTS, include_hook: bool = True,
            calibrate_max_p: int = CALIBRATE_MAX_P, per_tensor: bool = False,
            network_from: str = "sweep", overlap: str | None = None, hook_gamma: str = "one",
-           sweep_from: str | Path | None = None, pool: str | None = None,
+           gamma_from: str = "fit", sweep_from: str | Path | None = None, pool: str | None = None,
            encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
            path_overhead_from: str = "identity") -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
@@ -1091,7 +1118,7 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap, hook_gamma=hook_gamma,
-                                      encode_decode_from=encode_decode_from,
+                                      gamma_from=gamma_from, encode_decode_from=encode_decode_from,
                                       path_overhead_from=path_overhead_from))
         by_p = holdout == "world_size"
         inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None, network_from=network_from), True)]
@@ -1168,6 +1195,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--hook-gamma", default="one", choices=list(HOOK_GAMMA_SOURCES),
                     help="extended variant, hooks on the timeline: the backward pass at T_comp ('one', default) "
                          "or slowed by syncSGD's fitted gamma ('fitted'; ModelOptions.hook_gamma)")
+    ap.add_argument("--gamma-from", default="fit", choices=list(GAMMA_SOURCES),
+                    help="extended variant on the timeline: syncSGD's gamma fitted to the calibration records' "
+                         "iteration times (default), or measured as the paper measures it ('buckets': the backward "
+                         "pass's compute under overlap, the last bucket's ready time of the buckets records, over "
+                         "T_comp; the extra terms fitted at it)")
     ap.add_argument("--encode-decode-from", default="profile", choices=list(ENCODE_DECODE_SOURCES),
                     help="encode/decode: as profiled (the codec timed alone; default); 'iterations' (extended "
                          "variant): the profile scaled by what post-backward iterations of the same compressor "
@@ -1207,7 +1239,7 @@ def main(argv: list[str] | None = None) -> int:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
                                    per_tensor=args.per_tensor, network_from=args.network_from,
-                                   overlap=args.overlap, hook_gamma=args.hook_gamma,
+                                   overlap=args.overlap, hook_gamma=args.hook_gamma, gamma_from=args.gamma_from,
                                    sweep_from=args.sweep_from, pool=args.pool,
                                    encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from,
                                    path_overhead_from=args.path_overhead_from)
