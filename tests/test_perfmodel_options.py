@@ -279,3 +279,15 @@ def test_hook_prediction_takes_per_bucket_device_shares_and_the_host_chain():
     with pytest.raises(ValueError, match="needs the workload's bucket_ready_host_s"):
         predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, options=opts, mode="hook",
                 bucket_host_s=[0.02] * k)
+    # workers sharing CPU cores (cpu_contention, kappa): the host times slow down as T_encode_decode does; a host-bound
+    # hook then ends kappa times later on its host side, and an array of kappa gives an array of iteration times
+    kw = dict(t_encode_decode_s=0.004, options=opts, mode="hook", bucket_encode_decode_s=dev,
+              bucket_host_s=[0.02] * k)
+    twice = predict(wh, dataclasses.replace(hw, cpu_slowdown=2.0), 2, "powersgd", {"rank": 4}, **kw)
+    assert float(twice.compressed["host_end_s"]) >= 0.001 + 2 * 0.02 * k
+    off = predict(wh, dataclasses.replace(hw, cpu_slowdown=2.0), 2, "powersgd", {"rank": 4},
+                  **{**kw, "options": dataclasses.replace(opts, cpu_contention=False)})
+    assert float(off.compressed["host_end_s"]) == pytest.approx(float(slow.compressed["host_end_s"]))
+    grid = predict(wh, dataclasses.replace(hw, cpu_slowdown=np.array([1.0, 2.0])), 2, "powersgd", {"rank": 4}, **kw)
+    np.testing.assert_allclose(grid.compressed["host_end_s"], [float(slow.compressed["host_end_s"]),
+                                                               float(twice.compressed["host_end_s"])])

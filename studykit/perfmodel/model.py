@@ -83,8 +83,9 @@ class ModelOptions:
       work, kernel launches; what the small-batch regime is made of);
     * ``path_overhead``: compressed training pays the workload's ``path_overhead_s`` (framework work of
       the compression path the profile does not time; calibrated on the identity compressor);
-    * ``cpu_contention``: ``Hardware.cpu_slowdown`` multiplies the non-backward overhead and
-      ``T_encode_decode`` (workers sharing CPU cores; the contended ``T_comp`` is an input);
+    * ``cpu_contention``: ``Hardware.cpu_slowdown`` multiplies the non-backward overhead,
+      ``T_encode_decode`` and a hook's per-bucket host times (``predict``'s ``bucket_host_s``) (workers sharing
+      CPU cores; the contended ``T_comp`` is an input);
     * ``hook_buckets``: a compressor run as a DDP hook issues its protocol per DDP bucket;
     * ``overlap``: ``"sec41"`` (Sec. 4.1: every bucket but the last overlaps the whole backward pass,
       ``max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last)``) or ``"timeline"`` (beyond the paper:
@@ -593,12 +594,13 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
         enc = enc + e[i]
         g = f[i] * C + enc
         if chain:
-            pre = np.maximum(float(host_ready_s[i]), H) + float(host_s[i]) / 2
+            h = np.asarray(host_s[i], dtype=float)  # may be an array (e.g. a grid of CPU slowdowns)
+            pre = np.maximum(float(host_ready_s[i]), H) + h / 2
             g = np.maximum(g, pre)
         F = np.maximum(g, F) + comm_s[i]
         D = np.maximum(F, D) + d[i]
         if chain:
-            H = np.maximum(pre, F) + float(host_s[i]) / 2
+            H = np.maximum(pre, F) + h / 2
             D = np.maximum(D, H)
         comm = comm + comm_s[i]
     busy = C + enc + sum(np.asarray(x, dtype=float) for x in d)
@@ -908,7 +910,8 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     half precision and keeps the overlap of Sec. 4.1; the casts are not in ``sync``).
     ``bucket_encode_decode_s`` / ``bucket_host_s`` (``mode="hook"`` with the timeline overlap): each DDP
     bucket's device and host time of the protocol (``profile --bucket-times``), for
-    :func:`hook_timeline_s`'s per-bucket shares and host chain.
+    :func:`hook_timeline_s`'s per-bucket shares and host chain (the host times, like ``T_encode_decode``, times
+    ``hardware.cpu_slowdown`` under ``options.cpu_contention``).
 
     ``options`` (default :class:`ModelOptions`: the paper's model plus ``hardware.incast_coeff``)
     chooses the terms; ``mode`` is how the compressor runs (``"post"``: after the backward pass,
@@ -983,8 +986,11 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
         if p.size != 1:
             raise ValueError("the per-bucket timeline needs one world size per call")
         q = int(p.reshape(-1)[0])
+        host_s = bucket_host_s
+        if host_s is not None and opts.cpu_contention:  # the hook thread's work slows as T_encode_decode does
+            host_s = [np.asarray(h, dtype=float) * hardware.cpu_slowdown for h in host_s]
         comp = hook_timeline_s(t_comp, t_ed, workload, compressor, params, q, hardware, opts, bytes_scale,
-                               bucket_encode_decode_s, bucket_host_s)
+                               bucket_encode_decode_s, host_s)
         notes["compressed_plans"] = "per DDP bucket, timeline"
     elif per_bucket or measured:
         if p.size != 1:
