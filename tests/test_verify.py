@@ -1083,6 +1083,15 @@ def test_verification_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_hold
 
 
 
+def test_docs_verify_quotes_h200_p2f_pooled_as_scored():
+    """docs/verify.md's h200_p2f pooled hook scores: today's default (gamma 1) and syncSGD's fitted gamma."""
+    text = " ".join((paths.ROOT / "docs" / "verify.md").read_text().split())
+    _, med, mx = _hook_errors("h200_p2f_pooled/path_model")
+    _, _, mx_fit = _hook_errors("h200_p2f_pooled/path_model/gamma_fitted")
+    assert (f"the hooks score {100 * med:.1f} % median and {100 * mx:.1f} % max with the rate held out "
+            f"({100 * mx_fit:.1f} % at syncSGD's fitted gamma)") in text
+
+
 def test_verification_readme_reading_of_the_measured_gamma_holds():
     """data/verification/bandwidth/README.md: measured gamma's range, VGG19's, which rows change and by how much,
     and on how many campaigns the fit's median is lower."""
