@@ -92,6 +92,11 @@ def test_every_path_stamps_every_bucket_in_order(name, inner, overlap, path):
         assert s["bytes"] == b.buffer().numel() * 4
         assert 0 <= s["ready_ms"] <= s["encode_end_ms"] <= s["decode_end_ms"], (path, s)
         assert 0 <= s["comm_ms"] <= s["decode_end_ms"] - s["encode_end_ms"] + 1e-9, (path, s)
+        # the host clock: called, first collective issued, future completed, in that order
+        assert 0 <= s["ready_host_ms"] <= s["issue_host_ms"] <= s["done_host_ms"], (path, s)
+    # each bucket's host work runs after the previous bucket's was handed over (one protocol after the other)
+    first, second = (got["buckets"][b.index()] for b in buckets)
+    assert first["ready_host_ms"] <= second["ready_host_ms"] and first["issue_host_ms"] <= second["issue_host_ms"]
     assert got["backward_end_ms"] >= got["buckets"][1]["ready_ms"]
     assert (getattr(inner, "async_calls", 0) == 2 * len(buckets)) == (path == "one-round async")  # the path named
     if not overlap:  # blocking: every protocol ran inside the backward pass
@@ -114,7 +119,7 @@ def test_a_collective_outside_any_bucket_is_an_error_naming_the_position():
 
 def test_every_field_of_the_record_is_documented():
     doc = KIND_FIELDS["hook_times"]
-    assert set(mht.HOOK_TIMES_STAMPS) | {"bucket_index", "bucket_bytes", "backward_end_ms", "sync_end_ms",
+    assert set(mht.HOOK_TIMES_STAMPS) | set(mht.HOOK_TIMES_HOST_STAMPS) | {"bucket_index", "bucket_bytes", "backward_end_ms", "sync_end_ms",
                                      "iteration_ms", "stamps_ms", "clock"} <= set(doc)
 
 

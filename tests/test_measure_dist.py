@@ -132,9 +132,10 @@ def test_ddp_hook_times_records(tmp_path):
         for i in range(len(sizes)):
             assert r["n_collectives"][i] >= 1
             assert 0 <= r["ready_ms"][i] <= r["encode_end_ms"][i] <= r["decode_end_ms"][i], (r["compressor"], i)
+            assert 0 <= r["ready_host_ms"][i] <= r["issue_host_ms"][i] <= r["done_host_ms"][i], (r["compressor"], i)
             assert r["comm_ms"][i] >= 0
         assert r["ready_ms"][-1] <= r["backward_end_ms"] <= r["sync_end_ms"] <= r["iteration_ms"]
-        assert len(r["stamps_ms"]["ready_ms"]) == r["n_iter"] == len(r["times_ms"])
+        assert len(r["stamps_ms"]["ready_ms"]) == r["n_iter"] == len(r["times_ms"]) == len(r["stamps_ms"]["done_host_ms"])
         if not r["hook_overlap"]:  # blocking: every bucket's protocol ran inside the backward pass
             assert r["backward_end_ms"] >= max(r["decode_end_ms"])
     table = hook_timeline_table(recs)

@@ -29,11 +29,15 @@ if TYPE_CHECKING:  # pandas is imported where the table is built
 
     from studykit.measure.ddp import _Config
 
-__all__ = ["HOOK_TIMES_STAMPS", "hook_budget_markdown", "hook_budget_table", "hook_timeline_table", "measure_hook_times"]
+__all__ = ["HOOK_TIMES_HOST_STAMPS", "HOOK_TIMES_STAMPS", "hook_budget_markdown", "hook_budget_table", "hook_timeline_table", "measure_hook_times"]
 
 # ------------------------------------------------------------------ hook_times: per-bucket stamps of the kit's hook
 #: per-bucket lists of a ``hook_times`` record (besides ``bucket_index`` and ``bucket_bytes``), in bucket index order
 HOOK_TIMES_STAMPS = ("ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms", "n_collectives")
+#: the same moments on the host clock (``time.perf_counter``, ms since just before ``loss.backward()``): when the
+#: host calls the hook, issues the bucket's first collective, and completes the bucket's future (the hook's host
+#: work for the bucket done: the host chain of :func:`studykit.perfmodel.model.bucket_timeline_s`, measured)
+HOOK_TIMES_HOST_STAMPS = ("ready_host_ms", "issue_host_ms", "done_host_ms")
 
 
 class _Clock:
@@ -83,17 +87,17 @@ class _StampComm:
 
     def _bracket(self, op, tensor):
         t = self._timer
-        pos, start = t.position(), t.clock.now()
+        pos, host, start = t.position(), time.perf_counter(), t.clock.now()
         out = op(tensor)
-        t.collective(pos, start, t.clock.now())
+        t.collective(pos, start, t.clock.now(), host)
         return out
 
     def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
         t = self._timer
-        pos, start = t.position(), t.clock.now()
+        pos, host, start = t.position(), time.perf_counter(), t.clock.now()
         fut = self.inner.all_reduce_async(tensor)
         # added before the hook's own decode callback: torch runs a future's callbacks in the order added
-        t.pending.append(fut.then(lambda _: t.collective(pos, start, t.clock.now())))
+        t.pending.append(fut.then(lambda _: t.collective(pos, start, t.clock.now(), host)))
         return fut
 
 
@@ -119,29 +123,36 @@ class _HookTimer:
         self.pending: list = []
         self.backward_end = None
         self._calls0 = self.state.calls
+        self.zero_host = time.perf_counter()
         self.zero = self.clock.now()
 
     def position(self) -> int:
         return self.state.calls - self._calls0
 
-    def collective(self, pos: int, start, end) -> None:
+    def collective(self, pos: int, start, end, host: float | None = None) -> None:
+        """File a collective under the bucket at ``pos``: its ``start`` and ``end`` stamps, and the host time
+        (``perf_counter``) it was issued."""
         if not 0 <= pos < len(self.buckets):
             raise RuntimeError(f"hook_times: a collective of bucket position {pos}, but the hook has been called "
                                f"for {len(self.buckets)} buckets in this backward pass")
-        self.buckets[pos]["colls"].append((start, end))
+        self.buckets[pos]["colls"].append((start, end, host))
 
     def hook(self, state, bucket):  # no annotations: DDP compares them with real types, these are strings here
         """The DDP comm hook: stamp *ready*, run :func:`studykit.ddp.compressor_hook`, stamp *done* in a
         callback on its future (DDP gets that future itself, so it waits for nothing extra)."""
-        ready = self.clock.now()
+        ready_host, ready = time.perf_counter(), self.clock.now()
         if not self.buckets:  # runs when the autograd engine has run every node, before DDP's own wait
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
         buf = bucket.buffer()
         b = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "ready": ready, "done": None,
-             "colls": []}
+             "ready_host": ready_host, "done_host": None, "colls": []}
         self.buckets.append(b)
         fut = sk_ddp.compressor_hook(state, bucket)
-        self.pending.append(fut.then(lambda _: b.__setitem__("done", self.clock.now())))
+
+        def done(_):
+            b["done_host"] = time.perf_counter()
+            b["done"] = self.clock.now()
+        self.pending.append(fut.then(done))
         return fut
 
     def _end_of_backward(self) -> None:
@@ -154,13 +165,16 @@ class _HookTimer:
         if self.clock.cuda:
             torch.cuda.synchronize(device)
         ms = lambda s: None if s is None else self.clock.span_ms(self.zero, s)
+        host_ms = lambda t: None if t is None else (t - self.zero_host) * 1e3
         out = {}
         for b in self.buckets:
             colls = b["colls"]
             out[b["index"]] = {"bytes": b["bytes"], "ready_ms": ms(b["ready"]), "decode_end_ms": ms(b["done"]),
                                "encode_end_ms": ms(colls[0][0]) if colls else None,
-                               "comm_ms": sum(self.clock.span_ms(s, e) for s, e in colls) if colls else None,
-                               "n_collectives": len(colls)}
+                               "comm_ms": sum(self.clock.span_ms(s, e) for s, e, _ in colls) if colls else None,
+                               "n_collectives": len(colls), "ready_host_ms": host_ms(b["ready_host"]),
+                               "issue_host_ms": host_ms(colls[0][2]) if colls else None,
+                               "done_host_ms": host_ms(b["done_host"])}
         return {"buckets": out, "backward_end_ms": ms(self.backward_end)}
 
 
@@ -251,11 +265,12 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
     finally:
         state.close()
     order = sorted({i for p in passes for i in p})
-    per = {k: [_median(p[i][k] for p in passes if i in p) for i in order] for k in HOOK_TIMES_STAMPS}
+    stamps = HOOK_TIMES_STAMPS + HOOK_TIMES_HOST_STAMPS
+    per = {k: [_median(p[i][k] for p in passes if i in p) for i in order] for k in stamps}
     per["n_collectives"] = [None if n is None else round(n) for n in per["n_collectives"]]
     nbytes = {i: p[i]["bytes"] for p in passes for i in p}
     # every iteration's own stamps: one consistent time line each (the medians above come from different ones)
-    raw = {k: [[p[i][k] if i in p else None for i in order] for p in passes] for k in HOOK_TIMES_STAMPS[:4]}
+    raw = {k: [[p[i][k] if i in p else None for i in order] for p in passes] for k in stamps if k != "n_collectives"}
     timer.state = None  # no cycle state -> comm -> timer -> state (freed on return)
     return {"bucket_index": order, "bucket_bytes": [int(nbytes[i]) for i in order], **per,
             "backward_end_ms": _median(ends), "sync_end_ms": _median(syncs), "iteration_ms": _median(iters),

@@ -160,6 +160,12 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "decode_end_ms": "per bucket, median ms from the start of the backward pass to the hook's future being done "
                          "(decode finished; stamped in a callback on that future)",
         "n_collectives": "per bucket, collectives stamped per iteration (median)",
+        "ready_host_ms": "per bucket, median ms on the host clock (time.perf_counter, from just before "
+                         "loss.backward()) to the host calling the hook",
+        "issue_host_ms": "per bucket, median host-clock ms to the bucket's first collective being issued (the host "
+                         "has encoded it); null where no collective was stamped",
+        "done_host_ms": "per bucket, median host-clock ms to the hook's future being completed (the hook's host work "
+                        "for the bucket done; stamped in the same callback as decode_end_ms)",
         "backward_end_ms": "median ms from the start of the backward pass to the autograd engine having run every "
                            "node (compute and the hook's inline work), before DDP waits for the buckets' futures",
         "sync_end_ms": "median ms from the start of the backward pass to loss.backward() returning (DDP has waited "
@@ -167,8 +173,8 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "iteration_ms": "median ms of a whole stamped iteration (zero_grad, forward, backward, step; with the "
                         "stamps' overhead: the ddp record's ms_* are the unstamped times); also ms_median",
         "stamps_ms": "every stamped iteration's own stamps (JSON object: ready_ms, encode_end_ms, comm_ms, "
-                     "decode_end_ms as lists per iteration of per-bucket lists; backward_end_ms, sync_end_ms per "
-                     "iteration), rank 0's",
+                     "decode_end_ms, ready_host_ms, issue_host_ms, done_host_ms as lists per iteration of per-bucket "
+                     "lists; backward_end_ms, sync_end_ms per iteration), rank 0's",
         "clock": "cuda_event (device time: CUDA events against one recorded on the main stream at the start of "
                  "the backward pass) or perf_counter (host time, CPU runs)",
     },
