@@ -7,9 +7,11 @@ process on a flat gradient (ResNet-50's by default). CUDA only.
     python benchmarks/thc_signed.py --model bert_base --rotation full partial --min-time-s 1
 
 Per rotation and direction it prints each candidate's median (ms, interquartile range, repetitions; the L2
-flushed before every call, as ``bench`` does), the ratio fused / apart, and which one ``pick`` took in this
-process (pick times two calls once, so on a close race its choice may differ from the medians'). Records of
-kind ``bench`` (``phase`` ``thc_rotate_signed`` / ``thc_unrotate_signed``, ``params.path`` ``fused`` or
+flushed before every call, as ``bench`` does), each fused candidate's ratio to the separate pass, and which one
+``pick`` took in this process (pick times two calls once, so on a close race its choice may differ from the
+medians'). The fused candidates are one per ``tl.dot`` precision of the Hadamard passes
+(``_fast.HADAMARD_PRECISIONS``: ``fused`` is fp32 FMA, ``fused-tf32x3`` tensor cores). Records of kind ``bench``
+(``phase`` ``thc_rotate_signed`` / ``thc_unrotate_signed``, ``params.path`` ``fused``, ``fused-tf32x3`` or
 ``apart``) go to ``--out`` with the usual provenance.
 """
 from __future__ import annotations
@@ -41,15 +43,16 @@ def candidates(numel: int, rotation: str, device) -> dict:
     z = torch.randn(padded, device=device)
     sign = (numel, padded, size, seed)
     out = {}
+    name = lambda p: "fused" if p == "ieee" else f"fused-{p}"  # noqa: E731 - the committed runs' "fused" is ieee
     if _fast._signed_fusable(size, False):
-        out["rotate"] = (("thc_rotate_signed", flat.device, numel, size), {
-            "fused": lambda: _fast._fwht_passes(flat, size, False, sign),
-            "apart": lambda: _fast.rotate(_fast.thc_sign(flat, numel, padded, size, seed).view(-1, size))})
+        fns = {name(p): (lambda p=p: _fast._fwht_passes(flat, size, False, sign, p)) for p in _fast.HADAMARD_PRECISIONS}
+        fns["apart"] = lambda: _fast.rotate(_fast.thc_sign(flat, numel, padded, size, seed).view(-1, size))
+        out["rotate"] = (("thc_rotate_signed", flat.device, numel, size), fns)
     if _fast._signed_fusable(size, True):
-        out["unrotate"] = (("thc_unrotate_signed", z.device, numel, size), {
-            "fused": lambda: _fast._fwht_passes(z, size, True, sign),
-            "apart": lambda: _fast.thc_sign(_fast.unrotate(z, padded // size, size).reshape(-1), padded, numel,
-                                            size, seed)})
+        fns = {name(p): (lambda p=p: _fast._fwht_passes(z, size, True, sign, p)) for p in _fast.HADAMARD_PRECISIONS}
+        fns["apart"] = lambda: _fast.thc_sign(_fast.unrotate(z, padded // size, size).reshape(-1), padded, numel,
+                                              size, seed)
+        out["unrotate"] = (("thc_unrotate_signed", z.device, numel, size), fns)
     return out
 
 
@@ -85,8 +88,9 @@ def main(argv=None) -> int:
                                              timing=t, device=device, model=args.model, compressor="thc",
                                              params=params, phase=phase, numel=numel, flush_bytes=FLUSH_BYTES))
             picked = list(fns)[_fast.pick(key, list(fns.values()))]
-            print(f"thc rotation={rot:7s} {direction:8s} fused / apart {times['fused'].ms_median / times['apart'].ms_median:.3f}"
-                  f"  pick took: {picked}", flush=True)
+            ratios = "  ".join(f"{k} / apart {t.ms_median / times['apart'].ms_median:.3f}"
+                               for k, t in times.items() if k != "apart")
+            print(f"thc rotation={rot:7s} {direction:8s} {ratios}  pick took: {picked}", flush=True)
     return 0
 
 

@@ -228,6 +228,50 @@ def test_stages_pair_the_reference_stages_in_order_where_both_are_at_least_16():
             assert sorted(flat) == sorted(_radix_sizes(size)), (size, inverse)
 
 
+def test_pick_leaves_out_a_candidate_that_fails_but_not_the_plain_path(monkeypatch):
+    """pick on a (faked) GPU: a fused candidate that raises is left out with a warning naming it, the fastest of
+    the rest is taken and remembered; the plain path (last) failing is a real error."""
+    class _Event:
+        clock = [0.0]
+
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = _Event.clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(_fast, "_interpret_on_cpu", lambda: False)
+    monkeypatch.setattr(_fast, "_PICKED", {})
+
+    def takes(ms):
+        def fn():
+            _Event.clock[0] += ms
+        return fn
+
+    def broken():
+        raise RuntimeError("no tf32x3 here")
+
+    with pytest.warns(RuntimeWarning, match=r"'k1': candidate 0 failed \(RuntimeError: no tf32x3 here\); left out"):
+        assert _fast.pick(("k1",), [broken, takes(3.0), takes(1.0)]) == 2
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # remembered: no second warning, no timing
+        assert _fast.pick(("k1",), [broken, takes(3.0), takes(1.0)]) == 2
+    with pytest.warns(RuntimeWarning, match="'k2': candidate 1 failed"):
+        assert _fast.pick(("k2",), [takes(1.0), broken, takes(2.0)]) == 0
+    with pytest.raises(RuntimeError, match="no tf32x3 here"):
+        _fast.pick(("k3",), [takes(1.0), broken])
+
+
 def test_the_diagonal_rides_on_rotates_first_pass_and_unrotates_last_where_they_are_pairs():
     assert _fast._signed_fusable(2**19, False) and _fast._signed_fusable(2**19, True)  # ResNet-50's blocks
     assert _fast._signed_fusable(2**16, False) and not _fast._signed_fusable(2**16, True)  # (64, 32), (32,)
@@ -249,8 +293,10 @@ def test_signed_rotation_fuses_the_diagonal_bit_for_bit(dev, numel, size):
     if _fast._signed_fusable(size, False):
         fused = _fast._fwht_passes(flat, size, False, (numel, padded, size, seed))
         assert fused.shape == apart.shape and torch.equal(fused, apart)
-    assert torch.equal(_fast.rotate_signed(flat, numel, padded, size, seed).reshape(-1),
-                       _fast.rotate(_fast.thc_sign(flat, numel, padded, size, seed).view(-1, size)).reshape(-1))
+    tol = 1e-5 * size**0.5 * 8  # the entry points may pick other dot precisions (HADAMARD_PRECISIONS): rounding apart
+    assert torch.allclose(_fast.rotate_signed(flat, numel, padded, size, seed).reshape(-1),
+                          _fast.rotate(_fast.thc_sign(flat, numel, padded, size, seed).view(-1, size)).reshape(-1),
+                          atol=tol, rtol=0)
     z = apart
     back = _fast.thc_sign(_fast._fwht_passes(z, size, True), padded, numel, size, seed)
     if _fast._signed_fusable(size, True):
@@ -258,9 +304,36 @@ def test_signed_rotation_fuses_the_diagonal_bit_for_bit(dev, numel, size):
         assert fused.shape == (numel,) and torch.equal(fused, back)
     got = _fast.unrotate_signed(z, padded, numel, size, seed)
     want = _fast.thc_sign(_fast.unrotate(z, padded // size, size).reshape(-1), padded, numel, size, seed)
-    assert torch.equal(got, want)
+    assert torch.allclose(got, want, atol=tol, rtol=1e-5)
     # D H H D / size = I: the decode side inverts the encode side
     assert got.shape == flat.shape and torch.allclose(got, flat, atol=1e-5 * size ** 0.5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [2**19, 2**16, 2**10, 2**8])
+def test_every_dot_precision_of_the_hadamard_passes_is_the_transform_to_float32_rounding(dev, size):
+    """The passes with tl.dot on fp32 FMA ("ieee") and on tensor cores with the input split in two TF32 halves
+    ("tf32x3"): the same rotation and inverse to float32 rounding (the +-1 factors are exact in TF32), against the
+    reference's GEMMs; with the diagonal fused too; an unknown precision is refused by name."""
+    from studykit.compressors import thc
+
+    rows = 2
+    x = _x(rows * size, dev).view(rows, size)
+    want = thc.rotate(x).reshape(-1)
+    tol = 1e-5 * size**0.5 * 8
+    numel, seed = rows * size - 3, 7
+    for p in _fast.HADAMARD_PRECISIONS:
+        got = _fast._fwht_passes(x, size, False, precision=p)
+        assert torch.allclose(got, want, atol=tol, rtol=0), (p, (got - want).abs().max())
+        back = _fast._fwht_passes(got, size, True, precision=p)
+        assert torch.allclose(back, size * x.reshape(-1), atol=tol * size**0.5, rtol=1e-5), p
+        if _fast._signed_fusable(size, False):
+            flat = x.reshape(-1)[:numel]
+            signed = _fast._fwht_passes(flat, size, False, (numel, rows * size, size, seed), p)
+            apart = _fast._fwht_passes(_fast.thc_sign(flat, numel, rows * size, size, seed), size, False, precision="ieee")
+            assert torch.allclose(signed, apart, atol=tol, rtol=0), p
+    with pytest.raises(ValueError, match=r"precision must be one of \('ieee', 'tf32x3'\), got 'tf32'"):
+        _fast._hadamard2(x.reshape(-1), 32, 32, False, precision="tf32")
 
 
 @pytest.mark.gpu

@@ -33,6 +33,7 @@ tensors through Triton's interpreter (slow; for testing the kernels without a GP
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -544,13 +545,16 @@ if HAVE_TRITON:
 
     @_jit_seeded
     def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, n_lim, size_mask, inv_sqrt, seed, DIR: tl.constexpr,
-                          BR: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SIGN: tl.constexpr):
+                          BR: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SIGN: tl.constexpr,
+                          PREC: tl.constexpr):
         """Two Kronecker stages of :func:`~studykit.compressors.thc.rotate` in one pass: ``H_DB`` along the last axis,
         then ``H_DA`` along the one before, of BR rows at a time. DIR 0 (rotate): ``(R, DA, DB)`` in, ``(DA, DB, R)``
         out; DIR 1 (unrotate): ``(DA, DB, R)`` in, ``(R, DA, DB)`` out (the transposes rotate/unrotate make).
         SIGN 1 (rotate's first pass): the input is the unpadded gradient, ``n_lim`` long, times THC's random
         diagonal / sqrt(size) (:func:`_sign_pad_kernel`'s, zero past ``n_lim``: the padding); SIGN 2 (unrotate's
-        last pass): the output times the diagonal / sqrt(size), only its first ``n_lim`` written."""
+        last pass): the output times the diagonal / sqrt(size), only its first ``n_lim`` written. PREC: ``tl.dot``'s
+        input precision, "ieee" (fp32 FMA) or "tf32x3" (tensor cores; the Hadamard factors are exact in TF32, so
+        the product keeps about fp32's accuracy: :func:`_hadamard2`)."""
         r = tl.program_id(0) * BR + tl.arange(0, BR)
         a = tl.arange(0, DA)
         b = tl.arange(0, DB)
@@ -565,9 +569,9 @@ if HAVE_TRITON:
             x = tl.load(x_ptr + src, mask=m, other=0.0)
         hb = tl.load(hb_ptr + b[:, None] * DB + b[None, :])
         ha = tl.load(ha_ptr + a[:, None] * DA + a[None, :])
-        y = tl.dot(tl.reshape(x, (BR * DA, DB)), hb, input_precision="ieee")  # H symmetric: x @ H = (H x^T)^T
+        y = tl.dot(tl.reshape(x, (BR * DA, DB)), hb, input_precision=PREC)  # H symmetric: x @ H = (H x^T)^T
         y = tl.permute(tl.reshape(y, (BR, DA, DB)), (0, 2, 1))
-        z = tl.permute(tl.reshape(tl.dot(tl.reshape(y, (BR * DB, DA)), ha, input_precision="ieee"), (BR, DB, DA)),
+        z = tl.permute(tl.reshape(tl.dot(tl.reshape(y, (BR * DB, DA)), ha, input_precision=PREC), (BR, DB, DA)),
                        (0, 2, 1))
         dst = cols if DIR == 0 else rows
         if SIGN == 2:
@@ -756,15 +760,25 @@ _PICKED: dict = {}
 def pick(key, candidates) -> int:
     """Index of the fastest of ``candidates`` (callables computing the same thing) for ``key``,
     timed once per process with CUDA events (two runs each after a warm-up) and remembered: a
-    guard that keeps a fused path from ever being slower than the plain-PyTorch one it replaces."""
+    guard that keeps a fused path from ever being slower than the plain-PyTorch one it replaces.
+    The plain path comes last: a candidate before it that raises (a kernel this GPU or Triton cannot
+    build) is left out with a warning. Without CUDA (or under the interpreter) the first is taken."""
     if key in _PICKED:
         return _PICKED[key]
     if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
         _PICKED[key] = 0
         return 0
     times = []
-    for fn in candidates:
-        fn()
+    for i, fn in enumerate(candidates):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - e.g. a tl.dot precision this GPU or Triton lacks
+            if i == len(candidates) - 1:
+                raise  # the last candidate is the plain-PyTorch path: its failure is a real error
+            times.append(float("inf"))
+            warnings.warn(f"fast path {key[0]!r}: candidate {i} failed ({type(exc).__name__}: {exc}); left out",
+                          RuntimeWarning, stacklevel=2)
+            continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
@@ -1029,11 +1043,21 @@ _H2_TILE = 8192
 _NO_SEED = 1 << 62
 
 
-def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool, sign: tuple | None = None) -> torch.Tensor:
+#: ``tl.dot`` input precisions the Hadamard passes are tried with (:func:`pick` keeps the fastest): fp32 FMA, and
+#: tensor cores with the input split in two TF32 halves ("tf32x3"; the +-1 Hadamard factors are exact in TF32, so
+#: the product keeps about fp32's accuracy at a fraction of the FMA work: the FMA passes take about 2x the memory
+#: floor each, data/measurements/codec_kernels_h200/README.md)
+HADAMARD_PRECISIONS = ("ieee", "tf32x3")
+
+
+def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool, sign: tuple | None = None,
+               precision: str = "ieee") -> torch.Tensor:
     """One :func:`_hadamard2_kernel` pass over the flat ``x`` (``da``, ``db`` >= 16, powers of two). ``sign``
     ``(numel, padded, size, seed)`` fuses THC's random diagonal in: into the load of rotate's first pass (``x``
     the unpadded gradient, the output ``padded`` long) or the store of unrotate's last (``x`` ``padded`` long,
-    the output its first ``numel``)."""
+    the output its first ``numel``). ``precision``: one of :data:`HADAMARD_PRECISIONS`."""
+    if precision not in HADAMARD_PRECISIONS:
+        raise ValueError(f"precision must be one of {HADAMARD_PRECISIONS}, got {precision!r}")
     from studykit.compressors.thc import hadamard_matrix
 
     mode, n_lim, mask, inv, seed = 0, 0, 0, 1.0, _NO_SEED
@@ -1047,7 +1071,7 @@ def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool, sign: tuple | N
     br = max(1, _H2_TILE // (da * db))
     _hadamard2_kernel[(triton.cdiv(r, br),)](x, hadamard_matrix(da, x.device), hadamard_matrix(db, x.device), out, r,
                                              n_lim, mask, inv, seed, DIR=int(inverse), BR=br, DA=da, DB=db,
-                                             SIGN=mode, num_warps=8)
+                                             SIGN=mode, PREC=precision, num_warps=8)
     return out
 
 
@@ -1070,16 +1094,18 @@ def _stages(size: int, inverse: bool) -> list[tuple[int, ...]]:
     return out
 
 
-def _fwht_passes(x: torch.Tensor, size: int, inverse: bool, sign: tuple | None = None) -> torch.Tensor:
+def _fwht_passes(x: torch.Tensor, size: int, inverse: bool, sign: tuple | None = None,
+                 precision: str = "ieee") -> torch.Tensor:
     """The transform's passes (:func:`_stages`); ``sign`` (:func:`_hadamard2`'s) fused into the first pass of
-    the rotation or the last of the inverse, which must then be a pair (:func:`_signed_fusable`)."""
+    the rotation or the last of the inverse, which must then be a pair (:func:`_signed_fusable`); ``precision``
+    the pairs' ``tl.dot`` input precision (:data:`HADAMARD_PRECISIONS`)."""
     from studykit.compressors.thc import stage
 
     cur = x.reshape(-1)
     stages = _stages(size, inverse)
     for i, st in enumerate(stages):
         fuse = sign if sign is not None and i == (len(stages) - 1 if inverse else 0) else None
-        cur = _hadamard2(cur, *st, inverse, fuse) if len(st) == 2 else stage(cur, st[0], inverse)
+        cur = _hadamard2(cur, *st, inverse, fuse, precision) if len(st) == 2 else stage(cur, st[0], inverse)
     return cur
 
 
@@ -1099,7 +1125,7 @@ def rotate(x: torch.Tensor) -> torch.Tensor:
     rows, size = x.shape
     if not any(len(st) == 2 for st in _stages(size, False)):
         return thc.rotate(x)
-    fns = [lambda: _fwht_passes(x, size, False), lambda: thc.rotate(x)]
+    fns = [lambda p=p: _fwht_passes(x, size, False, precision=p) for p in HADAMARD_PRECISIONS] + [lambda: thc.rotate(x)]
     return fns[pick(("thc_rotate", x.device, rows, size), fns)]()
 
 
@@ -1109,7 +1135,8 @@ def unrotate(y: torch.Tensor, rows: int, size: int) -> torch.Tensor:
 
     if not any(len(st) == 2 for st in _stages(size, True)):
         return thc.unrotate(y, rows, size)
-    fns = [lambda: _fwht_passes(y, size, True).view(rows, size), lambda: thc.unrotate(y, rows, size)]
+    fns = [lambda p=p: _fwht_passes(y, size, True, precision=p).view(rows, size) for p in HADAMARD_PRECISIONS] + [
+        lambda: thc.unrotate(y, rows, size)]
     return fns[pick(("thc_unrotate", y.device, rows, size), fns)]()
 
 
@@ -1121,7 +1148,8 @@ def rotate_signed(flat: torch.Tensor, numel: int, padded: int, size: int, seed: 
         return rotate(thc_sign(flat, numel, padded, size, seed).view(-1, size))
     if not _signed_fusable(size, False):
         return apart()
-    fns = [lambda: _fwht_passes(flat, size, False, (numel, padded, size, seed)).view(-1, size), apart]
+    fns = [lambda p=p: _fwht_passes(flat, size, False, (numel, padded, size, seed), p).view(-1, size)
+           for p in HADAMARD_PRECISIONS] + [apart]
     return fns[pick(("thc_rotate_signed", flat.device, numel, size), fns)]()
 
 
@@ -1133,7 +1161,7 @@ def unrotate_signed(z: torch.Tensor, padded: int, numel: int, size: int, seed: i
         return thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size, seed)
     if not _signed_fusable(size, True):
         return apart()
-    fns = [lambda: _fwht_passes(z, size, True, (numel, padded, size, seed)), apart]
+    fns = [lambda p=p: _fwht_passes(z, size, True, (numel, padded, size, seed), p) for p in HADAMARD_PRECISIONS] + [apart]
     return fns[pick(("thc_unrotate_signed", z.device, numel, size), fns)]()
 
 

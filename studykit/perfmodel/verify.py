@@ -1219,8 +1219,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "bucket from the other holdout groups; 'model': the median residual of the same model's records "
                          "of that mode in the other holdout groups (e.g. the other rates), one constant per iteration")
     ap.add_argument("--inputs-from", nargs="+", default=None, metavar="FOLDER",
-                    help="folders whose single-device records (tcomp, profile) stand in for those of --records (a "
-                         "campaign that measured only DDP iterations, on the same card kind; refused otherwise)")
+                    help="folders whose single-device records (tcomp, profile, copy_bw) fill in for those --records "
+                         "lacks (a campaign that measured only DDP iterations, or only its hooks' profiles); a "
+                         "configuration --records measured itself keeps its own record; same card kind only")
     ap.add_argument("--quiet", action="store_true")
     return ap
 
