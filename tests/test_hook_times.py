@@ -134,6 +134,23 @@ def _rec(cid="a", status="ok", **kw):
     return r
 
 
+def test_host_table_by_hand():
+    """Three buckets on the host clock: ready at 1, 2, 3 ms; first collective issued at 2, 6, 8; futures done at
+    5, 7, 12. Bucket 0 starts at 1 (pre 1, post 3); bucket 1 waits for the thread until 5 (wait 3, pre 1, post 1);
+    bucket 2 starts at max(3, 7) = 7 (wait 4, pre 1, post 4). Records without host stamps are left out."""
+    r = _rec(ready_host_ms=[1.0, 2.0, 3.0], issue_host_ms=[2.0, 6.0, 8.0], done_host_ms=[5.0, 7.0, 12.0],
+             network={"rate_gbps": 25.0})
+    t = mht.hook_host_table([r, _rec(cid="old")])
+    assert list(t["bucket"]) == [0, 1, 2] and (t["rate_gbps"] == 25.0).all()
+    assert list(t["wait_ms"]) == [0.0, 3.0, 4.0]
+    assert list(t["pre_ms"]) == [1.0, 1.0, 1.0] and list(t["post_ms"]) == [3.0, 1.0, 4.0]
+    short = _rec(ready_host_ms=[1.0, 2.0], issue_host_ms=[2.0, 6.0, 8.0], done_host_ms=[5.0, 7.0, 12.0])
+    with pytest.raises(ValueError, match="ready_host_ms has 2 entries for 3 buckets"):
+        mht.hook_host_table([short])
+    none = _rec(ready_host_ms=[1.0, 2.0, 3.0], issue_host_ms=[2.0, None, 8.0], done_host_ms=[5.0, 7.0, 12.0])
+    assert mht.hook_host_table([none])["pre_ms"].isna().tolist() == [False, True, False]
+
+
 def test_table_one_row_per_bucket_with_durations_and_the_exposed_tail():
     t = mht.hook_timeline_table([_rec()])
     assert list(t["bucket"]) == [0, 1, 2] and list(t["bucket_bytes"]) == [400, 800, 1200]

@@ -101,7 +101,7 @@ def test_ddp_hook_times_records(tmp_path):
     """``ddp --hook-times``: one ``hook_times`` record per hook configuration (overlapped and blocking, none for
     syncSGD or post), also for hook configurations timed by an earlier run without the flag; ordered stamps, bucket
     bytes of the model's DDP buckets, every field documented; a rerun resumes; the table reads the records."""
-    from studykit.measure.hook_times import hook_timeline_table
+    from studykit.measure.hook_times import hook_host_table, hook_timeline_table
     from studykit.measure.records import FIELDS, KIND_FIELDS
     from studykit.perfmodel.model import Workload
 
@@ -140,6 +140,8 @@ def test_ddp_hook_times_records(tmp_path):
             assert r["backward_end_ms"] >= max(r["decode_end_ms"])
     table = hook_timeline_table(recs)
     assert len(table) == 4 * len(sizes) and (table["exposed_ms"] >= 0).all()
+    host = hook_host_table(recs)
+    assert len(host) == 4 * len(sizes) and (host["wait_ms"] >= 0).all() and host["post_ms"].notna().all()
     # a rerun resumes: nothing new
     torchrun(*common, "--modes", "syncsgd", "hook", "hook_blocking", "post", "--hook-times")
     assert len(load_records(out)) == len(recs)

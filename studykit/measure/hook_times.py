@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # pandas is imported where the table is built
 
     from studykit.measure.ddp import _Config
 
-__all__ = ["HOOK_TIMES_HOST_STAMPS", "HOOK_TIMES_STAMPS", "hook_budget_markdown", "hook_budget_table", "hook_timeline_table", "measure_hook_times"]
+__all__ = ["HOOK_TIMES_HOST_STAMPS", "HOOK_TIMES_STAMPS", "hook_budget_markdown", "hook_budget_table", "hook_host_table",
+           "hook_timeline_table", "measure_hook_times"]
 
 # ------------------------------------------------------------------ hook_times: per-bucket stamps of the kit's hook
 #: per-bucket lists of a ``hook_times`` record (besides ``bucket_index`` and ``bucket_bytes``), in bucket index order
@@ -336,6 +337,56 @@ def hook_timeline_table(records) -> pd.DataFrame:
     cols = ["model", "batch_size", "compressor", "params", "hook_overlap", "comm", "world_size", "rate_gbps", "bucket",
             "bucket_bytes", "ready_ms", "encode_end_ms", "decode_end_ms", "backward_end_ms", "encode_ms", "comm_ms",
             "decode_ms", "exposed_ms"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def hook_host_table(records) -> pd.DataFrame:
+    """The host side of ``hook_times`` records (their ``*_host_ms`` stamps) as one row per bucket: the host chain
+    of :func:`studykit.perfmodel.model.bucket_timeline_s` measured inside the DDP run. The kit's hook runs one
+    bucket's protocol after the other on its communication thread, so bucket ``i``'s host work starts at
+    ``start_i = max(ready_host_i, done_host_{i-1})`` (in communication order) and
+
+    * ``pre_ms = issue_host - start``: the host work before the bucket's first collective (its ``P_i - start``);
+    * ``post_ms = done_host - issue_host``: from then until the bucket's future completes: the rest of its host
+      work, including any wait for its collectives (``H_i - P_i``);
+    * ``wait_ms = start - ready_host``: how long the bucket waited for the thread (earlier buckets' host work).
+
+    Columns: model, batch_size, compressor, params (sorted JSON), world_size, rate_gbps (NaN on a real network),
+    bucket, ready_host_ms, issue_host_ms, done_host_ms, wait_ms, pre_ms, post_ms. Only ``ok`` records with host
+    stamps, the latest per ``config_id``; a bucket without a stamped collective has NaN ``issue_host_ms``, ``pre_ms``
+    and ``post_ms``."""
+    import json
+    import math
+
+    import pandas as pd
+
+    if isinstance(records, pd.DataFrame):
+        records = records.to_dict("records")
+    latest = {r["config_id"]: r for r in records
+              if r.get("kind") == "hook_times" and r.get("status") == "ok" and r.get("done_host_ms") is not None}
+    nan = float("nan")
+    f = lambda x: nan if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)  # noqa: E731
+    rows = []
+    for r in latest.values():
+        idx = list(r["bucket_index"])
+        for k in HOOK_TIMES_HOST_STAMPS:
+            if len(r[k]) != len(idx):
+                raise ValueError(f"hook_times record {r['config_id']}: {k} has {len(r[k])} entries for {len(idx)} "
+                                 "buckets; every per-bucket list must have one per bucket_index")
+        net = r.get("network")
+        rate = net.get("rate_gbps") if isinstance(net, dict) else None
+        prev_done = -math.inf
+        for j in sorted(range(len(idx)), key=lambda j: idx[j]):
+            ready, issue, done = (f(r[k][j]) for k in HOOK_TIMES_HOST_STAMPS)
+            start = max(ready, prev_done)
+            prev_done = max(prev_done, done)
+            rows.append({"model": r.get("model"), "batch_size": r.get("batch_size"), "compressor": r.get("compressor"),
+                         "params": json.dumps(r["params"] if isinstance(r.get("params"), dict) else {}, sort_keys=True),
+                         "world_size": r.get("world_size"), "rate_gbps": f(rate), "bucket": int(idx[j]),
+                         "ready_host_ms": ready, "issue_host_ms": issue, "done_host_ms": done,
+                         "wait_ms": start - ready, "pre_ms": issue - start, "post_ms": done - issue})
+    cols = ["model", "batch_size", "compressor", "params", "world_size", "rate_gbps", "bucket", "ready_host_ms",
+            "issue_host_ms", "done_host_ms", "wait_ms", "pre_ms", "post_ms"]
     return pd.DataFrame(rows, columns=cols)
 
 

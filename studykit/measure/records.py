@@ -138,6 +138,21 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                              "forward (`ddp --no-broadcast-buffers`; an A/B that fits and scores leave out); null: "
                              "DDP's default (broadcast), as in every record written before this field existed",
     },
+    "buckets": {  # `ddp --bucket-times` (syncSGD configurations): studykit.measure.ddp.measure_bucket_times
+        "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
+        "bucket_bytes": "bytes of each bucket's gradient buffer",
+        "ready_ms": "per bucket, median ms from the call of loss.backward() to DDP handing the bucket to its comm "
+                    "hook (all its gradients computed), on the device clock on GPUs (a CUDA event on the stream "
+                    "that calls the hook), the host clock on CPU (clock); the last bucket's is the backward "
+                    "pass's compute under overlap (verify --gamma-from buckets)",
+        "ready_host_ms": "per bucket, the same moment on the host clock (time.perf_counter): when the host reaches "
+                         "the bucket's hook (the host runs ahead of the kernels; the hook model's host chain)",
+        "ready_fraction": "ready_ms over the last bucket's ready_ms (the bucket ready times as fractions of the "
+                          "backward pass; null when the last is 0)",
+        "backward_ms": "median host ms of loss.backward() with the device synchronized after it (the backward "
+                       "pass and DDP's wait for its all-reduces)",
+        "clock": "cuda_event (ready_ms on the device clock) or perf_counter (host clock, CPU runs)",
+    },
     "hook_times": {  # `ddp --hook-times`: studykit.measure.hook_times.measure_hook_times
         "mode": "hook (the ddp record's identity: mode, bucket_mb, seq_len, optimizer, hook_overlap, comm, "
                 "switch_interval_ms, as in that record)",
