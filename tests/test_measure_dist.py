@@ -75,6 +75,7 @@ def test_ddp_syncsgd_hooks_post_and_builtin_skips(tmp_path):
 def test_ddp_bucket_times_records(tmp_path):
     """``ddp --bucket-times``: one ``buckets`` record per syncSGD configuration, ready times that rise
     with the bucket index and end at the last bucket, bytes matching the model's DDP assignment."""
+    from studykit.measure.records import FIELDS, KIND_FIELDS
     from studykit.perfmodel.model import Workload
 
     out = tmp_path / "d.jsonl"
@@ -84,7 +85,9 @@ def test_ddp_bucket_times_records(tmp_path):
     ddp = [r for r in recs if r["kind"] == "ddp"]
     bk = {r["bucket_mb"]: r for r in recs if r["kind"] == "buckets"}
     assert len(ddp) == 2 and set(bk) == {None, 0.01}
+    documented = set(FIELDS) | set(KIND_FIELDS["buckets"]) | set(KIND_FIELDS["ddp"])
     for mb, r in bk.items():
+        assert set(r) - {"source"} <= documented, sorted(set(r) - documented)  # source: added by load_records
         assert r["status"] == "ok" and r["clock"] == "perf_counter" and r["world_size"] == 2
         assert r["bucket_index"] == list(range(len(r["ready_ms"])))
         assert all(a <= b + 1e-6 for a, b in zip(r["ready_ms"], r["ready_ms"][1:]))
