@@ -280,6 +280,36 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
             "ms_median": _median(iters), "times_ms": iters}
 
 
+def _bucket_rows(records, keys: tuple, need: str | None = None):
+    """The latest ``ok`` ``hook_times`` record per ``config_id`` (with a non-null ``need`` field where given), as
+    ``(record, its configuration's columns, bucket position j)`` in communication order, each per-bucket list of
+    ``keys`` checked to hold one entry per ``bucket_index``; and a reader of a stamp (None / NaN as NaN)."""
+    import json
+    import math
+
+    import pandas as pd
+
+    if isinstance(records, pd.DataFrame):
+        records = records.to_dict("records")
+    latest = {r["config_id"]: r for r in records if r.get("kind") == "hook_times" and r.get("status") == "ok"
+              and (need is None or r.get(need) is not None)}
+    f = lambda x: math.nan if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)  # noqa: E731
+    out = []
+    for r in latest.values():
+        idx = list(r["bucket_index"])
+        for k in keys:
+            if len(r[k]) != len(idx):
+                raise ValueError(f"hook_times record {r['config_id']}: {k} has {len(r[k])} entries for "
+                                 f"{len(idx)} buckets; every per-bucket list must have one per bucket_index")
+        net = r.get("network")
+        conf = {"model": r.get("model"), "batch_size": r.get("batch_size"), "compressor": r.get("compressor"),
+                "params": json.dumps(r["params"] if isinstance(r.get("params"), dict) else {}, sort_keys=True),
+                "hook_overlap": r.get("hook_overlap"), "comm": r.get("comm"), "world_size": r.get("world_size"),
+                "rate_gbps": f(net.get("rate_gbps") if isinstance(net, dict) else None)}
+        out += [(r, conf, j) for j in sorted(range(len(idx)), key=lambda j: idx[j])]
+    return out, f
+
+
 def hook_timeline_table(records) -> pd.DataFrame:
     """``hook_times`` records (dicts, or a DataFrame of them, e.g. ``report.load_frame``) as one row per
     bucket: the measured counterpart of :func:`studykit.perfmodel.model.bucket_timeline_s`.
@@ -298,42 +328,23 @@ def hook_timeline_table(records) -> pd.DataFrame:
       waits for communication (``exposed_s`` of :func:`~studykit.perfmodel.model.bucket_timeline_s`).
 
     Only ``ok`` records, the latest per ``config_id``; NaN where a stamp is missing."""
-    import json
     import math
 
     import pandas as pd
 
-    if isinstance(records, pd.DataFrame):
-        records = records.to_dict("records")
-    latest: dict = {}
-    for r in records:
-        if r.get("kind") == "hook_times" and r.get("status") == "ok":
-            latest[r["config_id"]] = r
-    nan = float("nan")
-    f = lambda x: nan if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
     rows = []
-    for r in latest.values():
-        idx = list(r["bucket_index"])
-        for k in ("bucket_bytes", "ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms"):
-            if len(r[k]) != len(idx):
-                raise ValueError(f"hook_times record {r['config_id']}: {k} has {len(r[k])} entries for "
-                                 f"{len(idx)} buckets; every per-bucket list must have one per bucket_index")
-        net = r.get("network")
-        rate = net.get("rate_gbps") if isinstance(net, dict) else None
+    done_before: dict = {}
+    rows_in, f = _bucket_rows(records, ("bucket_bytes", "ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms"))
+    for r, conf, j in rows_in:
         end = f(r.get("backward_end_ms"))
-        done_before = end
-        for j in sorted(range(len(idx)), key=lambda j: idx[j]):
-            ready, enc, comm, dec = (f(r[k][j]) for k in ("ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms"))
-            exposed = max(0.0, dec - done_before) if not (math.isnan(dec) or math.isnan(done_before)) else nan
-            if not math.isnan(dec):
-                done_before = max(done_before, dec)
-            rows.append({"model": r.get("model"), "batch_size": r.get("batch_size"), "compressor": r.get("compressor"),
-                         "params": json.dumps(r["params"] if isinstance(r.get("params"), dict) else {}, sort_keys=True),
-                         "hook_overlap": r.get("hook_overlap"), "comm": r.get("comm"),
-                         "world_size": r.get("world_size"), "rate_gbps": f(rate), "bucket": int(idx[j]),
-                         "bucket_bytes": int(r["bucket_bytes"][j]), "ready_ms": ready, "encode_end_ms": enc,
-                         "decode_end_ms": dec, "backward_end_ms": end, "encode_ms": enc - ready, "comm_ms": comm,
-                         "decode_ms": dec - enc - comm, "exposed_ms": exposed})
+        before = done_before.setdefault(r["config_id"], end)
+        ready, enc, comm, dec = (f(r[k][j]) for k in ("ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms"))
+        exposed = max(0.0, dec - before) if not (math.isnan(dec) or math.isnan(before)) else math.nan
+        if not math.isnan(dec):
+            done_before[r["config_id"]] = max(before, dec)
+        rows.append({**conf, "bucket": int(r["bucket_index"][j]), "bucket_bytes": int(r["bucket_bytes"][j]),
+                     "ready_ms": ready, "encode_end_ms": enc, "decode_end_ms": dec, "backward_end_ms": end,
+                     "encode_ms": enc - ready, "comm_ms": comm, "decode_ms": dec - enc - comm, "exposed_ms": exposed})
     cols = ["model", "batch_size", "compressor", "params", "hook_overlap", "comm", "world_size", "rate_gbps", "bucket",
             "bucket_bytes", "ready_ms", "encode_end_ms", "decode_end_ms", "backward_end_ms", "encode_ms", "comm_ms",
             "decode_ms", "exposed_ms"]
@@ -355,36 +366,18 @@ def hook_host_table(records) -> pd.DataFrame:
     bucket, ready_host_ms, issue_host_ms, done_host_ms, wait_ms, pre_ms, post_ms. Only ``ok`` records with host
     stamps, the latest per ``config_id``; a bucket without a stamped collective has NaN ``issue_host_ms``, ``pre_ms``
     and ``post_ms``."""
-    import json
-    import math
-
     import pandas as pd
 
-    if isinstance(records, pd.DataFrame):
-        records = records.to_dict("records")
-    latest = {r["config_id"]: r for r in records
-              if r.get("kind") == "hook_times" and r.get("status") == "ok" and r.get("done_host_ms") is not None}
-    nan = float("nan")
-    f = lambda x: nan if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)  # noqa: E731
     rows = []
-    for r in latest.values():
-        idx = list(r["bucket_index"])
-        for k in HOOK_TIMES_HOST_STAMPS:
-            if len(r[k]) != len(idx):
-                raise ValueError(f"hook_times record {r['config_id']}: {k} has {len(r[k])} entries for {len(idx)} "
-                                 "buckets; every per-bucket list must have one per bucket_index")
-        net = r.get("network")
-        rate = net.get("rate_gbps") if isinstance(net, dict) else None
-        prev_done = -math.inf
-        for j in sorted(range(len(idx)), key=lambda j: idx[j]):
-            ready, issue, done = (f(r[k][j]) for k in HOOK_TIMES_HOST_STAMPS)
-            start = max(ready, prev_done)
-            prev_done = max(prev_done, done)
-            rows.append({"model": r.get("model"), "batch_size": r.get("batch_size"), "compressor": r.get("compressor"),
-                         "params": json.dumps(r["params"] if isinstance(r.get("params"), dict) else {}, sort_keys=True),
-                         "world_size": r.get("world_size"), "rate_gbps": f(rate), "bucket": int(idx[j]),
-                         "ready_host_ms": ready, "issue_host_ms": issue, "done_host_ms": done,
-                         "wait_ms": start - ready, "pre_ms": issue - start, "post_ms": done - issue})
+    prev_done: dict = {}
+    rows_in, f = _bucket_rows(records, HOOK_TIMES_HOST_STAMPS, need="done_host_ms")
+    for r, conf, j in rows_in:
+        ready, issue, done = (f(r[k][j]) for k in HOOK_TIMES_HOST_STAMPS)
+        start = max(ready, prev_done.get(r["config_id"], -float("inf")))
+        prev_done[r["config_id"]] = max(prev_done.get(r["config_id"], -float("inf")), done)
+        rows.append({k: conf[k] for k in ("model", "batch_size", "compressor", "params", "world_size", "rate_gbps")}
+                    | {"bucket": int(r["bucket_index"][j]), "ready_host_ms": ready, "issue_host_ms": issue,
+                       "done_host_ms": done, "wait_ms": start - ready, "pre_ms": issue - start, "post_ms": done - issue})
     cols = ["model", "batch_size", "compressor", "params", "world_size", "rate_gbps", "bucket", "ready_host_ms",
             "issue_host_ms", "done_host_ms", "wait_ms", "pre_ms", "post_ms"]
     return pd.DataFrame(rows, columns=cols)
