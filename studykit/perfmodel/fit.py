@@ -1299,7 +1299,7 @@ GAMMA_MIN_SENSITIVITY = 0.02
 
 
 def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | None = None, *,
-                         extended: bool = False) -> SyncTerms:
+                         extended: bool = False, given: str | None = None) -> SyncTerms:
     """gamma (and, ``extended``, ``delta`` and the per-bucket term) when ``T_obs`` is not linear in gamma
     (``ModelOptions.overlap = "timeline"``: a bucket's ready time scales with ``gamma T_comp``).
 
@@ -1313,7 +1313,10 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
     :data:`GAMMA_MIN_SENSITIVITY` of its measured time over the whole grid: every calibration record is
     communication-bound so deeply that the backward pass hides inside its noise (VGG19's 548 MB of
     gradients over 2.5-10 Gbit/s), and the best gamma on the grid is whatever the noise makes it. A
-    hook's compressed iteration, compute-bound, would carry that arbitrary gamma in full."""
+    hook's compressed iteration, compute-bound, would carry that arbitrary gamma in full.
+
+    ``given``: gamma is not fitted but given as ``grid``'s single value (``verify --gamma-from buckets``), the
+    text saying where it comes from; only the extra terms are fitted at it."""
     from scipy.optimize import nnls as _nnls
 
     n_train = len(rows) if n_train is None else n_train
@@ -1326,7 +1329,9 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
     cols = [np.ones_like(y)] + ([kk] if kk.max() > kk.min() else [])
     best = (np.inf, 1.0, 0.0, 0.0)
     sensitivity = float(np.max((curves.max(axis=1) - curves.min(axis=1)) / y))
-    identified = sensitivity >= GAMMA_MIN_SENSITIVITY or not np.any(grid == 1.0)
+    if given is not None and len(grid) != 1:
+        raise ValueError(f"a given gamma is one value, got a grid of {len(grid)}")
+    identified = given is not None or sensitivity >= GAMMA_MIN_SENSITIVITY or not np.any(grid == 1.0)
     for j, g in enumerate(grid):
         if not identified and g != 1.0:
             continue
@@ -1340,12 +1345,14 @@ def fit_sync_terms_curve(rows: Sequence[dict], grid=GAMMA_GRID, n_train: int | N
                     float(coef[1]) if extended and len(coef) > 1 else 0.0)
     _, g, d, e = best
     edge = " (at the grid's edge)" if identified and g in (grid[0], grid[-1]) else ""
+    if given is not None:
+        edge = f" {given}"
     if not identified:
         edge = (f" (not identifiable: no calibration record's T_obs moves by {GAMMA_MIN_SENSITIVITY:.0%} over gamma "
                 f"{grid[0]:g}-{grid[-1]:g}, at most {sensitivity:.1%})")
     how = f"gamma={g:.3f}{edge}" + (f", delta={d * 1e3:.3f} ms + {e * 1e3:.3f} ms per extra bucket" if extended else "")
     return SyncTerms(g, d, e, 0.0, how + f": per-bucket timeline fitted to {len(rows)} of {n_train}",
-                     ("gamma",) if identified else ())
+                     ("gamma",) if identified and given is None else ())
 
 
 def fit_path_overheads(records: pd.DataFrame, cal: Calibration, *, stat: str = "ms_median") -> list[PathOverhead]:

@@ -695,11 +695,9 @@ def fit_gamma_loo(train: Sequence[dict], inp: RecordInputs, variant: str, cache:
                 return replace(t, how=t.how + " (--gamma-from buckets: no buckets record of the calibration runs)")
             j = int(np.argmin(np.abs(GAMMA_GRID - float(np.median(g)))))
             one = [{**x, "curve": np.asarray(x["curve"], dtype=float)[j]} for x in rows]
-            t = fit_sync_terms_curve(one, GAMMA_GRID[j:j + 1], len(train), extended=True)
-            how = t.how.split(": per-bucket timeline")[0].split(" (not identifiable")[0].replace(" (at the grid's edge)", "")
-            return replace(t, how=f"{how} measured (median last-bucket ready / T_comp of {len(g)} buckets record(s), "
-                                  f"{min(g):.3f}-{max(g):.3f}): extra terms fitted to {len(rows)} of {len(train)}",
-                           fitted=())
+            return fit_sync_terms_curve(one, GAMMA_GRID[j:j + 1], len(train), extended=True,
+                                        given=f"measured (median last-bucket ready / T_comp of {len(g)} buckets "
+                                              f"record(s), {min(g):.3f}-{max(g):.3f})")
         return fit_sync_terms_curve(rows, GAMMA_GRID, len(train), extended=variant != "paper")
     for r in train:
         key = (r["config"], variant)
