@@ -274,3 +274,18 @@ def test_curve_fit_keeps_gamma_at_1_when_no_record_moves_with_it():
     # just above the threshold: fitted
     edge = [{"s": 0.1, "curve": 0.1 * (1 + 1.01 * GAMMA_MIN_SENSITIVITY * (GAMMA_GRID - 0.8) / 2.2), "k": 1}]
     assert fit_sync_terms_curve(edge, GAMMA_GRID).fitted == ("gamma",)
+
+
+def test_curve_fit_at_a_given_gamma_fits_only_the_extra_terms():
+    """``given``: gamma is the grid's single value (measured elsewhere), said so, not counted as fitted; the extra
+    terms are fitted at it (T_obs at gamma 1.1 is 110 ms, measured 112 ms: delta 2 ms); a grid is refused."""
+    import numpy as np
+
+    from studykit.perfmodel.fit import fit_sync_terms_curve
+
+    rows = [{"s": 0.112, "curve": np.array([0.110]), "k": 6}]
+    t = fit_sync_terms_curve(rows, np.array([1.1]), extended=True, given="measured (by hand)")
+    assert t.gamma == 1.1 and t.fitted == () and t.delta_s == pytest.approx(2e-3, rel=1e-6)
+    assert t.how.startswith("gamma=1.100 measured (by hand), delta=2.000 ms")
+    with pytest.raises(ValueError, match="a given gamma is one value, got a grid of 2"):
+        fit_sync_terms_curve(rows, np.array([1.0, 1.1]), given="measured")
