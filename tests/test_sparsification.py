@@ -391,3 +391,23 @@ def test_mstopk_fills_from_the_band_at_random_not_by_position():
         assert values.numel() == 10 and indices.unique().numel() == 10 and torch.all(values == 1)
         picks.append(set(indices.tolist()))
     assert picks[0] != set(range(10)) and len({frozenset(p) for p in picks}) == 3
+
+
+def test_gather_sparse_average_divides_only_the_sent_positions_bit_for_bit():
+    """combine divides the positions sent (each once, however many workers sent it) instead of the whole
+    gradient: the same numbers, bit for bit, as dividing everything after the sums."""
+    from studykit.compressors.sparsification import TopK
+
+    g = torch.Generator().manual_seed(0)
+    n, workers = 5_000, 3
+    gathered = []
+    for w in range(workers):
+        idx = torch.randperm(n, generator=g)[:700 + w].to(torch.int32)  # overlapping positions across workers
+        gathered.append([torch.randn(idx.numel(), generator=g) * 3, idx])
+    dense = torch.zeros(n)
+    for values, indices in gathered:
+        dense.index_add_(0, indices, values)
+    want = dense / workers
+    got = TopK().combine(gathered, n)
+    assert torch.equal(got, want)
+    assert torch.equal(TopK().combine(gathered[:1], n), gathered and torch.zeros(n).index_add_(0, gathered[0][1], gathered[0][0]))

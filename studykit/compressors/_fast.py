@@ -11,6 +11,8 @@ A kernel computes the same function on the same inputs, with two documented diff
   (same seed on every worker) is still shared;
 * exact ties at a top-k threshold are broken by position (``torch.topk`` breaks them its own
   way); the multiset of selected magnitudes is the same;
+* magnitudes are compared as float bits in the top-k selections, so a NaN reaches every threshold
+  (it counts as the largest, as in ``torch.topk``; DGC's reference comparison ``|g| >= t`` leaves it out);
 * EF-SignSGD's scale ``||g||_1 / d`` is summed per block and then over the blocks (a fixed
   order, so deterministic), which rounds differently from ``g.abs().sum()`` in the last bits.
 
@@ -32,6 +34,7 @@ tensors through Triton's interpreter (slow; for testing the kernels without a GP
 """
 from __future__ import annotations
 
+import math
 import os
 import warnings
 
@@ -635,6 +638,38 @@ if HAVE_TRITON:
         _st(eq_ptr + idx, (v == t).to(tl.int8), m, MASKED)
 
     @triton.jit
+    def _count_ge_kernel(x_ptr, n, t_ptr, counts_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
+        """counts[p] = how many of block p's |x| reach the threshold t_ptr[0], compared as float bits (so NaN
+        counts as the largest, as in ``torch.topk``)."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        tl.store(counts_ptr + p, tl.sum(((v >= tl.load(t_ptr)) & m).to(tl.int32), axis=0))
+
+    @triton.jit
+    def _compact_ge_kernel(x_ptr, n, t_ptr, ends_ptr, pos_ptr, bits_ptr, cap, start, MASKED: tl.constexpr,
+                           BLOCK: tl.constexpr, ROW: tl.constexpr):
+        """The positions (ascending) and |x| float bits of the elements counted by ``_count_ge_kernel``,
+        the first ``cap`` of them: block p writes its own from ``ends[p]`` minus its count on (``ends``: the
+        inclusive prefix sums of the counts), so the order is ``torch.nonzero``'s."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        keep = ((v >= tl.load(t_ptr)) & m).to(tl.int32)
+        if ROW == 0:  # one prefix sum over the block
+            slot = tl.load(ends_ptr + p) - tl.sum(keep, axis=0) + tl.cumsum(keep, axis=0) - 1
+        else:  # prefix sums inside rows of ROW, then over the rows' sums
+            k2 = tl.reshape(keep, (BLOCK // ROW, ROW))
+            rows = tl.sum(k2, axis=1)
+            first = tl.load(ends_ptr + p) - tl.sum(rows, axis=0) + tl.cumsum(rows, axis=0) - rows
+            slot = tl.reshape(first[:, None] + tl.cumsum(k2, axis=1) - 1, (BLOCK,))
+        w = (keep != 0) & (slot < cap)
+        tl.store(pos_ptr + slot, idx.to(tl.int64), mask=w)
+        tl.store(bits_ptr + slot, v, mask=w)
+
+    @triton.jit
     def _row_topk_kernel(x_ptr, n, vals_ptr, offs_ptr, K, start, MASKED: tl.constexpr, L: tl.constexpr,
                          LP: tl.constexpr, RADIX4: tl.constexpr):
         """Per row of L elements (zero past n): the K largest |x| (ties: first by position), values
@@ -1180,14 +1215,101 @@ _RADIX = (11, 11, 9)
 
 
 def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Two exact methods, the faster
-    one on this device and size kept (:func:`pick`): radix select (three histogram passes over
-    |x|'s bits find the k-th largest magnitude; then everything above it and the first ones
-    equal to it, ascending positions; no sort, no host synchronisation) or ``torch.topk``."""
+    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Three exact methods, the
+    fastest on this device and size kept (:func:`pick`):
+
+    * a sampled threshold (:func:`_sampled_topk`, on large tensors only): one counting pass and one
+      compacting pass over |x| keep the few entries at or above a threshold drawn from a sample, then
+      ``torch.topk`` runs on those alone; one host synchronisation checks that they hold the top k
+      (else ``torch.topk`` on everything);
+    * radix select (:func:`_radix_topk`: three histogram passes over |x|'s bits find the k-th
+      largest magnitude; then everything above it and the first ones equal to it, ascending
+      positions; no sort, no host synchronisation);
+    * ``torch.topk`` itself."""
     n = x.numel()
-    choice = pick(("topk", x.device, n, k), [lambda: _radix_topk(x, k),
-                                             lambda: torch.topk(x.abs(), k, sorted=False).indices])
-    return _radix_topk(x, k) if choice == 0 else torch.topk(x.abs(), k, sorted=False).indices
+    fns = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
+    if _sampled_ok(n, k):
+        fns.insert(0, lambda: _sampled_topk(x, k))
+    return fns[pick(("topk", x.device, n, k), fns)]()
+
+
+#: |x| sampled at this many positions (fixed per size) for :func:`_sampled_topk`'s threshold
+_SAMPLES = 1 << 16
+_SAMPLE_POS: dict = {}
+
+
+def _sampled_threshold(k: int, n: int) -> tuple[int, int]:
+    """``(r, capacity)`` of :func:`_sampled_topk`: the threshold is the ``r``-th largest of the sample,
+    where ``e = k * s / n`` of the ``s`` samples are expected in the top k: ``r = e + 4 sqrt(e) + 4`` (four
+    standard deviations of a binomial count, plus four), so the entries at or above it are very likely
+    to number at least k; about ``r * n / s`` of them are expected, and room is made for 1.5 times that."""
+    s = _SAMPLES
+    e = k * s / n
+    r = min(s, math.ceil(e + 4 * math.sqrt(e) + 4))
+    return r, min(n, math.ceil(1.5 * r * n / s) + 1024)
+
+
+def _sampled_ok(n: int, k: int) -> bool:
+    """Whether :func:`_sampled_topk` is a candidate: at least 16 samples' worth of elements per sample, and
+    room for candidates well below n."""
+    return n >= 16 * _SAMPLES and 1 <= k and 2 * _sampled_threshold(k, n)[1] <= n
+
+
+def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest |x| through a threshold estimated from a sample (the idea of Lin et al. 2018's
+    sampled threshold, https://arxiv.org/abs/1712.01887, Sec. 3, made exact): |x| at ``_SAMPLES``
+    random positions (drawn once per size, seeded by it) gives the threshold
+    (:func:`_sampled_threshold`); a counting pass and a compacting pass keep the entries at or above it,
+    ``torch.topk`` takes the k largest of those. If fewer than k reached the threshold, or more than
+    the room kept, the candidates may miss some of the top k: then (one host synchronisation tells)
+    ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
+    bits, so NaN counts as the largest, as in ``torch.topk``."""
+    t, cap = _sample_threshold(x, k)
+    cand, cand_bits, found = compact_ge(x, t, cap)
+    chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
+    if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
+        return torch.topk(x.abs(), k, sorted=False).indices
+    return chosen
+
+
+#: (elements per program, prefix-sum rows) of the counting and compacting passes, the fastest kept per size
+#: (:func:`pick`): the compacting pass takes a prefix sum over its program's elements, in one go (rows 0) or
+#: inside rows of 32 and then over the rows
+COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32))
+
+
+def _sample_threshold(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
+    """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates."""
+    n, dev = x.numel(), x.device
+    pos = _SAMPLE_POS.get((dev, n))
+    if pos is None:
+        g = torch.Generator().manual_seed(n)
+        pos = _SAMPLE_POS[(dev, n)] = torch.randint(0, n, (_SAMPLES,), generator=g).to(dev)
+    r, cap = _sampled_threshold(k, n)
+    t = torch.topk(x.view(torch.int32)[pos].bitwise_and_(0x7FFFFFFF), r, sorted=False).values.min().reshape(1)
+    return t, cap
+
+
+def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
+    """The entries of flat fp32 ``x`` with ``|x| >= t`` (``t_bits``: a 1-element int32 tensor, t's float
+    bits; NaN counts as the largest), in two passes (count per block, then compact): ``(positions, bits,
+    found)``, ``positions`` (int64, ascending, ``x.numel()`` in the unused slots) and ``bits`` (|x|'s float
+    bits, -1 in the unused slots) of the first ``cap`` of them, ``found`` (a 1-element int32 tensor) how
+    many there are in all. For ``t >= 0`` the positions are ``torch.nonzero_static(x.abs() >= t, size=cap,
+    fill_value=x.numel())``'s. The program shape is one of :data:`COMPACT_SHAPES`."""
+    fns = [lambda s=s: _compact_ge(x, t_bits, cap, *s) for s in COMPACT_SHAPES]
+    return fns[pick(("compact_ge", x.device, x.numel(), cap), fns)]()
+
+
+def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row: int = 0):
+    n, dev = x.numel(), x.device
+    counts = torch.empty(triton.cdiv(n, block), dtype=torch.int32, device=dev)
+    _launch(_count_ge_kernel, n, n, block, x, n, t_bits, counts, BLOCK=block)
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
+    bits = torch.full((cap,), -1, dtype=torch.int32, device=dev)  # below every magnitude's bits
+    _launch(_compact_ge_kernel, n, n, block, x, n, t_bits, ends, pos, bits, cap, BLOCK=block, ROW=row)
+    return pos, bits, ends[-1:]
 
 
 def _radix_topk(x: torch.Tensor, k: int) -> torch.Tensor:

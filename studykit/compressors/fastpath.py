@@ -287,11 +287,17 @@ def _(self, mag, k, lo, hi, count_dtype):  # the same search, ten steps per pass
     return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
 
 
-@override(DGC, "_top_candidates", when=lambda self, mag, cand, valid, k: _fast.enabled(mag) and k < cand.numel())
-def _(self, mag, cand, valid, k):
+@override(DGC, "_candidates", when=lambda self, flat, threshold, capacity:
+          flat.dtype == torch.float32 and _fast.enabled(flat))
+def _(self, flat, threshold, capacity):  # count, then compact: the same positions, with no |g| or mask tensor
+    return _fast.compact_ge(flat, threshold.reshape(1).view(torch.int32), capacity)[0]
+
+
+@override(DGC, "_top_candidates", when=lambda self, flat, cand, valid, k: _fast.enabled(flat) and k < cand.numel())
+def _(self, flat, cand, valid, k):
     # radix select (or torch.topk, whichever is faster here) on the candidates; padding slots
     # score 0 instead of -1: they can only tie with zero magnitudes, which decode to the same zeros
-    return _fast.topk_abs(torch.where(valid, mag[cand], 0.0), k)
+    return _fast.topk_abs(torch.where(valid, flat[cand], 0.0), k)
 
 
 def _row_ok(self: TopKChunked, numel: int) -> bool:

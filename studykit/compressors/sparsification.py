@@ -105,7 +105,10 @@ class _GatherSparse(_Sparse):
         # value and every worker gets bit-identical sums.
         for values, indices in gathered:
             out.index_add_(0, indices, values.float())
-        return out.div_(len(gathered))
+        # the average: only the positions sent can be nonzero, so divide those (a repeated position writes
+        # the same quotient, read before any write) instead of a pass over the whole gradient
+        sent = torch.cat([indices for _, indices in gathered]) if len(gathered) > 1 else gathered[0][1]
+        return out.index_put_((sent,), out[sent] / len(gathered))
 
     def _reduce(self, tensors, comm, key, return_local):
         # As Compressor._reduce, but select() also sees the tensor boundaries (TopK's layer scope).
@@ -371,28 +374,32 @@ class DGC(_GatherSparse):
     def select(self, flat, sizes):
         numel = flat.numel()
         k = num_selected(numel, self.ratio)
-        mag = flat.abs()
         capacity = min(numel, self.CAPACITY * k)
         if capacity == numel:  # shape-only branch: candidates would be everything
-            indices = torch.topk(mag, k, sorted=False).indices
+            indices = torch.topk(flat.abs(), k, sorted=False).indices
             return flat[indices], indices
         samples = min(numel, max(math.ceil(self.sample_ratio * numel), self.MIN_SAMPLES))
         if samples == numel:  # exact threshold: the k-th largest magnitude
-            threshold = torch.topk(mag, k, sorted=False).values.min()
+            threshold = torch.topk(flat.abs(), k, sorted=False).values.min()
         else:
             pos = torch.randint(0, numel, (samples,), generator=self.generator(flat.device), device=flat.device)
             rank = min(samples, math.ceil(self.TARGET * k * samples / numel))
-            threshold = torch.topk(mag[pos], rank, sorted=False).values.min()
-        cand = torch.nonzero_static(mag >= threshold, size=capacity, fill_value=numel).view(-1)
+            threshold = torch.topk(flat[pos].abs(), rank, sorted=False).values.min()
+        cand = self._candidates(flat, threshold, capacity)
         valid = cand < numel
         cand = torch.where(valid, cand, 0)
-        top = self._top_candidates(mag, cand, valid, k)
+        top = self._top_candidates(flat, cand, valid, k)
         indices = torch.where(valid[top], cand[top], numel)
         return _drop_fill(flat, indices)
 
-    def _top_candidates(self, mag, cand, valid, k):
-        """Slots (into ``cand``) of the ``k`` largest magnitudes ``mag[cand]``; invalid slots score -1."""
-        return torch.topk(torch.where(valid, mag[cand], -1.0), k, sorted=False).indices
+    def _candidates(self, flat, threshold, capacity):
+        """Positions of the first ``capacity`` entries (by position) with ``|flat| >= threshold``; ``numel``
+        fills the unused slots."""
+        return torch.nonzero_static(flat.abs() >= threshold, size=capacity, fill_value=flat.numel()).view(-1)
+
+    def _top_candidates(self, flat, cand, valid, k):
+        """Slots (into ``cand``) of the ``k`` largest magnitudes ``|flat[cand]|``; invalid slots score -1."""
+        return torch.topk(torch.where(valid, flat[cand].abs(), -1.0), k, sorted=False).indices
 
 
 # -------------------------------------------------------------------- TopK-chunked

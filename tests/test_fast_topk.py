@@ -1,0 +1,150 @@
+"""The sampled-threshold top-k of :mod:`studykit.compressors._fast` (``_sampled_topk``, one of the candidates
+``topk_abs`` picks from): exact on any input, its fallback when the sample misses, and its constants by hand.
+The kernel tests need a CUDA GPU with triton, or Triton's interpreter on the CPU::
+
+    TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1 python -m pytest -q tests/test_fast_topk.py
+
+Without either they skip (CI); the constants' test runs everywhere.
+"""
+# ruff: noqa: F811
+import math
+
+import pytest
+import torch
+
+from studykit.compressors import _fast
+
+# dev: a GPU, or the CPU under Triton's interpreter; else skip (as a parameter it shadows the import: F811)
+from tests.test_bench import dev  # noqa: F401
+
+N = 2**20 + 3  # the smallest sizes the sampled method takes are 16 samples' worth (2**20)
+
+
+def test_sampled_threshold_constants_by_hand():
+    # k = 1000 of n = 2**24: e = 1000 * 65536 / 2**24 = 3.90625 samples expected in the top k;
+    # r = ceil(3.90625 + 4 * 1.976424 + 4) = ceil(15.8120) = 16; room = ceil(1.5 * 16 * 256) + 1024 = 7168
+    assert _fast._SAMPLES == 65536
+    assert _fast._sampled_threshold(1000, 2**24) == (16, 7168)
+    # k = 1 % of ResNet-50's 25,557,032: e = 655.36, r = ceil(655.36 + 102.40 + 4) = 762,
+    # room = ceil(1.5 * 762 * 25557032 / 65536) + 1024 = ceil(1143 * 389.9694) + 1024 = 445735 + 1024 = 446759
+    e = 255_571 * 65536 / 25_557_032
+    assert math.ceil(e + 4 * math.sqrt(e) + 4) == 762
+    assert _fast._sampled_threshold(255_571, 25_557_032) == (762, 446_759)
+    assert _fast._sampled_ok(25_557_032, 255_571)
+    assert not _fast._sampled_ok(2**20 - 1, 10)  # too small to sample
+    # k = 400,000 of 2**20: r = ceil(25000 + 632.5 + 4) = 25637, room = 1.5 * 25637 * 16 + 1024 = 616312 > n / 2
+    assert _fast._sampled_threshold(400_000, 2**20) == (25_637, 616_312)
+    assert not _fast._sampled_ok(2**20, 400_000)
+
+
+def _same_selection(x, idx, k):
+    assert idx.numel() == k and idx.unique().numel() == k
+    assert torch.equal(x[idx].abs().sort(descending=True).values, torch.topk(x.abs(), k).values)
+
+
+class _Spy:
+    """Records the sizes ``torch.topk`` is called on (the sampled method calls it on the sample and on the
+    candidates; its fallback on everything)."""
+
+    def __init__(self, monkeypatch):
+        self.sizes = []
+        real = torch.topk
+
+        def spy(t, *a, **kw):
+            self.sizes.append(t.numel())
+            return real(t, *a, **kw)
+
+        monkeypatch.setattr(torch, "topk", spy)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [1, 1_000, 10_486, 50_000])
+def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(dev, monkeypatch, k):
+    x = torch.randn(N, generator=torch.Generator().manual_seed(k)).to(dev) * torch.linspace(0.1, 3, N).to(dev)
+    spy = _Spy(monkeypatch)
+    idx = _fast._sampled_topk(x, k)
+    assert spy.sizes == [_fast._SAMPLES, _fast._sampled_threshold(k, N)[1]]  # no fallback
+    _same_selection(x, idx, k)
+    assert torch.equal(idx.sort().values, idx.sort().values.unique())
+
+
+@pytest.mark.gpu
+def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch):
+    """Zeros at every sampled position: the threshold is 0, every element reaches it, far more than the room
+    kept; the result must still be the top k (by the fallback on everything)."""
+    k = 1_000
+    x = torch.zeros(N)
+    x[torch.randperm(N, generator=torch.Generator().manual_seed(1))[:5_000]] = torch.rand(5_000) + 1
+    zeros = torch.zeros(N).to(dev)
+    _fast._sampled_topk(zeros, 1)  # draw the sample positions for this size
+    pos = _fast._SAMPLE_POS[(zeros.device, N)].cpu()
+    x[pos] = 0.0
+    x = x.to(dev)
+    spy = _Spy(monkeypatch)
+    idx = _fast._sampled_topk(x, k)
+    assert spy.sizes[-1] == N  # the fallback ran
+    _same_selection(x, idx, k)
+
+
+@pytest.mark.gpu
+def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch):
+    """Huge magnitudes exactly at the sampled positions: the threshold is huge and only those (at most
+    65,536) reach it, fewer than k = 100,000."""
+    k = 100_000
+    x = torch.rand(N, generator=torch.Generator().manual_seed(2))
+    zeros = torch.zeros(N).to(dev)
+    _fast._sampled_topk(zeros, 1)
+    pos = _fast._SAMPLE_POS[(zeros.device, N)].cpu()
+    x[pos] = 1e6 + torch.arange(pos.numel(), dtype=torch.float32)
+    x = x.to(dev)
+    spy = _Spy(monkeypatch)
+    idx = _fast._sampled_topk(x, k)
+    assert spy.sizes[-1] == N
+    _same_selection(x, idx, k)
+
+
+@pytest.mark.gpu
+def test_sampled_topk_counts_nan_and_inf_as_torch_topk_does(dev):
+    x = torch.randn(N, generator=torch.Generator().manual_seed(3))
+    x[[5, 77_777, N - 1]] = torch.tensor([float("nan"), float("-inf"), float("inf")])
+    x = x.to(dev)
+    k = 2_000
+    idx = _fast._sampled_topk(x, k)
+    ref = torch.topk(x.abs(), k).indices
+    assert set(idx.tolist()) >= {5, 77_777, N - 1} and set(ref.tolist()) >= {5, 77_777, N - 1}
+    finite = x[idx].isfinite()
+    assert finite.sum() == k - 3
+    assert torch.equal(x[idx][finite].abs().sort(descending=True).values,
+                       x[ref][x[ref].isfinite()].abs().sort(descending=True).values)
+
+
+@pytest.mark.gpu
+def test_topk_abs_offers_the_sampled_method_only_where_it_applies(dev, monkeypatch):
+    seen = {}
+
+    def fake_pick(key, fns):
+        seen[key] = len(fns)
+        return len(fns) - 1  # torch.topk
+
+    monkeypatch.setattr(_fast, "pick", fake_pick)
+    big, small = torch.randn(N).to(dev), torch.randn(5_000).to(dev)
+    _fast.topk_abs(big, 1_000)
+    _fast.topk_abs(small, 10)
+    assert seen == {("topk", big.device, N, 1_000): 3, ("topk", small.device, 5_000, 10): 2}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", _fast.COMPACT_SHAPES)
+@pytest.mark.parametrize("cap", [10, 5_000, 40_000])
+def test_compact_ge_is_nonzero_static_of_the_mask(dev, cap, shape):
+    """DGC's candidates on the fast path: the same positions as the reference's ``torch.nonzero_static``
+    (first ``cap`` by position), with the total count, whether the room is short or not."""
+    n = 100_003
+    x = torch.randn(n, generator=torch.Generator().manual_seed(cap)).to(dev)
+    t = torch.tensor([1.5], device=dev)
+    pos, bits, found = _fast._compact_ge(x, t.view(torch.int32), cap, *shape)
+    want = torch.nonzero_static(x.abs() >= t, size=cap, fill_value=n).view(-1)
+    assert torch.equal(pos, want)
+    assert found.item() == (x.abs() >= t).sum().item()
+    used = pos < n
+    assert torch.equal(bits[used], x[pos[used]].abs().view(torch.int32)) and (bits[~used] == -1).all()
