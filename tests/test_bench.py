@@ -961,7 +961,56 @@ def codec_kernels_readme_blocks() -> dict:
     blocks["thc-fused"] = "\n".join(rows) + "\n"
     blocks["thc-signed"] = thc_signed_block("thc_signed")
     blocks["thc-tf32x3"] = thc_signed_block("thc_tf32x3")
+    blocks["topk-select"], blocks["topk-compact"] = topk_select_blocks()
+    blocks["topk-codecs"] = topk_codec_block()
     return blocks
+
+
+def topk_select_blocks() -> tuple[str, str]:
+    """The topk-select and topk-compact blocks: benchmarks/topk_select.py's records in topk_sampled/, each exact
+    selection against torch.topk, and the counting and compacting passes alone per program shape."""
+    recs = load_records(os.path.join(CODEC_KERNELS, "topk_sampled", "topk_select.jsonl"), quiet=True)
+    cell = lambda r: f"{r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']}"  # noqa: E731
+    sel = {(r["model"], r["params"]["ratio"], r["params"]["path"]): r for r in recs if r["phase"] == "topk_select"}
+    rows = ["| model | ratio | k | sampled: ms [q25-q75] n (x floor) | radix | torch.topk | sampled / torch | radix / torch |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (model, ratio, path), r in sel.items():
+        if path != "sampled":
+            continue
+        rad, tor = sel[(model, ratio, "radix")], sel[(model, ratio, "torch")]
+        rows.append(f"| {model} | {ratio:g} | {r['k']} | {cell(r)} ({r['ms_median'] / r['floor_ms']:.1f}) | "
+                    f"{rad['ms_median']:.4f} | {tor['ms_median']:.4f} | {r['ms_median'] / tor['ms_median']:.3f} | "
+                    f"{rad['ms_median'] / tor['ms_median']:.3f} |")
+    comp = [r for r in recs if r["phase"] == "compact_ge"]
+    shapes = list(dict.fromkeys((r["params"]["block"], r["params"]["rows"]) for r in comp))
+    crow = ["| model | ratio | candidates' room | " + " | ".join(
+        f"block {b}, {'rows of ' + str(w) if w else 'one prefix sum'}" for b, w in shapes) + " |",
+        "|---|---:|---:|" + "---:|" * len(shapes)]
+    by = {(r["model"], r["params"]["ratio"], r["params"]["block"], r["params"]["rows"]): r for r in comp}
+    for model, ratio in dict.fromkeys((r["model"], r["params"]["ratio"]) for r in comp):
+        first = by[(model, ratio, *shapes[0])]
+        crow.append(f"| {model} | {ratio:g} | {first['cap']} | " + " | ".join(
+            f"{by[(model, ratio, *s)]['ms_median']:.4f} ({by[(model, ratio, *s)]['ms_median'] / first['floor_ms']:.1f})"
+            for s in shapes) + " |")
+    return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
+
+
+def topk_codec_block() -> str:
+    """The topk-codecs block: topk_sampled/codec_kernels.jsonl's codecs, fast path beside the reference."""
+    recs = load_records(os.path.join(CODEC_KERNELS, "topk_sampled", "codec_kernels.jsonl"), quiet=True)
+    key = lambda r: (r["compressor"], json.dumps(r["params"], sort_keys=True), r["mode"])  # noqa: E731
+    timed = {key(r): r for r in recs if r["kind"] == "bench"}
+    rows = ["| codec | params | path | timed ms [q25-q75] (x floor) | timer | kernels | kernels alone ms (x floor) |",
+            "|---|---|---|---:|---|---:|---:|"]
+    for k in recs:
+        if k["kind"] != "codec_kernels":
+            continue
+        t = timed[key(k)]
+        params = ",".join(f"{a}={b}" for a, b in sorted(k["params"].items()))
+        rows.append(f"| {k['compressor']} | {params} | {k['mode'].split(':')[-1]} | {t['ms_median']:.4f} "
+                    f"[{t['ms_q25']:.4f}-{t['ms_q75']:.4f}] ({t['ms_median'] / t['floor_ms']:.1f}) | {t['timer']} | "
+                    f"{k['n_kernels']} | {k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) |")
+    return "\n".join(rows) + "\n"
 
 
 def thc_signed_block(sub: str) -> str:
@@ -987,7 +1036,7 @@ def thc_signed_block(sub: str) -> str:
     return "\n".join(rows) + "\n"
 
 
-@pytest.mark.parametrize("sub", ["", "abs_max_trial", "thc_fused", "thc_diag", "thc_tf32x3"])
+@pytest.mark.parametrize("sub", ["", "abs_max_trial", "thc_fused", "thc_diag", "thc_tf32x3", "topk_sampled"])
 def test_committed_codec_kernels_tables_are_the_generated_ones(sub):
     out = Path(CODEC_KERNELS) / sub / "codec_kernels.jsonl"
     assert out.with_suffix(".md").read_text(encoding="utf-8") == _codec_kernels().report(out, verbose=False, write=False)
@@ -1154,3 +1203,63 @@ def test_benchmarks_readme_block_is_the_generated_one():
     for marker, want in benchmarks_readme_blocks().items():
         a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
         assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with benchmarks_readme_blocks()"
+
+
+def test_codec_kernels_readme_reading_of_the_sampled_topk_holds():
+    """data/measurements/codec_kernels_h200/README.md on topk_sampled/: every number and direction of its
+    reading, from the records."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `topk_sampled/`"):]
+    sub = Path(CODEC_KERNELS) / "topk_sampled"
+    recs = load_records(str(sub / "topk_select.jsonl"), quiet=True)
+    assert {r["git_commit"][:7] for r in recs} == {"4afea17"} and "`4afea17`" in text
+    assert _fast._SAMPLES == 65536 and "65,536" in text and 16 * _fast._SAMPLES == 2**20 and "2^20" in text
+    sel = {(r["model"], r["params"]["ratio"], r["params"]["path"]): r for r in recs if r["phase"] == "topk_select"}
+    ratio = {k[:2]: sel[k]["ms_median"] / sel[(*k[:2], "torch")]["ms_median"] for k in sel if k[2] == "sampled"}
+    assert all(v < 1 for v in ratio.values())
+    rest = sorted(v for k, v in ratio.items() if k != ("resnet50", 0.01))
+    assert len(rest) == 3 and f"{rest[0]:.2f}-{rest[-1]:.2f}x" in text
+    r1 = sel[("resnet50", 0.01, "sampled")]
+    assert f"{ratio[('resnet50', 0.01)]:.3f}x on ResNet-50 at 1 %" in text
+    assert f"({r1['ms_q25']:.2f}-{r1['ms_q75']:.2f} ms)" in text
+    radix = [sel[(*k, "radix")]["ms_median"] / sel[(*k, "torch")]["ms_median"] for k in ratio]
+    assert all(2.9 < v < 3.3 for v in radix) and "about 3x" in text
+    comp = [r for r in recs if r["phase"] == "compact_ge"]
+    xs = [r["ms_median"] / r["floor_ms"] for r in comp]
+    assert f"{min(xs):.1f}-{max(xs):.1f}x the floor" in text
+    best = {}
+    for r in comp:
+        k = (r["model"], r["params"]["ratio"])
+        if k not in best or r["ms_median"] < best[k]["ms_median"]:
+            best[k] = r
+    assert len(best) == 4 and {(b["params"]["block"], b["params"]["rows"]) for b in best.values()} == {(1024, 32)}
+    assert "Blocks of 1024 with prefix sums in rows of 32 are the fastest shape on all four rows" in text
+    best_x = min(b["ms_median"] / b["floor_ms"] for b in best.values() if b["model"] == "resnet50")
+    codec = load_records(str(sub / "codec_kernels.jsonl"), quiet=True)
+    key = lambda r: (r["compressor"], r["params"].get("ratio"), r["mode"].split(":")[-1])  # noqa: E731
+    timed = {key(r): r for r in codec if r["kind"] == "bench"}
+    kern = {key(r): r for r in codec if r["kind"] == "codec_kernels"}
+    x = lambda k: timed[k]["ms_median"] / timed[k]["floor_ms"]  # noqa: E731
+    xk = lambda k: kern[k]["ms_kernels"] / timed[k]["floor_ms"]  # noqa: E731
+    for k in (("topk", 0.01, "fast"), ("topk", 0.001, "fast"), ("dgc", 0.01, "fast")):
+        names = [n["name"] for n in sorted(kern[k]["kernels"], key=lambda n: -n["us_median"])]
+        assert names[0] == "_compact_ge_kernel" and names.index("_count_ge_kernel") > 0
+    t1, r1c = ("topk", 0.01, "fast"), ("topk", 0.01, "reference")
+    assert f"11.2x the floor against {x(r1c):.1f}x" in text and f"{x(t1):.1f}x" == "11.2x"
+    assert f"{xk(t1):.1f}x against {xk(r1c):.1f}x for its kernels alone" in text
+    assert f"launches {kern[t1]['n_kernels']} kernels against {kern[r1c]['n_kernels']}" in text
+    assert timed[t1]["timer"] == "cuda_events_host_sync" and timed[r1c]["timer"] == "cuda_events_host_ahead"
+    assert f"At 0.1 %: {x(('topk', 0.001, 'fast')):.1f}x, with kernels alone at {xk(('topk', 0.001, 'fast')):.1f}x" in text
+    d, dr = ("dgc", 0.01, "fast"), ("dgc", 0.01, "reference")
+    assert f"**DGC**: {x(d):.1f}x against {x(dr):.1f}x" in text
+    m = ("mstopk", 0.01, "fast")
+    old = [r for r in load_records(os.path.join(CODEC_KERNELS, "codec_kernels.jsonl"), quiet=True)
+           if r["kind"] == "bench" and r["compressor"] == "mstopk"]
+    assert abs(x(m) / (old[0]["ms_median"] / old[0]["floor_ms"]) - 1) < 0.02 and f"unchanged at {x(m):.1f}x" in text
+    top3 = sorted(kern[m]["kernels"], key=lambda n: -n["us_median"])[:3]
+    assert {n["name"] for n in top3} == {"_mstopk_hist_kernel"}
+    assert all(round(100 * n["us_median"] / 1e3 / kern[m]["ms_kernels"]) == 21 for n in top3) and "21 %" in text
+    assert max(x(t1), x(d)) > 5 and f"{xk(t1):.1f}x (topk at 1 %) and {xk(d):.1f}x (dgc)" in text
+    assert f"{best_x:.1f}x at their best shape" in text
+    assert "40 passed" in (sub / "gpu_pytest.txt").read_text() and "35 passed" in (sub / "gpu_pytest2.txt").read_text()
+    assert "# 40 passed" in text and "# 35 passed" in text
