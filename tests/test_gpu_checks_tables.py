@@ -384,7 +384,9 @@ RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "
                ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"),
                # BERT-base's PowerSGD hooks: two calls on another machine (h200_p2n, then h200_p2q: 10 before 25 Gbit/s),
                # and the same call's 25 before 10 Gbit/s (h200_p2q / h200_p2q_reversed)
-               ("h200_p2n", "h200_p2q"), ("h200_p2q", "h200_p2q_reversed"))
+               ("h200_p2n", "h200_p2q"), ("h200_p2q", "h200_p2q_reversed"),
+               # the same hooks on a third machine (h200_p2r), and its second round
+               ("h200_p2q", "h200_p2r"), ("h200_p2r", "h200_p2r_repeat"))
 
 
 def readme_block_rerun_spread() -> str:
