@@ -995,6 +995,56 @@ def topk_select_blocks() -> tuple[str, str]:
     return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
 
 
+TOPK_DDP = os.path.join(ROOT, "data", "measurements", "topk_ddp_h200")
+TOPK_DDP_RUNS = ("old1", "new1", "old2", "new2")
+
+
+def topk_ddp_medians() -> dict:
+    """topk_ddp_h200's iteration medians: {(model, mode, compressor): {run: ms}}."""
+    out = {}
+    for run in TOPK_DDP_RUNS:
+        for r in load_records(os.path.join(TOPK_DDP, f"{run}.jsonl"), quiet=True):
+            if r["kind"] == "ddp" and r["status"] == "ok":
+                out.setdefault((r["model"], r["mode"], r["compressor"]), {})[run] = r["ms_median"]
+    return out
+
+
+def topk_ddp_block() -> str:
+    """data/measurements/topk_ddp_h200/README.md's block: each configuration's medians, new / old per pair."""
+    rows = ["| model | mode | codec | old1 | new1 | old2 | new2 | new1 / old1 | new2 / old2 | old2 / old1 |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (model, mode, comp), m in topk_ddp_medians().items():
+        rows.append(f"| {model} | {mode} | {comp} | " + " | ".join(f"{m[r]:.2f}" for r in TOPK_DDP_RUNS) +
+                    f" | {m['new1'] / m['old1']:.3f} | {m['new2'] / m['old2']:.3f} | {m['old2'] / m['old1']:.3f} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_topk_ddp_readme_block_and_reading_hold():
+    text = (Path(TOPK_DDP) / "README.md").read_text(encoding="utf-8")
+    a, b = "<!-- topk-ddp:begin -->\n", "<!-- topk-ddp:end -->"
+    assert text[text.index(a) + len(a):text.index(b)] == topk_ddp_block(), "regenerate with topk_ddp_block()"
+    text = " ".join(text.split())
+    commits = {r: {x["git_commit"][:7] for x in load_records(os.path.join(TOPK_DDP, f"{r}.jsonl"), quiet=True)}
+               for r in TOPK_DDP_RUNS}
+    assert commits == {"old1": {"e019cab"}, "old2": {"e019cab"}, "new1": {"fafdf64"}, "new2": {"fafdf64"}}
+    m = topk_ddp_medians()
+    r1 = [v["new1"] / v["old1"] for v in m.values()]
+    r2 = [v["new2"] / v["old2"] for v in m.values()]
+    assert len(m) == 8 and max(r1) < 1 < min(r2)  # the side follows the pair
+    assert f"faster on all 8 rows ({min(r1):.3f}-{max(r1):.3f}x" in text and f"slower on all 8 ({min(r2):.3f}-{max(r2):.3f}x)" in text
+    drift = [v["old2"] / v["old1"] for v in m.values()]
+    assert max(drift) < 1 and f"moved by {100 * (1 - max(drift)):.1f}-{100 * (1 - min(drift)):.1f} %" in text
+    assert "every row faster the second time" in text
+    ms = [x for v in m.values() for x in v.values()]
+    assert f"iterations of {min(ms):.0f}-{max(ms):.0f} ms" in text
+    sub = os.path.join(CODEC_KERNELS, "topk_sampled", "codec_kernels.jsonl")
+    t = {r["mode"]: r["ms_median"] for r in load_records(sub, quiet=True)
+         if r["kind"] == "bench" and r["compressor"] == "topk" and r["params"]["ratio"] == 0.01}
+    assert f"about {t['flat:reference'] - t['flat:fast']:.1f} ms" in text  # what the codec saved, ResNet-50's gradient
+    log = (Path(TOPK_DDP) / "run.log").read_text(encoding="utf-8").split()
+    assert log[1] == "07:57:40" and log[-1] == "08:00:56" and "within four minutes" in text
+
+
 def topk_codec_block() -> str:
     """The topk-codecs block: topk_sampled/codec_kernels.jsonl's codecs, fast path beside the reference."""
     recs = load_records(os.path.join(CODEC_KERNELS, "topk_sampled", "codec_kernels.jsonl"), quiet=True)
