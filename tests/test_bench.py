@@ -995,6 +995,46 @@ def topk_select_blocks() -> tuple[str, str]:
     return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
 
 
+#: cuSOLVER's batched Jacobi eigen/singular-value kernels (ATOMO's decompositions)
+ATOMO_SOLVER = ("syevj", "syevbj", "gesvdj", "gesvdbj", "rotate")
+
+
+def atomo_rows() -> list:
+    """atomo/'s two decompositions: (svd, timed record, kernels record, solver kernels' ms)."""
+    recs = load_records(os.path.join(CODEC_KERNELS, "atomo", "codec_kernels.jsonl.gz"), quiet=True)
+    timed = {r["params"]["svd"]: r for r in recs if r["kind"] == "bench"}
+    out = []
+    for k in recs:
+        if k["kind"] == "codec_kernels":
+            solver = sum(x["us_median"] for x in k["kernels"] if any(s in x["name"] for s in ATOMO_SOLVER)) / 1e3
+            out.append((k["params"]["svd"], timed[k["params"]["svd"]], k, solver))
+    return out
+
+
+def atomo_block() -> str:
+    rows = ["| svd | timed ms [q25-q75] n | kernels | kernels alone ms | Jacobi solver's kernels ms (share) |",
+            "|---|---:|---:|---:|---:|"]
+    for svd, t, k, solver in atomo_rows():
+        rows.append(f"| {svd} | {t['ms_median']:.1f} [{t['ms_q25']:.1f}-{t['ms_q75']:.1f}] n={t['n_iter']} | "
+                    f"{k['n_kernels']} | {k['ms_kernels']:.1f} | {solver:.1f} ({100 * solver / k['ms_kernels']:.0f} %) |")
+    return "\n".join(rows) + "\n"
+
+
+def test_atomo_table_block_and_reading_hold():
+    sub = Path(CODEC_KERNELS) / "atomo"
+    assert (sub / "codec_kernels.md").read_text(encoding="utf-8") == _codec_kernels().report(
+        sub / "codec_kernels.jsonl.gz", verbose=False, write=False)
+    text = (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8")
+    a, b = "<!-- atomo:begin -->\n", "<!-- atomo:end -->"
+    assert text[text.index(a) + len(a):text.index(b)] == atomo_block(), "regenerate with atomo_block()"
+    rows = {svd: (t, k, solver) for svd, t, k, solver in atomo_rows()}
+    assert set(rows) == {"exact", "gram"}
+    for t, k, solver in rows.values():
+        assert solver > 10 * 20 and solver > k["ms_kernels"] / 2  # an order of magnitude above 20 ms, most of it
+        assert t["timer"] == "cuda_events" and t["git_commit"][:7] == "ad9a010"
+    assert rows["gram"][0]["ms_median"] < rows["exact"][0]["ms_median"]
+
+
 TOPK_DDP = os.path.join(ROOT, "data", "measurements", "topk_ddp_h200")
 TOPK_DDP_RUNS = ("old1", "new1", "old2", "new2")
 

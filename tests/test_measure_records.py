@@ -7,7 +7,7 @@ import pytest
 from studykit import compressors as C
 from studykit import paths
 from studykit.measure import cli
-from studykit.measure.records import (FIELDS, IDENTITY, KIND_FIELDS, RecordWriter, config_id, done_ids,
+from studykit.measure.records import (FIELDS, IDENTITY, KIND_FIELDS, RecordError, RecordWriter, config_id, done_ids,
                                       load_records, make_record)
 
 REQUIRED = ["kind", "model", "compressor", "params", "world_size", "batch_size", "ms_median", "ms_mean", "ms_min",
@@ -95,3 +95,26 @@ def test_retry_errors_measures_failed_configurations_again(tmp_path):
     assert statuses == ["error", "ok"]  # both lines stay in the file
     recs = load_records(out)  # the reader keeps the retry, which supersedes the error
     assert [r["status"] for r in recs if r["kind"] == "profile"] == ["ok"] and recs.report.superseded == 1
+
+
+def test_gzip_compressed_records_read_as_their_jsonl(tmp_path):
+    """``*.jsonl.gz`` (a large file committed compressed) reads like the same ``*.jsonl``, alone or found in a
+    folder; a damaged gzip file is a RecordError naming it."""
+    import gzip
+
+    lines = [json.dumps({"schema": 1, "kind": "bench", "config_id": f"c{i}", "ms_median": i}) for i in range(3)]
+    plain = tmp_path / "plain" / "a.jsonl"
+    plain.parent.mkdir()
+    plain.write_text("\n".join(lines) + "\n")
+    packed = tmp_path / "packed" / "sub" / "a.jsonl.gz"
+    packed.parent.mkdir(parents=True)
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    want = [{k: v for k, v in r.items() if k != "source"} for r in load_records(plain)]
+    for src in (packed, tmp_path / "packed"):
+        got = load_records(src)
+        assert [{k: v for k, v in r.items() if k != "source"} for r in got] == want
+        assert got[0]["source"] == str(packed)
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(RecordError, match="bad.jsonl.gz: cannot be read"):
+        load_records(bad)

@@ -10,6 +10,7 @@ warning) when read. The schema is :data:`FIELDS` (documented again in
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import math
 import os
@@ -461,7 +462,7 @@ def _files(sources, missing_ok: bool) -> list[Path]:
         for x in items:
             p = Path(x)
             if p.is_dir():
-                files += sorted(p.rglob("*.jsonl"))
+                files += sorted([*p.rglob("*.jsonl"), *p.rglob("*.jsonl.gz")])
             elif p.is_file():
                 files.append(p)
             elif p.exists():
@@ -484,7 +485,8 @@ def _identity(rec: dict) -> Optional[tuple]:
 
 def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, report: Optional[LoadReport] = None,
                  dedupe: bool = True, missing_ok: bool = False, quiet: bool = False) -> Records:
-    """Records from JSONL files or folders (searched recursively for ``*.jsonl``): THE record reader.
+    """Records from JSONL files or folders (searched recursively for ``*.jsonl``, and ``*.jsonl.gz``, read
+    gzip-compressed): THE record reader.
 
     One policy for every reader of the kit:
 
@@ -509,8 +511,11 @@ def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, re
     for f in _files(sources, missing_ok):
         rep.files.append(str(f))
         try:
-            text = f.read_bytes().decode("utf-8", errors="replace")  # no newline translation: \r is not a line end
-        except OSError as exc:
+            raw = f.read_bytes()
+            if f.name.endswith(".gz"):  # a large file committed compressed (e.g. a profile of tens of thousands of kernels)
+                raw = gzip.decompress(raw)
+            text = raw.decode("utf-8", errors="replace")  # no newline translation: \r is not a line end
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise RecordError(f"{f}: cannot be read ({exc})") from None
         for i, line in enumerate(text.split("\n"), 1):  # JSON Lines: only \n ends a line (not \x85, \u2028)
             if not line.strip():
