@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                                              phase="topk_select", numel=numel, k=k, floor_ms=floor, copy_GBps=copy_gbps,
                                              flush_bytes=FLUSH_BYTES))
             if "sampled" in fns:  # the compacting passes alone, at the sampled threshold, per program shape
-                t_bits, cap = _fast._sample_threshold(x, k)
+                t_bits, cap = _fast._threshold_from_sample(x, k)
                 for shape in _fast.COMPACT_SHAPES:
                     t = time_fn(lambda s=shape: _fast._compact_ge(x, t_bits, cap, *s), n_iter=args.min_reps, n_warmup=3,
                                 device=device, min_time_s=args.min_time_s, budget_s=args.budget_s, flush_bytes=FLUSH_BYTES)

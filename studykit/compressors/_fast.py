@@ -1264,7 +1264,7 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     the room kept, the candidates may miss some of the top k: then (one host synchronisation tells)
     ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
     bits, so NaN counts as the largest, as in ``torch.topk``."""
-    t, cap = _sample_threshold(x, k)
+    t, cap = _threshold_from_sample(x, k)
     cand, cand_bits, found = compact_ge(x, t, cap)
     chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
     if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
@@ -1278,7 +1278,7 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
 COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32))
 
 
-def _sample_threshold(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
+def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
     """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates."""
     n, dev = x.numel(), x.device
     pos = _SAMPLE_POS.get((dev, n))
