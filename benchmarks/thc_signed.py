@@ -6,8 +6,8 @@ process on a flat gradient (ResNet-50's by default). CUDA only.
     python benchmarks/thc_signed.py --out thc_signed.jsonl
     python benchmarks/thc_signed.py --model bert_base --rotation full partial --min-time-s 1
 
-Per rotation and direction it prints each candidate's median (ms, interquartile range, repetitions; the L2
-flushed before every call, as ``bench`` does), each fused candidate's ratio to the separate pass, and which one
+Per rotation and direction it prints each candidate's median (ms, interquartile range, repetitions; timed
+with plain CUDA events under ``bench``'s repetition policy and its options, the L2 flushed before every call), each fused candidate's ratio to the separate pass, and which one
 ``pick`` took in this process (pick times two calls once, so on a close race its choice may differ from the
 medians'). The fused candidates are one per ``tl.dot`` precision of the Hadamard passes
 (``_fast.HADAMARD_PRECISIONS``: ``fused`` is fp32 FMA, ``fused-tf32x3`` tensor cores). Records of kind ``bench``
@@ -28,10 +28,10 @@ import torch  # noqa: E402
 from studykit import models as M  # noqa: E402
 from studykit.compressors import _fast  # noqa: E402
 from studykit.compressors.thc import THC  # noqa: E402
-from studykit.measure.records import RecordWriter, config_id, make_record  # noqa: E402
+from studykit.measure import bench  # noqa: E402
+from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
-FLUSH_BYTES = 256 << 20
 
 
 def candidates(numel: int, rotation: str, device) -> dict:
@@ -57,26 +57,18 @@ def candidates(numel: int, rotation: str, device) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/thc_signed.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet50", choices=M.available())
     ap.add_argument("--rotation", nargs="+", default=["full", "partial"], choices=["full", "partial"])
-    ap.add_argument("--min-reps", type=int, default=100)
-    ap.add_argument("--min-time-s", type=float, default=0.5)
-    ap.add_argument("--budget-s", type=float, default=10.0)
-    ap.add_argument("--out", type=Path, default=None, help="records (jsonl); appended to")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available() or not _fast.HAVE_TRITON:
-        print("thc_signed: needs CUDA and Triton (the fused kernels)", file=sys.stderr)
-        return 2
+    bench.add_candidates_args(ap)
+    args, policy, writer = bench.start_candidates(ap, argv)
     device = torch.device("cuda:0")
     numel = M.numel(args.model)
-    writer = RecordWriter(args.out) if args.out else None
     for rot in args.rotation:
         for direction, (key, fns) in candidates(numel, rot, device).items():
             times = {}
             for path, fn in fns.items():
-                t = time_fn(fn, n_iter=args.min_reps, n_warmup=3, device=device, min_time_s=args.min_time_s,
-                            budget_s=args.budget_s, flush_bytes=FLUSH_BYTES)
+                t = time_fn(fn, device=device, **policy.timing_kw(device))
                 times[path] = t
                 print(f"thc rotation={rot:7s} {direction:8s} {path:5s} {t.ms_median:.4f} ms "
                       f"[{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}", flush=True)
@@ -86,7 +78,7 @@ def main(argv=None) -> int:
                     writer.write(make_record("bench", config_id(kind="bench", model=args.model, compressor="thc",
                                                                 params=params, phase=phase, device_type="cuda"),
                                              timing=t, device=device, model=args.model, compressor="thc",
-                                             params=params, phase=phase, numel=numel, flush_bytes=FLUSH_BYTES))
+                                             params=params, phase=phase, numel=numel, **policy.fields(device)))
             picked = list(fns)[_fast.pick(key, list(fns.values()))]
             ratios = "  ".join(f"{k} / apart {t.ms_median / times['apart'].ms_median:.3f}"
                                for k, t in times.items() if k != "apart")

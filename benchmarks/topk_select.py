@@ -6,9 +6,9 @@ one host synchronisation checks them), radix select (``_radix_topk``) and ``torc
     python benchmarks/topk_select.py --out topk_select.jsonl
     python benchmarks/topk_select.py --models resnet50 --ratios 0.01 --min-time-s 1
 
-Per model and ratio it prints each method's median (ms, interquartile range, repetitions; the L2 flushed
-before every call, as ``bench`` does; plain CUDA events, so the sampled method's synchronisation and the host's
-launches count), its ratio to ``torch.topk``, the floor (one read and one write of the fp32 gradient at this
+Per model and ratio it prints each method's median (ms, interquartile range, repetitions; timed under
+``bench``'s repetition policy and its options, the L2 flushed before every call, with plain CUDA events, so the
+sampled method's synchronisation and the host's launches count), its ratio to ``torch.topk``, the floor (one read and one write of the fp32 gradient at this
 run's copy bandwidth), and which one ``pick`` took in this process; where the sampled method applies, also its
 counting and compacting passes alone (``_fast._compact_ge``) in every program shape ``pick`` chooses among
 (``_fast.COMPACT_SHAPES``). Records of kind ``bench`` (``phase`` ``topk_select``, ``params`` ``ratio`` and
@@ -26,14 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from studykit import argtypes  # noqa: E402
 from studykit import models as M  # noqa: E402
 from studykit.compressors import _fast  # noqa: E402
 from studykit.compressors.sparsification import num_selected  # noqa: E402
 from studykit.measure.profile import measure_copy_bandwidth, memory_floor_ms  # noqa: E402
-from studykit.measure.records import RecordWriter, config_id, make_record  # noqa: E402
+from studykit.measure import bench  # noqa: E402
+from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
-FLUSH_BYTES = 256 << 20
 
 
 def candidates(x: torch.Tensor, k: int) -> dict:
@@ -47,19 +48,13 @@ def candidates(x: torch.Tensor, k: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/topk_select.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["resnet50", "bert_base"], choices=M.available())
-    ap.add_argument("--ratios", nargs="+", type=float, default=[0.01, 0.001])
-    ap.add_argument("--min-reps", type=int, default=100)
-    ap.add_argument("--min-time-s", type=float, default=0.5)
-    ap.add_argument("--budget-s", type=float, default=10.0)
-    ap.add_argument("--out", type=Path, default=None, help="records (jsonl); appended to")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available() or not _fast.HAVE_TRITON:
-        print("topk_select: needs CUDA and Triton (the fused kernels)", file=sys.stderr)
-        return 2
+    ap.add_argument("--ratios", nargs="+", type=argtypes.fraction, default=[0.01, 0.001])
+    bench.add_candidates_args(ap)
+    args, policy, writer = bench.start_candidates(ap, argv)
     device = torch.device("cuda:0")
-    writer = RecordWriter(args.out) if args.out else None
+    timing = policy.timing_kw(device)
     copy_gbps = measure_copy_bandwidth(device, 256 << 20, n_iter=50, n_warmup=3)[1]
     print(f"topk_select: copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     for model in args.models:
@@ -75,8 +70,7 @@ def main(argv=None) -> int:
                 got = fn()
                 if not torch.equal(x[got].abs().sort(descending=True).values, want):
                     raise SystemExit(f"topk_select: {path} did not select the top {k} of {model}")
-                t = time_fn(fn, n_iter=args.min_reps, n_warmup=3, device=device, min_time_s=args.min_time_s,
-                            budget_s=args.budget_s, flush_bytes=FLUSH_BYTES)
+                t = time_fn(fn, device=device, **timing)
                 times[path] = t
                 print(f"topk {model:10s} ratio={ratio:<6g} {path:8s} {t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] "
                       f"n={t.n_iter}  x {t.ms_median / floor:.1f} floor", flush=True)
@@ -86,12 +80,11 @@ def main(argv=None) -> int:
                                                                 params=params, phase="topk_select", device_type="cuda"),
                                              timing=t, device=device, model=model, compressor="topk", params=params,
                                              phase="topk_select", numel=numel, k=k, floor_ms=floor, copy_GBps=copy_gbps,
-                                             flush_bytes=FLUSH_BYTES))
+                                             **policy.fields(device)))
             if "sampled" in fns:  # the compacting passes alone, at the sampled threshold, per program shape
                 t_bits, cap = _fast._threshold_from_sample(x, k)
                 for shape in _fast.COMPACT_SHAPES:
-                    t = time_fn(lambda s=shape: _fast._compact_ge(x, t_bits, cap, *s), n_iter=args.min_reps, n_warmup=3,
-                                device=device, min_time_s=args.min_time_s, budget_s=args.budget_s, flush_bytes=FLUSH_BYTES)
+                    t = time_fn(lambda s=shape: _fast._compact_ge(x, t_bits, cap, *s), device=device, **timing)
                     print(f"topk {model:10s} ratio={ratio:<6g} compact_ge block={shape[0]} rows={shape[1]} "
                           f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
                           flush=True)
@@ -101,7 +94,7 @@ def main(argv=None) -> int:
                                                                     params=params, phase="compact_ge", device_type="cuda"),
                                                  timing=t, device=device, model=model, compressor="topk", params=params,
                                                  phase="compact_ge", numel=numel, k=k, cap=cap, floor_ms=floor,
-                                                 copy_GBps=copy_gbps, flush_bytes=FLUSH_BYTES))
+                                                 copy_GBps=copy_gbps, **policy.fields(device)))
             picked = list(fns)[_fast.pick(("topk", x.device, numel, k), list(fns.values()))]
             ratios = "  ".join(f"{p} / torch {t.ms_median / times['torch'].ms_median:.3f}"
                                for p, t in times.items() if p != "torch")

@@ -1353,3 +1353,34 @@ def test_codec_kernels_readme_reading_of_the_sampled_topk_holds():
     assert f"{best_x:.1f}x at their best shape" in text
     assert "40 passed" in (sub / "gpu_pytest.txt").read_text() and "35 passed" in (sub / "gpu_pytest2.txt").read_text()
     assert "# 40 passed" in text and "# 35 passed" in text
+
+
+@pytest.mark.parametrize("script", ["topk_select", "thc_signed"])
+@pytest.mark.parametrize("argv,message", [
+    (["--out", "data/measurements/x.jsonl"], "is inside the repository's committed data/"),
+    (["--host-ahead"], "timed with plain CUDA events"),
+    (["--budget-s", "0"], "--budget-s"),
+])
+def test_candidate_scripts_refuse_before_timing(script, argv, message, capsys):
+    """benchmarks/topk_select.py and thc_signed.py (bench.start_candidates): a committed --out, --host-ahead and
+    a bad policy are refused with a message naming them, before any GPU is needed and before any file is made."""
+    with pytest.raises(SystemExit) as exc:
+        _benchmark(script).main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (Path(ROOT) / "data" / "measurements" / "x.jsonl").exists()
+
+
+def test_topk_select_refuses_a_ratio_outside_0_1(capsys):
+    with pytest.raises(SystemExit):
+        _benchmark("topk_select").main(["--ratios", "0"])
+    assert "--ratios" in capsys.readouterr().err
+
+
+def test_readme_states_the_candidate_scripts_former_defaults():
+    """codec_kernels_h200/README.md: the committed thc_signed and topk_select runs were timed with the scripts'
+    former defaults (3 warm-up calls, 256 MiB flushed), which the README tells how to repeat."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    for sub, name in (("thc_signed", "thc_signed"), ("thc_tf32x3", "thc_signed"), ("topk_sampled", "topk_select")):
+        recs = load_records(os.path.join(CODEC_KERNELS, sub, f"{name}.jsonl"), quiet=True)
+        assert {(r["n_warmup"], r["flush_bytes"]) for r in recs} == {(3, 256 << 20)}, sub
+    assert "3 warm-up calls, 256 MiB flushed" in text and text.count("--min-time-s 0.5 --budget-s 10 --warmup 3") == 2

@@ -1041,6 +1041,37 @@ def start(ap: argparse.ArgumentParser, argv: Optional[list[str]], report: Callab
     return args, policy, output_from_args(ap, args, report)
 
 
+def add_candidates_args(ap: argparse.ArgumentParser) -> None:
+    """The options of a script that times a fast path's candidates side by side on one GPU
+    (``benchmarks/thc_signed.py``, ``benchmarks/topk_select.py``): the repetition policy (:func:`add_policy_args`)
+    and ``--out`` (records appended; inside the committed data/ only with the overwrite flag)."""
+    add_policy_args(ap)
+    ap.add_argument("--out", type=Path, default=None, help="records (jsonl); appended to; inside the committed data/ "
+                                                           f"only with {paths.OVERWRITE_FLAG}")
+    ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
+
+
+def start_candidates(ap: argparse.ArgumentParser, argv: Optional[list[str]]):
+    """``(args, policy, writer or None)`` of :func:`add_candidates_args` options, refused (``ap.error``) without
+    CUDA and Triton, with ``--host-ahead`` (a candidate may synchronise with the host: these scripts time with
+    plain events) and with an ``--out`` that may not be written."""
+    from studykit.compressors import _fast
+
+    args = ap.parse_args(argv)
+    policy = policy_from_args(ap, args)
+    if args.host_ahead:
+        ap.error("--host-ahead: the candidates are timed with plain CUDA events (a candidate may wait for the GPU)")
+    out = None
+    if args.out is not None:
+        try:
+            out = paths.check_writable_output(args.out, args.overwrite_committed, file=True)
+        except paths.OutputError as exc:
+            ap.error(str(exc))
+    if not torch.cuda.is_available() or not _fast.HAVE_TRITON:
+        ap.error("needs a CUDA GPU and Triton (the fused kernels)")
+    return args, policy, (RecordWriter(out) if out is not None else None)
+
+
 def records_of(out: Path, kind: str, script: str) -> list[dict]:
     """The records of ``kind`` in ``out`` (a benchmark's report); :class:`RecordError` naming ``script``
     when there are none."""
