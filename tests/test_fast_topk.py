@@ -64,8 +64,7 @@ def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(
     spy = _Spy(monkeypatch)
     idx = _fast._sampled_topk(x, k)
     assert spy.sizes == [_fast._SAMPLES, _fast._sampled_threshold(k, N)[1]]  # no fallback
-    _same_selection(x, idx, k)
-    assert torch.equal(idx.sort().values, idx.sort().values.unique())
+    _same_selection(x, idx, k)  # distinct positions, the top k magnitudes
 
 
 @pytest.mark.gpu
