@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import math
 
+from studykit import models
+
 __all__ = ["positive_int", "nonneg_int", "positive_float", "nonneg_float", "fraction", "int_range",
-           "float_range"]
+           "float_range", "model_spec", "MODEL_HELP"]
 
 
 def _int(text: str, what: str) -> int:
@@ -70,3 +72,17 @@ positive_float = float_range(0, lo_open=True)
 nonneg_float = float_range(0)
 #: a fraction in (0, 1] (accuracies, ratios)
 fraction = float_range(0, 1, lo_open=True)
+
+
+#: ``--model`` help: the forms :func:`model_spec` takes
+MODEL_HELP = (f"a built-in model ({', '.join(models.available())}), FILE.py:FUNC (FUNC() returns the nn.Module; "
+              "the file may define example_batch and loss: see studykit.models), torchvision:NAME or "
+              "transformers:MODEL_TYPE[:k=v,...]")
+
+
+def model_spec(text: str) -> str:
+    """An ``argparse`` type: a model name or spec accepted by :func:`studykit.models.check`."""
+    try:
+        return models.check(text)
+    except (ValueError, ImportError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

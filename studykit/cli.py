@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "throttle": ("studykit.measure.throttle", "run measurements on a throttled network (netns + tc)"),
     "verify": ("studykit.perfmodel.verify", "score the performance model against measurements"),
     "notebooks": ("studykit.nbtools.runner", "run every notebook with papermill -> reports/"),
+    "data": ("studykit.nbtools.datacli", "the index of data/ (list, show) and regen [--check] of its generated files"),
 }
 
 

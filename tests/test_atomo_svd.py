@@ -92,11 +92,13 @@ def test_gram_svd_scales_so_huge_and_tiny_matrices_stay_finite():
 
 # ----------------------------------------------------------- the estimate
 @pytest.mark.parametrize("shape", [(8, 6), (6, 8)])
+@pytest.mark.slow
 def test_gram_atomo_is_unbiased_over_many_seeds(shape):
     grad = torch.randn(shape, generator=torch.Generator().manual_seed(3))
     assert_unbiased(C.get("atomo", rank=2, svd="gram"), grad)
 
 
+@pytest.mark.slow
 def test_gram_atomo_is_unbiased_on_an_ill_conditioned_matrix():
     grad = ill_conditioned(8, 6, torch.tensor([1.0, 0.5, 0.1, 1e-2, 1e-3, 1e-5])).float()
     assert_unbiased(C.get("atomo", rank=2, svd="gram"), grad, min_std=0.01)

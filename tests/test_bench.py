@@ -640,15 +640,18 @@ def test_gpu_codecs_script_dry_run_on_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_codecs_script_cut_by_its_deadline_keeps_and_reports_what_it_measured(tmp_path):
-    # each configuration (the copy bandwidth too) takes >= 3 s of timed calls: 6 per run, 2 runs -> >= 36 s,
-    # cut at 30 s, after the first run's copy bandwidth and fp16 (about 10 s with the imports)
-    p = _gpu_codecs(tmp_path, COMPRESSORS="fp16 bf16 signsgd topk natural", MIN_TIME_S="3", BUDGET_S="3",
-                    MIN_REPS="1", TOTAL_S="50", REPORT_S="20")
+    # Margins that hold on a loaded machine: each configuration (the copy bandwidth too) takes >= 2 s of timed
+    # calls, 13 per run and 2 runs -> >= 52 s, so the codecs phase (at most TOTAL_S - REPORT_S = 50 s) is always
+    # cut; the first run's copy bandwidth and fp16 need about 4 s after the imports, which leaves the imports
+    # (and the machine summary's) some 40 s; the report's cap is a cap, not a wait.
+    codecs = "fp16 bf16 signsgd topk natural qsgd terngrad randomk ef_signsgd dgc mstopk powersgd"
+    p = _gpu_codecs(tmp_path, COMPRESSORS=codecs, MIN_TIME_S="2", BUDGET_S="2", MIN_REPS="1", TOTAL_S="140",
+                    REPORT_S="90")
     assert p.returncode == 0, p.stderr
     run = (tmp_path / "RUN.txt").read_text()
     assert "== codecs: rc=124" in run and "deadline" in run and "== report: rc=0" in run
     bench_recs = [r for r in load_records(tmp_path / "codecs.jsonl") if r["kind"] == "bench"]
-    assert 1 <= len(bench_recs) < 10 and all(r["status"] == "ok" for r in bench_recs)
+    assert 1 <= len(bench_recs) < 2 * len(codecs.split()) and all(r["status"] == "ok" for r in bench_recs)
     assert "| fp16 |" in (tmp_path / "codecs.md").read_text()  # the first codec measured is in the report
 
 

@@ -88,7 +88,8 @@ def test_every_path_stamps_every_bucket_in_order(name, inner, overlap, path):
     assert sorted(got["buckets"]) == [0, 1], path
     for b in buckets:
         s = got["buckets"][b.index()]
-        assert s["n_collectives"] == len(plan([p.shape for p in b.parameters()], 1)) >= 1, path
+        flag = sk_ddp.NonFinite.flagged(timer.state.compressor)  # the hook's finiteness flag: one all-reduce more
+        assert s["n_collectives"] == len(plan([p.shape for p in b.parameters()], 1)) + flag >= 1, path
         assert s["bytes"] == b.buffer().numel() * 4
         assert 0 <= s["ready_ms"] <= s["encode_end_ms"] <= s["decode_end_ms"], (path, s)
         assert 0 <= s["comm_ms"] <= s["decode_end_ms"] - s["encode_end_ms"] + 1e-9, (path, s)

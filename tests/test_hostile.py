@@ -93,6 +93,7 @@ def test_genuine_cifar_layout_still_loads_from_folder_and_archive(tmp_path):
     assert a.x_train.shape == (20, 3, 32, 32) and np.array_equal(a.y_test.numpy(), b.y_test.numpy())
 
 
+@pytest.mark.slow
 def test_train_cli_refuses_crafted_cifar_without_traceback(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     root = _cifar_tree(tmp_path / "c", evil="data_batch_1")

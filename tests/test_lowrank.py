@@ -220,6 +220,7 @@ def assert_unbiased(comp, grad: torch.Tensor, n_draws: int = 3000, min_std: floa
     assert ((mean - grad).abs() <= 5 * std / math.sqrt(n_draws) + 1e-6).all()
 
 
+@pytest.mark.slow
 def test_atomo_is_unbiased_over_many_seeds():
     """Mean of N estimates within 5 standard errors of the gradient, entry by entry."""
     grad = torch.randn(8, 6, generator=torch.Generator().manual_seed(3))

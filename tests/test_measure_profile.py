@@ -61,7 +61,7 @@ def test_paper_specs_are_valid():
     (["profile", "--compressors", "nosuch"], "available: "),
     (["profile", "--compressors", "topk:nosuch=1"], "valid: "),
     (["profile", "--compressors", "topk:ratio"], "key=value"),
-    (["profile", "--models", "resnet5"], "invalid choice"),
+    (["profile", "--models", "resnet5"], "unknown model 'resnet5'"),
     (["sweep", "--ops", "broadcast"], "invalid choice"),
     (["sweep", "--sizes", "12Q"], "bad size"),
     (["tcomp", "--batch-sizes", "0"], "must be an integer >= 1"),

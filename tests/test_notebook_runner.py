@@ -185,6 +185,7 @@ def test_readme_table_lists_every_notebook():
                          "params/smoke.yaml`, then paste `python -m studykit notebooks --table`")
 
 
+@pytest.mark.slow
 def test_jupyter_fix_polls_in_steps_and_keeps_timeouts():
     """studykit.nbtools.jupyter_fix: a reply that arrives while get_msg waits is returned within a step, and a
     wait with a timeout still ends in Empty after that timeout."""

@@ -117,6 +117,7 @@ def test_measured_points_and_overlap_from_committed_records(runs):
     assert set(ov["method"]) <= {m[2] for m in figures.FIG5_METHODS}
 
 
+@pytest.mark.slow
 def test_statements_score_every_transcribed_statement():
     st = figures.statements(world_sizes=(8, 96), calibration=CAL)
     src = paper.table("figure_statements")

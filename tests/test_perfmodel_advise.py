@@ -36,6 +36,7 @@ def _settings(name):
 
 
 @pytest.mark.parametrize("name", compressors.available())
+@pytest.mark.slow
 def test_fast_path_matches_plan_for_every_compressor(name, no_disk_cache):
     """The derived payload (one plan() per step of payload.step_key) equals plan() of the compressor as
     ``get`` builds it (error feedback included) at every world size, steps of the wire format included."""
@@ -50,6 +51,7 @@ def test_fast_path_matches_plan_for_every_compressor(name, no_disk_cache):
 
 
 @pytest.mark.parametrize("name", compressors.available())
+@pytest.mark.slow
 def test_fast_path_matches_plan_on_resnet50(name, no_disk_cache):
     """The same on a real model (161 tensors): a partition-invariant compressor is planned on one flat
     tensor of the gradient's size, a layer-wise one on the shapes; both equal plan() of the real shapes."""

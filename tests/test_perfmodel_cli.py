@@ -56,7 +56,7 @@ def test_predict_syncsgd_only_with_overrides(capsys):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["predict", "--model", "resnet10"], "invalid choice: 'resnet10' (choose from"),
+    (["predict", "--model", "resnet10"], "unknown model 'resnet10'; did you mean 'resnet101'? available: "),
     (["predict", "--model", "resnet50", "--compressor", "zip"], "invalid choice: 'zip'"),
     (["predict", "--model", "resnet50", "--compressor", "powersgd", "--param", "rnk=4"], "valid: "),
     (["predict", "--model", "resnet50", "--gpus", "0"], "must be an integer >= 1"),

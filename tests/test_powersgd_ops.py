@@ -109,6 +109,7 @@ def _canary() -> str:
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_outputs_are_bit_identical_to_the_committed_code(name):
     if _canary() != CANARY:
         pytest.skip("this CPU's BLAS rounds the canary product differently from the recording machine: "

@@ -126,6 +126,7 @@ def test_ef_signsgd_is_average_of_scaled_signs_and_keeps_the_error():
 
 
 # ----------------------------------------------------------- unbiasedness
+@pytest.mark.slow
 def test_qsgd_unbiased_on_grid_and_bounded():
     x = probe_vector()
     s, bucket = 4, 16
@@ -137,6 +138,7 @@ def test_qsgd_unbiased_on_grid_and_bounded():
     assert torch.allclose(levels, levels.round(), atol=1e-4) and (levels.abs() <= s + 1e-4).all()
 
 
+@pytest.mark.slow
 def test_qsgd_whole_vector_bucket_and_multiworker_unbiased():
     x = probe_vector(30)
     est = torch.stack([C.simulate("qsgd", [x, x], seed=s, bucket_size=0)[0] for s in range(800)])
@@ -173,6 +175,7 @@ def test_natural_subnormal_and_huge_values_stay_finite():
 
 
 @pytest.mark.parametrize("bits", [2, 4])
+@pytest.mark.slow
 def test_quantize_unbiased(bits):
     x = probe_vector()
     est = estimates_over_seeds("quantize", x, bits=bits)
@@ -180,6 +183,7 @@ def test_quantize_unbiased(bits):
     assert_unbiased(est, x, var_bound=torch.full_like(x, delta**2 / 4))
 
 
+@pytest.mark.slow
 def test_quantize_multiworker_unbiased():
     grads = [probe_vector(), -0.5 * probe_vector(), torch.randn(48, generator=torch.Generator().manual_seed(3))]
     mean = sum(grads) / 3

@@ -142,6 +142,7 @@ def test_randomk_sparse_draws_are_k_distinct_positions(n, ratio):
     assert idx.shape == (k,) and idx.unique().numel() == k and 0 <= int(idx.min()) and int(idx.max()) < n
 
 
+@pytest.mark.slow
 def test_randomk_positions_uniform_over_seeds():
     n, k, runs = 64, 4, 4000
     counts = torch.zeros(n)
@@ -172,6 +173,7 @@ def test_randomk_sends_values_only_by_all_reduce():
     assert [(c.op, c.numel, c.dtype) for c in plan] == [("all_reduce", 15, torch.float32)]
 
 
+@pytest.mark.slow
 def test_randomk_unbiased_in_expectation_over_seeds():
     g = gaussian(20)
     est = torch.stack([C.simulate("randomk", [g], ratio=0.25, unbiased=True, error_feedback=False, seed=s)[0]

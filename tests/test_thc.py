@@ -72,6 +72,7 @@ def test_rotations_pad_little():
 
 # ------------------------------------------------------------------ estimates
 @pytest.mark.parametrize("params", [{}, {"rotation": "partial", "chunk": 16}, {"bits": 2}])
+@pytest.mark.slow
 def test_thc_rounding_unbiased_for_a_fixed_rotation(params):
     """Same seed and step (same rotation), K different ranks (K independent roundings): a random
     rotation would average a biased rounding out, so the rotation is held fixed here."""
@@ -85,6 +86,7 @@ def test_thc_rounding_unbiased_for_a_fixed_rotation(params):
     assert_unbiased(est, x, var_bound=torch.full_like(x, float(delta) ** 2 / 4))
 
 
+@pytest.mark.slow
 def test_thc_unbiased_over_seeds():
     x = probe_vector()
     est = torch.stack([C.get("thc", seed=s).reduce(x) for s in range(SEEDS)])
@@ -92,6 +94,7 @@ def test_thc_unbiased_over_seeds():
     assert_unbiased(est, x, var_bound=torch.full_like(x, float(delta) ** 2 / 4))
 
 
+@pytest.mark.slow
 def test_thc_multiworker_unbiased():
     grads = [probe_vector(), -0.3 * probe_vector(), torch.randn(48, generator=torch.Generator().manual_seed(9))]
     mean = sum(grads) / 3

@@ -23,6 +23,7 @@ def test_mnist1d_generator_matches_the_mnist1d_package():
         np.testing.assert_array_equal(ours[k], theirs[k])
 
 
+@pytest.mark.slow
 def test_mnist1d_dataset_shapes():
     ds = data.load("mnist1d")
     assert ds.x_train.shape == (4000, 1, 40) and ds.x_test.shape == (1000, 1, 40)
@@ -128,6 +129,7 @@ def test_models_for_each_data_set():
 
 
 # --------------------------------------------------------------------------- the text workload
+@pytest.mark.slow
 def test_stdlib_corpus_is_split_by_file_deterministically():
     from studykit.train import text
 

@@ -53,6 +53,7 @@ def test_two_worker_runs_reproduce(two_workers):
     assert [r["level"]["label"] for r in again] == [r["level"]["label"] for r in first]
 
 
+@pytest.mark.slow
 def test_identical_runs_in_process_give_identical_accuracies():
     cfg = TrainConfig(epochs=2, dataset="digits", limit_train=600, batch_size=32, seed=3)
     a = train(cfg, ["quantize:bits=4", "powersgd:rank=1"], world_size=1)
@@ -103,6 +104,7 @@ def test_records_carry_provenance_timing_split_and_levels(two_workers):
     assert [json.loads(x)["epoch"] for x in lines] == list(range(EPOCHS))  # appended one line per epoch
 
 
+@pytest.mark.slow
 def test_cli_in_process_writes_jsonl_and_overwrites(tmp_path, capsys):
     out = tmp_path / "run.jsonl"
     argv = ["train", "--dataset", "digits", "--limit-train", "400", "--epochs", "1", "--methods", "fp16",
@@ -148,6 +150,7 @@ def test_received_bytes_count_every_shard_an_all_gather_brings():
     assert sent == topk.wire_bytes(shapes, 8) and received == 7 * sent  # the (p-1)-fold the old count missed
 
 
+@pytest.mark.slow
 def test_text_runs_profile_without_changing_training_and_resume(tmp_path):
     """The tiny language model on the stdlib: profiled iterations change nothing (the same numbers with
     and without them), a run with ``resume`` skips complete (method, seed) runs, seeds are recorded."""

@@ -137,6 +137,7 @@ def _mean_step(bits, optimizer: str, steps: int = 200):
     return {r: step[ratios == r].mean().item() for r in (0.01, 0.03, 0.5)}
 
 
+@pytest.mark.slow
 def test_adamw_steps_shrink_where_the_gradient_is_below_one_quantization_step():
     """AdamW: a coarser rung moves small-gradient coordinates less (the effective learning rate drops),
     16 bits does not; SGD: the mean step is the uncompressed one at every rung (the codec is unbiased)."""

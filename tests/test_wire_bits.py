@@ -129,6 +129,7 @@ def test_allgather_and_allreduce_give_the_same_numbers(name, params, world_size)
 
 @pytest.mark.parametrize("name,params", [("quantize", {"bits": 2}), ("thc", {"bits": 2})])
 @pytest.mark.parametrize("protocol", ["allgather", "allreduce"])
+@pytest.mark.slow
 def test_unbiased_under_both_protocols(name, params, protocol):
     grads = [torch.randn(200, generator=torch.Generator().manual_seed(r)) for r in range(3)]
     mean = sum(grads) / 3

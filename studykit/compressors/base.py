@@ -43,8 +43,9 @@ class Compressor:
     * ``seed``: base seed of the compressor's randomness (shared randomness such as
       RandomK's indices uses ``seed`` and the step; private randomness such as
       stochastic rounding also mixes in the worker's rank).
-    * ``allow_nonfinite``: by default NaN/Inf gradients raise; ``True`` lets them through
-      (the result is then whatever the arithmetic gives).
+    * ``allow_nonfinite``: by default NaN/Inf gradients raise (a host synchronisation per call);
+      ``True`` lets them through (the result is then whatever the arithmetic gives; see
+      :attr:`keeps_nonfinite`). :mod:`studykit.ddp`'s hook and reducer set it from their ``check_finite``.
     * ``error_feedback``: :func:`studykit.compressors.get` puts a
       :class:`~studykit.compressors.memory.ResidualMemory` in :attr:`memory` (default: the
       class's ``default_error_feedback``); :meth:`reduce` then compensates the gradient before
@@ -57,6 +58,11 @@ class Compressor:
     default_error_feedback: ClassVar[bool] = False
     #: whether the estimate is random (unbiasedness is then tested over seeds)
     stochastic: ClassVar[bool] = False
+    #: whether an inf/NaN in any worker's gradient always leaves an inf/NaN in every worker's estimate
+    #: (``allow_nonfinite=True``): sums, casts, scales and magnitude-ordered selection carry it. False where a
+    #: random or sampled selection may drop it or a factorisation fails on it; :mod:`studykit.ddp` then sends a
+    #: one-element finiteness flag beside the protocol, so that ``torch.amp.GradScaler`` still skips the step
+    keeps_nonfinite: ClassVar[bool] = True
     #: whether the codec's estimate is unbiased in expectation (tested for stochastic ones; with an
     #: error-feedback :attr:`memory` the step's estimate is not, whatever the codec)
     unbiased: ClassVar[bool] = False
@@ -217,9 +223,8 @@ class Compressor:
                 raise self.error(f"tensor {i} is empty (shape {tuple(t.shape)}); gradients must have elements")
         if self.allow_nonfinite or tensors[0].device.type == "meta":
             return
-        # one fused pass and one host sync for all tensors (max |x| is NaN/Inf iff some x is)
-        peaks = torch.stack([m.float() for m in torch._foreach_max(torch._foreach_abs(list(tensors)))])
-        if not bool(torch.isfinite(peaks).all()):
+        peaks = _peaks(tensors)
+        if not bool(torch.isfinite(peaks).all()):  # the host synchronisation
             i = int((~torch.isfinite(peaks)).nonzero()[0])
             raise self.error(f"tensor {i} contains NaN or Inf; pass allow_nonfinite=True to let them through")
 
@@ -259,6 +264,16 @@ class Compressor:
         shapes = _as_shapes(shapes)
         dense = 4 * sum(math.prod(s) for s in shapes)
         return dense / self.wire_bytes(shapes, world_size)
+
+
+def _peaks(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``max |x|`` of each tensor, float32, stacked (NaN/Inf iff the tensor holds one): one fused pass, no sync."""
+    return torch.stack([m.float() for m in torch._foreach_max(torch._foreach_abs(list(tensors)))])
+
+
+def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Whether every element of ``tensors`` is finite, as a 0-dim bool tensor on their device (no host sync)."""
+    return torch.isfinite(_peaks(tensors)).all()
 
 
 def reciprocal(k: int) -> float:

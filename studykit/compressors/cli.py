@@ -5,7 +5,7 @@ import argparse
 import json
 
 from studykit import compressors as C
-from studykit import models
+from studykit import argtypes, models
 
 
 def table(model: str, world_size: int) -> list[dict]:
@@ -24,7 +24,8 @@ def table(model: str, world_size: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studykit compressors", description=__doc__)
-    ap.add_argument("--model", default="resnet50", choices=models.available())
+    ap.add_argument("--model", default="resnet50", type=argtypes.model_spec, metavar="MODEL",
+                    help=f"{argtypes.MODEL_HELP} (default resnet50)")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv[1:] if argv and argv[0] == "compressors" else argv)

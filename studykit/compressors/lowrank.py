@@ -605,6 +605,7 @@ class Atomo(_LowRank):
     """
 
     name = "atomo"
+    keeps_nonfinite = False  # its SVD fails on NaN, its sampling may skip an inf
     family = 'low-rank'
     key_param = 'rank'
     bench_group = 'lowrank'

@@ -393,6 +393,7 @@ class SignSGD(_Signs):
     """
 
     name = "signsgd"
+    keeps_nonfinite = False  # sign(inf) is 1
     family = 'quantization'
     key_param = None
     bench_group = 'elementwise'
@@ -466,6 +467,7 @@ class QSGD(_PrivateRandomness):
     """
 
     name = "qsgd"
+    keeps_nonfinite = False  # its fused GPU kernel may drop a NaN
     family = 'quantization'
     key_param = 'levels'
     bench_group = 'elementwise'

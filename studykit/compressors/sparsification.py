@@ -187,6 +187,7 @@ class RandomK(_Sparse):
     """
 
     name = "randomk"
+    keeps_nonfinite = False  # random indices may skip an inf/NaN
     family = 'sparsification'
     key_param = 'ratio'
     bench_group = 'topk'
@@ -262,6 +263,7 @@ class MSTopK(_GatherSparse):
     """
 
     name = "mstopk"
+    keeps_nonfinite = False  # a sampled threshold may drop an inf/NaN
     stochastic = True  # the fill from the band is random
     family = 'sparsification'
     key_param = 'ratio'
@@ -358,6 +360,7 @@ class DGC(_GatherSparse):
     """
 
     name = "dgc"
+    keeps_nonfinite = False  # a sampled threshold may drop an inf/NaN
     family = 'sparsification'
     key_param = 'ratio'
     bench_group = 'topk'

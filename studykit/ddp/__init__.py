@@ -31,8 +31,18 @@ blocking behaviour: on NCCL every collective then makes the backward pass's stre
 many MB of them, or the iteration's last bucket, are ready, and runs the protocol once over all of them:
 a protocol of small, latency-bound collectives (PowerSGD's P and Q, a few KB per bucket) then pays each
 collective's latency once per group instead of once per bucket, at the price of less overlap.
+
+Mixed precision: inf/NaN gradients pass through without a host synchronisation, as with PyTorch's own hooks,
+so that ``torch.amp.GradScaler`` finds them and skips the step: a bucket that held one on any worker holds
+one in every worker's average. Most protocols carry them by their arithmetic (``Compressor.keeps_nonfinite``);
+for those that may drop them (random or sampled selection, an SVD) the bucket is sent as zeros and a
+one-element flag, all-reduced after the protocol, makes its first element NaN. Error-feedback memory and
+per-bucket state (PowerSGD's warm start) that a non-finite result poisoned are forgotten at the bucket's next
+call (:class:`NonFinite`). ``check_finite=True`` checks every bucket and raises instead: a host synchronisation
+per bucket. ``start_iter=N`` averages the buckets by a plain all-reduce for the first N iterations (counted
+at each iteration's last bucket), then compresses, as PyTorch's PowerSGD hook does (``start_powerSGD_iter``).
 """
-from studykit.ddp.hook import HookState, compressor_hook, register
+from studykit.ddp.hook import HookState, NonFinite, compressor_hook, register
 from studykit.ddp.post import PostBackwardReducer
 
-__all__ = ["HookState", "compressor_hook", "register", "PostBackwardReducer"]
+__all__ = ["HookState", "NonFinite", "compressor_hook", "register", "PostBackwardReducer"]

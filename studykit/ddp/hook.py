@@ -1,5 +1,6 @@
 """The DDP communication hook and its state (the package docstring, :mod:`studykit.ddp`, tells how it works)."""
 import contextlib
+import numbers
 import queue
 import threading
 from typing import Callable, Optional, Sequence, Union
@@ -9,9 +10,10 @@ import torch.distributed as dist
 
 from studykit.comm import COMM_KINDS, Communicator, RecordingComm, make_comm
 from studykit.compressors import Compressor, get
-from studykit.compressors.base import _shares_memory, copy_back, views
+from studykit.compressors.base import _shares_memory, all_finite, copy_back, views
+from studykit.compressors.registry import as_bool
 
-__all__ = ["HookState", "compressor_hook", "register"]
+__all__ = ["HookState", "NonFinite", "compressor_hook", "register"]
 
 
 class HookState:
@@ -19,11 +21,22 @@ class HookState:
     error-feedback memory per bucket), the communicator and traffic counters.
 
     ``comm_kind``: how the protocol's collectives cross workers when no ``comm`` is given, a key of
-    :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server)."""
+    :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server).
+    ``check_finite`` and ``start_iter`` as for :func:`register` (``check_finite`` sets the compressor's
+    ``allow_nonfinite``)."""
 
     def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
-                 overlap: bool = True, comm_kind: str = "collective", coalesce_mb: Optional[float] = None):
-        self.compressor = compressor
+                 overlap: bool = True, comm_kind: str = "collective", coalesce_mb: Optional[float] = None,
+                 check_finite: bool = False, start_iter: int = 0):
+        self.compressor = finite_policy(compressor, check_finite)
+        self.check_finite = not compressor.allow_nonfinite
+        self.start_iter = _check_start_iter(start_iter)
+        #: iterations begun, counted up to ``start_iter`` when DDP hands the hook an iteration's last bucket
+        #: (``bucket.is_last()``, as PyTorch's PowerSGD hook counts)
+        self.iteration = 0
+        #: the plain all-reduce (average) of the first ``start_iter`` iterations
+        self.dense: Optional[Compressor] = get("none", allow_nonfinite=True) if self.start_iter else None
+        self.nonfinite = NonFinite()
         self.comm_kind = _check_kind(comm_kind)
         self.coalesce_bytes = _check_coalesce(coalesce_mb, overlap)
         #: buckets waiting to be coalesced (``coalesce_mb``): (buffer, index, ids, shapes, future, ready event)
@@ -38,6 +51,12 @@ class HookState:
         self.bucket_shapes: dict = {}
         self._worker: Optional[_CommThread] = None
         self._streams: dict = {}
+
+    def active(self) -> Compressor:
+        """The compressor of the current iteration: the plain all-reduce during the first ``start_iter``."""
+        if self.iteration < self.start_iter:
+            return self.dense
+        return finite_policy(self.compressor, self.check_finite)  # also one swapped in since
 
     def worker(self) -> "_CommThread":
         """The communication thread (started on first use)."""
@@ -71,7 +90,105 @@ class HookState:
         d["_worker"] = None
         d["_streams"] = {}
         d["_pending"] = []
+        d["nonfinite"] = NonFinite()  # its notes hold CUDA events
         return d
+
+
+def finite_policy(compressor: Compressor, check_finite: bool) -> Compressor:
+    """``compressor`` set to check every call for inf/NaN and raise (``check_finite=True``: a host
+    synchronisation per call) or to let them through (False); returns it."""
+    compressor.allow_nonfinite = not as_bool(check_finite, "check_finite")
+    return compressor
+
+
+def build(compressor: Union[str, Compressor], params: dict, who: str) -> Compressor:
+    """``get(compressor, **params)`` for ``who`` (register, the reducer: their ``check_finite`` sets
+    ``allow_nonfinite``, which ``params`` may not hold)."""
+    if "allow_nonfinite" in params:
+        raise ValueError(f"{who}: pass check_finite=True (check every bucket, raise on inf/NaN) or False (the "
+                         f"default: let them through) instead of allow_nonfinite")
+    return get(compressor, **params)
+
+
+def _check_start_iter(start_iter) -> int:
+    if isinstance(start_iter, bool) or not isinstance(start_iter, numbers.Integral) or start_iter < 0:
+        raise ValueError(f"start_iter must be an integer >= 0 (iterations of plain all-reduce before the compressor "
+                         f"takes over; 0: compress from the first), got {start_iter!r}")
+    return int(start_iter)
+
+
+class NonFinite:
+    """inf/NaN gradients through a compressor's protocol without a host synchronisation (:mod:`studykit.ddp`
+    says why): what the hook and the post-backward reducer do around ``Compressor.reduce`` for one key.
+
+    * A compressor that may drop inf/NaN (``keeps_nonfinite`` False) gets a bucket holding one as zeros (an
+      SVD fails on NaN); a one-element flag, summed over workers after the protocol, then makes the first
+      element of every result NaN where any worker had one.
+    * A result holding inf/NaN poisons error-feedback memory and warm starts. Whether it did is copied to
+      the host without waiting (CUDA: a pinned tensor and an event); at the key's next call, once that copy
+      has landed, the key's residual and per-key state are forgotten (:func:`forget`), as if new. A flag
+      still in flight is read at a later call: nothing here waits for the device.
+    """
+
+    def __init__(self):
+        #: key -> [(flag, event)]: whether a result under the key held inf/NaN, readable once ``event`` completed
+        self.notes: dict = {}
+
+    @staticmethod
+    def flagged(comp: Compressor) -> bool:
+        """Whether ``comp``'s protocol needs the flag: it lets inf/NaN through and may drop them."""
+        return comp.allow_nonfinite and not comp.keeps_nonfinite
+
+    def before(self, comp: Compressor, key, tensors: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Before the protocol under ``key``: forget what an earlier non-finite result poisoned; for a flagged
+        compressor zero ``tensors`` if they hold inf/NaN, and return the local flag (1.0: they did)."""
+        notes = self.notes.get(key)
+        poisoned = False
+        while notes and (notes[0][1] is None or notes[0][1].query()):  # landed: reading it waits for nothing
+            poisoned |= bool(notes.pop(0)[0])
+        if poisoned:
+            forget(comp, key)
+        if not self.flagged(comp):
+            return None
+        bad = ~all_finite(tensors)
+        for t in tensors:
+            t.masked_fill_(bad, 0.0)
+        return bad.float().reshape(1)
+
+    def after(self, comp: Compressor, key, results: Sequence[torch.Tensor], comm: Communicator,
+              bad: Optional[torch.Tensor]) -> None:
+        """After the protocol: sum ``before``'s flag over workers (one all-reduce of 4 bytes) and make the first
+        element of each of ``results`` NaN where a worker had inf/NaN; note whether the results held inf/NaN
+        (only for a compressor with error-feedback memory or per-key state)."""
+        if bad is not None:
+            bad = comm.all_reduce(bad)[0] > 0
+            for t in results:
+                t[(0,) * t.dim()].masked_fill_(bad, float("nan"))
+        if comp.memory is None and not comp.state:
+            return
+        if bad is None:
+            bad = ~all_finite(results)
+        if bad.is_cuda:
+            host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            host.copy_(bad, non_blocking=True)
+            landed = torch.cuda.Event()
+            landed.record()
+            self.notes.setdefault(key, []).append((host, landed))
+        else:
+            self.notes.setdefault(key, []).append((bad, None))
+
+
+def forget(comp: Compressor, key) -> None:
+    """Drop ``comp``'s error-feedback residual and per-key state (e.g. PowerSGD's warm start) under ``key``:
+    its next call there starts afresh."""
+    if comp.memory is not None:
+        comp.memory.forget(key)
+    _drop_state(comp, key)
+
+
+def _drop_state(comp: Compressor, key) -> None:
+    for k in [k for k in comp.state if k == key or (isinstance(k, tuple) and key in k)]:
+        del comp.state[k]
 
 
 def _check_coalesce(coalesce_mb: Optional[float], overlap: bool) -> Optional[float]:
@@ -132,8 +249,7 @@ def _rekey(comp, key, old_ids: list, new_ids: list, old_shapes: Optional[list] =
     whole) is cut by the old shapes, permuted, and joined again (:meth:`ResidualMemory.permute`)."""
     if comp.memory is not None:
         comp.memory.permute(key, old_ids, new_ids, old_shapes)
-    for k in [k for k in comp.state if k == key or (isinstance(k, tuple) and key in k)]:
-        del comp.state[k]
+    _drop_state(comp, key)
 
 
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -154,14 +270,18 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     ids = [id(p) for p in params]
     shapes = [p.shape for p in params]
     cuda = buf.is_cuda
+    comp = state.active()
+    if state.iteration < state.start_iter and bucket.is_last():
+        state.iteration += 1
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buf.device] if cuda else None)
     if not state.overlap:
-        fut.set_result(_reduce_bucket(state, buf, key, ids, shapes))
+        fut.set_result(_reduce_bucket(state, comp, buf, key, ids, shapes))
         return fut
     comm = state.comm  # built here, in the caller's thread
-    if state.compressor.one_round_allreduce and state.coalesce_bytes is None and hasattr(comm, "all_reduce_async"):
+    if comp.one_round_allreduce and not NonFinite.flagged(comp) and state.coalesce_bytes is None \
+            and hasattr(comm, "all_reduce_async"):
         _track(state, key, ids, shapes)
-        return _reduce_async(state, buf, comm)
+        return _reduce_async(state, comp, buf, comm)
     ready = consumer = None
     if cuda:
         ready = torch.cuda.Event()
@@ -172,7 +292,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         waiting = sum(b.numel() * b.element_size() for b, *_ in state._pending)
         if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
             group, state._pending = state._pending, []
-            state.worker().submit(lambda: _run_group(state, group, comm))
+            state.worker().submit(lambda: _run_group(state, comp, group, comm))
         return fut
 
     def job():
@@ -182,12 +302,12 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
                     side = state.side_stream(buf.device)
                     with torch.cuda.device(buf.device), torch.cuda.stream(side):
                         side.wait_event(ready)
-                        out = _reduce_bucket(state, buf, key, ids, shapes, comm)
+                        out = _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
                         if out.data_ptr() != buf.data_ptr():
                             out.record_stream(consumer)  # DDP reads it on its own stream
                         fut.set_result(out)  # records an event on `side`: DDP's wait() waits for it
                 else:
-                    fut.set_result(_reduce_bucket(state, buf, key, ids, shapes, comm))
+                    fut.set_result(_reduce_bucket(state, comp, buf, key, ids, shapes, comm))
         except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
             fut.set_exception(exc)
 
@@ -195,7 +315,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     return fut
 
 
-def _run_group(state: HookState, group: list, comm) -> None:
+def _run_group(state: HookState, comp: Compressor, group: list, comm) -> None:
     """The protocol once over several buckets (``coalesce_mb``; on the communication thread): their gradients
     as one call of the compressor, under the key ``("group", index, ...)``, then each bucket's future."""
     buf = group[0][0]
@@ -207,7 +327,7 @@ def _run_group(state: HookState, group: list, comm) -> None:
                 on_side.enter_context(torch.cuda.stream(side))
                 for *_, ready in group:
                     side.wait_event(ready)
-            _reduce_group(state, group, comm)
+            _reduce_group(state, comp, group, comm)
             for b, *_, fut, _ in group:
                 fut.set_result(b)  # on CUDA: records an event on `side`, which DDP's wait() waits for
     except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
@@ -215,10 +335,9 @@ def _run_group(state: HookState, group: list, comm) -> None:
             fut.set_exception(exc)
 
 
-def _reduce_group(state: HookState, group: list, comm) -> None:
+def _reduce_group(state: HookState, comp: Compressor, group: list, comm) -> None:
     """The protocol on the buckets of ``group`` together, each result written back into its bucket. A bucket
     whose parameters changed (DDP rebuilt its buckets) drops the group's state (warm start, residual)."""
-    comp = state.compressor
     changed = False
     for b, key, ids, shapes, *_ in group:
         changed |= state.bucket_params.get(key, ids) != ids
@@ -229,8 +348,9 @@ def _reduce_group(state: HookState, group: list, comm) -> None:
                   and set(k[1:]) & {key for _, key, *_ in group}]:
             comp.memory.forget(k)
     rec = RecordingComm(comm)
+    bufs = [b for b, *_ in group]
+    bad = state.nonfinite.before(comp, gkey, bufs)
     if comp.partition_invariant:
-        bufs = [b for b, *_ in group]
         outs = comp.reduce(bufs, rec, key=gkey)
         for b, o in zip(bufs, outs):
             if o.data_ptr() != b.data_ptr():
@@ -238,6 +358,7 @@ def _reduce_group(state: HookState, group: list, comm) -> None:
     else:
         grads = [v for b, _, _, shapes, *_ in group for v in views(b, shapes)]
         copy_back(grads, comp.reduce(grads, rec, key=gkey))
+    state.nonfinite.after(comp, gkey, bufs, rec, bad)
     state.bytes_sent += rec.nbytes
     state.calls += 1
 
@@ -250,11 +371,11 @@ def _track(state: HookState, key: int, ids: list, shapes: list) -> None:
     state.bucket_params[key], state.bucket_shapes[key] = ids, [tuple(s) for s in shapes]
 
 
-def _reduce_async(state: HookState, buf: torch.Tensor, comm) -> torch.futures.Future[torch.Tensor]:
+def _reduce_async(state: HookState, comp: Compressor, buf: torch.Tensor, comm) -> torch.futures.Future[torch.Tensor]:
     """A one-round all-reduce protocol without the thread: encode here, all-reduce every payload
     asynchronously, decode (into ``buf``) in the callback. On CUDA the NaN/Inf check (a host sync, which
     here would stall the backward pass) moves to the callback, on the summed payloads."""
-    comp, cuda = state.compressor, buf.is_cuda
+    cuda = buf.is_cuda
     with torch.no_grad():
         if not cuda:
             comp.check([buf])
@@ -273,12 +394,12 @@ def _reduce_async(state: HookState, buf: torch.Tensor, comm) -> torch.futures.Fu
     return (futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)).then(decode)
 
 
-def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, shapes: list,
+def _reduce_bucket(state: HookState, comp: Compressor, buf: torch.Tensor, key: int, ids: list, shapes: list,
                    comm: Optional[Communicator] = None) -> torch.Tensor:
-    """The protocol on one bucket (every round); returns the average gradient, shaped like ``buf``."""
+    """The protocol of ``comp`` on one bucket (every round); returns the average gradient, shaped like ``buf``."""
     _track(state, key, ids, shapes)
     rec = RecordingComm(comm if comm is not None else state.comm)
-    comp = state.compressor
+    bad = state.nonfinite.before(comp, key, [buf])
     if comp.partition_invariant:
         out = comp.reduce(buf, rec, key=key)
         if out.shape != buf.shape or out.dtype != buf.dtype or not out.is_contiguous():
@@ -288,21 +409,30 @@ def _reduce_bucket(state: HookState, buf: torch.Tensor, key: int, ids: list, sha
         grads = views(buf, shapes)
         copy_back(grads, comp.reduce(grads, rec, key=key))
         out = buf
+    state.nonfinite.after(comp, key, [out], rec, bad)
     state.bytes_sent += rec.nbytes
     state.calls += 1
     return out
 
 
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
-             comm_kind: str = "collective", coalesce_mb: Optional[float] = None, **params) -> HookState:
+             comm_kind: str = "collective", coalesce_mb: Optional[float] = None, check_finite: bool = False,
+             start_iter: int = 0, **params) -> HookState:
     """Register ``compressor`` (a name with params, or an instance) as ``ddp_model``'s comm hook.
 
     ``overlap=False`` runs each bucket's protocol inside the hook, blocking the backward pass;
     ``comm_kind="ps"`` through one parameter server (:class:`HookState`). ``coalesce_mb``: buckets wait
     until at least that many MB of them (or the iteration's last bucket) are ready and run the protocol
     together, as one call of the compressor (0: once per iteration, after the backward pass's last bucket):
-    fewer collectives, each bigger, for protocols whose small payloads are latency-bound (PowerSGD)."""
-    state = HookState(get(compressor, **params), process_group=process_group, overlap=overlap, comm_kind=comm_kind,
-                      coalesce_mb=coalesce_mb)
+    fewer collectives, each bigger, for protocols whose small payloads are latency-bound (PowerSGD).
+
+    inf/NaN gradients pass through by default, as with PyTorch's own hooks: a bucket that held one on any
+    worker holds one in every worker's average, so ``torch.amp.GradScaler`` skips the step (:class:`NonFinite`).
+    ``check_finite=True`` checks every bucket and raises instead, at the cost of a host synchronisation per
+    bucket (the compressor's ``allow_nonfinite``, which ``check_finite`` sets; pass no ``allow_nonfinite``).
+    ``start_iter=N`` runs a plain all-reduce (the average, no compression) for the first N iterations, as
+    PyTorch's PowerSGD hook does with ``start_powerSGD_iter``; iterations are counted at each one's last bucket."""
+    state = HookState(build(compressor, params, "register"), process_group=process_group, overlap=overlap,
+                      comm_kind=comm_kind, coalesce_mb=coalesce_mb, check_finite=check_finite, start_iter=start_iter)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state

@@ -897,7 +897,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--retry-errors", action="store_true",
                     help="measure again the configurations whose records in --out-dir are errors")
     ap.add_argument("--overwrite", action="store_true", help="start the record files afresh (else: resume)")
-    ap.add_argument("--model", default="resnet50", choices=M.available(), help="gradient for the codecs")
+    ap.add_argument("--model", default="resnet50", type=argtypes.model_spec, metavar="MODEL",
+                    help=f"gradient for the codecs: {argtypes.MODEL_HELP}")
     ap.add_argument("--compressors", nargs="*", default=None, metavar="NAME[:k=v,...]",
                     help="codecs to time (default: every registered one)")
     ap.add_argument("--no-codecs", action="store_true", help="skip the codec part")
@@ -911,7 +912,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_policy_args(ap)
     ap.add_argument("--ddp", action="store_true",
                     help="also time DDP iterations (every rank; under torchrun for 2+ GPUs)")
-    ap.add_argument("--ddp-models", nargs="+", default=list(DDP_MODELS), choices=M.available(), metavar="MODEL")
+    ap.add_argument("--ddp-models", nargs="+", default=list(DDP_MODELS), type=argtypes.model_spec, metavar="MODEL",
+                    help=f"models of the DDP part, each {argtypes.MODEL_HELP}")
     ap.add_argument("--ddp-compressors", nargs="*", default=list(DDP_SPECS), metavar="NAME[:k=v,...]",
                     help=f"kit hooks to time (default: {' '.join(DDP_SPECS)}; 'all' for every compressor)")
     ap.add_argument("--ddp-iters", type=argtypes.positive_int, default=20, help="timed DDP iterations per configuration (default 20)")

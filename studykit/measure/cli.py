@@ -75,15 +75,14 @@ def _common(p: argparse.ArgumentParser, cmd: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    models = M.available()
     ap = argparse.ArgumentParser(prog="python -m studykit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
 
     ap.commands = {}  # name -> subparser, so errors print the command's own usage
     p = ap.commands["profile"] = sub.add_parser("profile", help="encode/decode time of compressors on a model's gradient shapes")
-    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], choices=models, metavar="MODEL",
-                   help=f"models whose parameter shapes to use (choices: {', '.join(models)})")
+    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], type=argtypes.model_spec, metavar="MODEL",
+                   help=f"models whose parameter shapes to use, each {argtypes.MODEL_HELP}")
     p.add_argument("--compressors", "--compressor", nargs="+", default=None, metavar="NAME[:k=v,...]",
                    help="compressors with parameters, e.g. powersgd:rank=4 topk:ratio=0.01 (default: all)")
     p.add_argument("--paper", action="store_true",
@@ -124,18 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, "sweep")
 
     p = ap.commands["tcomp"] = sub.add_parser("tcomp", help="forward+backward and backward-only time on one device (T_comp)")
-    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], choices=models, metavar="MODEL",
-                   help=f"models (choices: {', '.join(models)})")
+    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], type=argtypes.model_spec, metavar="MODEL",
+                   help=f"models, each {argtypes.MODEL_HELP}")
     p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
                    help="per-device batch sizes (default: each model's usual one)")
     p.add_argument("--phases", nargs="+", default=["fwd_bwd", "bwd"], choices=["fwd_bwd", "bwd"])
-    p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN, help="BERT sequence length")
+    p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN,
+                   help="tokens per sequence of bert_base and transformers: models")
     p.add_argument("--device", default="auto", help="auto (GPU if any), cpu, cuda, cuda:N")
     _common(p, "tcomp")
 
     p = ap.commands["ddp"] = sub.add_parser("ddp", help="DDP iteration time: syncSGD, compressor hooks, PyTorch's hooks (torchrun)")
-    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], choices=models, metavar="MODEL",
-                   help=f"models (choices: {', '.join(models)})")
+    p.add_argument("--models", "--model", nargs="+", default=["resnet50"], type=argtypes.model_spec, metavar="MODEL",
+                   help=f"models, each {argtypes.MODEL_HELP}")
     p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
                    help="per-worker batch sizes (default: each model's usual one)")
     p.add_argument("--compressors", "--compressor", nargs="*", default=None, metavar="NAME[:k=v,...]",
@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Fig. 4); syncSGD and PyTorch's hooks use DDP's all-reduce and run once")
     p.add_argument("--builtin", nargs="*", default=["torch_fp16", "torch_bf16", "torch_powersgd"],
                    choices=["torch_fp16", "torch_bf16", "torch_powersgd"], help="PyTorch hooks (NCCL only)")
-    p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN, help="BERT sequence length")
+    p.add_argument("--seq-len", type=_positive_int, default=M.BERT_SEQ_LEN,
+                   help="tokens per sequence of bert_base and transformers: models")
     p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"], help="default: nccl on GPUs")
     p.add_argument("--device", default=None, help="default: cuda:LOCAL_RANK with NCCL, cpu with gloo")
     p.add_argument("--timeout-s", type=_positive_float, default=300.0, help="process-group timeout")
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = RecordWriter(out, retry_errors=args.retry_errors)
         n = 0
         for model in args.models:  # default batch size per model unless given
-            n += run_tcomp([model], args.batch_sizes or [M.DEFAULT_BATCH.get(model, 32)], writer, device=device,
+            n += run_tcomp([model], args.batch_sizes or [M.default_batch(model)], writer, device=device,
                            phases=args.phases, seq_len=args.seq_len, verbose=verbose, **_timing(args))
     else:
         from studykit.measure.runtime import finish_dist, init_dist

@@ -38,8 +38,8 @@ backward pass ended (:mod:`studykit.measure.hook_times`), the measured side of
 ``studykit.perfmodel.model.bucket_timeline_s``; ``hook_timeline_table`` there reads them, one row per bucket.
 
 Each configuration starts from a fresh copy of the same initial model with a
-fresh SGD (momentum 0.9) optimizer. Compressors run with ``allow_nonfinite=True``
-(no finite check: it adds a pass and a host synchronisation per call).
+fresh SGD (momentum 0.9) optimizer. The hook and the reducer run as :mod:`studykit.ddp` builds them by
+default: no finite check (it would add a pass and a host synchronisation per bucket), inf/NaN passed through.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
     groups: list[list[_Config]] = [[] for _ in range(5)]
     seen: set[str] = set()
     for model in model_names:
-        for bs in batch_sizes or [M.DEFAULT_BATCH.get(model, 32)]:
+        for bs in batch_sizes or [M.default_batch(model)]:
             sl = M.seq_len_of(model, seq_len)
 
             def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None, hook_overlap=None,
@@ -191,11 +191,11 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
             hook_state, hook = _builtin_hook(cfg.compressor)
             fwd.register_comm_hook(hook_state, hook)
         elif cfg.mode == "hook":
-            comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
+            comp = C.get(cfg.spec.name, **cfg.spec.kwargs)
             state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False, comm_kind=cfg.comm or "collective",
                                     coalesce_mb=cfg.hook_coalesce_mb)
     else:  # post: the plain model and one bucket
-        comp = C.get(cfg.spec.name, allow_nonfinite=True, **cfg.spec.kwargs)
+        comp = C.get(cfg.spec.name, **cfg.spec.kwargs)
         state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None, comm_kind=cfg.comm or "collective")
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     steps = [0]

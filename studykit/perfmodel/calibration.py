@@ -134,11 +134,18 @@ class Calibration:
     path_overhead: list[PathOverhead] = field(default_factory=list)
     world_size: int | None = None  # the world size of the DDP / sweep records (None: not stated)
     network: dict | None = None  # the records' network field (None: a real network)
+    warnings: list[str] = field(default_factory=list)  # what a prediction should not trust (studykit.perfmodel.fit)
 
     SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "gamma_extended", "sync_delta_s", "per_bucket_s",
                "per_tensor_s")
     LISTS = {"t_comp": TComp, "t_encode_decode": TEncodeDecode, "overhead": Overhead, "path_overhead": PathOverhead}
     OPTIONAL_LISTS = ("overhead", "path_overhead")
+    #: the least value of each constant (strict: must be above it); constants absent here may have any sign
+    #: (the overhead O and the path overhead are differences of measured times)
+    MINIMUM = {"alpha_s": (0.0, False), "bandwidth_gbps": (0.0, True), "gamma": (0.0, True),
+               "incast_coeff": (0.0, False), "gamma_extended": (0.0, True), "sync_delta_s": (0.0, False),
+               "per_bucket_s": (0.0, False), "per_tensor_s": (0.0, False), "t_comp": (0.0, True),
+               "t_encode_decode": (0.0, False)}
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict:
@@ -154,21 +161,29 @@ class Calibration:
             d["world_size"] = int(self.world_size)
         if self.network is not None:
             d["network"] = self.network
+        if self.warnings:
+            d["warnings"] = list(self.warnings)
         d["provenance"] = self.provenance
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
-        known = {"name", "description", "provenance", "world_size", "network", *cls.SCALARS, *cls.LISTS}
+        """The calibration of ``d`` (as :meth:`to_dict` writes it), checked: required fields present, types
+        right, values finite and positive where the model needs them; ValueError naming the field."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a calibration must be a JSON object, got {type(d).__name__}")
+        known = {"name", "description", "provenance", "world_size", "network", "warnings", *cls.SCALARS, *cls.LISTS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"calibration has unknown key(s) {unknown}; valid: {sorted(known)}")
         if "name" not in d:
-            raise ValueError("calibration has no 'name'")
+            raise ValueError("calibration has no field 'name' (required)")
+        _check(cls, d)
         kw = {k: Constant.from_dict(d[k]) for k in cls.SCALARS if d.get(k) is not None}
         lists = {k: [kind.from_dict(c) for c in d.get(k, [])] for k, kind in cls.LISTS.items()}
         return cls(name=d["name"], description=d.get("description", ""), provenance=d.get("provenance", {}),
-                   world_size=d.get("world_size"), network=d.get("network"), **lists, **kw)
+                   world_size=d.get("world_size"), network=d.get("network"), warnings=list(d.get("warnings", [])),
+                   **lists, **kw)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -178,10 +193,19 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibration":
+        """The calibration saved at ``path``; ValueError naming the file and the field when it is not valid
+        JSON or a field is missing, of the wrong type or out of range (:meth:`from_dict`)."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"calibration file {path} not found")
-        return cls.from_dict(json.loads(path.read_text()))
+        try:
+            d = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"calibration file {path}: not valid JSON ({exc})") from None
+        try:
+            return cls.from_dict(d)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"calibration file {path}: {exc}") from None
 
     def to_frame(self):
         """Every constant as one row of a pandas DataFrame (for tables and plots)."""
@@ -297,6 +321,74 @@ class Calibration:
                     seen.add(key)
                     out.append((e.compressor, normalize_params(e.params)))
         return out
+
+
+def _number(where: str, v, minimum: float | None = None, strict: bool = False, *, nan: bool = False) -> None:
+    """ValueError unless ``v`` is a finite number (NaN too with ``nan``) above ``minimum`` (or at it, unless
+    ``strict``)."""
+    bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"field {where!r} must be a number{bound}, got {v!r}")
+    if nan and math.isnan(v):
+        return
+    if not math.isfinite(v) or (minimum is not None and (v <= minimum if strict else v < minimum)):
+        raise ValueError(f"field {where!r} must be a number{bound}, got {v!r}")
+
+
+def _integer(where: str, v, minimum: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"field {where!r} must be an integer >= {minimum} or null, got {v!r}")
+
+
+def _check_constant(where: str, c, minimum: tuple[float, bool] | None) -> None:
+    """The checks of one constant's fields (``where`` names it: ``gamma``, ``t_comp[1]``)."""
+    if not isinstance(c, dict):
+        raise ValueError(f"field {where!r} must be an object with value, unit and source, got {c!r}")
+    for k in ("value", "unit", "source"):
+        if k not in c:
+            raise ValueError(f"field {where!r} lacks required field {k!r}")
+    lo, strict = minimum if minimum is not None else (None, False)
+    _number(f"{where}.value", c["value"], lo, strict)
+    for k in ("unit", "source", "note", "model", "compressor", "mode"):
+        if k in c and not isinstance(c[k], str):
+            raise ValueError(f"field {where + '.' + k!r} must be a string, got {c[k]!r}")
+    for k in ("low", "high", "per_worker_s"):
+        if c.get(k) is not None:
+            _number(f"{where}.{k}", c[k])
+    if c.get("low") is not None and c.get("high") is not None and c["low"] > c["high"]:
+        raise ValueError(f"field {where + '.low'!r} {c['low']:g} is above {where + '.high'!r} {c['high']:g}")
+    if c.get("r2") is not None:
+        _number(f"{where}.r2", c["r2"], nan=True)
+    if c.get("n") is not None:
+        _integer(f"{where}.n", c["n"], 0)
+    if c.get("batch_size") is not None:
+        _integer(f"{where}.batch_size", c["batch_size"], 1)
+    if "params" in c and not isinstance(c["params"], dict):
+        raise ValueError(f"field {where + '.params'!r} must be an object, got {c['params']!r}")
+
+
+def _check(cls, d: dict) -> None:
+    """The checks of :meth:`Calibration.from_dict` (ValueError naming the first field that fails)."""
+    if not isinstance(d["name"], str) or not d["name"]:
+        raise ValueError(f"field 'name' must be a non-empty string, got {d['name']!r}")
+    for k, typ, what in (("description", str, "a string"), ("provenance", dict, "an object"),
+                         ("network", dict, "an object or null"), ("warnings", list, "a list of strings")):
+        if d.get(k) is not None and not isinstance(d[k], typ):
+            raise ValueError(f"field {k!r} must be {what}, got {d[k]!r}")
+    if any(not isinstance(w, str) for w in d.get("warnings") or []):
+        raise ValueError("field 'warnings' must be a list of strings")
+    if d.get("world_size") is not None:
+        _integer("world_size", d["world_size"], 1)
+    for k in cls.SCALARS:
+        if d.get(k) is not None:
+            _check_constant(k, d[k], cls.MINIMUM.get(k))
+    for k in cls.LISTS:
+        if k not in d:
+            continue
+        if not isinstance(d[k], list):
+            raise ValueError(f"field {k!r} must be a list of constants, got {type(d[k]).__name__}")
+        for i, c in enumerate(d[k]):
+            _check_constant(f"{k}[{i}]", c, cls.MINIMUM.get(k))
 
 
 def _match(cands: list[TEncodeDecode], q: dict, compressor: str | None = None):

@@ -39,7 +39,8 @@ _positive_float = argtypes.positive_float  # finite and > 0
 
 def _setting_args(ap: argparse.ArgumentParser, bandwidth_default: str) -> None:
     """The setting both predict and advise ask about: model, batch, world sizes, bandwidths."""
-    ap.add_argument("--model", required=True, choices=models.available(), help="model whose gradients are sent")
+    ap.add_argument("--model", required=True, type=argtypes.model_spec, metavar="MODEL",
+                    help=f"model whose gradients are sent: {argtypes.MODEL_HELP}")
     ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
     ap.add_argument("--gpus", type=_positive_int, nargs="+", default=None,
                     help=f"world sizes (default: the calibration's world size, else {DEFAULT_GPUS})")
@@ -78,7 +79,16 @@ def fit_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m studykit fit",
                                  description="Fit a calibration (alpha, BW, gamma, T_comp, T_encode_decode) "
                                              "from measurement records.")
-    ap.add_argument("records", nargs="+", help="JSON Lines record files or folders")
+    ap.add_argument("records", nargs="*", help="JSON Lines record files or folders (every constant from them)")
+    ap.add_argument("--compute-from", action="append", default=[], metavar="RECORDS",
+                    help="a composed calibration: T_comp, T_encode_decode, the overhead O and gamma from bucket stamps "
+                         "from these records (one GPU: tcomp, profile; repeatable); needs --network-from")
+    ap.add_argument("--network-from", action="append", default=[], metavar="RECORDS",
+                    help="a composed calibration: alpha, BW, incast (and gamma from DDP iterations) from these records "
+                         "(a sweep on your cluster; repeatable); needs --compute-from")
+    ap.add_argument("--allow-mixed", action="store_true",
+                    help="pool compute records of different machines (GPU names or hosts) instead of refusing; "
+                         "said in the calibration's warnings")
     ap.add_argument("--out", required=True, help="calibration JSON to write (not inside the committed data/ "
                                                   "unless --overwrite-committed)")
     ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", dest="overwrite_committed",
@@ -99,9 +109,12 @@ def fit_parser() -> argparse.ArgumentParser:
 
 def advise_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m studykit advise",
-                                 description="Rank syncSGD, the fp16 baseline and every compressor (main parameter "
-                                             "swept) by predicted iteration time, with intervals from the "
-                                             "calibration, the model's error and the kit's accuracy evidence.")
+                                 description="Which way of synchronizing gradients is fastest? A verdict per world "
+                                             "size and bandwidth, then syncSGD, the fp16 baseline and every "
+                                             "compressor (main parameter swept) ranked by predicted iteration time, "
+                                             "with speed-ups over both baselines, crossover bandwidths, intervals "
+                                             "from the calibration, the model's error and the kit's accuracy "
+                                             "evidence.")
     _setting_args(ap, "the calibration's, with its interval")
     ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
                     help=f"calibration JSON (default: the paper's V100 inputs, "
@@ -109,7 +122,8 @@ def advise_parser() -> argparse.ArgumentParser:
     ap.add_argument("--compressors", nargs="+", default=None, metavar="NAME",
                     help="compressors to rank (default: every registered one); syncSGD and fp16 always")
     ap.add_argument("--mode", choices=["post", "hook"], default="post",
-                    help="compression after the backward pass (App. B, default) or as a DDP hook")
+                    help="compression after the backward pass (App. B, default) or as a DDP hook (per DDP bucket on "
+                         "the per-bucket timeline; fp16 / bf16 hooks priced as the fp16 baseline in their dtype)")
     ap.add_argument("--terms", "--options", dest="terms", choices=["default", "paper", "extended"], default="default",
                     help="model terms, as for predict")
     ap.add_argument("--model-error", type=argtypes.float_range(0, 1, hi_open=True), default=None,
@@ -120,8 +134,11 @@ def advise_parser() -> argparse.ArgumentParser:
     ap.add_argument("--t-comp-ms", type=_positive_float, default=None, help="override T_comp (ms)")
     ap.add_argument("--alpha-s", type=argtypes.nonneg_float, default=None, help="override alpha (s per ring step)")
     ap.add_argument("--gamma", type=_positive_float, default=None, help="override gamma")
+    ap.add_argument("--compute-speedup", type=_positive_float, default=1.0,
+                    help="divide T_comp and T_encode_decode (a faster GPU; default 1), as for predict")
     ap.add_argument("--bucket-mb", type=_positive_float, default=25.0, help="DDP bucket size, MiB (default 25)")
-    ap.add_argument("--top", type=_positive_int, default=None, help="show the first N of each ranking")
+    ap.add_argument("--top", type=_positive_int, default=None,
+                    help="show the first N compressors of each ranking (both baselines are always shown)")
     ap.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
     return ap
 
@@ -150,7 +167,8 @@ def run_advise(argv: list[str]) -> int:
         adv = adv_mod.advise(cal, a.model, a.batch_size, gpus, a.bandwidth_gbps, candidate_list=cands,
                              options=TERMS[a.terms], mode=a.mode, model_error=a.model_error,
                              t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3, alpha_s=a.alpha_s,
-                             gamma=a.gamma, bucket_bytes=a.bucket_mb * MIB, platform=a.platform)
+                             gamma=a.gamma, compute_speedup=a.compute_speedup, bucket_bytes=a.bucket_mb * MIB,
+                             platform=a.platform)
     except (adv_mod.AdviseError, compressors.CompressorError) as exc:
         ap.error(str(exc))
     if a.json:
@@ -163,35 +181,9 @@ def run_advise(argv: list[str]) -> int:
 
 
 def format_advice(adv, top: int | None = None) -> str:
-    """The human-readable tables of ``advise``: one per (world size, bandwidth)."""
-    i = adv.inputs
-    errs = sorted({(c.kind != "compressor", float(e)) for c, e in zip(adv.candidates, adv.error)})
-    lines = [f"{i['model']}, batch {i['batch_size']} per GPU, calibration {i['calibration']!r}, compressors "
-             f"{'after the backward pass' if i['mode'] == 'post' else 'as DDP hooks'}",
-             f"time: predicted iteration time (ms) = overhead O + T_obs; O: {i.get('overhead')}",
-             "interval: the model at both ends of every calibrated interval"
-             + (f" (taken as exact: {', '.join(adv.exact_constants)})" if adv.exact_constants else ""),
-             f"'~' : within the model's error of the fastest ({i['model_error']}: "
-             + ", ".join(f"{'syncSGD/fp16' if s else 'compressors'} {100 * e:.1f} %" for s, e in errs) + ")",
-             "accuracy: time-to-accuracy runs in data/training/ (the kit's small tasks, not this model)"]
-    w = max(len(c.label) for c in adv.candidates)
-    for b in adv.bandwidths_gbps:
-        for p in adv.world_sizes:
-            rows = adv.ranking(int(p), float(b))
-            lines += ["", f"{int(p)} GPUs, {b:g} Gbit/s",
-                      f"{'rank':>4}  {'candidate':<{w}}  {'ms':>9}  {'interval ms':>19}     accuracy evidence"]
-            for r in rows[:top]:
-                lines.append(f"{r['rank']:>4}  {r['candidate']:<{w}}  {r['iteration_ms']:>9.1f}  "
-                             f"[{r['low_ms']:>8.1f}, {r['high_ms']:>8.1f}]  {'~' if r['within_error_of_best'] else ' '}  "
-                             f"{r['accuracy_evidence']}")
-    if adv.unranked:
-        no_ted = [k for k, v in adv.unranked.items() if "no T_encode_decode" in v]
-        lines += ["", "not ranked:"]
-        if no_ted:
-            lines.append(f"  {', '.join(no_ted)}: calibration {i['calibration']!r} has no T_encode_decode of these "
-                         f"on {i['model']}; measure them (python -m studykit profile) and fit a calibration")
-        lines += [f"  {k}: {v}" for k, v in adv.unranked.items() if k not in no_ted]
-    return "\n".join(lines)
+    """What ``advise`` prints (:meth:`studykit.perfmodel.advise.Advice.format`): the verdicts, the legend, then one
+    table per (world size, bandwidth) with the first ``top`` compressors and both baselines."""
+    return adv.format(top)
 
 
 def run_predict(argv: list[str]) -> int:
@@ -300,14 +292,24 @@ def run_fit(argv: list[str]) -> int:
 
     ap = fit_parser()
     a = ap.parse_args(argv)
+    composed = bool(a.compute_from or a.network_from)
+    if composed and a.records:
+        ap.error("give RECORDS (every constant from them) or --compute-from and --network-from, not both")
+    if composed and not (a.compute_from and a.network_from):
+        ap.error("a composed calibration needs both --compute-from (one GPU: tcomp, profile) and --network-from "
+                 "(a sweep on the cluster)")
+    if not composed and not a.records:
+        ap.error("no records: give record files or folders, or --compute-from and --network-from")
     try:
         out_path = paths.check_writable_output(a.out, a.overwrite_committed, file=True)
     except paths.OutputError as exc:
         ap.error(str(exc))
     try:
-        df = fit.load_records(*a.records)
+        df = fit.load_records(*(a.compute_from or a.records))
+        net_df = fit.load_records(*a.network_from) if composed else None
         cal = fit.fit_calibration(df, a.name or Path(a.out).stem, stat=a.stat, n_boot=a.bootstrap, seed=a.seed,
-                                  strict=not a.lenient, network=a.network)
+                                  strict=not a.lenient, network=a.network, network_records=net_df,
+                                  allow_mixed=a.allow_mixed)
     except (FileNotFoundError, ValueError) as exc:
         print(f"python -m studykit fit: error: {exc}", file=sys.stderr)
         return 2
@@ -319,15 +321,24 @@ def run_fit(argv: list[str]) -> int:
     summary["world_size"] = cal.world_size
     summary["network"] = cal.network
     summary["not_fitted"] = cal.provenance.get("not_fitted", {})
-    rep = df.attrs.get("report")
-    if rep is not None:  # what the one record reader read, skipped and merged
-        summary["records_read"] = {"summary": rep.summary(), "files": len(rep.files), "records": rep.records,
-                                   "damaged_lines": [f"{f}:{i}: {why}" for f, i, why in rep.damaged],
-                                   "duplicates_dropped": rep.n_duplicates, "superseded": rep.superseded,
-                                   "unversioned": rep.unversioned}
+    summary["warnings"] = cal.warnings
+    reports = {"records_read": df.attrs.get("report")}
+    if composed:
+        reports = {"records_read": reports["records_read"], "network_records_read": net_df.attrs.get("report")}
+    for key, rep in reports.items():
+        if rep is not None:  # what the one record reader read, skipped and merged
+            summary[key] = {"summary": rep.summary(), "files": len(rep.files), "records": rep.records,
+                            "damaged_lines": [f"{f}:{i}: {why}" for f, i, why in rep.damaged],
+                            "duplicates_dropped": rep.n_duplicates, "superseded": rep.superseded,
+                            "unversioned": rep.unversioned}
     for k, why in summary["not_fitted"].items():
         print(f"python -m studykit fit: note: {k} {why}" if why.startswith("not fitted")
               else f"python -m studykit fit: note: {k} not fitted: {why}", file=sys.stderr)
+    if cal.warnings:  # loud: a calibration a prediction should not trust as it is
+        bar = "!" * 78
+        print("\n".join([bar, f"python -m studykit fit: WARNING: {len(cal.warnings)} problem(s) with this calibration "
+                                "(also saved in its 'warnings'):"]
+                         + [f"  ! {w}" for w in cal.warnings] + [bar]), file=sys.stderr)
     summary["written"] = str(path)
     print(json.dumps(summary, indent=2))
     return 0

@@ -9,15 +9,21 @@ from timing records (JSON Lines, :mod:`studykit.measure.records`) instead:
   Per world size, ``T = a(p) + b / BW_eff(p)`` is fitted too (the plot's lines).
 * **incast** (beyond the paper): all-gather times against App. B's ring all-gather
   with the fitted alpha and BW: ``T - (p-1) alpha = (1 + c) (p-1) b / BW``.
-* **gamma** (Sec. 4.1): DDP iteration times vs single-GPU backward time ``T_comp``:
-  for records where the model says the backward pass (not communication) bounds the
-  overlap, ``gamma = (T_ddp - overhead - T_comm(b_last)) / T_comp``.
+* **gamma** (Sec. 4.1): measured as App. C measures it where the records hold DDP's bucket-ready
+  stamps (``ddp --bucket-times``): the last bucket's device ready time over ``T_comp``
+  (:func:`fit_gamma_from_stamps`). Otherwise from DDP iteration times vs ``T_comp``, only for
+  records whose predicted communication is at most :data:`COMPUTE_BOUND_COMM_FRACTION` of
+  ``T_comp``: ``gamma = (T_ddp - overhead - T_comm(b_last)) / T_comp``. Where neither
+  determines it, gamma is 1 with a note.
 * **T_comp**, **T_encode_decode**: profiles (median), per model and batch size, per
   compressor, parameters and model (linear in world size when profiled at several).
 
 Every constant carries a bootstrap interval (2.5-97.5 %; resampling records, or a
 single record's raw iteration times) and an R^2. Data that cannot determine a
-constant raise :class:`ValueError` naming what is missing.
+constant raise :class:`ValueError` naming what is missing. Constants a prediction should
+not trust (a bandwidth above the link's rate, a low R^2, a wide interval) are named in the
+calibration's ``warnings``. A calibration can be composed: the single-device constants from
+one set of records (one GPU), the network's from another (a sweep on the cluster).
 
 Records may use the measurement module's schema (``kind`` = sweep / profile / tcomp
 / ddp with ``op`` / ``phase`` / ``mode``, ``status``) or the short kinds
@@ -46,7 +52,9 @@ __all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incas
            "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
            "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_path_overheads",
            "fit_overhead",
-           "select_network", "parse_network", "fit_sync_calibration", "sync_rows", "NETWORK_SOURCES", "GAMMA_GRID", "fit_sync_terms_curve", "fit_network_from_probe", "eq1_bandwidth_from_busbw"]
+           "select_network", "parse_network", "fit_sync_calibration", "sync_rows", "NETWORK_SOURCES", "GAMMA_GRID", "fit_sync_terms_curve", "fit_network_from_probe", "eq1_bandwidth_from_busbw",
+           "COMPUTE_BOUND_COMM_FRACTION", "GammaUndetermined", "fit_gamma_from_stamps", "COMPUTE_KINDS", "compute_side",
+           "check_one_machine", "bandwidth_warnings", "quality_warnings", "PROBE_KINDS"]
 
 KINDS = ("allreduce", "allgather", "ps", "encode_decode", "tcomp", "ddp")
 STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
@@ -413,6 +421,22 @@ def fit_encode_decode(records: pd.DataFrame, *, stat: str = "ms_median", n_boot:
 
 
 # ---------------------------------------------------------------- gamma
+#: a DDP record gives gamma from its iteration time only when the model's communication (the overlapped buckets
+#: and the last one, which is never hidden) is at most this fraction of T_comp. Why so wide a margin: whatever the
+#: communication model misses is charged to gamma, and a margin against the *measured* time cannot see that miss
+#: (the more communication the model misses, the more compute-bound the record looks). On a shaped link the miss
+#: is large: a tc tbf token bucket lets the sweep's small messages through faster than the rate, so Eq. 1's
+#: bandwidth comes out above the link's, and DDP's buckets pay costs Eq. 1 does not price. At 0.5 the overlapped
+#: buckets stay hidden (gamma >= 1) even if communication takes twice what the model predicts, and a miss of
+#: x % of the communication moves gamma by at most x/2 %; records closer to the crossover are left to the
+#: bucket stamps.
+COMPUTE_BOUND_COMM_FRACTION = 0.5
+
+
+class GammaUndetermined(ValueError):
+    """The records cannot determine gamma: every DDP record is communication-bound (the backward pass is hidden)."""
+
+
 def sync_rows(ddp: pd.DataFrame, stat: str, alpha_s: float, bandwidth_gbps: float, t_comp: dict, *,
               options: ModelOptions | None = None, incast_coeff: float = 0.0) -> list[dict]:
     """One dict per syncSGD DDP record at world size >= 2 with the model's own communication terms:
@@ -498,7 +522,8 @@ def _sync_estimate_rows(recs, tc, groups, stat, rng=None, idx=None) -> list[dict
 
 
 def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t_comp: list[TComp] | None = None,
-              stat: str = "ms_median", n_boot: int = 200, seed: int = 0, margin: float = 0.05) -> Constant:
+              stat: str = "ms_median", n_boot: int = 200, seed: int = 0, margin: float = 0.05,
+              comm_fraction: float | None = COMPUTE_BOUND_COMM_FRACTION) -> Constant:
     """gamma (Sec. 4.1) from DDP (syncSGD) iteration times and single-GPU backward times.
 
     For each DDP record at world size >= 2 the part of the iteration that is backward
@@ -508,10 +533,13 @@ def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t
     (``T_fwd_bwd - T_comp``), else 0 (records then time backward + sync only).
     The communication terms are the model's own (:func:`sync_rows`: ``predict`` with the paper's
     options). Where the backward pass clearly bounds the overlap
-    (``(1 + margin) (k-1) T_comm(b) <= S - T_comm(b_last)``; the margin keeps noisy
-    communication-bound records out) App. C's rule ``gamma_i = (S - T_comm(b_last)) / T_comp`` applies;
-    gamma is their median (:func:`fit_sync_terms`). R^2 compares ``predict``'s ``S`` at the fitted
-    gamma with the observed over every record.
+    (``(1 + margin) (k-1) T_comm(b) <= S - T_comm(b_last)``, the margin keeping noisy
+    communication-bound records out, and ``(k-1) T_comm(b) + T_comm(b_last) <= comm_fraction * T_comp``
+    (:data:`COMPUTE_BOUND_COMM_FRACTION`; None: the first rule alone), which keeps out records whose
+    communication the model underestimates) App. C's rule ``gamma_i = (S - T_comm(b_last)) / T_comp``
+    applies; gamma is their median (:func:`fit_sync_terms`). R^2 compares ``predict``'s ``S`` at the
+    fitted gamma with the observed over every record. :class:`GammaUndetermined` when no record is
+    compute-bound.
     """
     what = "gamma"
     ddp, tc, groups = _sync_inputs(records, stat, t_comp, what)
@@ -523,13 +551,16 @@ def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t
            "tcomp fwd_bwd" if r["key"] in groups["fwd_bwd"] else "none" for r in recs}
 
     def estimate(rng=None, idx=None) -> SyncTerms:
-        return fit_sync_terms(_sync_estimate_rows(recs, tc, groups, stat, rng, idx), margin=margin)
+        return fit_sync_terms(_sync_estimate_rows(recs, tc, groups, stat, rng, idx), margin=margin,
+                              comm_fraction=comm_fraction)
 
     terms = estimate()
     if "gamma" not in terms.fitted:
-        raise ValueError(f"cannot fit {what}: every DDP record is communication-bound under alpha={alpha_s:.3g} s, "
-                         f"BW={bandwidth_gbps:.3g} Gbit/s (the backward pass is hidden, gamma unobservable); "
-                         "measure at fewer GPUs or a larger batch")
+        bound = "" if comm_fraction is None else f" (predicted communication above {comm_fraction:g} T_comp)"
+        raise GammaUndetermined(
+            f"cannot fit {what}: every DDP record is communication-bound{bound} under alpha={alpha_s:.3g} s, "
+            f"BW={bandwidth_gbps:.3g} Gbit/s (the backward pass is hidden, gamma unobservable); measure DDP's "
+            "bucket-ready stamps (ddp --bucket-times), or at fewer GPUs, a larger batch or a faster link")
     rows = _sync_estimate_rows(recs, tc, groups, stat)
     pred = _predicted_s(recs, tc, Hardware(bandwidth_gbps=bandwidth_gbps, alpha_s=alpha_s, gamma=terms.gamma), opts)
     rng = np.random.default_rng(seed)
@@ -539,7 +570,8 @@ def fit_gamma(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *, t
         boot.append(t.gamma if "gamma" in t.fitted else float("nan"))
     lo, hi = _interval(boot)
     hows = ",".join(sorted(set(how.values())))
-    return Constant(terms.gamma, "ratio", f"{terms.n_used} compute-bound DDP records ({stat}) of {len(recs)}; "
+    rule = "" if comm_fraction is None else f" (predicted communication <= {comm_fraction:g} T_comp)"
+    return Constant(terms.gamma, "ratio", f"{terms.n_used} compute-bound DDP records{rule} ({stat}) of {len(recs)}; "
                     f"non-backward overhead from: {hows}; bootstrap resamples records and iterations",
                     low=lo, high=hi, r2=_r2([r["s"] for r in rows], pred), n=terms.n_used)
 
@@ -554,12 +586,14 @@ _SYNC_TERM = {"gamma_extended": "gamma", "sync_delta_s": "delta", "per_bucket_s"
 def fit_sync_calibration(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: float, *,
                          t_comp: list[TComp] | None = None, incast_coeff: float = 0.0,
                          options: ModelOptions | None = None, stat: str = "ms_median", n_boot: int = 200,
-                         seed: int = 0) -> tuple[dict[str, Constant], dict[str, str]]:
+                         seed: int = 0, comm_fraction: float | None = COMPUTE_BOUND_COMM_FRACTION,
+                         ) -> tuple[dict[str, Constant], dict[str, str]]:
     """The extended model's syncSGD constants (beyond the paper; ``options`` default
     :meth:`ModelOptions.extended` with Eq. 1 collectives, as ``predict --calibration X --terms extended``
     prices them): gamma fitted jointly with ``delta`` (per iteration), ``c_b`` (per extra DDP bucket)
     and, with ``options.per_tensor``, ``c_t`` (per parameter tensor) by :func:`fit_sync_terms` on the
-    model's own communication terms (:func:`sync_rows`). Returns ``({field: Constant}, {field: why not
+    model's own communication terms (:func:`sync_rows`), compute-bound records only (``comm_fraction``, as
+    :func:`fit_gamma`). Returns ``({field: Constant}, {field: why not
     fitted})``: each constant with its bootstrap interval (records and iterations resampled) and the
     records it came from; a term the records cannot determine is named with the reason."""
     what = "the extended syncSGD terms"
@@ -571,7 +605,7 @@ def fit_sync_calibration(records: pd.DataFrame, alpha_s: float, bandwidth_gbps: 
 
     def estimate(rng=None, idx=None) -> SyncTerms:
         return fit_sync_terms(_sync_estimate_rows(recs, tc, groups, stat, rng, idx), extended=True,
-                              per_tensor=opts.per_tensor)
+                              per_tensor=opts.per_tensor, comm_fraction=comm_fraction)
 
     terms = estimate()
     rng = np.random.default_rng(seed)
@@ -619,6 +653,48 @@ def _resample_stat(g: pd.DataFrame, stat: str, rng) -> float:
     return _resample_list(times, stat, rng, float(t[0]))
 
 
+def fit_gamma_from_stamps(records: pd.DataFrame, *, stat: str = "ms_median", n_boot: int = 200,
+                          seed: int = 0) -> Constant | None:
+    """gamma as the paper measures it (Agarwal et al. 2022, https://arxiv.org/abs/2103.00543, App. C: the backward
+    pass's compute under overlap with communication over ``T_comp`` alone) from DDP's bucket-ready stamps
+    (``buckets`` records, ``ddp --bucket-times``, device clock): :meth:`RecordInputs.measured_gamma` of every
+    configuration stamped at world size >= 2 (model, batch, bucket size, world size, link rate); gamma is their
+    median, the interval a bootstrap over configurations. It does not go through the communication model, so a
+    slow link cannot bias it. None without device-clock stamps; ValueError when no stamped configuration has a
+    ``tcomp`` backward record."""
+    df = normalize(records)
+    b = df[df["kind"] == "buckets"]
+    if "world_size" in b.columns:
+        b = b[pd.to_numeric(b["world_size"], errors="coerce") >= 2]
+    if b.empty:
+        return None
+    net = b["network"] if "network" in b.columns else pd.Series([None] * len(b), index=b.index)
+    b = b.assign(rate_gbps=net.map(lambda n: network_of(n)[0]))
+    tc = _tcomp_records(df)
+    tc = tc.assign(phase="bwd", network=tc["network"] if "network" in tc.columns else None)
+    none = pd.DataFrame({c: pd.Series(dtype=object) for c in ("model", "batch_size", "world_size", "mode",
+                                                       "bucket_mb", "phase")})
+    inp = RecordInputs(tc, none, none, none, stat, buckets=b)
+    if not inp.backward_end_ms:
+        return None
+    got = {k: inp.measured_gamma(*k) for k in inp.backward_end_ms}
+    vals = np.asarray([v for v in got.values() if v is not None], dtype=float)
+    if not len(vals):
+        missing = sorted({f"{m} batch {bs}" for (m, bs, *_), v in got.items() if v is None})
+        raise ValueError(f"cannot measure gamma from the bucket stamps: no tcomp bwd record (T_comp) for "
+                         f"{', '.join(missing)}")
+    rng = np.random.default_rng(seed)
+    boot = [float(np.median(vals[rng.integers(0, len(vals), len(vals))])) for _ in range(n_boot)] \
+        if len(vals) >= 2 else []
+    lo, hi = _interval(boot)
+    n_rec = sum(len(inp.backward_end_ms[k]) for k, v in got.items() if v is not None)
+    return Constant(float(np.median(vals)), "ratio",
+                    f"measured from DDP's bucket-ready stamps (App. C): median over {len(vals)} stamped "
+                    f"configuration(s) ({n_rec} buckets record(s)) of the last bucket's device ready time over "
+                    f"T_comp ({stat} of tcomp bwd), {vals.min():.3f}-{vals.max():.3f}; bootstrap over configurations",
+                    low=lo, high=hi, n=len(vals))
+
+
 # ------------------------------------------------------------ calibration
 def default_records() -> Path:
     """The records the calibrate notebook fits by default: committed GPU records
@@ -630,8 +706,10 @@ def default_records() -> Path:
     return paths.MEASUREMENTS / "synthetic" / "demo.jsonl"
 
 
+#: kinds of the link's bandwidth probe (``throttle_probe``: ``python -m studykit throttle``; ``probe``)
+PROBE_KINDS = ("throttle_probe", "probe")
 #: kinds whose times depend on the network (records of other kinds are kept whatever their network)
-_NETWORK_KINDS = ("allreduce", "allgather", "ps", "ddp", "ddp_other")
+_NETWORK_KINDS = ("allreduce", "allgather", "ps", "ddp", "ddp_other", *PROBE_KINDS)
 
 
 def parse_network(text: str) -> dict:
@@ -716,9 +794,137 @@ def fit_overhead(records: pd.DataFrame, t_comp: list[TComp], *, stat: str = "ms_
     return out
 
 
+#: kinds whose constants describe one device, not the network (with DDP records at world size 1, which give the
+#: overhead O): what ``fit --compute-from`` reads; ``--network-from`` gives the rest
+COMPUTE_KINDS = ("tcomp", "encode_decode", "profile_other", "copy_bw", "buckets")
+
+
+def compute_side(df: pd.DataFrame) -> pd.Series:
+    """Per row of a :func:`normalize`-d records frame: a single-device record (:data:`COMPUTE_KINDS`, or a syncSGD
+    DDP record at world size 1)."""
+    ws = pd.to_numeric(df["world_size"], errors="coerce") if "world_size" in df.columns else pd.Series(
+        np.nan, index=df.index)
+    return df["kind"].isin(COMPUTE_KINDS) | ((df["kind"] == "ddp") & (ws == 1))
+
+
+def check_one_machine(df: pd.DataFrame, allow_mixed: bool = False) -> list[str]:
+    """Refuse (ValueError) records of different machines in one fit of the compute constants (``T_comp``,
+    ``T_encode_decode``, the overhead O, gamma): the single-device records (:func:`compute_side`) must share one
+    ``gpu`` and one ``host``, and the syncSGD DDP records that gamma may come from their ``gpu``. With
+    ``allow_mixed`` the same finding is returned as a warning instead."""
+    comp = df[compute_side(df)]
+    sync = df[(df["kind"] == "ddp") & ~compute_side(df)]
+    found = []
+    for col_name, frame in (("gpu", pd.concat([comp, sync])), ("host", comp)):
+        if col_name not in frame.columns:
+            continue
+        frame = frame[frame[col_name].notna()]
+        by = frame.groupby(frame[col_name].astype(str))
+        if by.ngroups > 1:
+            files = {v: sorted({_rel(str(x)) for x in g["source"].dropna()}) if "source" in g.columns else []
+                     for v, g in by}
+            found.append(f"{col_name} " + ", ".join(f"{v!r} ({', '.join(f) or 'records given in memory'})"
+                                                    for v, f in files.items()))
+    if not found:
+        return []
+    text = ("compute constants (T_comp, T_encode_decode, overhead O, gamma) from records of different machines: "
+            + "; ".join(found))
+    if not allow_mixed:
+        raise ValueError(text + "; fit one machine at a time, or pass --allow-mixed (allow_mixed=True) to pool them")
+    return [text + " (pooled: --allow-mixed)"]
+
+
+#: a fitted bandwidth this much above the link's rate (nominal, else probed) is warned about: the probe is one
+#: 64 MiB all-reduce timed a few times, whose run-to-run spread is a few per cent
+BANDWIDTH_TOLERANCE = 0.05
+#: a fitted constant is warned about below this R^2 ...
+MIN_R2 = 0.9
+#: ... or when its interval is wider than this multiple of its value
+MAX_INTERVAL_RATIO = 2.0
+
+
+def _probe_gbps(df: pd.DataFrame, alpha_s: float) -> list[float]:
+    """Eq. 1 bandwidths (Gbit/s, :func:`eq1_bandwidth_from_busbw`) of the link's probes among ``df``'s records of
+    the network (kinds that :func:`select_network` selects): records of :data:`PROBE_KINDS` (``busbw_gbps``,
+    ``nbytes``) and the probe that sweep and DDP records carry (``network.measured_busbw_gbps``,
+    ``measured_probe_bytes``)."""
+    df = df[df["kind"].isin(_NETWORK_KINDS)]
+    found = set()
+    if "busbw_gbps" in df.columns:
+        for r in df[df["kind"].isin(PROBE_KINDS) & df["busbw_gbps"].notna()].to_dict("records"):
+            found.add((float(r["busbw_gbps"]), float(r.get("nbytes") or 64 * MIB), int(r.get("world_size") or 2)))
+    if "network" in df.columns:
+        for n, p in zip(df["network"], df.get("world_size", pd.Series([2] * len(df), index=df.index))):
+            if isinstance(n, dict) and n.get("measured_busbw_gbps") is not None and not _missing(p):
+                found.add((float(n["measured_busbw_gbps"]), float(n.get("measured_probe_bytes") or 64 * MIB),
+                           max(int(p), 2)))
+    out = []
+    for busbw, nbytes, p in sorted(found):
+        try:
+            out.append(eq1_bandwidth_from_busbw(busbw, nbytes, p, alpha_s))
+        except ValueError:
+            out.append(busbw)
+    return out
+
+
+def bandwidth_warnings(cal: Calibration, records: pd.DataFrame) -> list[str]:
+    """A warning when ``cal``'s fitted bandwidth is above the link's rate by more than
+    :data:`BANDWIDTH_TOLERANCE`: the nominal rate of its network (``cal.network["rate_gbps"]``, a shaped link)
+    where stated, else the probed one (the median probe among ``records``, :func:`_probe_gbps`). A bandwidth
+    the link cannot carry makes every communication-bound prediction too fast, and a gamma fitted beside it
+    absorbs the difference."""
+    if cal.bandwidth_gbps is None:
+        return []
+    bw = cal.bandwidth_gbps.value
+    rate = (cal.network or {}).get("rate_gbps")
+    probes = _probe_gbps(records, cal.alpha_s.value if cal.alpha_s is not None else 0.0)
+    probe = float(np.median(probes)) if probes else None
+    limit = rate if rate is not None else probe
+    if limit is None or bw <= limit * (1.0 + BANDWIDTH_TOLERANCE):
+        return []
+    said = ([f"the link's nominal rate {rate:g} Gbit/s"] if rate is not None else []) + (
+        [f"its probed rate {probe:.3g} Gbit/s ({len(probes)} probe(s))"] if probe is not None else [])
+    return [f"bandwidth_gbps {bw:.3g} Gbit/s is above {' and '.join(said)}: the all-reduce sweep overstates the "
+            "link (a shaped link's token bucket lets small messages through faster than its rate), so "
+            "communication-bound predictions will be too fast; predict with --bandwidth-gbps at the link's rate"]
+
+
+def quality_warnings(cal: Calibration) -> list[str]:
+    """A warning per fitted constant of ``cal`` with an R^2 below :data:`MIN_R2` or an interval wider than
+    :data:`MAX_INTERVAL_RATIO` times its value (one per list of constants, naming its entries)."""
+    def bad(c: Constant) -> str:
+        why = []
+        if c.r2 is not None and np.isfinite(c.r2) and c.r2 < MIN_R2:
+            why.append(f"R^2 {c.r2:.2f} < {MIN_R2:g}")
+        if c.low is not None and c.high is not None and c.high - c.low > MAX_INTERVAL_RATIO * abs(c.value):
+            why.append(f"interval [{c.low:.3g}, {c.high:.3g}] wider than {MAX_INTERVAL_RATIO:g}x its value "
+                       f"{c.value:.3g}")
+        return " and ".join(why)
+
+    out = []
+    for name in Calibration.SCALARS:
+        c = getattr(cal, name)
+        if c is not None and bad(c):
+            out.append(f"{name} {c.value:.4g} {c.unit}: {bad(c)}; the records determine it poorly")
+    for name in Calibration.LISTS:
+        entries = getattr(cal, name)
+        flagged = [(c, bad(c)) for c in entries if bad(c)]
+        if flagged:
+            def label(c):
+                who = " ".join(str(x) for x in (getattr(c, "compressor", ""), getattr(c, "model", ""))
+                               if x)
+                bs = getattr(c, "batch_size", None)
+                return f"{who}{f' b{bs}' if bs else ''}{f' {c.mode}' if isinstance(c, PathOverhead) else ''}"
+            shown = "; ".join(f"{label(c)}: {why}" for c, why in flagged[:3])
+            more = f"; and {len(flagged) - 3} more" if len(flagged) > 3 else ""
+            out.append(f"{name}: {len(flagged)} of {len(entries)} entries determined poorly ({shown}{more})")
+    return out
+
+
 def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str = "ms_median", n_boot: int = 200,
                     seed: int = 0, description: str = "", strict: bool = True,
-                    network: str | dict | None = None) -> Calibration:
+                    network: str | dict | None = None, network_records: pd.DataFrame | str | Path | None = None,
+                    allow_mixed: bool = False) -> Calibration:
     """Every constant the records can determine, as a :class:`Calibration`.
 
     Records from more than one network raise unless ``network`` selects one (:func:`select_network`).
@@ -726,14 +932,41 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
     their constant raise (``strict``, the default: a half-usable file should not
     pass silently) or, with ``strict=False``, are left out and their reasons kept
     in ``provenance["not_fitted"]``.
+
+    ``network_records`` (``fit --compute-from records --network-from network_records``): a composed calibration.
+    The single-device constants (``T_comp``, ``T_encode_decode``, the overhead O, gamma from bucket stamps) come
+    from ``records`` (:func:`compute_side`: one GPU, or a fast fabric), everything else (alpha, BW, incast, and
+    gamma and the syncSGD terms from DDP iterations) from ``network_records`` (a sweep on the cluster).
+
+    gamma: from bucket stamps where the records hold them (:func:`fit_gamma_from_stamps`), else from
+    compute-bound DDP iterations (:func:`fit_gamma`), else, where every DDP record is communication-bound, 1 with
+    a note. Records of different machines are refused (:func:`check_one_machine`) unless ``allow_mixed``.
+    ``cal.warnings``: a bandwidth above the link's rate (:func:`bandwidth_warnings`), constants the records
+    determine poorly (:func:`quality_warnings`), machines pooled. ``provenance["constants_from"]``: each
+    constant's record files.
     """
-    raw = load_records(records) if isinstance(records, (str, Path)) else records
-    df, net = select_network(normalize(raw), network)
+    def frame(x):
+        return load_records(x) if isinstance(x, (str, Path)) else x
+
+    df_all = normalize(frame(records))
+    if network_records is not None:
+        other = normalize(frame(network_records))
+        mine, theirs = compute_side(df_all), ~compute_side(other)
+        for side, flag, want, what in ((mine, "records (--compute-from)", df_all, "single-device records (tcomp, "
+                                        "profile, buckets, ddp at world size 1)"),
+                                       (theirs, "network_records (--network-from)", other, "network records (sweep, "
+                                        "probe, ddp at world size >= 2)")):
+            if not side.any():
+                raise ValueError(f"{flag}: no {what}; have kinds {sorted(map(str, set(want['kind'])))}")
+        df_all = pd.concat([df_all[mine], other[theirs]], ignore_index=True)
+    df, net = select_network(df_all, network)
+    pooled = check_one_machine(df, allow_mixed)
     kinds = set(df["kind"])
     cal = Calibration(name=name, description=description or f"fitted by studykit.perfmodel.fit from {len(df)} records")
     fitted: list[str] = []
     failed: dict[str, str] = {}
     notes: dict[str, str] = {}  # constants the records cannot give, whatever the mode (said, never silent)
+    gamma_from = None  # which records gave gamma: "stamps", "ddp", or "ddp_undetermined"
 
     def attempt(label, fn):
         try:
@@ -768,15 +1001,32 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
             df, stat=stat, n_boot=n_boot, seed=seed)) or []
         if cal.t_encode_decode:
             fitted.append("t_encode_decode")
+    if "buckets" in kinds:
+        cal.gamma = attempt("gamma", lambda: fit_gamma_from_stamps(df, stat=stat, n_boot=n_boot, seed=seed))
+        if cal.gamma is not None:
+            fitted.append("gamma")
+            gamma_from = "stamps"
     if "ddp" in kinds and (df[df["kind"] == "ddp"]["world_size"].astype(float) >= 2).any():
         def gamma():
             if cal.alpha_s is None:
                 raise ValueError("cannot fit gamma: DDP records need all-reduce records too (for alpha and BW)")
-            return fit_gamma(df, cal.alpha_s.value, cal.bandwidth_gbps.value, t_comp=cal.t_comp or None,
-                             stat=stat, n_boot=n_boot, seed=seed)
-        cal.gamma = attempt("gamma", gamma)
-        if cal.gamma is not None:
-            fitted.append("gamma")
+            try:
+                return fit_gamma(df, cal.alpha_s.value, cal.bandwidth_gbps.value, t_comp=cal.t_comp or None,
+                                 stat=stat, n_boot=n_boot, seed=seed)
+            except GammaUndetermined as exc:
+                notes["gamma"] = f"not fitted: {str(exc).removeprefix('cannot fit gamma: ')}; gamma = 1 assumed"
+                return Constant(1.0, "ratio", "assumed: the records do not determine gamma", note=(
+                    "not determined: every DDP record is communication-bound, and no bucket stamps; 1 (the backward "
+                    "pass not slowed by the overlap) assumed"))
+        if gamma_from is None:
+            cal.gamma = attempt("gamma", gamma)
+            if cal.gamma is not None:
+                gamma_from = "ddp_undetermined" if "gamma" in notes else "ddp"
+                if gamma_from == "ddp":
+                    fitted.append("gamma")
+        elif cal.alpha_s is None:
+            notes["gamma_extended"] = "not fitted: the DDP records need all-reduce records too (for alpha and BW)"
+        if cal.alpha_s is not None and cal.gamma is not None:
             # the extended model's syncSGD terms, with gamma fitted jointly (what --terms extended uses)
             found, why = fit_sync_calibration(
                 df, cal.alpha_s.value, cal.bandwidth_gbps.value, t_comp=cal.t_comp or None,
@@ -786,7 +1036,7 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
                 setattr(cal, field_name, c)
                 fitted.append(field_name)
             notes.update(why)
-    elif "ddp" in kinds:
+    elif "ddp" in kinds and gamma_from is None:
         # DDP records at world size 1 only: they give the overhead O, never gamma (no synchronization)
         notes["gamma"] = ("not fitted: the DDP records are all at world size 1 (they give the non-backward "
                           "overhead O, not gamma); add syncSGD DDP records at world size >= 2")
@@ -799,6 +1049,14 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
             cal.path_overhead = attempt("path_overhead", lambda: fit_path_overheads(df, cal, stat=stat)) or []
             if cal.path_overhead:
                 fitted.append("path_overhead")
+    if cal.gamma is None and cal.t_comp:
+        # a calibration that predicts iterations (it has T_comp) but whose records cannot give gamma: the backward
+        # pass is taken as not slowed by the overlap, said in the constant and in the notes, never left unknown
+        notes.setdefault("gamma", "not fitted: no bucket stamps (ddp --bucket-times) and no syncSGD DDP records at "
+                                  "world size >= 2; gamma = 1 assumed")
+        cal.gamma = Constant(1.0, "ratio", "assumed: the records do not determine gamma",
+                             note="no bucket stamps or DDP records; 1 (the backward pass not slowed) assumed")
+        gamma_from = gamma_from or "assumed"
     cal.network = net
     ws = pd.to_numeric(df.loc[df["kind"].isin(_NETWORK_KINDS), "world_size"], errors="coerce") \
         if "world_size" in df.columns else pd.Series(dtype=float)
@@ -808,25 +1066,58 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         raise ValueError(f"nothing to fit: records have kinds {sorted(map(str, kinds))}; need one of {list(KINDS)}"
                          + (f"; failures: {failed}" if failed else ""))
     cal.provenance = _provenance(df, stat, n_boot, seed, fitted)
+    cal.provenance["constants_from"] = _constants_from(df, cal, gamma_from)
+    if network_records is not None:
+        cal.provenance["composed"] = ("compute constants (T_comp, T_encode_decode, overhead, gamma from bucket "
+                                      "stamps) from --compute-from, network constants (alpha, BW, incast; gamma and "
+                                      "the syncSGD terms from DDP iterations) from --network-from")
     if failed or notes:
         cal.provenance["not_fitted"] = {**notes, **failed}
+    cal.warnings = pooled + bandwidth_warnings(cal, df) + quality_warnings(cal)
     return cal
+
+
+def _rel(path: str) -> str:
+    """A record file's path relative to the repository where it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(paths.ROOT.resolve()))
+    except ValueError:
+        return path
+
+
+def _constants_from(df: pd.DataFrame, cal: Calibration, gamma_from: str | None) -> dict[str, list[str]]:
+    """Each constant of ``cal`` -> the files of the records it was fitted from (empty: records given in memory)."""
+    kind = df["kind"]
+    ws = pd.to_numeric(df["world_size"], errors="coerce") if "world_size" in df.columns else pd.Series(
+        np.nan, index=df.index)
+    bwd = df.index.isin(_tcomp_records(df).index)
+    sync = (kind == "ddp") & (ws >= 2)
+    allreduce = kind == "allreduce"
+    rows = {"alpha_s": allreduce, "bandwidth_gbps": allreduce, "incast_coeff": allreduce | (kind == "allgather"),
+            "t_comp": bwd, "overhead": (kind == "tcomp") | ((kind == "ddp") & (ws == 1)),
+            "t_encode_decode": kind == "encode_decode",
+            "gamma": ((kind == "buckets") | bwd) if gamma_from == "stamps" else (sync | bwd | allreduce),
+            "path_overhead": kind == "ddp_other"}
+    for name in SYNC_CONSTANTS:
+        rows[name] = sync | bwd | allreduce | (kind == "ddp")
+    out = {}
+    for name, sel in rows.items():
+        got = getattr(cal, name, None)
+        if got is None or (isinstance(got, list) and not got):
+            continue
+        src = df.loc[sel, "source"].dropna() if "source" in df.columns else pd.Series(dtype=object)
+        out[name] = sorted({_rel(str(x)) for x in src})
+    return out
 
 
 def _provenance(df: pd.DataFrame, stat: str, n_boot: int, seed: int, fitted: list[str]) -> dict[str, Any]:
     def uniq(c):
         return sorted({str(v) for v in df[c].dropna()}) if c in df.columns else []
 
-    def rel(path: str) -> str:
-        try:
-            return str(Path(path).resolve().relative_to(paths.ROOT.resolve()))
-        except ValueError:
-            return path
-
     from datetime import datetime, timezone
 
     return {"records": int(len(df)), "kinds": {str(k): int(v) for k, v in df["kind"].value_counts().items()},
-            "sources": sorted({rel(s) for s in uniq("source")}), "gpu": uniq("gpu"), "host": uniq("host"), "torch": uniq("torch"),
+            "sources": sorted({_rel(s) for s in uniq("source")}), "gpu": uniq("gpu"), "host": uniq("host"), "torch": uniq("torch"),
             "nccl": uniq("nccl"), "git_commit": uniq("git_commit"), "record_timestamps": uniq("timestamp")[:1] +
             uniq("timestamp")[-1:], "statistic": stat, "n_boot": n_boot, "seed": seed, "fitted": fitted,
             "fitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -1222,13 +1513,16 @@ PER_TENSOR_MIN_COUNTS = 3
 
 
 def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended: bool = False,
-                   per_tensor: bool = False, margin: float | None = None) -> SyncTerms:
+                   per_tensor: bool = False, margin: float | None = None,
+                   comm_fraction: float | None = None) -> SyncTerms:
     """gamma (Sec. 4.1) and, ``extended``, the synchronization terms from syncSGD iterations.
 
     Each row is one DDP record: ``s`` (measured iteration minus ``O``, s), ``t_comp`` (s),
     ``overlapped_comm`` and ``last_comm`` (s; the model's with gamma 1 and no extra term), ``k``
     (buckets) and ``n_tensors``. Only compute-bound rows count
-    (``(1 + margin) overlapped_comm <= s - last_comm``).
+    (``(1 + margin) overlapped_comm <= s - last_comm``; with ``comm_fraction`` also
+    ``overlapped_comm + last_comm <= comm_fraction * t_comp``, which the communication model's own error
+    cannot satisfy the way it satisfies the first: :data:`COMPUTE_BOUND_COMM_FRACTION`).
 
     * paper (App. C's rule): ``gamma = median((s - last_comm) / t_comp)``;
     * ``extended``: least squares (relative errors, non-negative coefficients) of
@@ -1243,7 +1537,8 @@ def fit_sync_terms(rows: Sequence[dict], n_train: int | None = None, *, extended
 
     n_train = len(rows) if n_train is None else n_train
     m = GAMMA_MARGIN if margin is None else margin
-    cb = [r for r in rows if (1.0 + m) * r["overlapped_comm"] <= r["s"] - r["last_comm"]]
+    cb = [r for r in rows if (1.0 + m) * r["overlapped_comm"] <= r["s"] - r["last_comm"]
+          and (comm_fraction is None or r["overlapped_comm"] + r["last_comm"] <= comm_fraction * r["t_comp"])]
     if not cb:
         return SyncTerms(1.0, how="gamma=1 (no compute-bound calibration record)")
     x = np.asarray([r["t_comp"] for r in cb])

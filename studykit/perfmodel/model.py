@@ -35,7 +35,6 @@ arrays, and a (bandwidth x GPUs) grid is one :func:`predict` call.
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -210,7 +209,7 @@ class Workload:
       explicitly uses a 25 MiB first bucket: pass ``first_bucket_bytes=25 * MIB`` for that.)
     """
 
-    model: str | None = "resnet50"
+    model: str | None = "resnet50"  # a built-in name or a spec (studykit.models: FILE.py:FUNC, torchvision:NAME, ...)
     batch_size: int = 64
     t_comp_s: Any = None  # single-GPU backward pass (s); Agarwal et al. 2022 App. C (an array: a grid, e.g. an interval's ends)
     bucket_bytes: Any = DEFAULT_BUCKET_BYTES
@@ -235,8 +234,8 @@ class Workload:
             raise ValueError(f"Workload.first_bucket_bytes must be > 0, got {self.first_bucket_bytes!r}")
         if self.model is None and self.param_shapes is None:
             raise ValueError("Workload needs a model name or param_shapes")
-        if self.model is not None and self.param_shapes is None and self.model not in models.available():
-            raise ValueError(f"unknown model {self.model!r}; available: {', '.join(models.available())}")
+        if self.model is not None and self.param_shapes is None:
+            models.check(self.model)  # a built-in name or a spec (studykit.models); the error says what is valid
         if self.batch_size < 1:
             raise ValueError(f"Workload.batch_size must be >= 1, got {self.batch_size}")
         if np.any(np.asarray(self.bucket_bytes, dtype=float) <= 0):
@@ -336,9 +335,8 @@ class Workload:
         return 0.0, "unknown: 0 (iteration time = T_obs; fit records with tcomp fwd_bwd or ddp p=1 to know it)"
 
 
-@functools.lru_cache(maxsize=None)
 def _model_shapes(name: str) -> tuple:
-    return tuple(tuple(s) for s in models.param_shapes(name))
+    return tuple(models.param_shapes(name))  # cached there, per spec (a re-registered name is re-read)
 
 
 # ------------------------------------------------------------------ equations

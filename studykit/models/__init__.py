@@ -1,15 +1,41 @@
-"""Parameter shapes of the paper's models, written down without torchvision or weights.
+"""Models by name or spec: the papers' models written down, and the user's own.
 
 Agarwal et al. 2022 studies ResNet-50 (97 MB), ResNet-101 (170 MB) and BERT-base (418 MB)
 (Sec. 3, "Methodology"; the paper's MB are MiB of fp32 parameters); Han et al. 2024
-adds VGG19. The shapes follow torchvision's / transformers' ``named_parameters()``
-order (forward order; DDP buckets them in reverse). Totals are checked in the
-tests against the published parameter counts. ``build`` makes the real module
-when torchvision / transformers are installed (GPU machines), for timing.
+adds VGG19. Their shapes are written down below in torchvision's / transformers'
+``named_parameters()`` order, without torchvision or weights; totals are checked in the
+tests against the published parameter counts. ``build`` makes the real module when
+torchvision / transformers are installed (GPU machines), for timing.
+
+Every function taking a model name (and every ``--model``) also takes a *spec*
+(:mod:`studykit.models.own`):
+
+* ``FILE.py:FUNC``: FILE (a path relative to the current directory) is imported and ``FUNC()``
+  returns the ``torch.nn.Module``. FILE may also define ``example_batch(batch_size, device)``
+  returning ``(inputs, target)`` (only timing needs it; shapes never do) and ``loss(model, batch)``
+  returning a scalar. Without ``loss``, the model is called as ``model(**inputs)`` (a dict),
+  ``model(*inputs)`` (a tuple or list) or ``model(inputs)``; the loss is the cross-entropy of its
+  (first) output tensor if ``target`` is not None, else the output's ``.loss`` if it has one, else
+  the mean square of its first output tensor. ``examples/tiny_mlp.py`` is one to copy;
+* ``torchvision:NAME``: ``torchvision.models.get_model(NAME, weights=None)``; timing batches of
+  3x224x224 images of 1000 classes (the crop size of its published weights where they say one, 299 for Inception v3);
+* ``transformers:MODEL_TYPE[:k=v,...]``: ``AutoModel.from_config(AutoConfig.for_model(MODEL_TYPE, **kv))``,
+  built offline (``transformers:gpt2:n_layer=24,n_embd=1024,n_head=16`` is GPT-2 medium); timing
+  batches of ``seq_len`` token ids; loss: the mean square of ``last_hidden_state``;
+* a name given to :func:`register` (a live module or a zero-argument factory).
+
+A spec's parameter shapes come from its module, built on the meta device (on the CPU if that fails)
+and cached per spec: ``[tuple(p.shape) for p in m.parameters() if p.requires_grad]``, in
+``parameters()`` order (tied parameters once). DDP buckets the gradients in reverse of this order.
 """
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
+
+from studykit.models import own as _own
+from studykit.models.own import SPEC_FORMS, default_loss  # re-exported: part of this API
 
 Shape = tuple[int, ...]
 
@@ -95,15 +121,29 @@ _SHAPES = {
 
 
 def available() -> list[str]:
-    """Model names known to :func:`param_shapes`."""
+    """Built-in model names (besides them, every function here takes a spec of :data:`SPEC_FORMS`)."""
     return sorted(_SHAPES)
 
 
+def _builtin(name) -> bool:
+    """Whether ``name`` is a built-in name (else a spec); ValueError if it is no string at all."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a model must be a non-empty string, got {name!r}; {_own.valid(None, available())}")
+    return name in _SHAPES
+
+
+def _resolve(spec: str) -> _own.Own:
+    return _own.resolve(spec, available())
+
+
 def param_shapes(name: str) -> list[Shape]:
-    """Parameter shapes of ``name`` in forward order."""
-    if name not in _SHAPES:
-        raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
-    return _SHAPES[name]()
+    """Parameter shapes of a model name or spec in ``parameters()`` (forward) order."""
+    return list(_builtin_shapes(name) if _builtin(name) else _own.shapes(_resolve(name)))
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_shapes(name: str) -> tuple:
+    return tuple(_SHAPES[name]())
 
 
 def numel(name: str) -> int:
@@ -116,6 +156,32 @@ def size_bytes(name: str, bytes_per_param: int = 4) -> int:
     return numel(name) * bytes_per_param
 
 
+def check(spec: str) -> str:
+    """``spec`` itself if it names a model (a built-in or registered name, or a spec whose module builds);
+    else ValueError (ModuleNotFoundError where a package is missing) naming what is wrong and what is valid."""
+    if not _builtin(spec):
+        _own.shapes(_resolve(spec))
+    return spec
+
+
+def is_known(spec: str) -> bool:
+    """Whether :func:`check` accepts ``spec``."""
+    try:
+        check(spec)
+    except (ValueError, ImportError):
+        return False
+    return True
+
+
+def register(name: str, module_or_factory, *, example_batch: Callable | None = None,
+             loss: Callable | None = None) -> str:
+    """Make ``name`` a model for every function here: a live ``nn.Module`` (built as a deep copy) or a
+    zero-argument factory of one; optional ``example_batch(batch_size, device)`` and ``loss(model, batch)``
+    as in a ``FILE.py:FUNC`` file. Returns ``name``; a module that does not build is not registered."""
+    _own.register(name, module_or_factory, available(), example_batch=example_batch, loss=loss)
+    return name
+
+
 # --------------------------------------------------------------------------- real modules
 #: per-worker batch sizes used by default when timing (MACHINE-NOTES: ResNets 64, VGG19 32, BERT 16)
 DEFAULT_BATCH = {"resnet50": 64, "resnet101": 64, "vgg19": 32, "bert_base": 16, "gpt2_small": 8, "mlp_small": 32,
@@ -126,9 +192,17 @@ BERT_SEQ_LEN = 128
 GPT2_SEQ_LEN = 1024
 
 
+def default_batch(spec: str) -> int:
+    """Per-worker batch size used when timing ``spec``: :data:`DEFAULT_BATCH`, 32 for other specs."""
+    return DEFAULT_BATCH.get(spec, 32)
+
+
 def seq_len_of(name: str, bert_seq_len: int = BERT_SEQ_LEN) -> int | None:
-    """Tokens per sequence of a language model's timing batch (``bert_seq_len`` for BERT), None otherwise."""
-    return bert_seq_len if name == "bert_base" else GPT2_SEQ_LEN if name == "gpt2_small" else None
+    """Tokens per sequence of a language model's timing batch (``bert_seq_len`` for BERT and for
+    ``transformers:`` specs), None otherwise (a ``FILE.py:FUNC`` file's batch is its own)."""
+    if name == "bert_base" or str(name).startswith("transformers:"):
+        return bert_seq_len
+    return GPT2_SEQ_LEN if name == "gpt2_small" else None
 
 _IMAGE_SIZE = {"resnet50": 224, "resnet101": 224, "vgg19": 224, "cnn_small": 32}
 _CLASSES = {"resnet50": 1000, "resnet101": 1000, "vgg19": 1000, "cnn_small": 10, "mlp_small": 10,
@@ -137,15 +211,15 @@ _CLASSES = {"resnet50": 1000, "resnet101": 1000, "vgg19": 1000, "cnn_small": 10,
 
 def build(name: str):
     """A freshly initialised ``torch.nn.Module`` for ``name`` whose parameters have
-    exactly :func:`param_shapes` (``name``) in order.
+    exactly :func:`param_shapes` (``name``) in order (a registered live module: a deep copy of it).
 
     ResNets/VGG need torchvision and ``bert_base`` needs transformers (both on the
     GPU machines); ``mlp_small``, ``mlp_large`` and ``cnn_small`` are plain torch.
     """
     import torch.nn as nn
 
-    if name not in _SHAPES:
-        raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
+    if not _builtin(name):
+        return _own.make(_resolve(name))
     if name in MLP_SIZES:
         sizes = MLP_SIZES[name]
         layers: list = []
@@ -156,35 +230,25 @@ def build(name: str):
         return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
                              nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
     if name in ("resnet50", "resnet101", "vgg19"):
-        try:
-            import torchvision
-        except Exception as exc:  # noqa: BLE001 - ImportError or a torch/torchvision mismatch
-            raise ModuleNotFoundError(f"model {name!r} needs torchvision ({exc}); "
-                                      "CPU smoke runs can use mlp_small or cnn_small") from None
-        return getattr(torchvision.models, name)(weights=None)
+        return getattr(_own.need("torchvision", f"model {name!r}").models, name)(weights=None)
+    hf = _own.need("transformers", f"model {name!r}")
     if name == "bert_base":
-        try:
-            from transformers import BertConfig, BertModel
-        except Exception as exc:  # noqa: BLE001
-            raise ModuleNotFoundError(f"model 'bert_base' needs transformers ({exc}); "
-                                      "CPU smoke runs can use mlp_small or cnn_small") from None
-        return BertModel(BertConfig())  # bert-base-uncased architecture, random weights, with pooler
-    if name == "gpt2_small":
-        try:
-            from transformers import GPT2Config, GPT2LMHeadModel
-        except Exception as exc:  # noqa: BLE001
-            raise ModuleNotFoundError(f"model 'gpt2_small' needs transformers ({exc}); "
-                                      "CPU smoke runs can use mlp_small or cnn_small") from None
-        return GPT2LMHeadModel(GPT2Config())  # GPT-2 small (124M), random weights, tied LM head
-    raise AssertionError(f"build: no module written for {name!r}")
+        return hf.BertModel(hf.BertConfig())  # bert-base-uncased architecture, random weights, with pooler
+    return hf.GPT2LMHeadModel(hf.GPT2Config())  # GPT-2 small (124M), random weights, tied LM head
 
 
 def example_batch(name: str, batch_size: int, device="cpu", seq_len: int = BERT_SEQ_LEN):
-    """A random ``(inputs, target)`` batch for ``name`` on ``device`` (ImageNet-sized images for the CNNs)."""
+    """A random ``(inputs, target)`` batch for ``name`` on ``device`` (ImageNet-sized images for the CNNs);
+    a ``FILE.py:FUNC`` spec's comes from the file's ``example_batch`` (ValueError if it has none)."""
     import torch
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not _builtin(name):
+        spec = _resolve(name)
+        if spec.batch is None:
+            raise ValueError(f"model {name!r} has no example batch, which timing needs: {spec.no_batch}")
+        return spec.batch(batch_size, device, seq_len)
     g = torch.Generator().manual_seed(0)
     if name == "bert_base":
         ids = torch.randint(0, 30522, (batch_size, seq_len), generator=g)
@@ -192,13 +256,9 @@ def example_batch(name: str, batch_size: int, device="cpu", seq_len: int = BERT_
     if name == "gpt2_small":
         ids = torch.randint(0, 50257, (batch_size, GPT2_SEQ_LEN), generator=g)
         return ids.to(device), None
-    if name in MLP_SIZES:
-        x = torch.randn(batch_size, MLP_SIZES[name][0], generator=g)
-    elif name in _IMAGE_SIZE:
-        s = _IMAGE_SIZE[name]
-        x = torch.randn(batch_size, 3, s, s, generator=g)
-    else:
-        raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
+    if name in _IMAGE_SIZE:
+        return _own.image_batch(batch_size, device, _IMAGE_SIZE[name], _CLASSES[name])
+    x = torch.randn(batch_size, MLP_SIZES[name][0], generator=g)
     y = torch.randint(0, _CLASSES[name], (batch_size,), generator=g)
     return x.to(device), y.to(device)
 
@@ -209,10 +269,12 @@ def loss(name: str, model, batch):
     Classifiers: cross-entropy. ``bert_base``: mean square of the pooled output (a
     timing loss: the paper's classifier head would add 1.5k parameters, omitted so
     the gradients are exactly :func:`param_shapes` ('bert_base'); the backward still
-    runs through every layer).
+    runs through every layer). A spec: its own loss, else :func:`default_loss` (module docstring).
     """
     import torch.nn.functional as F
 
+    if not _builtin(name):
+        return (_resolve(name).loss or default_loss)(model, batch)
     x, y = batch
     if name == "bert_base":
         return model(input_ids=x).pooler_output.float().square().mean()
