@@ -22,18 +22,20 @@ def grads():
 
 #: the committed campaign folders under data/: a test that reads them is marked ``data``
 CAMPAIGN_FOLDERS = ("measurements", "verification", "training", "benchmarks")
+#: those a bare name (or a path relative to data/) names without doubt: the repository's benchmark scripts
+#: live in a top-level benchmarks/ too
+BARE_CAMPAIGN_NAMES = ("measurements", "verification", "training")
 
 
 def _names_campaign(value) -> bool:
-    """``value`` is a path (or path text) inside a campaign folder, or such a folder's name or a path relative
-    to ``data/`` (not ``benchmarks``: the repository's benchmark scripts live in a folder of that name too);
-    text with spaces (a docstring, a message) is not a path."""
+    """``value`` is a path (or path text) inside a campaign folder, or a folder's bare name or a path relative
+    to ``data/``; text with spaces (a docstring, a message) is not a path."""
     if not isinstance(value, (str, os.PathLike)):
         return False
     text = os.path.normpath(os.fspath(value)).replace(os.sep, "/")
     if any(c.isspace() for c in text):
         return False
-    return text.split("/")[0] in CAMPAIGN_FOLDERS[:3] or any(f"data/{f}" in text for f in CAMPAIGN_FOLDERS)
+    return text.split("/")[0] in BARE_CAMPAIGN_NAMES or any(f"data/{f}" in text for f in CAMPAIGN_FOLDERS)
 
 
 def _reads_campaigns(literals: set, names: set) -> bool:
@@ -90,14 +92,17 @@ def pytest_collection_modifyitems(config, items):
     ``data`` where it reads a committed campaign folder under ``data/``; ``slow`` where it starts a process,
     and for tests that need root and network namespaces or Chromium; so ``-m "not slow and not data"``
     (make test-fast) is the unit tests alone."""
+    verdicts: dict = {}  # (marker, test function, its fixtures) -> bool: once per function, not per parameter
     for item in items:
         if item.get_closest_marker("netns") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
         fn, module = getattr(item, "function", None), getattr(item, "module", None)
         if fn is None or module is None:
             continue
-        code = [fn, *(f for name in item.fixturenames for f in _module_functions(vars(module).get(name), module))]
+        code = (fn, *(f for name in item.fixturenames for f in _module_functions(vars(module).get(name), module)))
         for marker, rule in RULES.items():
-            seen: set = set()
-            if not item.get_closest_marker(marker) and any(_matches(f, module, rule, seen) for f in code):
+            if (marker, *code) not in verdicts:
+                seen: set = set()
+                verdicts[(marker, *code)] = any(_matches(f, module, rule, seen) for f in code)
+            if verdicts[(marker, *code)] and not item.get_closest_marker(marker):
                 item.add_marker(marker)

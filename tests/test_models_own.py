@@ -311,3 +311,42 @@ def test_tcomp_records_carry_the_spec(tmp_path):
     recs = load_records(out, kind="tcomp")
     assert sorted(r["phase"] for r in recs) == ["bwd", "fwd_bwd"]
     assert all(r["model"] == TINY and r["status"] == "ok" and r["batch_size"] == 4 for r in recs)
+
+
+def test_shapes_travel_with_records_and_calibration(tmp_path):
+    """A spec that cannot be built here (its file is gone) is predicted from the shapes its tcomp records carry,
+    through the calibration that fit makes of them; without them it is refused."""
+    import json
+
+    import pandas as pd
+
+    from studykit.perfmodel import fit
+    from studykit.perfmodel.calibration import Calibration
+
+    src = tmp_path / "gone_model.py"
+    src.write_text("import torch.nn as nn\n\ndef build():\n    return nn.Sequential(nn.Linear(7, 5), nn.Linear(5, 3))\n")
+    spec = f"{src}:build"
+    shapes = models.param_shapes(spec)
+    assert shapes == [(5, 7), (5,), (3, 5), (3,)]
+    recs = [{"schema": 1, "kind": "tcomp", "config_id": f"t{ph}{i}", "status": "ok", "model": spec, "batch_size": 8,
+             "phase": ph, "world_size": 1, "ms_median": ms, "ms_mean": ms, "n_iter": 5,
+             "times_ms": [ms] * 5, "param_shapes": [list(s) for s in shapes]}
+            for i, (ph, ms) in enumerate([("bwd", 2.0), ("fwd_bwd", 3.0)])]
+    cal = fit.fit_calibration(pd.DataFrame(recs), "shapes", n_boot=0)
+    assert cal.models == {spec: [list(s) for s in shapes]}
+    path = cal.save(tmp_path / "cal.json")
+    src.unlink()
+    models._REMEMBERED.clear()
+    with pytest.raises(ValueError, match="gone_model.py"):
+        models.param_shapes(spec)
+    loaded = Calibration.load(path)
+    assert json.loads(path.read_text())["models"][spec] == [[5, 7], [5], [3, 5], [3]]
+    assert models.param_shapes(spec) == shapes and loaded.models
+    models._REMEMBERED.clear()
+
+
+def test_calibration_refuses_bad_model_shapes(tmp_path):
+    from studykit.perfmodel.calibration import Calibration
+
+    with pytest.raises(ValueError, match="'models'"):
+        Calibration.from_dict({"name": "x", "models": {"a.py:f": [[3, -1]]}})

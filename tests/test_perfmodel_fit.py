@@ -209,7 +209,9 @@ def test_gamma_not_fitted_from_world_size_one_is_said():
             r["world_size"] = 1
     recs += [{**r, "world_size": 1} for r in synthetic.synthetic_records() if r["kind"] == "ddp"][:1]
     cal = fit.fit_calibration(pd.DataFrame(recs), "p1", n_boot=0)  # strict (the default)
-    assert cal.gamma is None and "world size 1" in cal.provenance["not_fitted"]["gamma"]
+    # gamma cannot be determined: 1, said in the constant and in the notes (never left unknown, never wild)
+    assert cal.gamma.value == pytest.approx(1.0) and "assumed" in cal.gamma.source
+    assert "world size 1" in cal.provenance["not_fitted"]["gamma"]
 
 
 def test_zero_forward_backward_time_is_refused():

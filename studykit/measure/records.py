@@ -114,6 +114,9 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
     "tcomp": {
         "phase": "fwd_bwd (zero_grad excluded, forward + loss + backward), bwd (backward only: T_comp)",
         "seq_len": "sequence length for BERT, null otherwise",
+        "param_shapes": "a model given by a spec (FILE.py:FUNC, torchvision:, transformers:): its parameter shapes "
+                        "in parameters() order, so the records predict where the model cannot be built; null for "
+                        "built-in names",
     },
     "ddp": {
         "mode": "syncsgd (plain DDP), hook (studykit.ddp.register, overlapped with backward), "

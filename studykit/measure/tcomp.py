@@ -63,6 +63,8 @@ def run_tcomp(model_names: Sequence[str], batch_sizes: Sequence[int], writer: Re
                 t = time_fn(lambda: held.pop("loss").backward(), device=device, setup=forward, **timing_kw)
             else:
                 t = time_fn(lambda: M.loss(model, net, batch).backward(), device=device, setup=zero, **timing_kw)
+            if not M.is_builtin(model):
+                fields["param_shapes"] = [list(s) for s in M.param_shapes(model)]
             rec = make_record("tcomp", cid, device=device, timing=t, **fields)
         except ModuleNotFoundError as exc:  # torchvision / transformers missing here: not measurable
             rec = make_record("tcomp", cid, device=device, status="skipped", reason=str(exc), **fields)

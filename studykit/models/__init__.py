@@ -136,9 +136,34 @@ def _resolve(spec: str) -> _own.Own:
     return _own.resolve(spec, available())
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is one of :func:`available` (else a spec)."""
+    return _builtin(name)
+
+
+def remember(spec: str, shapes) -> None:
+    """Shapes of ``spec`` as measured elsewhere (a calibration's or a record's ``param_shapes``): used when the
+    spec cannot be built here (its file or package is missing), never instead of a module that builds."""
+    if not _builtin(spec):
+        _REMEMBERED[spec] = tuple(tuple(int(d) for d in s) for s in shapes)
+
+
+_REMEMBERED: dict[str, tuple] = {}
+
+
+def _spec_shapes(spec: str) -> tuple:
+    try:
+        return _own.shapes(_resolve(spec))
+    except (ImportError, ValueError):
+        if spec in _REMEMBERED:
+            return _REMEMBERED[spec]
+        raise
+
+
 def param_shapes(name: str) -> list[Shape]:
-    """Parameter shapes of a model name or spec in ``parameters()`` (forward) order."""
-    return list(_builtin_shapes(name) if _builtin(name) else _own.shapes(_resolve(name)))
+    """Parameter shapes of a model name or spec in ``parameters()`` (forward) order (a spec that cannot be built
+    here: the shapes :func:`remember` was given for it)."""
+    return list(_builtin_shapes(name) if _builtin(name) else _spec_shapes(name))
 
 
 @functools.lru_cache(maxsize=None)
@@ -160,7 +185,7 @@ def check(spec: str) -> str:
     """``spec`` itself if it names a model (a built-in or registered name, or a spec whose module builds);
     else ValueError (ModuleNotFoundError where a package is missing) naming what is wrong and what is valid."""
     if not _builtin(spec):
-        _own.shapes(_resolve(spec))
+        _spec_shapes(spec)
     return spec
 
 

@@ -135,6 +135,13 @@ class Calibration:
     world_size: int | None = None  # the world size of the DDP / sweep records (None: not stated)
     network: dict | None = None  # the records' network field (None: a real network)
     warnings: list[str] = field(default_factory=list)  # what a prediction should not trust (studykit.perfmodel.fit)
+    #: parameter shapes of the models given by a spec (``FILE.py:FUNC``, ``torchvision:NAME``, ...), from the
+    #: records: the calibration predicts them where they cannot be built (:func:`studykit.models.remember`)
+    models: dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for spec, shapes in self.models.items():
+            models.remember(spec, shapes)
 
     SCALARS = ("alpha_s", "bandwidth_gbps", "gamma", "incast_coeff", "gamma_extended", "sync_delta_s", "per_bucket_s",
                "per_tensor_s")
@@ -163,6 +170,8 @@ class Calibration:
             d["network"] = self.network
         if self.warnings:
             d["warnings"] = list(self.warnings)
+        if self.models:
+            d["models"] = {k: [list(s) for s in v] for k, v in self.models.items()}
         d["provenance"] = self.provenance
         return d
 
@@ -172,7 +181,8 @@ class Calibration:
         right, values finite and positive where the model needs them; ValueError naming the field."""
         if not isinstance(d, dict):
             raise ValueError(f"a calibration must be a JSON object, got {type(d).__name__}")
-        known = {"name", "description", "provenance", "world_size", "network", "warnings", *cls.SCALARS, *cls.LISTS}
+        known = {"name", "description", "provenance", "world_size", "network", "warnings", "models", *cls.SCALARS,
+                 *cls.LISTS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"calibration has unknown key(s) {unknown}; valid: {sorted(known)}")
@@ -183,6 +193,7 @@ class Calibration:
         lists = {k: [kind.from_dict(c) for c in d.get(k, [])] for k, kind in cls.LISTS.items()}
         return cls(name=d["name"], description=d.get("description", ""), provenance=d.get("provenance", {}),
                    world_size=d.get("world_size"), network=d.get("network"), warnings=list(d.get("warnings", [])),
+                   models=dict(d.get("models") or {}),
                    **lists, **kw)
 
     def save(self, path: str | Path) -> Path:
@@ -377,6 +388,11 @@ def _check(cls, d: dict) -> None:
             raise ValueError(f"field {k!r} must be {what}, got {d[k]!r}")
     if any(not isinstance(w, str) for w in d.get("warnings") or []):
         raise ValueError("field 'warnings' must be a list of strings")
+    ms = d.get("models")
+    if ms is not None and (not isinstance(ms, dict) or not all(
+            isinstance(s, list) and all(isinstance(x, list) and all(isinstance(n, int) and n >= 0 for n in x)
+                                        for x in s) for s in ms.values())):
+        raise ValueError("field 'models' must map each model spec to its parameter shapes (lists of integers >= 0)")
     if d.get("world_size") is not None:
         _integer("world_size", d["world_size"], 1)
     for k in cls.SCALARS:

@@ -993,6 +993,10 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
         cal.t_comp = attempt("t_comp", lambda: fit_t_comp(df, stat=stat, n_boot=n_boot, seed=seed)) or []
         if cal.t_comp:
             fitted.append("t_comp")
+            if "param_shapes" in df.columns:  # models given by a spec: their shapes travel with the calibration
+                for m, s in df.loc[df["kind"] == "tcomp", ["model", "param_shapes"]].itertuples(index=False):
+                    if isinstance(s, list) and s:
+                        cal.models[str(m)] = [list(x) for x in s]
             cal.overhead = fit_overhead(df, cal.t_comp, stat=stat, n_boot=n_boot, seed=seed)
             if cal.overhead:
                 fitted.append("overhead")
