@@ -91,3 +91,48 @@ figures.calibration_compare_plot(cal.to_frame(), ref.to_frame(), labels=(cal.nam
 # %%
 if out:
     print("wrote", cal.save(paths.ROOT / out))
+
+# %% [markdown]
+# ## Your own model and cluster
+#
+# The same loop works for a model the kit does not list: a Python file whose function returns the
+# `nn.Module` (`examples/vit_b16.py:build` shows the contract). Time it on **one GPU** of your cluster's kind,
+# run a collective `sweep` and a few `ddp` runs at one link rate on the **cluster** (or on two GPUs behind a
+# shaped link: `throttle --gpus`), fit, and ask:
+#
+# ```bash
+# python -m studykit tcomp --model FILE.py:FUNC --out ONE_GPU/tcomp.jsonl   # and profile, the same way
+# python -m studykit sweep ... --out CLUSTER/sweep.jsonl                    # and ddp; both under torchrun
+# python -m studykit fit --compute-from ONE_GPU --network-from CLUSTER --out CAL.json
+# python -m studykit advise --model FILE.py:FUNC --calibration CAL.json --gpus ... --bandwidth-gbps ...
+# ```
+#
+# `benchmarks/own_model_check.py` runs this loop on the committed ViT-B/16 records
+# (`data/measurements/own_model/`): it fits at one link rate and asks `advise` for the other rates.
+#
+# The table lists each group's median and max |relative error| (fractions) against its targets; `met`
+# says whether both hold, and a `False` names the group to look for in the figure. There, points inside the
+# grey band are predicted within 10 % of the measurement; a colour shows the world size, a marker the group.
+
+# %%
+from studykit.plots import verify as verify_figures
+
+own_model = sorted(s.parent for s in (paths.DATA / "verification" / "own_model").glob("*/summary.json"))
+display(verify_figures.own_model_table(own_model))
+
+# %%
+verify_figures.own_model_figure(own_model);
+
+# %% [markdown]
+# What the calibration of the 4-GPU run advises for ViT-B/16 at 10 Gbit/s on 2, 4 and 64 GPUs, with
+# compressors as DDP hooks. The calibration carries the model's gradient shapes, so this cell needs neither
+# torchvision nor a GPU. With no batch size given, `advise` asks at the batch the records measured (at another
+# batch it would scale `T_comp` linearly and have no overhead `O` for it). Beyond 4 GPUs the answer is an
+# extrapolation of the model.
+
+# %%
+import studykit
+
+own_calibration = paths.DATA / "verification" / "own_model" / "vit_b16_p4" / "calibration.json"
+print(studykit.advise("examples/vit_b16.py:build", gpus=[2, 4, 64], bandwidth_gbps=[10],
+                      calibration=own_calibration, mode="hook"))

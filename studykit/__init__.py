@@ -11,12 +11,13 @@ __version__ = "0.1.0"
 _LAZY = ("ddp", "compressors", "models", "comm", "measure", "perfmodel", "train")
 
 
-def advise(model, *, gpus, bandwidth_gbps, calibration=None, batch_size: int = 64, mode: str = "post", **kw):
+def advise(model, *, gpus, bandwidth_gbps, calibration=None, batch_size: int | None = None, mode: str = "post", **kw):
     """Which way of synchronizing gradients is fastest for ``model`` (a name, a model spec or a live
     ``torch.nn.Module``) on ``gpus`` GPUs at ``bandwidth_gbps`` Gbit/s (one value or several each; None: the
     calibration's bandwidth)? Returns a :class:`studykit.perfmodel.advise.Advice`: ``advice.verdict(p, bw)``
     in words, ``str(advice)`` what ``python -m studykit advise`` prints. ``calibration``: a path or a
-    ``Calibration`` (default: the paper's V100 inputs); ``mode``: ``"post"`` or ``"hook"``; ``kw``: the rest of
+    ``Calibration`` (default: the paper's V100 inputs); ``batch_size``: per worker (default: the batch the
+    calibration measured the model at, when it has one, else 64); ``mode``: ``"post"`` or ``"hook"``; ``kw``: the rest of
     :func:`studykit.perfmodel.advise.answer` (``terms``, ``compressors``, ``model_error``, ``t_comp_s``,
     ``compute_speedup``, ...)."""
     from studykit.perfmodel.advise import answer

@@ -15,7 +15,7 @@ from studykit.plots import check
 
 MODULES = ("perfmodel", "measure", "verify", "train", "lessons", "paper")
 #: public names of those modules that draw nothing
-NOT_FIGURES = {"train.colors"}
+NOT_FIGURES = {"train.colors", "verify.own_model_table"}
 
 _cache: dict = {}
 
@@ -147,6 +147,9 @@ def _verify(name):
 
     if name == "scaling_plot":
         return V.scaling_plot({"median": pd.read_csv(paths.DATA / "verification" / "scaling" / "predictions.csv")})
+    if name == "own_model_figure":
+        own = paths.DATA / "verification" / "own_model"
+        return V.own_model_figure(sorted(s.parent for s in own.glob("*/summary.json")))
     return getattr(V, name)(verify_pred())
 
 

@@ -46,3 +46,22 @@ def test_p4_check_regenerates(tmp_path):
     got, want = pd.read_csv(tmp_path / "predictions.csv"), pd.read_csv(committed / "predictions.csv")
     assert list(got["candidate"]) == list(want["candidate"])
     assert got["predicted_ms"].to_numpy() == pytest.approx(want["predicted_ms"].to_numpy(), rel=1e-4)
+
+
+def test_advise_asks_at_the_batch_the_calibration_measured():
+    """No batch size given: the one the calibration's T_comp of the model was measured at (its only one)."""
+    import studykit
+    from studykit.perfmodel.calibration import Calibration
+
+    path = paths.DATA / "verification" / "own_model" / "vit_b16_p4" / "calibration.json"
+    cal = Calibration.load(path)
+    assert cal.batch_size_of("examples/vit_b16.py:build") == 32
+    assert cal.batch_size_of("resnet50") == 64  # none measured: the default
+    adv = studykit.advise("examples/vit_b16.py:build", gpus=4, bandwidth_gbps=12, calibration=cal, mode="post",
+                          compressors=["powersgd"], evidence=False)
+    assert adv.inputs["batch_size"] == 32
+    pred = pd.read_csv(path.parent / "predictions.csv")
+    row = pred[(pred["rate_gbps"] == 12) & (pred["candidate"] == "syncSGD")].iloc[0]
+    got = {r["candidate"]: r["iteration_ms"] for r in adv.ranking(4, 12)}["syncSGD"]
+    # the check predicted at the probed bandwidth, not the nominal 12: close, not equal
+    assert got == pytest.approx(row["predicted_ms"], rel=0.15)

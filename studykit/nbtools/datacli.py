@@ -507,11 +507,42 @@ def folders_block(prefix: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def crossovers_block(campaigns: list, methods: list) -> str:
+    """The measured crossovers (``measure.crossover``) of ``methods`` in the bandwidth campaigns ``campaigns``
+    (folders under ``data/`` holding a ``ddp.jsonl``): one row per model and world size, one column per method, each
+    cell the rate in Gbit/s below which the method was faster than syncSGD / than the fp16 baseline
+    (``format_crossover``, no interval; one value for a baseline itself), then the machines and the rates measured."""
+    import pandas as pd
+
+    from studykit.measure import crossover as X
+    from studykit.measure.records import load_records
+
+    table = pd.concat([X.iteration_table(load_records(paths.DATA / c / "ddp.jsonl", quiet=True)) for c in campaigns],
+                      ignore_index=True)
+    out = X.crossovers(table, n_boot=0)
+    unknown = [m for m in methods if m not in set(out["method"])]
+    if unknown:
+        raise ValueError(f"methods {unknown} are not measured in {campaigns}; measured: {sorted(set(out['method']))}")
+    lines = [f"| model (batch) | GPUs | {' | '.join(methods)} |", "|---|---:|" + "---|" * len(methods)]
+    for (model, batch, p), g in out.groupby(["model", "batch_size", "world_size"], sort=True):
+        cells = []
+        for m in methods:
+            rows = g[g["method"] == m].set_index("baseline")
+            cells.append(" / ".join(X.format_crossover(rows.loc[b]) for b in X.BASELINES if b in rows.index)
+                         or "not measured")
+        lines.append(f"| {model} ({int(batch)}) | {int(p)} | {' | '.join(cells)} |")
+    machines = ", ".join(f"{p} x {gpu}" for p, gpu in sorted(set(zip(table["world_size"], table["gpu"]))))
+    return ("\n".join(lines) + f"\n\nGbit/s below which each method was faster than syncSGD / than the fp16 baseline "
+            f"(`> R`: faster at every rate measured, `< R`: slower at every one, `*`: also slower at some rate below "
+            f"it). Measured on {machines}, links shaped to {table['rate_gbps'].min():g}-"
+            f"{table['rate_gbps'].max():g} Gbit/s.\n")
+
+
 #: the builders a block may name (a block may also name ``FILE.py:FUNCTION`` of the repository)
 BUILDERS: dict[str, Callable[..., object]] = {
     "summary": summary_block, "implied_encode_decode": implied_encode_decode_block, "hook_budget": hook_budget_block,
     "hook_gamma": hook_gamma_block, "hook_variants": hook_variants_block, "gamma_measured": gamma_measured_block,
-    "claims": claims_block, "folders": folders_block,
+    "claims": claims_block, "folders": folders_block, "crossovers": crossovers_block,
 }
 
 

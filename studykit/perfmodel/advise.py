@@ -878,7 +878,7 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
 
 
 # ------------------------------------------------------------------ the Python entry
-def answer(model, *, gpus, bandwidth_gbps, calibration=None, batch_size: int = 64, mode: str = "post",
+def answer(model, *, gpus, bandwidth_gbps, calibration=None, batch_size: int | None = None, mode: str = "post",
            terms: str = "default", compressors: Sequence[str] | None = None, **kw) -> Advice:
     """``studykit.advise``: which way of synchronizing gradients is fastest for ``model`` on ``gpus`` GPUs at
     ``bandwidth_gbps`` Gbit/s? One call of :func:`advise`, set up as ``python -m studykit advise`` sets it up.
@@ -916,6 +916,8 @@ def answer(model, *, gpus, bandwidth_gbps, calibration=None, batch_size: int = 6
             calibration = Calibration.load(where)
         except (FileNotFoundError, ValueError) as exc:
             raise AdviseError(f"calibration: {exc}") from None
+    if batch_size is None:
+        batch_size = calibration.batch_size_of(model)
     gpus = [gpus] if np.ndim(gpus) == 0 else list(gpus)
     bws = None if bandwidth_gbps is None else [bandwidth_gbps] if np.ndim(bandwidth_gbps) == 0 else list(bandwidth_gbps)
     cands = None if compressors is None else candidates(compressors)

@@ -274,6 +274,12 @@ class Calibration:
         return (near.value * batch_size / near.batch_size,
                 f"scaled linearly from batch {near.batch_size} ({near.source})")
 
+    def batch_size_of(self, model: str, default: int = 64) -> int:
+        """The per-worker batch size of ``model``'s T_comp when the calibration has exactly one, else ``default``
+        (what predict and advise assume when no batch size is given)."""
+        found = {t.batch_size for t in self.t_comp if t.model == model and t.batch_size is not None}
+        return found.pop() if len(found) == 1 else default
+
     def overhead_lookup(self, model: str, batch_size: int) -> tuple[float, str] | None:
         """``(O_s, how)`` of ``model`` at ``batch_size`` (exact entry only), or None."""
         for c in self.overhead:

@@ -39,9 +39,13 @@ _positive_float = argtypes.positive_float  # finite and > 0
 
 def _setting_args(ap: argparse.ArgumentParser, bandwidth_default: str) -> None:
     """The setting both predict and advise ask about: model, batch, world sizes, bandwidths."""
-    ap.add_argument("--model", required=True, type=argtypes.model_spec, metavar="MODEL",
+    # checked once the calibration is loaded (_check_model): a calibration carries the shapes of the models it
+    # was fitted on, so a model whose file or package is missing here can still be predicted
+    ap.add_argument("--model", required=True, metavar="MODEL",
                     help=f"model whose gradients are sent: {argtypes.MODEL_HELP}")
-    ap.add_argument("--batch-size", type=_positive_int, default=64, help="per-worker batch size (default 64)")
+    ap.add_argument("--batch-size", type=_positive_int, default=None,
+                    help="per-worker batch size (default: the one the calibration's T_comp of this model was measured "
+                         "at, when it has exactly one; else 64)")
     ap.add_argument("--gpus", type=_positive_int, nargs="+", default=None,
                     help=f"world sizes (default: the calibration's world size, else {DEFAULT_GPUS})")
     ap.add_argument("--bandwidth-gbps", type=_positive_float, nargs="+", default=None,
@@ -156,6 +160,9 @@ def run_advise(argv: list[str]) -> int:
         cal = Calibration.load(a.calibration)
     except (FileNotFoundError, ValueError) as exc:
         ap.error(f"--calibration: {exc}")
+    _check_model(ap, a.model)
+    if a.batch_size is None:
+        a.batch_size = cal.batch_size_of(a.model)
     if a.gpus is not None:
         gpus = a.gpus
     elif cal.world_size is not None:
@@ -186,6 +193,14 @@ def format_advice(adv, top: int | None = None) -> str:
     return adv.format(top)
 
 
+def _check_model(ap: argparse.ArgumentParser, model: str) -> None:
+    """``--model`` must name a model (after the calibration is loaded: its models' shapes count)."""
+    try:
+        models.check(model)
+    except (ValueError, ImportError) as exc:
+        ap.error(f"argument --model: {exc}")
+
+
 def run_predict(argv: list[str]) -> int:
     ap = predict_parser()
     a = ap.parse_args(argv)
@@ -205,6 +220,9 @@ def run_predict(argv: list[str]) -> int:
         cal = Calibration.load(a.calibration)
     except (FileNotFoundError, ValueError) as exc:
         ap.error(f"--calibration: {exc}")
+    _check_model(ap, a.model)
+    if a.batch_size is None:
+        a.batch_size = cal.batch_size_of(a.model)
     if a.bandwidth_gbps is not None:
         bws, how_bw = a.bandwidth_gbps, "given (--bandwidth-gbps)"
     elif cal.bandwidth_gbps is not None:

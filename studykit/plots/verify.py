@@ -3,12 +3,17 @@ the predictions table of :func:`studykit.perfmodel.verify.verify` (or the scalin
 ``(fig, axes)``, or ``(None, None)`` when the table holds nothing to draw."""
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from studykit.plots.style import finish, new, theme
+from studykit.plots.style import finish, new, theme, titled
 
-__all__ = ["bucket_plot", "post_compressors_plot", "bandwidth_plot", "error_overview_plot", "scaling_plot"]
+__all__ = ["bucket_plot", "post_compressors_plot", "bandwidth_plot", "error_overview_plot", "scaling_plot",
+           "own_model_figure", "own_model_table"]
 
 #: the error targets drawn on the parity plots (2 % and 10 %: the issue's goals)
 PARITY_BANDS = (0.02, 0.10)
@@ -100,8 +105,6 @@ def post_compressors_plot(pred: pd.DataFrame, max_panels: int = 8):
 
 def _short_params(params) -> str:
     """``rank=4 ratio=0.01`` for a record's JSON parameters (switches and empty values left out)."""
-    import json
-
     if not isinstance(params, str) or not params.strip():
         return ""
     try:
@@ -209,3 +212,81 @@ def scaling_plot(scaling: dict[str, pd.DataFrame]):
         ax.legend(fontsize=7)
     finish(fig)
     return fig, axes
+
+
+#: marker per group of ``benchmarks/own_model_check.py``'s predictions
+OWN_MODEL_MARKERS = {"syncSGD": "o", "fp16 baseline": "s", "post": "^", "hook": "D"}
+
+
+def _own_model_folders(folders) -> list[Path]:
+    """``folders`` (one or several) as paths, each checked to hold what ``benchmarks/own_model_check.py --out``
+    writes: ``predictions.csv`` and ``summary.json``."""
+    folders = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
+    if not folders:
+        raise ValueError("no folders given: pass the --out folders of benchmarks/own_model_check.py "
+                         "(e.g. data/verification/own_model/vit_b16_p2)")
+    missing = [str(f / n) for f in folders for n in ("predictions.csv", "summary.json") if not (f / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"missing {', '.join(missing)}: give folders that benchmarks/own_model_check.py "
+                                "--out wrote (predictions.csv and summary.json)")
+    return folders
+
+
+def own_model_figure(folders: str | Path | Iterable[str | Path]):
+    """Predicted against measured iteration time (ms, log-log) of every row of each folder's
+    ``predictions.csv`` (``benchmarks/own_model_check.py``): a marker per group, a colour per world size,
+    y = x dashed and the +-10 % band shaded; the title names each folder's fit rate (``summary.json``).
+    Returns ``(fig, ax)``."""
+    import seaborn as sns
+
+    folders = _own_model_folders(folders)
+    fit = {f.name: json.loads((f / "summary.json").read_text())["fit_rate_gbps"] for f in folders}
+    pred = pd.concat([pd.read_csv(f / "predictions.csv").assign(folder=f.name) for f in folders], ignore_index=True)
+    unknown = sorted(set(pred["group"]) - set(OWN_MODEL_MARKERS))
+    if unknown:
+        raise ValueError(f"predictions.csv groups {unknown} are not among {list(OWN_MODEL_MARKERS)}")
+    drawn = pred.dropna(subset=["measured_ms", "predicted_ms"])
+    fig, ax = new(width=6.5, height=5.0, layout="constrained")
+    sizes = sorted(drawn["world_size"].unique())
+    colours = dict(zip(sizes, sns.color_palette("colorblind", len(sizes))))
+    for (group, p), g in drawn.groupby(["group", "world_size"]):
+        ax.plot(g["measured_ms"], g["predicted_ms"], OWN_MODEL_MARKERS[group], color=colours[p], ms=7, alpha=0.85)
+    both = drawn[["measured_ms", "predicted_ms"]]
+    lo, hi = both.min().min() * 0.8, both.max().max() * 1.25
+    xs = np.geomspace(lo, hi, 50)
+    band = ax.fill_between(xs, xs * 0.9, xs * 1.1, color="0.85", zorder=0, label="±10 %")
+    (ident,) = ax.plot(xs, xs, "--", color="0.25", lw=1, label="y = x")
+    # the empty corners of a parity plot hold the two legends: markers (group) and colours (world size)
+    groups = [ax.plot([], [], OWN_MODEL_MARKERS[k], color="0.35", label=k)[0]
+              for k in OWN_MODEL_MARKERS if k in set(drawn["group"])]
+    ax.add_artist(ax.legend(handles=groups, title="group", loc="lower right", fontsize=8, title_fontsize=8))
+    worlds = [ax.plot([], [], "o", color=colours[p], label=f"{p} GPUs")[0] for p in sizes]
+    ax.legend(handles=[*worlds, ident, band], loc="upper left", fontsize=8)
+    ticks = [t for t in (m * 10.0 ** e for e in range(-1, 6) for m in (1, 2, 5)) if lo <= t <= hi]
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured iteration (ms, log scale)",
+           ylabel="predicted by advise (ms, log scale)")
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    fits = ", ".join(f"{fit[k]:g} Gbit/s ({', '.join(f'{p} GPUs' for p in sorted(g['world_size'].unique()))})"
+                     for k, g in drawn.groupby("folder"))
+    left = len(pred) - len(drawn)
+    context = (f"{', '.join(sorted(drawn['model'].unique()))}; fit at {fits}"
+               + (f"; {left} row(s) without a prediction not drawn" if left else ""))
+    ax.set_title(titled("Does the fit from one GPU and one rate predict the other rates?", context), fontsize=10)
+    return fig, ax
+
+
+def own_model_table(folders: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """Each folder's ``summary.json`` groups (``benchmarks/own_model_check.py``): folder, world size, the fit's
+    rate (Gbit/s), group, n, median and max |relative error| (fractions), their targets and whether both are met."""
+    rows = []
+    for f in _own_model_folders(folders):
+        summary = json.loads((f / "summary.json").read_text())
+        sizes = sorted(int(p) for p in pd.read_csv(f / "predictions.csv")["world_size"].unique())
+        world = sizes[0] if len(sizes) == 1 else ", ".join(map(str, sizes))  # a folder scored at several sizes
+        for g in summary["groups"]:
+            rows.append({"folder": f.name, "world_size": world, "fit_rate_gbps": summary["fit_rate_gbps"],
+                         **{k: g[k] for k in ("group", "n", "median_abs_rel_error", "max_abs_rel_error",
+                                              "target_median", "target_max", "met")}})
+    return pd.DataFrame(rows)

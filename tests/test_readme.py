@@ -1,0 +1,112 @@
+"""The README answers on its first screen (what the kit is for, the two commands, what it found), stays short, and
+carries no campaign log: its measured numbers come from generated blocks (``python -m studykit data regen``)."""
+import json
+import re
+
+import pytest
+
+from studykit import paths
+from studykit.nbtools import datacli
+
+README = paths.ROOT / "README.md"
+#: the README's generated blocks, as the manifest names them (block files are relative to data/)
+README_BLOCKS = "../README.md"
+
+
+def _text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _prose(text: str) -> str:
+    """``text`` without generated blocks, fenced code, the generated notebook table and its footer."""
+    text = re.sub(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return "\n".join(line for line in text.splitlines()
+                     if not re.match(r"\| \[`\w+`\]\(notebooks/|\| notebook \||\|---|<sub>profile", line))
+
+
+def test_at_most_1500_words():
+    n = len(_text().split())  # what `wc -w` counts: code blocks and generated blocks included
+    assert n <= 1500, f"README.md has {n} words; at most 1500 (move detail to docs/)"
+
+
+def test_the_first_screen_says_what_for_how_to_run_and_what_it_found():
+    text = _text()
+    first = "\n".join(text.splitlines()[:60])
+    assert "Agarwal et al. 2022" in first and "https://arxiv.org/abs/2103.00543" in first
+    assert "make demo" in first and "make test" in first
+    assert "<!-- crossovers:begin -->" in first, "the measured crossover table belongs on the first screen"
+    assert text.index("make demo") < text.index("<!-- crossovers:begin -->")
+    assert "NVIDIA H200" in datacli.marked(text, "crossovers"), "the table names the machine it came from"
+
+
+def test_no_campaign_log_in_the_readme():
+    text = _text()
+    for pattern in (r"\bissue \d", r"#\d{2,}\b", r"\bh200_\w+", r"\w+_h200\w*", r"gpu_checks", r"data/measurements/\w"):
+        found = re.findall(pattern, text, flags=re.I)
+        assert not found, f"README.md names {found[:3]}: campaign detail belongs in docs/findings.md or data/"
+
+
+def test_no_measured_number_typed_into_the_prose():
+    prose = _prose(_text())
+    typed = re.findall(r"\d+(?:\.\d+)?\s*(?:ms\b|%|Gbit/s|GB/s|x faster|x slower)", prose)
+    assert not typed, f"numbers typed into the README's prose: {typed[:5]}; put them in a generated block"
+
+
+def test_the_moved_detail_is_linked():
+    text = _text()
+    for doc in ("docs/findings.md", "docs/usage.md", "docs/calibrate.md", "data/README.md"):
+        assert f"]({doc}" in text, f"README.md should link {doc}"
+        assert (paths.ROOT / doc).is_file(), doc
+
+
+def test_docs_carry_no_issue_numbers():
+    for doc in sorted((paths.ROOT / "docs").glob("*.md")):
+        found = re.findall(r"\bissues? \d+|\bissue #\d+", doc.read_text(encoding="utf-8"), flags=re.I)
+        assert not found, f"{doc.name} names {found[:3]}: say what the target or fault was instead"
+
+
+# ------------------------------------------------------------------ the crossover block's builder
+def _campaign(folder, p, rows):
+    """ddp records of one campaign: ``rows`` = (rate_gbps, syncSGD ms, fp16 baseline ms, topk post ms or None)."""
+    folder.mkdir(parents=True)
+    recs = []
+    for rate, sync, fp16, topk in rows:
+        base = {"kind": "ddp", "status": "ok", "gpu": "G9", "world_size": p, "model": "m", "batch_size": 8,
+                "bucket_mb": None, "times_ms": [], "n_iter": 3, "network": {"rate_gbps": rate}, "timestamp": "t"}
+        recs += [{**base, "mode": "syncsgd", "compressor": None, "params": {}, "ms_median": sync},
+                 {**base, "mode": "builtin", "compressor": "torch_fp16", "params": {}, "ms_median": fp16}]
+        if topk is not None:
+            recs.append({**base, "mode": "post", "compressor": "topk", "params": {"ratio": 0.01}, "ms_median": topk})
+    (folder / "ddp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_crossovers_block_by_hand(tmp_path, monkeypatch):
+    # p = 2: topk 40 vs 100 ms at 1 Gbit/s, 30 vs 20 at 10: log(speed-up) ln 2.5 -> ln(2/3), zero at
+    # 10 ** (ln 2.5 / ln 3.75) = 4.93 Gbit/s; vs fp16 (60 -> 25): 10 ** (ln 1.5 / ln 1.8) = 4.90. p = 4: no topk.
+    _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, 40.0), (10, 20.0, 25.0, 30.0)])
+    _campaign(tmp_path / "b", 4, [(1, 100.0, 60.0, None), (10, 20.0, 15.0, None)])
+    monkeypatch.setattr(paths, "DATA", tmp_path)
+    md = datacli.crossovers_block(["a", "b"], ["PyTorch fp16 hook", "topk 1% (post)"])
+    lines = md.splitlines()
+    assert lines[0] == "| model (batch) | GPUs | PyTorch fp16 hook | topk 1% (post) |"
+    # the fp16 hook against syncSGD: 60 vs 100 ms at 1 Gbit/s, 25 vs 20 at 10: 10 ** (ln(5/3) / ln(25/12)) = 4.97
+    assert lines[2] == "| m (8) | 2 | 5.0 | 4.9 / 4.9 |"
+    assert lines[3] == "| m (8) | 4 | > 10 | not measured |"  # faster at both rates: beyond the highest
+    assert "2 x G9, 4 x G9" in md and "1-10 Gbit/s" in md
+
+
+def test_crossovers_block_refuses_a_method_never_measured(tmp_path, monkeypatch):
+    _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, 40.0), (10, 20.0, 25.0, 30.0)])
+    monkeypatch.setattr(paths, "DATA", tmp_path)
+    with pytest.raises(ValueError, match=r"'topk 5% \(post\)'.*measured: .*'topk 1% \(post\)'"):
+        datacli.crossovers_block(["a"], ["topk 5% (post)"])
+
+
+@pytest.mark.data
+def test_the_readme_blocks_are_the_generated_ones():
+    """``python -m studykit data regen --check --only ../README.md``: the README's blocks from the committed records."""
+    manifest = datacli.load_manifest()
+    assert [b.marker for b in manifest.blocks if b.file == README_BLOCKS] == ["crossovers"]
+    outcomes = datacli.check(manifest, only=[README_BLOCKS], progress=False)
+    assert [o.verdict for o in outcomes] == ["identical"], datacli.report(outcomes)
