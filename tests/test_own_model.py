@@ -65,3 +65,15 @@ def test_advise_asks_at_the_batch_the_calibration_measured():
     got = {r["candidate"]: r["iteration_ms"] for r in adv.ranking(4, 12)}["syncSGD"]
     # the check predicted at the probed bandwidth, not the nominal 12: close, not equal
     assert got == pytest.approx(row["predicted_ms"], rel=0.15)
+
+
+def test_advise_says_when_codec_times_are_scaled_from_another_model():
+    import studykit
+
+    path = paths.DATA / "verification" / "own_model" / "vit_b16_p4" / "calibration.json"
+    text = str(studykit.advise("resnet50", gpus=4, bandwidth_gbps=10, calibration=path, compressors=["powersgd"],
+                               t_comp_s=0.03, evidence=False))
+    assert "encode/decode: not profiled on resnet50: scaled by parameter count from examples/vit_b16.py:build" in text
+    own = str(studykit.advise("examples/vit_b16.py:build", gpus=4, bandwidth_gbps=10, calibration=path,
+                              compressors=["powersgd"], evidence=False))
+    assert "not profiled" not in own  # profiled on the model itself: nothing to say

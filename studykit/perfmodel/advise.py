@@ -600,6 +600,12 @@ class Advice:
                   "none: the identity compressor through the compression path (the fp32 gradient, unchanged): "
                   "its gap to syncSGD is what the path itself costs; never the verdict",
                   "accuracy: time-to-accuracy runs in data/training/ (the kit's small tasks, not this model)"]
+        scaled = sorted({h.split("scaled by parameter count from ", 1)[1].split(" (")[0]
+                         for h in (v.get("t_encode_decode", "") for v in self.how.values())
+                         if "scaled by parameter count from " in h})
+        if scaled:  # the calibration has no profile of this model: say where its codec times come from
+            lines.append(f"encode/decode: not profiled on {i['model']}: scaled by parameter count from "
+                         f"{', '.join(scaled)} (python -m studykit profile --model {i['model']} measures them)")
         w = max(len(c.label) for c in self.candidates)
         for b in self.bandwidths_gbps:
             for p in self.world_sizes:
