@@ -134,6 +134,26 @@ def predict(meas: pd.DataFrame, cal: Calibration, bws: dict, fit_rate: float) ->
     return pd.DataFrame(out)
 
 
+def ratios(folder: Path) -> pd.DataFrame:
+    """Per (world size, rate): each compressor's hook time over its post-backward time, and the kit's PowerSGD and
+    fp16 hooks over PyTorch's (measured side by side in one call)."""
+    t = {}
+    for r in load_records(folder / "ddp.jsonl"):
+        if r.get("kind") == "ddp" and r.get("status") in (None, "ok") and r.get("bucket_mb") is None:
+            t[(int(r["world_size"]), _rate(r), r["mode"], r.get("compressor"))] = float(r["ms_median"])
+    rows = []
+    for p, rate in sorted({k[:2] for k in t}):
+        row = {"world_size": p, "rate_gbps": rate}
+        for c in sorted({k[3] for k in t if k[:3] == (p, rate, "hook")}):
+            if (p, rate, "post", c) in t:
+                row[f"{c} hook/post"] = t[(p, rate, "hook", c)] / t[(p, rate, "post", c)]
+        for kit, torch_name in (("powersgd", "torch_powersgd"), ("fp16", "torch_fp16")):
+            if (p, rate, "hook", kit) in t and (p, rate, "builtin", torch_name) in t:
+                row[f"kit {kit} hook/PyTorch's"] = t[(p, rate, "hook", kit)] / t[(p, rate, "builtin", torch_name)]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def summarize(pred: pd.DataFrame) -> list[dict]:
     rows = []
     for group, (tmed, tmax) in TARGETS.items():
@@ -181,6 +201,8 @@ def main(argv=None) -> int:
         print(f"{s['group']:<32} n={s['n']:<3} median {100 * s['median_abs_rel_error']:5.1f} %  max "
               f"{100 * s['max_abs_rel_error']:5.1f} %   target {100 * s['target_median']:.0f} / "
               f"{100 * s['target_max']:.0f} %: {'met' if s['met'] else 'NOT met'}")
+    print("\nmeasured ratios (median iteration times, one call):")
+    print(ratios(a.folder).to_string(index=False, float_format="%.3f", na_rep="-"))
     for w in cal.warnings or []:
         print(f"fit warning: {w}")
     if a.out is not None:
