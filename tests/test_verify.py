@@ -771,13 +771,13 @@ def test_vgg19_hooks_without_the_gamma_rule_are_what_the_readme_says(tmp_path, m
     from studykit.perfmodel import fit
 
     run = ["verify", *bandwidth_run("h200_p2i/path_model"), *HOOK_FITTED, "--quiet"]  # the hooks at syncSGD's gamma
-    monkeypatch.setattr(fit, "GAMMA_MIN_SENSITIVITY", 0.0)
+    monkeypatch.setattr(fit.inputs, "GAMMA_MIN_SENSITIVITY", 0.0)
     assert verify.main(run + ["--out", str(tmp_path / "free")]) == 0
     free = pd.read_csv(tmp_path / "free" / "predictions.csv")
     hooks = free[(free["variant"] == "extended") & (free["mode"] == "hook")]
     assert hooks["abs_rel_error"].median() > 0.25
     assert hooks["gamma"].min() == fit.GAMMA_GRID[0] and hooks["gamma"].max() >= 1.7
-    monkeypatch.setattr(fit, "GAMMA_MIN_SENSITIVITY", 0.02)
+    monkeypatch.setattr(fit.inputs, "GAMMA_MIN_SENSITIVITY", 0.02)
     committed = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2i" / "path_model" / "predictions.csv")
     ch = committed[(committed["variant"] == "extended") & (committed["mode"] == "hook")]
     assert ch["inputs"].str.contains("gamma=1.000 (not identifiable", regex=False).all()
