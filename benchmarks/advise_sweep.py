@@ -4,12 +4,12 @@
     python benchmarks/advise_sweep.py --out data/benchmarks/advise_sweep.json --overwrite-committed   # the committed one
     python benchmarks/advise_sweep.py --no-write
 
-Issue 13, item 6: with intervals, in under 1 s on 2 cores after import, **cold**: a fresh Python process
+The goal (:data:`GOAL_MS`): with intervals, in under 1 s on 2 cores after import, **cold**: a fresh Python process
 (nothing cached in memory) with an empty plan cache folder (``STUDYKIT_CACHE`` set to an empty temporary
 folder), so every candidate's payload is derived from ``plan()`` in the timed call
 (:class:`studykit.perfmodel.payload.PayloadLaw`: one ``plan()`` per step of each payload). Timed after
 ``import studykit.perfmodel.advise`` and after one ``meta``-tensor operation (torch imports
-``torch._dynamo`` lazily on the first one, 1-2 s on the project's CPU machine, whoever calls it; timed and
+``torch._dynamo`` lazily on the first one, a cost of its own whoever calls it; timed and
 reported on its own as ``torch_lazy_import_ms``). Three cases:
 
 * ``cold_ms``: the goal's case, no plan cache on disk (median of ``--runs`` fresh processes; the

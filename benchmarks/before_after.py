@@ -1,4 +1,4 @@
-"""Before/after timings for issue #7: run once per version of the kit, on one GPU.
+"""Before/after timings of a change to the kit's codecs and hooks: run once per version of the kit, on one GPU.
 
     PYTHONPATH=build/bench_base python3 benchmarks/before_after.py --label before --out before.jsonl
     python3 benchmarks/before_after.py --label after --out after.jsonl

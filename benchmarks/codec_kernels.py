@@ -1,5 +1,5 @@
-"""What each codec's kernels alone cost, beside its timed call (issue 19 item 2: "where a target is not met,
-the note gives the measured bound (what one kernel alone costs)"). CUDA only.
+"""What each codec's kernels alone cost, beside its timed call: where a codec misses its speed target, the
+measured bound below which no codec built from the same kernels can go. CUDA only.
 
     python benchmarks/codec_kernels.py --host-ahead                       # default codecs, flat ResNet-50 gradient
     python benchmarks/codec_kernels.py --compressors quantize:bits=8 terngrad --reps 50
@@ -18,8 +18,8 @@ The sum of a codec's kernel medians is what its kernels alone cost: no codec bui
 be timed below it. What the timed call takes beyond that sum is launch gaps and small waits between
 kernels. The table (printed and written beside ``--out`` as ``.md``) gives both against the floor,
 and names each codec's largest kernels. Default codecs: every registered codec at its defaults,
-``quantize`` at b = 2, 3, 4, 8 and 16, PowerSGD rank 4 with CholeskyQR2; not ATOMO (about 29,000 kernels a
-call) and not PowerSGD with ``reuse`` (its calls alternate).
+``quantize`` at b = 2, 3, 4, 8 and 16, PowerSGD rank 4 with CholeskyQR2; not ATOMO (tens of thousands of
+kernels a call) and not PowerSGD with ``reuse`` (its calls alternate).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import RecordWriter, config_id, load_records, make_record  # noqa: E402
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs  # noqa: E402
 
-#: left out of the default list: ATOMO launches about 29,000 kernels a call (data/measurements/codec_repeat_h200b)
+#: left out of the default list: ATOMO launches tens of thousands of kernels a call (one SVD per matrix)
 SKIP = ("atomo",)
 EXTRA = [CompressorSpec("quantize", (("bits", b),)) for b in (2, 3, 4, 16)] + [
     CompressorSpec("powersgd", (("orthogonalize", "cholesky"),))]

@@ -1,4 +1,4 @@
-"""Does a rerun agree? Every codec timed twice in one process, both medians side by side (issue 19 item 1).
+"""Does a rerun agree? Every codec timed twice in one process, both medians side by side.
 
     python benchmarks/codec_repeat.py                                   # every codec, flat ResNet-50 gradient, GPU if any
     python benchmarks/codec_repeat.py --device cpu --model mlp_large --compressors fp16 signsgd topk powersgd
@@ -17,14 +17,15 @@ At the end (and with ``--report-only``, from the file alone) it prints and write
 ``--out`` (same name, ``.md``; and a summary into the block of ``README.md`` beside it between
 :data:`README_MARKERS`, where it has them) two tables from :func:`studykit.measure.bench.compare_runs`:
 per configuration both medians with their interquartile ranges and n, their ratio and whether
-they agree within 10 % (issue 19's criterion); and issue 19's speed targets
+they agree within 10 % (:data:`studykit.measure.bench.AGREE_TOL`); and the codecs' speed targets
 (:data:`studykit.measure.bench.SPEED_TARGETS`, the worst of the two runs judged), PASS/MISS on
 ResNet-50 on a GPU, reported but not judged elsewhere.
 
 Default codecs: every registered compressor with its default parameters, ``quantize`` at every
-b it accepts (2..16 today; "quantize at every b" in the issue), PowerSGD's low-overhead variants
-(:data:`VARIANTS`: one Gram-Schmidt pass, the subspace reused for 4 steps, both; issue 14 item 5), the slow
-ATOMO last (so a run cut by its deadline loses least), with its exact SVD then ``svd=gram`` (issue 19 item 2). Default phase: ``encdec`` (encode+decode, the number the targets judge).
+b it accepts (2..16 today; the elementwise target holds at every b), PowerSGD's low-overhead variants
+(:data:`VARIANTS`: one Gram-Schmidt pass, the subspace reused for 4 steps, both), the slow
+ATOMO last (so a run cut by its deadline loses least), with its exact SVD then ``svd=gram``. Default phase:
+``encdec`` (encode+decode, the number the targets judge).
 """
 from __future__ import annotations
 
@@ -41,15 +42,15 @@ from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import RecordError, RecordWriter, load_records  # noqa: E402
 from studykit.measure.runtime import CompressorSpec, parse_compressor_specs, pick_device  # noqa: E402
 
-#: two passes over the codecs: issue 19 asks that two runs agree within 10 %
+#: two passes over the codecs: two runs should agree within 10 % (:data:`studykit.measure.bench.AGREE_TOL`)
 RUNS = (1, 2)
-#: run last: ATOMO's SVD takes about 0.5 s a call on an H200 (issue 19)
+#: run last: ATOMO's exact SVD is by far the slowest codec call
 SLOW_LAST = ("atomo",)
 #: timed after a codec's defaults: PowerSGD's low-overhead options (Han et al. 2024, https://arxiv.org/abs/2407.01378,
 #: the PowerSGD case study; ``studykit.compressors.lowrank.PowerSGD``): one Gram-Schmidt pass, the P subspace reused.
 #: With ``reuse=4`` three calls in four skip the P round: the median is the cheap call, the IQR shows both.
 #: ATOMO's SVD from the eigendecomposition of the smaller Gram matrix (``studykit.compressors.lowrank.Atomo``,
-#: ``svd="gram"``; issue 19 item 2), timed after the exact SVD.
+#: ``svd="gram"``), timed after the exact SVD.
 VARIANTS = {"powersgd": [(("orthogonalize", "once"),), (("reuse", 4),), (("orthogonalize", "once"), ("reuse", 4)),
                          (("orthogonalize", "cholesky"),)],
             "atomo": [(("svd", "gram"),)]}
@@ -171,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     if policy.host_ahead and device.type != "cuda":
         ap.error(f"--host-ahead needs a CUDA device, got {device}")
     writer = RecordWriter(out)
-    # the slow codecs (ATOMO's SVD) of both runs go after every other codec of both runs: in the first H200 run
-    # (data/measurements/codec_repeat_h200) the codecs timed right after ATOMO were the ones whose runs disagreed
+    # the slow codecs (ATOMO's SVD) of both runs go after every other codec of both runs: codecs timed right
+    # after ATOMO were seen to disagree between the two runs
     fast = [s for s in specs if s.name not in SLOW_LAST]
     slow = [s for s in specs if s.name in SLOW_LAST]
     passes = [(run, fast) for run in RUNS] + [(run, slow) for run in RUNS if slow]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #7 on one lent GPU, in one call: the GPU tests, `python -m studykit bench` (fused kernels
+# The codec and hook speed checks on one lent GPU, in one call: the GPU tests, `python -m studykit bench` (fused kernels
 # and plain-PyTorch reference, the committed results), before/after against the kit as committed
 # before the change, and the bench's DDP path under torchrun with one rank (NCCL, no network).
 #   carry: build/bench_base, made first with

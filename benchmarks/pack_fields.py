@@ -7,10 +7,11 @@
 
 The packed layout (``studykit.compressors.quantization.pack_fields``): value ``i`` on bits
 ``[i * width, (i + 1) * width)`` of the little-endian bit stream, ``ceil(numel * width / 8)`` bytes.
-Issue 19's first H200 run (kit commit eeab79b; ``git show ee5c3fa^:data/measurements/codec_repeat_h200/codecs.md``)
-found ``quantize`` far above the memory floor at every b that does not divide 8: those widths were packed by
-expanding every value into ``width`` one-bit elements (the rerun at 5a85ad3, now in that folder, packs them as
-below). This script times pack+unpack (``unpack_fields(pack_fields(v, w),
+The kit once packed every width that does not divide 8 by expanding every value into ``width`` one-bit
+elements, which put ``quantize`` far above the memory floor at those widths; it now packs them straight into
+this layout
+(the before/after runs are described in ``data/benchmarks/pack_fields_cpu/README.md``). This script times
+pack+unpack (``unpack_fields(pack_fields(v, w),
 w, numel)``) of ``--numel`` random int32 values in ``[0, 2^w)`` per width, twice: the kit's code
 (``impl`` ``kit``) and :func:`pack_fields_bitwise` / :func:`unpack_fields_bitwise`, the layout's
 definition bit by bit (``impl`` ``bitwise``; the kit's former general path, kept here as the
@@ -43,7 +44,7 @@ from studykit.measure.records import (RecordWriter, config_id, loadavg_1m,  # no
 from studykit.measure.runtime import pick_device  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
-#: the flat ResNet-50 gradient (issue 19's codec timings)
+#: the flat ResNet-50 gradient (the one ``python -m studykit bench`` times codecs on)
 RESNET50_NUMEL = 25_557_032
 KIND = "pack_fields"
 IMPLS = ("kit", "bitwise")
@@ -57,8 +58,8 @@ def _bit_dtype(width: int) -> torch.dtype:
 def pack_fields_bitwise(values: torch.Tensor, width: int) -> torch.Tensor:
     """The packed layout by its definition: bit ``k`` of value ``i`` is bit ``i * width + k`` of the
     little-endian bit stream, packed 8 bits a byte by :func:`~studykit.compressors.quantization.pack_bits`.
-    Builds a tensor of ``numel * width`` single bits, int32 as the kit's general path before issue 19's
-    fix did (int64 at width 32, where a field does not fit a non-negative int32)."""
+    Builds a tensor of ``numel * width`` single bits, int32 as the kit's former general path did (int64 at
+    width 32, where a field does not fit a non-negative int32)."""
     dtype = _bit_dtype(width)
     shifts = torch.arange(width, dtype=dtype, device=values.device)
     bits = (values.reshape(-1).to(dtype).unsqueeze(-1) >> shifts) & 1

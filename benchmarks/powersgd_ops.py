@@ -4,18 +4,17 @@
     python benchmarks/powersgd_ops.py --models resnet50 --variants default  # a subset
     python benchmarks/powersgd_ops.py --report-only --out FILE.jsonl        # the table of earlier records
 
-Issue 19 item 2: in the first H200 run (kit commit eeab79b, before the cuts below; ``git show
-ee5c3fa^:data/measurements/codec_repeat_h200/codecs.jsonl``) PowerSGD rank 4 on ResNet-50's real shapes took
-more host time per call (``host_ms``) than device time: the codec is launch-bound, so what has to fall is the
-number of operations per call (the rerun at 5a85ad3, now in that folder, has the cuts). This script counts them (every aten operation the
-dispatcher runs, views included: each costs host time, each non-view one a kernel launch on a GPU) with a
-``TorchDispatchMode`` (:func:`count_ops`), and times the call on the CPU.
+On a GPU, PowerSGD rank 4 on ResNet-50's real shapes takes more host time per call (``host_ms``) than
+device time: the codec is launch-bound, so what has to fall is the number of operations per call (the
+runs before and after the kit cut them: ``data/benchmarks/powersgd_ops_cpu/README.md``). This script counts
+them (every aten operation the dispatcher runs, views included: each costs host time, each non-view one a
+kernel launch on a GPU) with a ``TorchDispatchMode`` (:func:`count_ops`), and times the call on the CPU.
 
 Per model (``studykit.models.param_shapes``: one gradient tensor per parameter, fp32, world size 1 through
 ``LocalComm``) and variant of ``compressors.get("powersgd", rank=4, ...)``:
 
 * ``default``: the registered default (error feedback on, warm start);
-* ``no_ef``: error feedback off (``encdec`` in ``python -m studykit bench``, what issue 19's target judges);
+* ``no_ef``: error feedback off (``encdec`` in ``python -m studykit bench``, what the codec speed target judges);
 * ``once_reuse4``: ``orthogonalize="once", reuse=4`` (Han et al. 2024's low-overhead variants);
 * ``rank32``: rank 32; ``buckets``, ``rank32_buckets``: rank 4 and 32 called once per DDP bucket, as the kit's
   hook calls it (the iteration's calls together); ``cholesky_buckets``, ``rank32_cholesky_buckets``: the same
@@ -26,8 +25,9 @@ reuse P) after warm-up calls; ``ops_by_site`` says where they go: the innermost 
 issued each operation (``file:function:line source``). The time is :func:`studykit.measure.timing.time_fn`
 under ``bench``'s repetition policy (:class:`studykit.measure.bench.RepPolicy`; here at least 20
 repetitions and 1 s by default). ``--label`` names the code measured (``mode`` in each record): the
-committed numbers have ``before`` (commit 531fb59, the code before the op cuts; its implementation is
-kept nowhere but in git history) and ``after``. Records stream to ``--out`` (JSON Lines with provenance;
+committed records name the code before the op cuts ``before`` (its implementation is kept nowhere but in
+git history; ``data/benchmarks/powersgd_ops_cpu/README.md`` names its commit) and ``after``. Records
+stream to ``--out`` (JSON Lines with provenance;
 a rerun resumes), and the table is written beside it (``.md``).
 """
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
     python benchmarks/profiler_aftereffect.py --out reports/benchmarks/profiler_aftereffect.jsonl
 
-Why: in ``benchmarks/codec_repeat.py``'s second timing pass on an H200 the launch-bound codecs (PowerSGD,
-whose reduce launches hundreds of small kernels) ran up to 2.2x slower than in the first, while the
-bandwidth-bound ones agreed; between the two passes the first one's kernel counts had run under
-``torch.profiler``. PyTorch does not detach CUPTI when a profile ends unless the environment variable
+Why: when ``benchmarks/codec_repeat.py`` counted the first timing pass's kernels under ``torch.profiler``
+before the second pass, the launch-bound codecs (PowerSGD, whose reduce launches hundreds of small kernels)
+ran markedly slower in the second pass than in the first, while the bandwidth-bound ones agreed.
+PyTorch does not detach CUPTI when a profile ends unless the environment variable
 ``TEARDOWN_CUPTI=1`` is set (https://github.com/pytorch/pytorch/issues/144455).
 
 Each case runs in a fresh process (the environment must be set before CUDA starts): a launch-bound call
@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CASES = {"default": {}, "teardown": {"TEARDOWN_CUPTI": "1"}}
-#: (model, PowerSGD parameters): rank 32 on BERT-base (the hooks' "host wait"), rank 4 on ResNet-50 (issue 19's target)
+#: (model, PowerSGD parameters): rank 32 on BERT-base (the hooks' "host wait"), rank 4 on ResNet-50 (the codec
+#: speed target's setting)
 WORKLOADS = [("bert_base", {"rank": 32, "error_feedback": False}), ("resnet50", {"rank": 4, "error_feedback": False})]
 
 

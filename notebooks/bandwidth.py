@@ -143,8 +143,8 @@ Markdown(hook_budget_markdown(hook_budget_table(load_records(paths.MEASUREMENTS 
 # %% [markdown]
 # ## Is the kit's hook faster than its own post-backward path?
 #
-# A hook can overlap a bucket's communication with the rest of the backward pass; post cannot. Issue 19
-# asks that every kit hook be at most as slow as post at every rate. The hook campaign (`hook_campaign`) ran
+# A hook can overlap a bucket's communication with the rest of the backward pass; post cannot, so every kit
+# hook should be at most as slow as post at every rate. The hook campaign (`hook_campaign`) ran
 # each compressor both ways at each rate: below 1 the hook wins (`report.hook_vs_post`; its README has the
 # same numbers as a table).
 

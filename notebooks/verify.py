@@ -37,7 +37,7 @@ records: str = "data/measurements/gpu data/measurements/throttle"  # record fold
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
 holdout: str = "auto"  # what gamma's calibration leaves out: auto, model, network, bucket, record
 include_hook: bool = True  # also score compression as an (overlapped) DDP hook
-target_median: float = 0.02  # the goal for the median |relative error|
+target_median: float = 0.02  # the kit's goal for the median |relative error|
 target_max: float = 0.10  # and for the maximum
 
 # %%
@@ -59,7 +59,7 @@ for n in notes[:8]:
 
 # %% [markdown]
 # ## Summary: median and maximum |relative error| per group
-# `rel_error = (predicted - measured) / measured`. The goal is a median of at most
+# `rel_error = (predicted - measured) / measured`. The kit's goal is a median of at most
 # 2 % and a maximum of at most 10 % over at least 30 configurations.
 
 # %%

@@ -27,8 +27,8 @@
 # median of their medians), and studykit.measure.report.rerun_spread compares them (how far a run moves).
 # HOOK_PROFILE=1 (default when MODES has hook) first times, on GPU 0 and unthrottled, each DDP bucket's host and
 # device time of every compressor's hook protocol (`profile --ddp-buckets --bucket-times`, into
-# profile_buckets.jsonl): the host chain of the hook model needs host times of the machine it predicts
-# (data/measurements/hook_host_h200b/README.md; verify --encode-decode-from buckets).
+# profile_buckets.jsonl): the host chain of the hook model needs host times of the machine it predicts, since
+# they differ from one lent machine to the next (the runs: data/campaigns.toml; verify --encode-decode-from buckets).
 # BROADCAST_BUFFERS="1 0" times every configuration a second time per rate with `ddp --no-broadcast-buffers`
 # (DDP without its buffer broadcast at every forward: the A/B of what DDP's forward costs a hook beside post;
 # post does not change and is not timed again).

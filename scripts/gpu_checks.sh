@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# The short GPU measurements the open issues still need, in ONE invocation on a lent 2-GPU machine, into $OUT:
+# Short GPU checks (kernels, per-bucket profiles, NVLink hooks, hook stamps, parameter server), in ONE
+# invocation on a lent 2-GPU machine, into $OUT:
 #
 #   OUT=/path/to/out STUDYKIT_GIT_COMMIT=<sha> bash scripts/gpu_checks.sh
 #
 # Phases (each bounded by the time left; PHASES picks a subset, in this order):
 #   kernels  - `pytest -m gpu` on the fused kernels' tests: every Triton kernel against its plain-PyTorch
 #              reference on this GPU, and the host-sync tests (run first: a kernel that fails here must not run
-#              in a campaign; KERNELS_S caps it, default 300 s: at 150 s it stopped short on an H200);
+#              in a campaign; KERNELS_S caps it, default 300 s, which leaves room for the whole suite);
 #   buckets  - encode/decode profiled bucket by bucket as the DDP hook calls it (`profile --ddp-buckets`),
 #              for the models of the committed bandwidth campaigns (the hook model's per-bucket input);
 #   hostahead - the same codecs' device time with the host ahead of the GPU (`profile --host-ahead`, whole
 #              gradient and bucket by bucket), for every campaign model: does the profile, which times a codec
 #              alone with every launch gap, overstate what an iteration pays (data/verification/bandwidth)?
-#   nvlink   - 2 GPUs over NVLink: DDP with the kit's and PyTorch's fp16 and PowerSGD rank-4 hooks (issue 19:
-#              PowerSGD hook <= 1.1x syncSGD, fp16 hook <= PyTorch's), and syncSGD of ResNet-50 at batches
-#              8-64 with T_comp at the same batches (issue 13 item 4, the small-batch regime);
+#   nvlink   - 2 GPUs over NVLink: DDP with the kit's and PyTorch's fp16 and PowerSGD rank-4 hooks (the hook
+#              targets: PowerSGD hook <= 1.1x syncSGD, fp16 hook <= PyTorch's), and syncSGD of ResNet-50 at batches
+#              8-64 with T_comp at the same batches (the small-batch regime);
 #   hooks    - ResNet-50 on a link shaped to HOOK_RATE Gbit/s: the PowerSGD and top-k hooks beside their
 #              post-backward path, stamped bucket by bucket (`--hook-times`), the identity compressor `none`
 #              as a hook (the path overhead), then the same hooks with a 0.5 ms GIL switch interval (A/B);
-#   ps       - ResNet-50 on the same link through one parameter server (`--comm collective ps`; issue 14 item 4).
+#   ps       - ResNet-50 on the same link through one parameter server (`--comm collective ps`; beside Table 1).
 # Writes (directly in $OUT): kernels.xml (pytest's report), profile.jsonl, profile_host_ahead.jsonl, tcomp.jsonl,
 # nvlink.jsonl, hooks.jsonl, ps.jsonl,
 # run.log, RUN.txt. Needs root (hooks, ps), python3 with torch (CUDA), torchvision, transformers, pytest,

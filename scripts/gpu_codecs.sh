@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19 items 1-2 on one lent GPU (H100/H200), in ONE invocation, into $OUT:
+# Codec speed and its repeatability on one lent GPU (H100/H200), in ONE invocation, into $OUT:
 #
 #   OUT=/path/to/out STUDYKIT_GIT_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_codecs.sh
 #
@@ -13,7 +13,7 @@
 #             HOST_AHEAD=1 times each repetition's device work with the host ahead of the GPU (a GPU sleep
 #             before it), not the host's launch gaps (codecs whose host time exceeds their device time);
 # 2. report - the two runs side by side (both medians with IQR and n, their ratio, within 10 %?) and
-#             issue 19's speed-target table with PASS/MISS (the targets are data in
+#             the codecs' speed-target table with PASS/MISS (the targets are data in
 #             studykit/measure/bench.py, SPEED_TARGETS; the worst of the two runs is judged).
 #
 # Whole-run deadline TOTAL_S (default 500 s): the codecs phase gets what is left after REPORT_S. Records
@@ -34,7 +34,7 @@ COMPRESSORS=${COMPRESSORS:-}      # empty: every registered codec, quantize at e
 PHASES=${PHASES:-encdec}
 MIN_REPS=${MIN_REPS:-100}
 MIN_TIME_S=${MIN_TIME_S:-1}
-BUDGET_S=${BUDGET_S:-20}          # per codec configuration; ATOMO (about 0.5 s a call) is the one it cuts
+BUDGET_S=${BUDGET_S:-20}          # per codec configuration; ATOMO (its exact SVD) is the one it cuts
 WARMUP=${WARMUP:-10}
 COMPONENTS=${COMPONENTS:-1}       # 1: time the building blocks in the first run (the measured bounds)
 HOST_AHEAD=${HOST_AHEAD:-0}       # 1: each repetition's device time with the host ahead of the GPU (--host-ahead)

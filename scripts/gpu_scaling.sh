@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scaling runs on one machine with 4 (or 8) GPUs: the same commands as scripts/gpu_measure.sh at
 # p = 2, 4 (and 8 where present), so the performance model can be calibrated on p <= 2 and scored
-# on p = 4, 8 of the SAME card (issue 9; Agarwal et al. 2022 Figs. 6-11 study the p-dependence).
+# on p = 4, 8 of the SAME card (a holdout in world size; Agarwal et al. 2022 Figs. 6-11 study the p-dependence).
 #
 #   OUT=/path/to/out STUDYKIT_GIT_COMMIT=<sha> bash scripts/gpu_scaling.sh
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Time to a target validation loss on a real workload, 2 GPUs, throttled network (issue 15 items 3-4):
+# Time to a target validation loss on a real workload, 2 GPUs, throttled network:
 # Han et al. 2024's table (https://arxiv.org/abs/2407.01378: time to target against FP16, bytes, the
 # iteration-time split) for syncSGD, fp16, static 8-bit, dynamic (Tirupati et al.) and the best compressors
 # of the bandwidth study (PowerSGD rank 4, TopK 1 %), at emulated bandwidths (Agarwal et al. 2022,

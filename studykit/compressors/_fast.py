@@ -1080,8 +1080,8 @@ _NO_SEED = 1 << 62
 
 #: ``tl.dot`` input precisions the Hadamard passes are tried with (:func:`pick` keeps the fastest): fp32 FMA, and
 #: tensor cores with the input split in two TF32 halves ("tf32x3"; the +-1 Hadamard factors are exact in TF32, so
-#: the product keeps about fp32's accuracy at a fraction of the FMA work: the FMA passes take about 2x the memory
-#: floor each, data/measurements/codec_kernels_h200/README.md)
+#: the product keeps about fp32's accuracy at a fraction of the FMA work; the FMA passes run well above the memory
+#: floor)
 HADAMARD_PRECISIONS = ("ieee", "tf32x3")
 
 

@@ -8,7 +8,7 @@
   singular components (Wang et al. 2018). Every worker has its own factors, so the
   payloads are all-gathered (Agarwal et al. 2022, Table 2: not all-reduce compatible).
   ``svd="gram"`` takes the SVD from the eigendecomposition of the smaller Gram matrix
-  (:func:`gram_svd`), far cheaper than ``torch.linalg.svd`` (issue 19 item 2).
+  (:func:`gram_svd`), far cheaper than a full ``torch.linalg.svd``.
 
 Which tensors are compressed (both methods): a tensor with ``ndim >= 2`` is viewed
 as the matrix ``(shape[0], prod(shape[1:]))`` of size n x m (a conv kernel
@@ -21,8 +21,8 @@ Speed: matrices of the same shape are stacked and handled by batched matmuls
 (``torch.bmm``), and PowerSGD orthogonalizes all P factors of equal row count (or
 rows padded with zeros up to a common count, while the padding stays cheap) in one
 batched Gram-Schmidt, so the number of kernels grows with the number of distinct
-shapes, not with the number of tensors. PowerSGD is launch-bound on a GPU (issue 19 item 2:
-host time above device time), so its per-call operations are few: its buffers and every
+shapes, not with the number of tensors. PowerSGD is launch-bound on a GPU (the host takes longer
+to launch its kernels than the device takes to run them), so its per-call operations are few: its buffers and every
 per-group view of them are made once per ``key`` (:class:`_Workspace`), the Ps go into their
 padded Gram-Schmidt batches by one ``index_copy_``, and a round is one ``bmm`` per group
 (``benchmarks/powersgd_ops.py`` counts them, before and after: ``data/benchmarks/powersgd_ops_cpu/``;
@@ -300,7 +300,7 @@ def orthonormalize_cholesky_(x: torch.Tensor, passes: int = 2) -> torch.Tensor:
 class _Workspace:
     """PowerSGD's buffers for one ``key`` (Vogels et al. 2019, Algorithm 1: P, Q and the mean Q), with
     every per-group view made once: a call then issues one ``bmm`` per group and round instead of
-    a slice, a view and a ``bmm`` (issue 19 item 2: the codec is launch-bound, views cost host time).
+    a slice, a view and a ``bmm`` (the codec is launch-bound, so every view costs host time).
 
     ``q`` is the all-reduced Q of the last call (the warm start of the next, ``state[key]["q"]``);
     ``ps`` the orthonormalized P of each group (views of ``ortho``, kept for ``reuse``). Nothing
@@ -383,10 +383,9 @@ class PowerSGD(_LowRank):
     * ``orthogonalize="cholesky"``: CholeskyQR2 with a shift (:func:`orthonormalize_cholesky_`) instead of
       Gram-Schmidt: the same P for a full-rank P, to rounding, in a dozen operations per pass whatever the
       rank (Gram-Schmidt's grow with it); not one of the papers' algorithms, an implementation of the same
-      step for launch-bound GPUs (``data/benchmarks/powersgd_ops_cpu/``). Measured on H200s
-      (``data/measurements/gpu_checks_h200d/``, ``data/measurements/bandwidth/h200_p2e/``): at rank 32 it
-      cuts the bucket-by-bucket call several-fold and the DDP hook's iteration by more than half on
-      BERT-base; at rank 4 it gains nothing. Use it for rank >= 16, above all in a hook;
+      step for launch-bound GPUs (``data/benchmarks/powersgd_ops_cpu/``). Its launch count stays flat as
+      the rank grows, so it pays at high rank (>= 16), above all in a hook that runs it bucket by bucket,
+      and gains little at low rank (the GPU runs behind this advice are indexed in ``data/campaigns.toml``);
     * ``reuse=r > 1``: the orthonormalized P of a full step is reused for the next ``r - 1``
       calls with the same ``key``: those calls skip ``P = M Q``, its all-reduce and the
       orthogonalization, and send only ``Q = M^T P`` (one all-reduce of the Qs, the estimate
@@ -578,8 +577,8 @@ class Atomo(_LowRank):
 
     ``svd`` (how each group of equal-shape matrices, batched, is decomposed):
 
-    * ``"exact"`` (default): ``torch.linalg.svd``, the cost issue 19 item 2 asks to bring to at most
-      20 ms on ResNet-50's gradient (measured: ``data/measurements/codec_repeat_h200/``).
+    * ``"exact"`` (default): ``torch.linalg.svd`` of every matrix: accurate, and the slowest step of
+      ATOMO's encode on a GPU.
     * ``"gram"``: :func:`gram_svd`, one batched Gram product and ``torch.linalg.eigh`` of the
       k x k Gram matrix (k = min(n, m)). Every singular value comes out (the probabilities
       need the whole spectrum), but only the *sampled* atoms' other vectors are formed: for

@@ -208,8 +208,8 @@ class RandomK(_Sparse):
         gen = self.generator(device)
         if k * 16 > numel:  # dense enough that a full permutation is the simple way
             return torch.randperm(numel, generator=gen, device=device)[:k]
-        # Sparse case, without a permutation of all n (2.7 ms for ResNet-50's n on an H200,
-        # against 0.2 ms here): draw m >= k positions with replacement and keep the first
+        # Sparse case, without a permutation of all n (on a GPU it costs many times what
+        # drawing about k positions does): draw m >= k positions with replacement and keep the first
         # k distinct ones in draw order. Each new distinct draw is uniform over the unseen
         # positions, so the result is a uniform k-subset. m exceeds k by the expected number
         # of repeats (~m^2 / 2n) plus 8 standard deviations, so fewer than k distinct
@@ -317,7 +317,7 @@ class MSTopK(_GatherSparse):
         with mean want + margin, so fewer than ``want`` or more than the capacity lie 8 standard
         deviations out, probability below 1e-14), and the candidates are sorted by key. The
         candidates hold the band's ``want`` largest keys, so the pick is that of a top-k of the keys
-        over the whole band, without a top-k over all n entries (11.5x the memory floor on an H200).
+        over the whole band, without a top-k over all n entries (many times the memory floor on a GPU).
         """
         numel = mag.numel()
         keys = torch.rand(numel, generator=self.generator(mag.device), device=mag.device)
@@ -431,10 +431,9 @@ class TopKChunked(_Chunked):
     per kept entry instead of 8. The int16 offsets go on the wire as their bytes (a
     uint8 view of 2 bytes per entry), since NCCL and gloo have no 16-bit integer type.
 
-    Default chunk = 4096 (16 KiB of fp32), measured: the batched topk over ResNet-50's
-    25.6M entries at ratio 0.01 took 1.22 / 0.78 / 0.50 / 0.49 ms for chunks of 256 /
-    1024 / 4096 / 16384 (H200, torch 2.11); 4096 is the smallest chunk at the plateau,
-    and its k_c = 41 keeps 1.001% (chunks of 1024 keep 11, 1.07%). Error feedback by
+    Default chunk = 4096 (16 KiB of fp32): on a GPU the batched topk gets faster as the chunk
+    grows until it levels off, and 4096 is the smallest chunk on that plateau (ResNet-50's
+    gradient at ratio 0.01); its k_c = 41 keeps 1.001% (chunks of 1024 keep 11, 1.07%). Error feedback by
     default, as for top-k.
     """
 

@@ -1,6 +1,6 @@
 """``python -m studykit bench``: compressors against the memory floor, DDP hooks against PyTorch's.
 
-One run on one card (issue #7)::
+Usage (codecs on one card, DDP on two)::
 
     python -m studykit bench --overwrite-committed --out-dir data/benchmarks/h200          # codecs only, one GPU
     torchrun --standalone --nproc-per-node 2 -m studykit bench --ddp --overwrite-committed --out-dir data/benchmarks/h200x2 --overwrite
@@ -27,9 +27,9 @@ close to ``ms_median`` the codec is launch-bound) and ``kernels`` (device kernel
 from the profiler), the two numbers behind "kernel count x launch overhead". Records are
 written as each codec is timed (a run cut by a deadline keeps them); the profiler runs after
 all timings, so the kernel counts follow as records of kind ``kernels`` (``of_config`` names
-the timing record; :func:`attach_kernels`; records before issue 19 carry ``kernels`` inline).
+the timing record; :func:`attach_kernels`; older records carry ``kernels`` inline).
 
-How each codec is timed (issue 19 item 1, :class:`RepPolicy`; the repetition policy of
+How each codec is timed (:class:`RepPolicy`; the repetition policy of
 :mod:`studykit.measure.timing`): ``--warmup`` untimed calls (after two settling calls), then
 at least ``--min-reps`` repetitions (100) *and* at least ``--min-time-s`` seconds (1 s) of timed
 calls, whichever is more, capped at ``--budget-s`` seconds (30) per configuration; before each
@@ -44,10 +44,10 @@ Records carry the median, the interquartile range (``ms_q25``, ``ms_q75``),
 ``loadavg_1m`` (the machine's load when it was timed: a busy shared CPU explains noise), the memory
 floor of the codec's input (``floor_ms``) and ``x_floor``. The kit's commit is stamped from
 ``git`` or, in a checkout without ``.git``, from ``STUDYKIT_GIT_COMMIT`` (pass it in; the run
-warns when neither is there). Records written before issue 19 (3-50 iterations, no flush, no
+warns when neither is there). Records written before this policy (3-50 iterations, no flush, no
 quartiles) stay readable: the new fields are simply absent.
 
-Issue 19's speed targets (:data:`SPEED_TARGETS`) are judged by :func:`speed_targets` on
+The codecs' speed targets (:data:`SPEED_TARGETS`) are judged by :func:`speed_targets` on
 :func:`compare_runs` of one or two runs (``benchmarks/codec_repeat.py`` times every codec twice
 in one process and prints both medians, their ratio and the verdicts).
 
@@ -95,7 +95,7 @@ __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "Spee
            "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "write_report",
            "add_json_output_args", "json_output_from_args", "write_json", "main"]
 
-#: issue #7's groups and limits
+#: the benchmark's codec groups and the limits it reports them against
 ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
 TARGETS = {
     "elementwise": "encode+decode of the flat ResNet-50 gradient <= 3x the memory floor",
@@ -109,7 +109,7 @@ DDP_SPECS = ("none", "fp16", "bf16", "powersgd:rank=4")
 DDP_MODELS = ("resnet50", "resnet101", "bert_base", "vgg19")
 #: codec phases (see the module docstring); --phases picks some
 PHASES = ("encdec", "encode", "decode", "default")
-#: seconds of timed calls one codec configuration may take at most (ATOMO: about 0.5 s a call on an H200)
+#: seconds of timed calls one codec configuration may take at most (ATOMO's exact SVD is slow enough to need a cap)
 BUDGET_S = 30.0
 #: raw per-repetition times kept in a record up to this many (a 0.05 ms codec runs 20,000 repetitions
 #: in its second; their statistics are in the record, the list itself would be 400 kB a line)
@@ -118,14 +118,14 @@ RAW_TIMES_MAX = 1000
 
 @dataclass(frozen=True)
 class RepPolicy:
-    """How many times, and how, each codec is timed (issue 19 item 1): ``n_warmup`` untimed calls,
+    """How many times, and how, each codec is timed: ``n_warmup`` untimed calls,
     then at least ``min_reps`` repetitions and at least ``min_time_s`` seconds of timed calls,
     whichever is more, at most ``budget_s`` seconds; ``flush_bytes`` written before each repetition
     (None: :data:`~studykit.measure.timing.L2_FLUSH_BYTES` on CUDA, none on CPU). ``host_ahead``
     (CUDA only): each repetition's *device* time with the host ahead of the GPU
     (:class:`studykit.measure.timing._Clock`): without it, a codec whose host needs longer to launch
     its kernels than the GPU needs to run them is timed by the host's launch gaps, which vary from run
-    to run on a shared machine (``data/measurements/codec_repeat_h200b``)."""
+    to run on a shared machine."""
 
     min_reps: int = MIN_REPS
     min_time_s: float = MIN_TIME_S
@@ -177,7 +177,7 @@ class RepPolicy:
 
 @dataclass(frozen=True)
 class SpeedTarget:
-    """One of issue 19's speed targets: encode+decode (phase ``encdec``, fused path) of ``compressors``
+    """One codec speed target: encode+decode (phase ``encdec``, fused path) of ``compressors``
     on one H100/H200, at most ``limit`` in ``unit`` (``x_floor``: multiples of the memory floor;
     ``ms``). ``params``: what a record must have to be judged (e.g. PowerSGD's rank)."""
 
@@ -189,7 +189,7 @@ class SpeedTarget:
     params: tuple = ()
 
 
-#: issue 19 item 2, on the flat ResNet-50 gradient (low-rank codecs on its real shapes): the one copy
+#: the codec speed targets, on the flat ResNet-50 gradient (low-rank codecs on its real shapes): the one copy
 SPEED_TARGETS = (
     SpeedTarget("elementwise", ("fp16", "bf16", "signsgd", "ef_signsgd", "qsgd", "terngrad", "natural", "quantize"),
                 2.0, "x_floor", "elementwise codecs (quantize at every b) <= 2x the memory floor"),
@@ -201,7 +201,7 @@ SPEED_TARGETS = (
                 params=(("rank", 4),)),
     SpeedTarget("atomo", ("atomo",), 20.0, "ms", "ATOMO <= 20 ms (batched or randomized SVD)"),
 )
-#: issue 19 item 1: two runs on the same kind of card agree within 10 % for every codec
+#: repeatability target: two runs on the same kind of card agree within 10 % for every codec
 AGREE_TOL = 0.10
 #: the targets are set on this gradient, on a GPU
 TARGET_MODEL = "resnet50"
@@ -483,9 +483,9 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
     written += len(comps)
     # The profiler goes last: once CUPTI is attached, every later launch costs more host time,
     # which would inflate the timings of launch-bound codecs measured after it (PyTorch does not
-    # detach CUPTI when a profile ends: https://github.com/pytorch/pytorch/issues/144455; a second
-    # timing pass after the first one's counts ran PowerSGD rank 32 2.2x slower on an H200,
-    # data/measurements/gpu_checks_h200d). Its counts are records of their own (kind "kernels"),
+    # detach CUPTI when a profile ends: https://github.com/pytorch/pytorch/issues/144455; a timing
+    # pass after a profiled one runs launch-bound codecs such as PowerSGD markedly slower).
+    # Its counts are records of their own (kind "kernels"),
     # attached to the timings by attach_kernels.
     todo = pending + (comps if want_counts else [])
     if deferred is not None:
@@ -733,7 +733,7 @@ def summary_markdown(df) -> str:
     return "\n".join(lines)
 
 
-# ====================================================================== runs compared, issue 19's targets
+# ====================================================================== runs compared, the speed targets
 def split_repeats(records: Iterable[dict]) -> list[list[dict]]:
     """The bench records of a file, one list per ``repeat`` (1, 2, ...; records without one form one run)."""
     runs: dict = {}
@@ -794,7 +794,7 @@ def _target_of(name: str | None, params: dict) -> SpeedTarget | None:
 
 
 def speed_targets(compared: pandas.DataFrame) -> pandas.DataFrame:
-    """Issue 19's speed-target table from :func:`compare_runs`: one row per judged codec setting
+    """The speed-target table from :func:`compare_runs`: one row per judged codec setting
     (phase ``encdec``, not the plain-PyTorch ``reference`` mode) with ``target``, ``limit``,
     ``unit``, ``value`` (the worst run: largest ``x_floor`` or ms) and ``verdict``: PASS or MISS
     on ``resnet50`` on a GPU, ``n/a (...)`` elsewhere (the targets are set there), and a row

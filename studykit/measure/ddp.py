@@ -229,11 +229,11 @@ def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> N
 
     The next configurations are timed after this profile. PyTorch leaves CUPTI attached when a profile
     ends unless ``TEARDOWN_CUPTI=1`` (https://github.com/pytorch/pytorch/issues/144455), and an attached
-    CUPTI slows every later kernel launch (PowerSGD rank 32: 1.83x, 1.04x with the variable;
-    ``data/measurements/codec_repeat_h200b/profiler_aftereffect/``, where it was set when the process
-    started). So it is set here, before the process's first profile, unless the environment says otherwise.
-    Set this late it works: on 2 x H200 the configurations timed after a traced one were not slower than in a
-    run without traces (``data/measurements/gpu_checks_h200e/``)."""
+    CUPTI slows every later kernel launch, which launch-bound codecs such as PowerSGD feel most
+    (``benchmarks/profiler_aftereffect.py`` measures it with the variable set when the process starts). So it
+    is set here, before the process's first profile, unless the environment says otherwise. Set this late it
+    still works: configurations timed after a traced one are not slower than in a run without traces (the GPU
+    runs that check it are indexed in ``data/campaigns.toml``)."""
     import os
 
     os.environ.setdefault("TEARDOWN_CUPTI", "1")

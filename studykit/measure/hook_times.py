@@ -1,6 +1,6 @@
 """Per-bucket time stamps of the kit's DDP hook (``ddp --hook-times``, records of kind ``hook_times``).
 
-Issue 13 item 3: when each bucket becomes ready during the backward pass, when its encode ends, how long
+When each bucket becomes ready during the backward pass, when its encode ends, how long
 its collectives take and when its decode ends, against the end of the backward pass: the inputs of the
 hook's per-bucket timeline (``studykit.perfmodel.model.bucket_timeline_s``), measured. The kit's hook
 (``studykit.ddp``) is wrapped from outside: a communicator that stamps each collective and a hook that
@@ -389,7 +389,7 @@ def hook_budget_table(records) -> pd.DataFrame:
     interval that the same ``ddp`` call wrote: syncSGD (``ddp``, DDP's default buckets), its per-bucket ready
     times (``buckets``), and the same compressor after the backward pass (``post``) and as the unstamped hook.
 
-    The model of a hook (:func:`studykit.perfmodel.model.bucket_timeline_s`, issue 13 item 3) takes an
+    The model of a hook (:func:`studykit.perfmodel.model.bucket_timeline_s`) takes an
     iteration as syncSGD's work outside the backward pass, plus the backward pass's compute, plus what of the
     buckets' encode / collectives / decode ends after it. The columns measure each of those, ms:
 

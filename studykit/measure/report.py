@@ -252,10 +252,10 @@ def ddp_table(df: pd.DataFrame, model: str = "resnet50") -> pd.DataFrame:
     return t.sort_index()
 
 
-# ----------------------------------------------------------------------------- issue 19 item 3: hooks over NVLink
+# ----------------------------------------------------------------------------- DDP hook targets over NVLink
 @dataclass(frozen=True)
 class HookTarget:
-    """One of issue 19's DDP targets (item 3): the kit's overlapped hook ``compressor`` (with ``params``)
+    """One DDP hook target: the kit's overlapped hook ``compressor`` (with ``params``)
     at most ``limit`` times the iteration of the ``reference`` configuration (a ``ddp`` record's ``mode``
     and ``compressor``, with ``reference_params``), on 2 GPUs over NVLink, for the same model and batch."""
 
@@ -269,7 +269,7 @@ class HookTarget:
     text: str
 
 
-#: issue 19 item 3 over NVLink (2 x H100/H200; ResNet-50, ResNet-101, BERT-base): the one copy
+#: the hook targets over NVLink (2 x H100/H200; ResNet-50, ResNet-101, BERT-base): the one copy
 HOOK_TARGETS = (
     HookTarget("powersgd vs syncSGD", "powersgd", (("rank", 4),), "syncsgd", None, (), 1.1,
                "the kit's PowerSGD rank-4 hook <= 1.1x syncSGD"),
@@ -305,7 +305,7 @@ def _latest(records: Iterable[dict]) -> list[dict]:
 
 def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_TARGETS,
                  coalesce_mb: Optional[float] = None, shaped: bool = False) -> pd.DataFrame:
-    """Issue 19 item 3's NVLink targets judged on ``ddp`` records without an emulated network: per
+    """The NVLink hook targets (:data:`HOOK_TARGETS`) judged on ``ddp`` records without an emulated network: per
     (GPU, world size, model, batch) and target, the kit's overlapped hook (mode ``hook``, ``hook_overlap``
     true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
     kit / reference and ``verdict`` PASS (ratio <= limit), MISS, or NOT MEASURED where either record is
@@ -314,7 +314,7 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
     size 1 or for a model and batch where no kit hook ran (e.g. a batch sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
     batch_size, rate_gbps, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit,
     verdict. ``shaped``: the same targets judged per emulated rate instead (records with ``network.rate_gbps``;
-    the issue asks the fp16 and PowerSGD ones "at every rate")."""
+    the fp16 and PowerSGD hooks have to hold at every rate, not only over NVLink)."""
     from studykit.measure.crossover import coalesce_text, method_label
 
     def rate(r):
@@ -379,9 +379,9 @@ def hook_targets_markdown(table: pd.DataFrame) -> str:
 
 
 def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
-    """Issue 19 item 3's first DDP target, judged on ``ddp`` records of an emulated network: per (GPU, world
-    size, model, batch, rate, compressor and parameters), the kit's overlapped hook (mode ``hook``,
-    ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
+    """Whether the overlapped hook beats the post-backward path, judged on ``ddp`` records of an emulated
+    network: per (GPU, world size, model, batch, rate, compressor and parameters), the kit's overlapped hook
+    (mode ``hook``, ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
     times; ``ratio`` = hook / post, ``verdict`` PASS (ratio <= 1) or MISS. Configurations with only one of
     the two are left out. The latest record of a configuration counts. A hook that coalesced buckets
     (``hook_coalesce_mb``) or ran without DDP's buffer broadcast (``broadcast_buffers`` false) is a row of its
@@ -527,7 +527,7 @@ def rerun_spread_markdown(pairs: Mapping[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------- issue 14 item 4: PS beside Table 1
+# ----------------------------------------------------------------------------- parameter server beside Table 1
 def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str, Iterable[dict]]) -> pd.DataFrame:
     """A compressor's protocol through one parameter server against the same protocol on the backend's
     collectives, measured in DDP iterations on an emulated network, beside what Agarwal et al. 2022

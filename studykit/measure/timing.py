@@ -21,9 +21,9 @@ once the next would pass the remaining 80% at their median so far (never below `
 pass ``agree`` (e.g. max over ranks) so every rank takes the same decisions and
 runs the same number of iterations (otherwise collectives would hang).
 
-**Repetition policy** (issue 19, ``min_time_s`` given; what ``python -m studykit bench`` uses):
-the paper's 50 iterations are too few for a stable median of a sub-millisecond codec (the
-committed codec records of issue 7 moved by up to 60 % between two runs on the same card).
+**Repetition policy** (``min_time_s`` given; what ``python -m studykit bench`` uses):
+the paper's 50 iterations are too few for a stable median of a sub-millisecond codec (its
+median can move widely between two such runs on the same card).
 With ``min_time_s`` the timed repetitions are at least ``n_iter`` *and* at least ``min_time_s``
 seconds of timed calls, whichever is more (:func:`reps_needed`; the per-call estimate is the
 median of the warm-ups after the first, and a short top-up follows if the timed calls ran
@@ -51,7 +51,7 @@ __all__ = ["Timing", "HostSyncCall", "time_fn", "reps_needed", "quartiles", "PAP
 #: Agarwal et al. 2022, Sec. 3: 60 iterations per setup, the first 10 discarded
 PAPER_ITERATIONS = 60
 PAPER_DISCARDED = 10
-#: issue 19: a stable median needs at least 100 repetitions or 1 s of timed calls, whichever is more
+#: a stable median needs at least 100 repetitions or 1 s of timed calls, whichever is more
 MIN_REPS = 100
 MIN_TIME_S = 1.0
 #: the cache-flush buffer of ``triton.testing.do_bench`` (256 MB); more than the L2 of any GPU to date
@@ -358,7 +358,7 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
         return Timing.from_times([once() for _ in range(n_iter)], len(warm))
     # up to n_iter timed iterations while they fit in 80 % of the budget (never fewer than min_iter), judged on the
     # iterations already timed: the last warm-up alone may still carry one-time costs (a DDP hook's first call on
-    # the buckets DDP rebuilt after its first iteration cut h200_p2j's ResNet-50 fp16 hooks to 3 iterations of 10)
+    # the buckets DDP rebuilt after its first iteration can be slow enough to cut a run to a few iterations)
     times: list[float] = []
     while another_iteration(times, n_iter, min_iter, 0.8 * budget_s):
         times.append(once())  # agreed values: every rank takes the same branch

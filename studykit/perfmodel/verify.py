@@ -81,12 +81,13 @@ Two variants
   (:func:`fit_gamma_loo`); the output's ``delta_ms`` is ``delta + c (k - 1)``;
 * **CPU contention**: ``T_comp`` from ``tcomp`` records of w processes timing at once (their
   ``network.workers`` = w) for a w-worker run, and the same slowdown applied to ``O`` and
-  ``T_encode_decode`` (see :class:`_Inputs`);
+  ``T_encode_decode`` (see :class:`~studykit.perfmodel.fit.RecordInputs`);
 * hook mode: the protocol's collectives are issued per DDP bucket (latency per
   bucket), from the bucket's own parameter shapes.
 
 Repeated records of one configuration (several passes over the same rates) are pooled: the
-minimum of ``ms_min``, the median of any other statistic (:func:`_agg`).
+minimum of ``ms_min``, the median of any other statistic (:func:`_pool`,
+:func:`~studykit.perfmodel.fit.pool_stat`).
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", 
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
 
-#: columns every predictions CSV has (the issue's minimum, and more)
+#: columns every predictions CSV has (what a reader needs to check a prediction; there are more)
 REQUIRED_COLUMNS = ("config", "predicted_ms", "measured_ms", "rel_error", "calibrated_on")
 VARIANTS = ("paper", "extended")
 STATS = ("ms_median", "ms_mean", "ms_min")
@@ -142,7 +143,7 @@ def rel_error(predicted, measured):
     return float(out) if out.ndim == 0 else out
 
 
-#: the bandwidth campaign's targets (median, max |relative error|) per group, from the campaign's issue
+#: the error targets of the bandwidth verification (median, max |relative error|) per group
 TARGETS = {"syncSGD": (0.03, 0.10), "compressors (post)": (0.03, 0.10), "compressors (hook)": (0.05, 0.15),
            "compressors (blocking hook)": (0.05, 0.15)}
 
@@ -256,7 +257,8 @@ def small_batch_table(without: pd.DataFrame, with_per_tensor: pd.DataFrame | Non
                       group: str = "syncSGD") -> str:
     """Markdown table of the error per batch size of ``group`` (two :func:`by_batch_size` frames: the
     extended preset without and with the per-tensor CPU term, ``ModelOptions.per_tensor``), paper
-    variant beside them, one row per (platform, batch size): what issue 13 item 4 asks to report.
+    variant beside them, one row per (platform, batch size): how much of the small-batch error the
+    per-tensor term removes.
     Without ``with_per_tensor``: the paper and extended columns and the extended variant's worst row."""
     def rows(df, variant):
         d = df[(df["group"] == group) & (df["variant"] == variant)]

@@ -196,7 +196,7 @@ def bandwidth_grid_plot(table: pd.DataFrame, speedups: pd.DataFrame, methods: li
 
 
 def hook_vs_post_plot(table: pd.DataFrame):
-    """Is the kit's overlapped DDP hook faster than its own post-backward path (issue 19 item 3)? Per model
+    """Is the kit's overlapped DDP hook faster than its own post-backward path? Per model
     (panels), the ratio hook / post of the median iteration times (:func:`studykit.measure.report.hook_vs_post`)
     against the emulated bandwidth, one line per compressor setting (at most 6), below 1 where the hook wins.
     Returns ``(fig, axes)``."""

@@ -15,7 +15,7 @@ from studykit.plots.style import finish, new, theme, titled
 __all__ = ["bucket_plot", "post_compressors_plot", "bandwidth_plot", "error_overview_plot", "scaling_plot",
            "own_model_figure", "own_model_table"]
 
-#: the error targets drawn on the parity plots (2 % and 10 %: the issue's goals)
+#: the error targets drawn on the parity plots (2 % and 10 %: the kit's goals for the median and largest error)
 PARITY_BANDS = (0.02, 0.10)
 
 
