@@ -1,4 +1,4 @@
-"""The package's layout shows the data flow (README, "How the kit is built"): small central modules at
+"""The package's layout shows the data flow (docs/architecture.md): small central modules at
 the top level, every larger part in its folder, and every command's module importable."""
 import importlib
 

@@ -67,37 +67,42 @@ def test_docs_carry_no_issue_numbers():
 
 
 # ------------------------------------------------------------------ the crossover block's builder
+PARAMS = {"topk": {"ratio": 0.01}, "powersgd": {"rank": 4}}
+
+
 def _campaign(folder, p, rows):
-    """ddp records of one campaign: ``rows`` = (rate_gbps, syncSGD ms, fp16 baseline ms, topk post ms or None)."""
+    """ddp records of one campaign: ``rows`` = (rate_gbps, syncSGD ms, fp16 baseline ms, {compressor: ms}), each
+    compressor run after the backward pass with its parameters in :data:`PARAMS`."""
     folder.mkdir(parents=True)
     recs = []
-    for rate, sync, fp16, topk in rows:
+    for rate, sync, fp16, others in rows:
         base = {"kind": "ddp", "status": "ok", "gpu": "G9", "world_size": p, "model": "m", "batch_size": 8,
                 "bucket_mb": None, "times_ms": [], "n_iter": 3, "network": {"rate_gbps": rate}, "timestamp": "t"}
         recs += [{**base, "mode": "syncsgd", "compressor": None, "params": {}, "ms_median": sync},
                  {**base, "mode": "builtin", "compressor": "torch_fp16", "params": {}, "ms_median": fp16}]
-        if topk is not None:
-            recs.append({**base, "mode": "post", "compressor": "topk", "params": {"ratio": 0.01}, "ms_median": topk})
+        recs += [{**base, "mode": "post", "compressor": c, "params": PARAMS[c], "ms_median": ms} for c, ms in others.items()]
     (folder / "ddp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 
 def test_crossovers_block_by_hand(tmp_path, monkeypatch):
-    # p = 2: topk 40 vs 100 ms at 1 Gbit/s, 30 vs 20 at 10: log(speed-up) ln 2.5 -> ln(2/3), zero at
-    # 10 ** (ln 2.5 / ln 3.75) = 4.93 Gbit/s; vs fp16 (60 -> 25): 10 ** (ln 1.5 / ln 1.8) = 4.90. p = 4: no topk.
-    _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, 40.0), (10, 20.0, 25.0, 30.0)])
-    _campaign(tmp_path / "b", 4, [(1, 100.0, 60.0, None), (10, 20.0, 15.0, None)])
+    # p = 2, log(speed-up) linear in log(rate) between 1 and 10 Gbit/s, zero at 10 ** (ln s1 / ln(s1 / s10)):
+    # topk vs syncSGD 100/40 -> 20/30: 10 ** (ln 2.5 / ln 3.75) = 4.93; vs fp16 60/40 -> 22/30: 10 ** (ln 1.5 /
+    # ln(1.5 * 30 / 22)) = 3.69; the fp16 hook vs syncSGD 100/60 -> 20/22: 10 ** (ln(5/3) / ln(5/3 * 22/20)) = 6.96;
+    # powersgd at 10 ms beats both at both rates (one value). p = 4: the fp16 hook faster at both rates, no topk.
+    _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, {"topk": 40.0, "powersgd": 10.0}),
+                                  (10, 20.0, 22.0, {"topk": 30.0, "powersgd": 10.0})])
+    _campaign(tmp_path / "b", 4, [(1, 100.0, 60.0, {}), (10, 20.0, 15.0, {})])
     monkeypatch.setattr(paths, "DATA", tmp_path)
-    md = datacli.crossovers_block(["a", "b"], ["PyTorch fp16 hook", "topk 1% (post)"])
+    md = datacli.crossovers_block(["a", "b"], ["PyTorch fp16 hook", "topk 1% (post)", "powersgd r4 (post)"])
     lines = md.splitlines()
-    assert lines[0] == "| model (batch) | GPUs | PyTorch fp16 hook | topk 1% (post) |"
-    # the fp16 hook against syncSGD: 60 vs 100 ms at 1 Gbit/s, 25 vs 20 at 10: 10 ** (ln(5/3) / ln(25/12)) = 4.97
-    assert lines[2] == "| m (8) | 2 | 5.0 | 4.9 / 4.9 |"
-    assert lines[3] == "| m (8) | 4 | > 10 | not measured |"  # faster at both rates: beyond the highest
-    assert "2 x G9, 4 x G9" in md and "1-10 Gbit/s" in md
+    assert lines[0] == "| model (batch) | GPUs | PyTorch fp16 hook | topk 1% (post) | powersgd r4 (post) |"
+    assert lines[2] == "| m (8) | 2 | 7.0 | 4.9 / 3.7 | > 10 |"
+    assert lines[3] == "| m (8) | 4 | > 10 | not measured | not measured |"
+    assert "Measured on 2 x G9 and 4 x G9, links shaped to 1-10 Gbit/s." in md and "`*`" not in md
 
 
 def test_crossovers_block_refuses_a_method_never_measured(tmp_path, monkeypatch):
-    _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, 40.0), (10, 20.0, 25.0, 30.0)])
+    _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, {"topk": 40.0}), (10, 20.0, 25.0, {"topk": 30.0})])
     monkeypatch.setattr(paths, "DATA", tmp_path)
     with pytest.raises(ValueError, match=r"'topk 5% \(post\)'.*measured: .*'topk 1% \(post\)'"):
         datacli.crossovers_block(["a"], ["topk 5% (post)"])

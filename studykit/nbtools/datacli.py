@@ -511,7 +511,8 @@ def crossovers_block(campaigns: list, methods: list) -> str:
     """The measured crossovers (``measure.crossover``) of ``methods`` in the bandwidth campaigns ``campaigns``
     (folders under ``data/`` holding a ``ddp.jsonl``): one row per model and world size, one column per method, each
     cell the rate in Gbit/s below which the method was faster than syncSGD / than the fp16 baseline
-    (``format_crossover``, no interval; one value for a baseline itself), then the machines and the rates measured."""
+    (``format_crossover``, no interval; one value where both agree, and for a baseline itself), then the machines and
+    the rates measured."""
     import pandas as pd
 
     from studykit.measure import crossover as X
@@ -528,14 +529,15 @@ def crossovers_block(campaigns: list, methods: list) -> str:
         cells = []
         for m in methods:
             rows = g[g["method"] == m].set_index("baseline")
-            cells.append(" / ".join(X.format_crossover(rows.loc[b]) for b in X.BASELINES if b in rows.index)
-                         or "not measured")
+            texts = [X.format_crossover(rows.loc[b]) for b in X.BASELINES if b in rows.index]
+            cells.append(" / ".join(dict.fromkeys(texts)) or "not measured")  # one value where both agree
         lines.append(f"| {model} ({int(batch)}) | {int(p)} | {' | '.join(cells)} |")
-    machines = ", ".join(f"{p} x {gpu}" for p, gpu in sorted(set(zip(table["world_size"], table["gpu"]))))
-    return ("\n".join(lines) + f"\n\nGbit/s below which each method was faster than syncSGD / than the fp16 baseline "
-            f"(`> R`: faster at every rate measured, `< R`: slower at every one, `*`: also slower at some rate below "
-            f"it). Measured on {machines}, links shaped to {table['rate_gbps'].min():g}-"
-            f"{table['rate_gbps'].max():g} Gbit/s.\n")
+    machines = " and ".join(f"{p} x {gpu}" for p, gpu in sorted(set(zip(table["world_size"], table["gpu"]))))
+    star = any("*" in line for line in lines[2:])
+    return ("\n".join(lines) + "\n\nGbit/s below which each method beat syncSGD / the fp16 baseline (PyTorch fp16 hook), "
+            f"one value where both agree (`> R`: at every rate measured; `< R`: at none"
+            f"{'; `*`: not at some rate below it' if star else ''}). Measured on "
+            f"{machines}, links shaped to {table['rate_gbps'].min():g}-{table['rate_gbps'].max():g} Gbit/s.\n")
 
 
 #: the builders a block may name (a block may also name ``FILE.py:FUNCTION`` of the repository)
