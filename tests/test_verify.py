@@ -675,7 +675,7 @@ def test_bandwidth_readme_reading_of_the_implied_encode_decode_holds():
 
 def test_encode_decode_scale_is_fitted_on_other_holdout_groups_by_hand(monkeypatch):
     # every record predicted at 50 ms of which 10 ms encode/decode: the implied ratio is (measured - 40) / 10
-    monkeypatch.setattr(verify, "_predict_record", lambda x, *a, **k: {"t_encode_decode_ms": 10.0, "predicted_ms": 50.0})
+    monkeypatch.setattr(verify.scoring, "_predict_record", lambda x, *a, **k: {"t_encode_decode_ms": 10.0, "predicted_ms": 50.0})
 
     def rec(model, rate, ms, compressor="powersgd", pkey="rank=4"):
         return {"config": f"{model} {compressor} {pkey} {rate}", "model": model, "batch_size": 64, "compressor": compressor,
@@ -691,7 +691,7 @@ def test_encode_decode_scale_is_fitted_on_other_holdout_groups_by_hand(monkeypat
     # no holdout groups (world-size holdout): every other record of the same configuration counts
     (s, _), cal = verify._ed_scales(posts, inp=None, opts=None, group_of=None)(posts[0])
     assert s == pytest.approx(0.6) and len(cal) == 2  # a@2 0.5, a@3 0.7
-    monkeypatch.setattr(verify, "_predict_record", lambda x, *a, **k: {"t_encode_decode_ms": 10.0, "predicted_ms": 99.0})
+    monkeypatch.setattr(verify.scoring, "_predict_record", lambda x, *a, **k: {"t_encode_decode_ms": 10.0, "predicted_ms": 99.0})
     (s, _), _ = verify._ed_scales(posts, inp=None, opts=None, group_of=None)(posts[0])
     assert s == 0.0  # a negative implied encode/decode is clamped at 0
 
@@ -714,7 +714,7 @@ def _po_rec(model, rate, compressor, measured, base):
 def _po_rows(monkeypatch, recs, same_model):
     def fake_predict(r, inp, variant, terms=None, path_overhead_s=0.0, opts=None, ed_scale=(1.0, "")):
         return {"predicted_ms": r["_base"] + path_overhead_s * 1e3, "k_buckets": 2, "inputs": "inputs"}
-    monkeypatch.setattr(verify, "_predict_record", fake_predict)
+    monkeypatch.setattr(verify.scoring, "_predict_record", fake_predict)
     plat = type("P", (), {"name": "p"})()
     rows = verify._extended_compressed(recs, None, plat, "post", group_of=lambda r: r["rate_gbps"],
                                        same_model=same_model)

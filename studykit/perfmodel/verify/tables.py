@@ -1,0 +1,190 @@
+"""Tables from ``verify``'s outputs and records: error summaries (:func:`summarize`, :func:`by_batch_size`,
+:func:`summary_markdown`, :func:`small_batch_table`), the encode/decode the iterations imply
+(:func:`implied_encode_decode`), and the noise under the error (:func:`noise_floor`, :func:`repeatability`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from studykit import paths
+from studykit.perfmodel.verify.platform import _label, load_platform
+
+#: the error targets of the bandwidth verification (median, max |relative error|) per group
+TARGETS = {"syncSGD": (0.03, 0.10), "compressors (post)": (0.03, 0.10), "compressors (hook)": (0.05, 0.15),
+           "compressors (blocking hook)": (0.05, 0.15)}
+
+
+def implied_encode_decode(predictions: pd.DataFrame, *, variant: str = "extended", mode: str = "post",
+                          worst: int | None = None) -> pd.DataFrame:
+    """The encode/decode time the measured iterations leave room for, beside the profiled one the model used.
+
+    For a post-backward configuration the model's iteration is ``O + T_comp + T_comm + T_encode_decode``
+    (Eq. 1 of Agarwal et al. 2022, https://arxiv.org/abs/2103.00543, Sec. 4.1, with the extended model's
+    overhead ``O``; nothing overlaps after the backward pass), so ``measured - O - T_comp - T_comm`` is the
+    encode/decode the iteration actually paid, if every other term is right. One row per model and
+    compressor configuration of ``predictions`` (a ``verify`` ``predictions.csv``): how many rates, the
+    profiled ``T_encode_decode`` (ms, median), the implied one (ms, median over the rates), their ratio and
+    the largest |relative error| of the iteration time. ``worst``: keep only that many rows, largest error
+    first (default: all, same order)."""
+    need = {"variant", "mode", "model", "compressor", "params", "measured_ms", "overhead_ms", "t_comp_ms",
+            "t_comm_ms", "t_encode_decode_ms", "rel_error"}
+    missing = need - set(predictions.columns)
+    if missing:
+        raise ValueError(f"implied_encode_decode: predictions lack column(s) {sorted(missing)}")
+    e = predictions[(predictions["variant"] == variant) & (predictions["mode"] == mode)].copy()
+    e["implied"] = e["measured_ms"] - e["overhead_ms"] - e["t_comp_ms"] - e["t_comm_ms"]
+    e["abs_err"] = e["rel_error"].abs()
+    g = (e.groupby(["model", "compressor", "params"], dropna=False)
+         .agg(n=("implied", "size"), profiled_ms=("t_encode_decode_ms", "median"), implied_ms=("implied", "median"),
+              max_abs_rel_error=("abs_err", "max")).reset_index())
+    g["implied_over_profiled"] = g["implied_ms"] / g["profiled_ms"]
+    g = g.sort_values("max_abs_rel_error", ascending=False, kind="stable").reset_index(drop=True)
+    return g if worst is None else g.head(worst)
+
+
+def implied_encode_decode_markdown(table: pd.DataFrame) -> str:
+    """:func:`implied_encode_decode` as a Markdown table (ms, two decimals; params shortened to their values)."""
+    import json
+
+    def short(params) -> str:
+        try:
+            p = json.loads(params) if isinstance(params, str) else {}
+        except ValueError:
+            return str(params)
+        keep = {k: v for k, v in p.items() if k in ("rank", "ratio", "bits", "levels", "orthogonalize", "chunk")}
+        return ", ".join(f"{k} {v}" for k, v in keep.items())
+
+    lines = ["| model | compressor | params | rates | profiled encode/decode (ms) | implied by the iterations (ms) | "
+             "implied / profiled | max error |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.model} | {r.compressor} | {short(r.params)} | {r.n} | {r.profiled_ms:.2f} | "
+                     f"{r.implied_ms:.2f} | {r.implied_over_profiled:.2f} | {100 * r.max_abs_rel_error:.1f} % |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(folders: dict[str, Path | str], targets: dict | None = TARGETS) -> str:
+    """Committed ``summary.csv`` files as one Markdown table: one row per (folder, group), the paper and
+    extended variants' median / max |error| side by side and, with ``targets`` (default :data:`TARGETS`),
+    the target and whether the extended variant meets it. ``folders``: row label -> a ``verify --out``
+    folder. The READMEs under ``data/verification/`` hold exactly this (tests/test_verify.py checks it)."""
+    def pct(x):
+        return f"{100 * x:.1f} %"
+
+    head = "| records, holdout | group | n | paper: median / max | extended: median / max |"
+    rule = "|---|---|---:|---:|---:|"
+    if targets is not None:
+        head, rule = head + " target | met |", rule + "---:|---|"
+    lines = [head, rule]
+    for label, folder in folders.items():
+        s = pd.read_csv(Path(folder) / "summary.csv")
+        for group, g in s.groupby(["platform", "group"], sort=False):
+            v = g.set_index("variant")
+            cells = {k: f"{pct(v.loc[k, 'median_abs_rel_error'])} / {pct(v.loc[k, 'max_abs_rel_error'])}"
+                     if k in v.index else "" for k in ("paper", "extended")}
+            name = label if s["platform"].nunique() == 1 else f"{label}: {group[0]}"
+            row = f"| {name} | {group[1]} | {int(v['n'].max())} | {cells['paper']} | {cells['extended']} |"
+            if targets is not None:
+                t = targets.get(group[1])
+                met = ""
+                if t is not None and "extended" in v.index:
+                    ok = (v.loc["extended", "median_abs_rel_error"] <= t[0],
+                          v.loc["extended", "max_abs_rel_error"] <= t[1])
+                    met = "yes" if all(ok) else ("median only" if ok[0] else "no")
+                row += f" {'' if t is None else f'{pct(t[0])} / {pct(t[1])}'} | {met} |"
+            lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def summarize(df: pd.DataFrame, by: Sequence[str] = ("platform", "group", "variant")) -> pd.DataFrame:
+    """Per group: number of configurations, median and maximum |relative error|, mean signed error."""
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "n", "median_abs_rel_error", "max_abs_rel_error", "mean_rel_error"])
+    a = df.assign(_abs=df["rel_error"].abs())
+    g = a.groupby(list(by), sort=False)
+    out = pd.DataFrame({"n": g.size(), "median_abs_rel_error": g["_abs"].median(),
+                        "max_abs_rel_error": g["_abs"].max(), "mean_rel_error": g["rel_error"].mean()})
+    worst = a.loc[g["_abs"].idxmax(), [*by, "config"]].set_index(list(by))["config"]
+    out["worst_config"] = worst
+    return out.reset_index()
+
+
+def by_batch_size(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`summarize` per batch size too: where the small-batch regime (per-tensor CPU work that
+    neither gamma nor a per-bucket constant represents) shows up as a larger error."""
+    return summarize(df, by=("platform", "group", "variant", "batch_size"))
+
+
+#: where the small-batch comparison lives (``verify --records data/measurements/gpu`` without and with
+#: ``--per-tensor``; docs/verify.md section 6 is generated from it by :func:`small_batch_table`)
+SMALL_BATCH = paths.DATA / "verification" / "small_batch"
+
+
+def small_batch_table(without: pd.DataFrame, with_per_tensor: pd.DataFrame | None = None,
+                      group: str = "syncSGD") -> str:
+    """Markdown table of the error per batch size of ``group`` (two :func:`by_batch_size` frames: the
+    extended preset without and with the per-tensor CPU term, ``ModelOptions.per_tensor``), paper
+    variant beside them, one row per (platform, batch size): how much of the small-batch error the
+    per-tensor term removes.
+    Without ``with_per_tensor``: the paper and extended columns and the extended variant's worst row."""
+    def rows(df, variant):
+        d = df[(df["group"] == group) & (df["variant"] == variant)]
+        return {(r.platform, int(r.batch_size)): r for r in d.itertuples()}
+
+    paper, off = rows(without, "paper"), rows(without, "extended")
+    on = None if with_per_tensor is None else rows(with_per_tensor, "extended")
+    if not off or (on is not None and set(off) != set(on)):
+        raise ValueError(f"small_batch_table: the two frames must hold the same (platform, batch) rows of {group!r} "
+                         f"extended; got {sorted(off)} and {sorted(on or {})}")
+    def pct(r) -> str:
+        return f"{r.median_abs_rel_error:.1%} / {r.max_abs_rel_error:.1%}"
+
+    if on is None:
+        lines = ["| platform | batch | n | paper | extended | worst (extended) |", "|---|---:|---:|---|---|---|"]
+    else:
+        lines = ["| platform | batch | n | paper | extended | extended + per-tensor | worst with per-tensor |",
+                 "|---|---:|---:|---|---|---|---|"]
+    for key in sorted(off, key=lambda k: (k[0], k[1])):
+        a, b = paper.get(key), off[key]
+        last = [b.worst_config] if on is None else [pct(on[key]), on[key].worst_config]
+        lines.append(" | ".join([f"| {key[0]}", str(key[1]), str(b.n), pct(a) if a is not None else "-", pct(b),
+                                 *last]) + " |")
+    return "\n".join(lines)
+
+
+
+def noise_floor(pred: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
+    """How much syncSGD iterations of one model differ across bucket sizes, measured and predicted.
+
+    On a fast network the model predicts nearly the same time for every bucket size, so the
+    measured spread is (mostly) run-to-run noise: a floor under the achievable error."""
+    s = pred[(pred["group"] == "syncSGD") & (pred["variant"] == variant)]
+    rows = []
+    for key, g in s.groupby(["platform", "model", "batch_size", "world_size", "rate_gbps"], dropna=False):
+        if len(g) < 2:
+            continue
+        rows.append(dict(zip(["platform", "model", "batch_size", "world_size", "rate_gbps"], key),
+                         n=len(g), measured_spread=g["measured_ms"].max() / g["measured_ms"].min() - 1.0,
+                         predicted_spread=g["predicted_ms"].max() / g["predicted_ms"].min() - 1.0,
+                         max_dev_from_median=(g["measured_ms"] / g["measured_ms"].median() - 1.0).abs().max()))
+    return pd.DataFrame(rows)
+
+
+def repeatability(source: str | Path, stat: str = "ms_median") -> pd.DataFrame:
+    """DDP configurations measured more than once in ``source`` (e.g. a second pass over the
+    rates): each record's statistic, and the relative spread ``max/min - 1`` among them. A model
+    cannot be expected to predict a configuration more closely than it reproduces itself."""
+    plat = load_platform(source, stat)
+    d = plat.ddp[plat.ddp["world_size"] >= 2].copy()
+    if d.empty:
+        return pd.DataFrame(columns=["config", "n_records", "spread"])
+    d["config"] = [_label(r) for r in d.to_dict("records")]
+    rows = []
+    for cfg, g in d.groupby("config", sort=False):
+        if len(g) >= 2:
+            v = g[stat].to_numpy(float)
+            rows.append({"platform": plat.name, "config": cfg, "mode": g["mode"].iloc[0], "n_records": len(g),
+                         "values_ms": "; ".join(f"{x:.3f}" for x in v), "spread": float(v.max() / v.min() - 1.0)})
+    return pd.DataFrame(rows)
+
