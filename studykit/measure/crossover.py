@@ -30,7 +30,8 @@ import pandas as pd
 
 __all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossovers", "speedup_table",
            "format_crossover", "crossover_summary", "predicted_table", "beside_paper", "markdown_table",
-           "paper_crossovers"]
+           "paper_crossovers", "delivered_gbps", "delivered_text", "SCALE_COLUMN",
+           "crossovers_at_scale", "inversions"]
 
 #: the baselines a compressor must beat: DDP's syncSGD at its default 25 MB bucket, and the FP16
 #: baseline of Han et al. 2024 (PyTorch's own ``fp16_compress_hook``, what a user would turn on)
@@ -354,3 +355,114 @@ def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.
     key = ["world_size", "model", "rate_gbps"] if "world_size" in p.columns else ["model", "rate_gbps"]
     base = p[p["method"] == "syncSGD"][key + ["predicted_ms"]].rename(columns={"predicted_ms": "base_ms"})
     return p.merge(base, on=key, how="left")[key + ["method", "predicted_ms", "base_ms"]]
+
+
+def delivered_gbps(out: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
+    """Per row of :func:`crossovers`: its crossover (or, when censored, the measured bound: ``> R`` / ``< R``) as
+    the rate the link delivered (Gbit/s), not the rate it was set to. The delivered rate at a set rate is the median
+    of the records' probed bus bandwidth (``measured_gbps`` of :func:`iteration_table`, the probe's
+    ``network.measured_busbw_gbps``) in that group; a crossover between two set rates is interpolated linearly in
+    log rate between their delivered rates, as :func:`crossover` interpolates. NaN where no probe was recorded."""
+    group_cols = ["gpu", "world_size", "model", "batch_size"]
+    probed = table.dropna(subset=["measured_gbps"]).astype({"measured_gbps": float})
+    medians = probed.groupby(group_cols + ["rate_gbps"], dropna=False)["measured_gbps"].median()
+
+    def at(key: tuple, rate) -> float:
+        return float(medians.get(key + (float(rate),), np.nan)) if rate is not None and not pd.isna(rate) else np.nan
+
+    values = []
+    for _, r in out.iterrows():
+        key = tuple(r[c] for c in group_cols)
+        lo, hi = r["bracket_low_gbps"], r["bracket_high_gbps"]
+        if r["status"] == "faster at every rate":
+            values.append(at(key, lo))
+        elif r["status"] == "slower at every rate":
+            values.append(at(key, hi))
+        else:
+            d0, d1 = at(key, lo), at(key, hi)
+            w = math.log(r["crossover_gbps"] / lo) / math.log(hi / lo)
+            values.append(float(math.exp(math.log(d0) + w * (math.log(d1) - math.log(d0)))))
+    return pd.Series(values, index=out.index, dtype=float, name="delivered_gbps")
+
+
+def delivered_text(row, delivered: float) -> str:
+    """:func:`format_crossover`'s bound or value, at the delivered rate ``delivered`` (Gbit/s, :func:`delivered_gbps`):
+    '> 21.7', '< 0.98', '17.2'; '?' where no probe was recorded."""
+    if delivered is None or pd.isna(delivered):
+        return "?"
+    sign = {"faster at every rate": "> ", "slower at every rate": "< "}.get(row["status"], "")
+    return f"{sign}{delivered:.3g}"
+
+
+#: the column of :func:`crossovers_at_scale`: the bandwidth below which a method beats BOTH baselines
+SCALE_COLUMN = "beats_syncsgd_and_fp16_below_gbps"
+
+
+def crossovers_at_scale(calibration, model: str, batch_size: int, methods: Sequence[str],
+                        world_sizes: Sequence[int] = (2, 4, 16, 64, 256), mode: str = "post",
+                        **advise_kw) -> pd.DataFrame:
+    """The model's crossovers of ``methods`` at each world size: the bandwidth (Gbit/s) below which each beats both
+    syncSGD and the fp16 baseline (the faster of the two at each bandwidth), as
+    :meth:`studykit.perfmodel.advise.Advice.crossover_gbps` finds it from one :func:`~studykit.perfmodel.advise.advise`
+    call on ``calibration`` (a :class:`~studykit.perfmodel.calibration.Calibration` or a path to one).
+
+    ``methods``: compressor specs (``"powersgd:rank=4"``, ``"topk:ratio=0.01"``); ``mode``: ``"post"`` or ``"hook"``;
+    ``advise_kw``: more keywords of ``advise`` (``options``, ``alpha_s``, ``model_error``, ...). One row per method
+    and world size: model, batch_size, mode, method (:func:`method_label`, as the measured tables name it), spec,
+    collective (``"all-gather"`` where the method's protocol gathers, else ``"all-reduce"``), world_size,
+    :data:`SCALE_COLUMN` (``inf``: it beats both up to the search's top; NaN: at no bandwidth) and ``text`` (the
+    same in words, :meth:`~studykit.perfmodel.advise.Advice.crossover_text`)."""
+    from studykit import compressors
+    from studykit.perfmodel.advise import Candidate, advise
+    from studykit.perfmodel.calibration import Calibration
+    from studykit.perfmodel.model import Workload, plan_summary
+
+    if isinstance(methods, str) or not methods:
+        raise ValueError(f"methods must be a non-empty list of compressor specs such as 'powersgd:rank=4', "
+                         f"got {methods!r}")
+    if not isinstance(calibration, Calibration):
+        calibration = Calibration.load(calibration)
+    parsed = []
+    for spec in methods:
+        try:
+            name, params = compressors.parse_spec(spec)
+        except (compressors.CompressorError, ValueError) as exc:
+            raise ValueError(f"method {spec!r}: {exc}; valid names: {', '.join(compressors.available())}") from None
+        parsed.append((spec, name, params, method_label(mode, name, params, None)))
+    cands = [Candidate(label, "compressor", name, tuple(sorted(params.items()))) for _, name, params, label in parsed]
+    advice = advise(calibration, model, batch_size, list(world_sizes), None, candidate_list=cands, mode=mode,
+                    **{"evidence": False, **advise_kw})
+    missing = {c.label: advice.unranked[c.label] for c in cands if c.label in advice.unranked}
+    if missing:
+        raise ValueError(f"the model cannot price {sorted(missing)}: {'; '.join(missing.values())}")
+    shapes = Workload(model, batch_size).shapes()
+    index = {c.label: k for k, c in enumerate(advice.candidates)}
+    rows = []
+    for spec, name, params, label in parsed:
+        gathers = plan_summary(name, params, shapes, 2, shapes_key=model).allgather_count > 0
+        for p in advice.world_sizes:
+            v = float(advice.crossover_gbps(int(p))[index[label]])
+            rows.append({"model": model, "batch_size": batch_size, "mode": mode, "method": label, "spec": spec,
+                         "collective": "all-gather" if gathers else "all-reduce", "world_size": int(p),
+                         SCALE_COLUMN: v, "text": advice.crossover_text(v)})
+    return pd.DataFrame(rows)
+
+
+def inversions(scale: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Where an all-gather method's modelled crossover (:func:`crossovers_at_scale`) falls below the ``reference``
+    method's (an all-reduce method, e.g. 'powersgd r4 (post)'): per model and all-gather method, ``first_p``, the
+    least world size at which it beats both baselines only below a lower bandwidth than ``reference`` does (NaN,
+    "at no bandwidth", counts as lowest; ``inf`` as highest), ``above_at`` the world sizes before it (where it was at
+    or above), NaN where it never falls below."""
+    if reference not in set(scale["method"]):
+        raise ValueError(f"reference {reference!r} is not among the methods {sorted(set(scale['method']))}")
+    rows = []
+    for model, g in scale.groupby("model", sort=False):
+        ref = g[g["method"] == reference].set_index("world_size")[SCALE_COLUMN].fillna(-np.inf)
+        for method, m in g[g["collective"] == "all-gather"].groupby("method", sort=False):
+            v = m.set_index("world_size")[SCALE_COLUMN].fillna(-np.inf)
+            below = [int(p) for p in sorted(v.index) if p in ref.index and v[p] < ref[p]]
+            first = below[0] if below else np.nan
+            rows.append({"model": model, "method": method, "first_p": first,
+                         "above_at": [int(p) for p in sorted(v.index) if not below or p < first]})
+    return pd.DataFrame(rows, columns=["model", "method", "first_p", "above_at"])

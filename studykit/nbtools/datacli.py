@@ -507,6 +507,16 @@ def folders_block(prefix: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _both_baselines(rows, texts=None) -> str:
+    """A method's measured crossovers (rows of ``measure.crossover.crossovers``) against syncSGD / the fp16 baseline,
+    one value where both agree; ``texts`` maps a row to its text (default ``format_crossover``)."""
+    from studykit.measure import crossover as X
+
+    texts = texts or X.format_crossover
+    rows = rows.set_index("baseline")
+    return " / ".join(dict.fromkeys(texts(rows.loc[b]) for b in X.BASELINES if b in rows.index))
+
+
 def crossovers_block(campaigns: list, methods: list) -> str:
     """The measured crossovers (``measure.crossover``) of ``methods`` in the bandwidth campaigns ``campaigns``
     (folders under ``data/`` holding a ``ddp.jsonl``): one row per model and world size, one column per method, each
@@ -528,9 +538,7 @@ def crossovers_block(campaigns: list, methods: list) -> str:
     for (model, batch, p), g in out.groupby(["model", "batch_size", "world_size"], sort=True):
         cells = []
         for m in methods:
-            rows = g[g["method"] == m].set_index("baseline")
-            texts = [X.format_crossover(rows.loc[b]) for b in X.BASELINES if b in rows.index]
-            cells.append(" / ".join(dict.fromkeys(texts)) or "not measured")  # one value where both agree
+            cells.append(_both_baselines(g[g["method"] == m]) or "not measured")
         lines.append(f"| {model} ({int(batch)}) | {int(p)} | {' | '.join(cells)} |")
     machines = " and ".join(f"{p} x {gpu}" for p, gpu in sorted(set(zip(table["world_size"], table["gpu"]))))
     star = any("*" in line for line in lines[2:])
@@ -540,11 +548,71 @@ def crossovers_block(campaigns: list, methods: list) -> str:
             f"{machines}, links shaped to {table['rate_gbps'].min():g}-{table['rate_gbps'].max():g} Gbit/s.\n")
 
 
+def crossovers_at_scale_block(campaigns: list, calibration: str, models: list, methods: list, reference: str,
+                              world_sizes: list = (2, 4, 16, 64, 256), mode: str = "post") -> str:
+    """The measured crossovers of ``methods`` (compressor specs) in the bandwidth campaigns ``campaigns`` beside the
+    model's at ``world_sizes`` (``measure.crossover.crossovers_at_scale`` on ``calibration``), one row per model of
+    ``models`` and method; each measured value at the set rate and at the rate the link delivered (the probes'
+    bus bandwidth, ``delivered_gbps``); then one sentence, from the numbers, on where each all-gather method's
+    modelled crossover first falls below the all-reduce method ``reference``'s (``inversions``)."""
+    import pandas as pd
+
+    from studykit import compressors
+    from studykit.measure import crossover as X
+    from studykit.measure.records import load_records
+
+    table = pd.concat([X.iteration_table(load_records(paths.DATA / c / "ddp.jsonl", quiet=True)) for c in campaigns],
+                      ignore_index=True)
+    out = X.crossovers(table, n_boot=0)
+    out = out.assign(delivered=X.delivered_gbps(out, table))
+    measured_p = sorted(int(p) for p in out["world_size"].unique())
+    ref_label = X.method_label(mode, *compressors.parse_spec(reference), None)
+    scale = []
+    for model in models:
+        batch = sorted(int(b) for b in table.loc[table["model"] == model, "batch_size"].unique())
+        if len(batch) != 1:
+            raise ValueError(f"model {model!r}: campaigns {campaigns} hold batch sizes {batch}; need exactly one")
+        scale.append(X.crossovers_at_scale(paths.ROOT / calibration, model, batch[0], list(methods), world_sizes,
+                                           mode))
+    scale = pd.concat(scale, ignore_index=True)
+    head = ([f"measured p = {p}: set (delivered)" for p in measured_p]
+            + [f"model p = {int(p)}" for p in world_sizes])
+    lines = [f"| model (batch) | method | {' | '.join(head)} |", "|---|---|" + "---|" * len(head)]
+    for (model, label), s in scale.groupby(["model", "method"], sort=False):
+        cells = []
+        for p in measured_p:
+            m = out[(out["model"] == model) & (out["world_size"] == p) & (out["method"] == label)]
+            rate = _both_baselines(m)
+            got = _both_baselines(m, lambda r: X.delivered_text(r, r["delivered"]))
+            cells.append(f"{rate} ({got})" if rate else "not measured")
+        cells += [t.removesuffix(" Gbit/s") for t in s.set_index("world_size").loc[list(world_sizes), "text"]]
+        lines.append(f"| {model} ({int(s['batch_size'].iloc[0])}) | {label} | {' | '.join(cells)} |")
+    inv = X.inversions(scale, ref_label)
+    parts = []
+    for label, g in inv.groupby("method", sort=False):
+        where = []
+        for _, r in g.iterrows():
+            p = r["first_p"]
+            when = (f"at no p up to {max(world_sizes)}" if pd.isna(p) else
+                    f"already at p = {int(p)}" if p == min(world_sizes) else f"at p = {int(p)}")
+            where.append(f"{when} on {r['model']}")
+        parts.append(f"{label} {', '.join(where)}")
+    sentence = (f"In the model, an all-gather method's crossover first falls below {ref_label}'s "
+                f"(it beats both baselines only on slower links than {ref_label} does): {'; '.join(parts)}.")
+    return ("\n".join(lines) + "\n\nMeasured: Gbit/s below which each method beat syncSGD / the fp16 baseline, one "
+            "value where both agree (`> R`: at every rate measured; `< R`: at none), at the set rate and, in brackets, "
+            "at the rate the link delivered (median probed bus bandwidth at the set rates, interpolated as the "
+            f"crossover is). Model: Gbit/s below which it beats both syncSGD and the fp16 baseline (`advise`'s "
+            f"crossover, `{calibration}`; `never`: at no bandwidth; `> R`: up to the top of the search).\n\n"
+            f"{sentence}\n")
+
+
 #: the builders a block may name (a block may also name ``FILE.py:FUNCTION`` of the repository)
 BUILDERS: dict[str, Callable[..., object]] = {
     "summary": summary_block, "implied_encode_decode": implied_encode_decode_block, "hook_budget": hook_budget_block,
     "hook_gamma": hook_gamma_block, "hook_variants": hook_variants_block, "gamma_measured": gamma_measured_block,
     "claims": claims_block, "folders": folders_block, "crossovers": crossovers_block,
+    "crossovers_at_scale": crossovers_at_scale_block,
 }
 
 
