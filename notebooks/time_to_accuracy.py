@@ -64,11 +64,12 @@ baseline: str = "fp16"  # Han et al.'s baseline method for the speed-up
 gpu_runs: list = ["tta_gpu2/tta_10g", "tta_gpu2/tta_2.5g"]  # folders under data/training/ of GPU runs of one workload, one per emulated rate (last section)
 gpu_target: float = -1.0  # gpu_runs: target validation loss (nats per byte); negative: the baseline's worst final loss
 interval: float = 0.9  # gpu_runs: confidence level of the intervals over seeds (Student t; 0.9 is 90 %)
+headroom_world_sizes: list = [2, 64, 256]  # GPU counts at which the bits on the link are stated (integer sums need headroom)
 
 # %%
 from studykit import paths
 from studykit.plots import train as plots
-from studykit.train import TrainConfig, analysis, train
+from studykit.train import TrainConfig, analysis, headroom, train
 
 # %%
 if source == "run":
@@ -105,6 +106,22 @@ table.round(3)
 # %%
 fig, ax = plots.tta_bars(table, baseline=baseline, what=f"{target_metric} {target:g}")
 
+# %% [markdown]
+# ## Bits on the link beyond two workers
+# Every run here has two workers. `quantize` (static 8-bit, and every rung of the dynamic ladder) is all-reduce
+# compatible: at `p = 2` it gathers the packed b-bit levels, at larger `p` it sums them in integers, and each
+# field then needs `ceil(log2 p)` bits of headroom so that the sum of `p` workers fits. The bits per element
+# one worker puts on the link, from each compressor's `plan()` (`studykit.train.headroom`), at the GPU counts of
+# `headroom_world_sizes`: where a quantized method sends as many bits as fp16 (or fp32) at 64 or 256 GPUs, its
+# gain over fp16 at `p = 2` does not carry to data-center scale. The sections below repeat these lines
+# wherever quantization or dynamic results appear.
+
+# %%
+link = headroom.link_bits(df["method"].unique(), headroom_world_sizes, numel=r0["model"]["numel"])
+for line in headroom.summary(link):
+    print(line)
+headroom.integer_sums(link).round(1)
+
 # %%
 fig, ax = plots.metric_vs_time(dfig, target_metric, target)
 
@@ -127,9 +144,11 @@ fig, ax = plots.bytes_bars(summary)
 # %% [markdown]
 # ## Table I and Figs. 1-3 of Tirupati et al., analogue
 # Final training and test accuracy, training wall time and data put on the wire (per worker, and by all
-# workers as the paper's "data transferred"); the curves per round (one line per method: the first seed).
+# workers as the paper's "data transferred"), at the runs' two workers; the curves per round (one line per
+# method: the first seed). The quantized methods' bits per element at more workers are printed below the table.
 
 # %%
+print("\n".join(headroom.summary(link)))
 summary.round(2)
 
 # %%
@@ -142,12 +161,13 @@ fig, ax = plots.loss_curves(first)
 # %% [markdown]
 # ## When the compression level changes
 # Bits on the wire per gradient element against the training iteration: a level change is drawn at the
-# iteration it took effect (after the round whose metrics triggered it), one line per run. `quantize` is
-# all-reduce compatible, so the b-bit levels of all workers are *summed* on the wire and need headroom: 4-bit
-# levels travel as int8, 8-bit as float16, 16-bit as int32 (`studykit.compressors.quantization`). ▲ marks
-# rounds in which the controller removed compression because training stalled at one step.
+# iteration it took effect (after the round whose metrics triggered it), one line per run. These are the runs'
+# two workers, where `quantize` gathers its packed b-bit levels; at more workers it sums them in integers and
+# each rung needs headroom (`studykit.compressors.quantization`; the lines printed below). ▲ marks rounds in
+# which the controller removed compression because training stalled at one step.
 
 # %%
+print("\n".join(headroom.summary(link)))
 fig, ax = plots.bits_over_epochs(df)
 
 # %%
@@ -174,11 +194,16 @@ analysis.level_changes(df)
 #   to check, not as dynamic compression's merit.
 # * Three seeds make wide intervals: a speed-up interval that spans 1 is no detectable difference from fp16.
 #   300 iterations are a quarter of one pass over the data: early training, not convergence.
+# * Two GPUs only: static 8-bit and `dynamic` gather b-bit levels here; at 64 and 256 GPUs their integer sums
+#   need headroom, and the bits per element printed last say how many each rung then sends next to fp16's.
 
 # %%
 gpu = analysis.load_rates([paths.DATA / "training" / folder for folder in gpu_runs])
 gpu_target_loss, gpu_tables = analysis.rate_tables(gpu, "val_loss", gpu_target, baseline, interval) if gpu else (None, {})
 for line in analysis.rate_findings(gpu_tables, baseline):
+    print(line)
+gpu_methods = sorted({m for frame in gpu.values() for m in frame["method"].unique()})
+for line in headroom.summary(headroom.link_bits(gpu_methods, headroom_world_sizes)) if gpu else []:
     print(line)
 
 # %%

@@ -66,6 +66,9 @@ display(paper.table("derived_inputs")[["quantity", "model", "compressor", "param
 # ResNet-101 backward time, and the effective bandwidth of the paper's 96-GPU cluster, are fitted
 # jointly to the paper's five 96-GPU measurements (Sec. 1 and 3.3; `derived_inputs.csv` above); the
 # crossover drawn here follows from them, and the claims table below says how close it lands to 8.2.
+# The effective bandwidth is above the p3.8xlarge's ~10 Gbit/s link: a model-error absorber, not the
+# network's rate. The claims table also checks the crossover against the cap Sec. 3.3's "6.3 % slower"
+# puts on it, both at that measurement's 96 GPUs and at that one bandwidth.
 
 # %%
 c = paper.claim("fig3_crossover_r101")
@@ -100,9 +103,10 @@ figures.required_ratio_plot(rr, c.high, c.bandwidth_gbps, title="Fig. 18: all mo
 # %% [markdown]
 # ## Fig. 19: bandwidth sweeps for ResNet-50 and BERT
 #
-# The paper: PowerSGD helps ResNet-50 below about 7-9 Gbit/s and BERT below about 15 Gbit/s. The kit
-# reproduces ResNet-50; for BERT its crossover is lower. The kit's BERT inputs are derived from the
-# paper's 96-GPU statements (Fig. 10's 200 ms gap, Sec. 3.2's speed-ups), which fix the crossover lower.
+# The paper: PowerSGD helps ResNet-50 below about 7-9 Gbit/s and BERT below about 15 Gbit/s. The kit's BERT
+# inputs are derived from the paper's 96-GPU statements (Fig. 10's 200 ms gap, Sec. 3.2's speed-ups) at the
+# same effective bandwidth as ResNet-101's, one bandwidth for one cluster; from them both crossovers land
+# close to the paper's (the printed values, and the claims table below).
 
 # %%
 fig, axes = plots.new(ncols=2, width=5.5)
@@ -118,9 +122,10 @@ fig.tight_layout()
 # ## Fig. 20: faster compute at 10 Gbit/s
 #
 # App. D's text says encode/decode speeds up with compute; read that way the kit predicts a much larger
-# PowerSGD advantage than the paper's. Keeping encode/decode fixed (dotted) lands close to the paper's
-# number: the figure was probably drawn that way. Either way, the direction holds: faster GPUs make
-# syncSGD communication-bound and compression pays off.
+# PowerSGD advantage than the paper's. Keeping encode/decode fixed (dotted) lands closer to the paper's
+# number: the figure was probably drawn that way. Either way, the direction holds (the claims table scores
+# it "partly": right direction, wrong size): faster GPUs make syncSGD communication-bound and compression
+# pays off.
 
 # %%
 c = paper.claim("fig20_speedup_r50_compute3p5")
@@ -164,12 +169,15 @@ print("not ranked (no T_encode_decode in the paper's inputs):", ", ".join(sorted
 # ## Every claim, kit vs paper
 #
 # One row per comparison (`studykit.perfmodel.claims.reproduce`). Tolerance: 15 %, just above the
-# paper's own largest model error (13.7 %, Fig. 11). `input` rows were used to derive unstated inputs, so
-# they agree by construction. The "measured" rows compare the model with the paper's hardware results.
+# paper's own largest model error (13.7 %, Fig. 11). A speed-up is scored on its gain, `speed-up - 1`, the
+# number the paper's sentence states: within 15 % of the paper's gain is `reproduced`, the right sign at
+# the wrong size `partly`, the wrong sign `disagrees`. `input` rows were used to derive unstated inputs, so
+# they agree by construction. The "measured" rows compare the model with the paper's hardware results, at
+# the cluster's one effective bandwidth (a model-error absorber: above the ~10 Gbit/s link).
 
 # %%
 table = claims.reproduce(cal)
-display(table[["claim_id", "kind", "setting", "paper_value", "kit_value", "rel_diff", "verdict"]])
+display(table[["claim_id", "kind", "setting", "paper_value", "kit_value", "scored_on", "rel_diff", "verdict"]])
 print(table["verdict"].value_counts().to_string())
 figures.claims_plot(table);
 
@@ -186,11 +194,12 @@ display(claims.compression_ratios())
 # %% [markdown]
 # ## Where the kit disagrees, and why
 #
-# Every claim the kit does not reproduce, with the reason (`claims.EXPLANATIONS`: each is written for
-# the verdict it explains, and a test fails if the numbers stop giving that verdict).
+# Every claim the kit does not reproduce, in full or in size only, with the reason (`claims.EXPLANATIONS`:
+# each is written for the verdict it explains, and a test fails if the numbers stop giving that verdict).
 
 # %%
-table[table["verdict"] == "disagrees"][["claim_id", "setting", "paper_value", "kit_value", "explanation"]]
+table[table["verdict"].isin(["partly", "disagrees"])][["claim_id", "setting", "paper_value", "kit_value", "verdict",
+                                                       "explanation"]]
 
 # %% [markdown]
 # Details and numbers: `data/paper/README.md`.

@@ -28,15 +28,17 @@ def runs():
 
 
 def test_scaling_rows_are_the_models_predictions():
-    df = figures.scaling("fig6", world_sizes=(8, 96), calibration=CAL)
+    eff = paper.fit_r101_96()["bandwidth_gbps"]  # the one bandwidth the kit reads for the paper's cluster
+    df = figures.scaling("fig6", world_sizes=(8, 96), bandwidth_gbps=eff, calibration=CAL)
     assert set(df["model"]) == set(figures.MODELS)
     assert (df.loc[df["method"] == "syncSGD", "speedup"] == 1.0).all()
     row = df[(df["model"] == "bert_base") & (df["method"] == "PowerSGD rank 4") & (df["world_size"] == 96)].iloc[0]
-    pr = predict(Workload("bert_base", 64), whatif.hardware(CAL, bandwidth_gbps=10.0), 96, "powersgd", {"rank": 4},
+    pr = predict(Workload("bert_base", 64), whatif.hardware(CAL, bandwidth_gbps=eff), 96, "powersgd", {"rank": 4},
                  calibration=CAL)
     assert row["time_ms"] == pytest.approx(float(pr.compressed["total_s"]) * 1e3)
     assert row["speedup"] == pytest.approx(float(pr.speedup))
-    # BERT's rank-4 speed-up at 96 GPUs is what the paper's Sec. 3.2 says (an input of the calibration)
+    # BERT's rank-4 speed-up at 96 GPUs is what the paper's Sec. 3.2 says (an input of the calibration, derived
+    # at the effective bandwidth, so it holds there)
     assert row["speedup"] == pytest.approx(float(paper.claim("sec32_bert_96_rank4")["value"]), rel=1e-3)
 
 
@@ -117,12 +119,21 @@ def test_measured_points_and_overlap_from_committed_records(runs):
     assert set(ov["method"]) <= {m[2] for m in figures.FIG5_METHODS}
 
 
+def by_gain_sign(st: pd.DataFrame, sid: str) -> bool:
+    """The statement's verdict follows the gain rule: "disagrees" exactly when the kit's gain has the other sign."""
+    r = st.set_index("statement_id").loc[sid]
+    other_sign = (r["kit_value"] - 1) * (r["paper_value"] - 1) < 0
+    return (r["verdict"] == "disagrees") == bool(other_sign)
+
+
 @pytest.mark.slow
 def test_statements_score_every_transcribed_statement():
     st = figures.statements(world_sizes=(8, 96), calibration=CAL)
     src = paper.table("figure_statements")
     assert list(st["statement_id"]) == list(src["statement_id"])
-    assert set(st["verdict"]) <= {"reproduced", "disagrees", "not modelled"}
+    assert set(st["verdict"]) <= {"reproduced", "partly", "disagrees", "not modelled"}
+    # Fig. 7's best MSTop-K speed-up (1.3 % faster) is scored on its gain: the kit's is slower, the wrong sign
+    assert by_gain_sign(st, "fig7_mstopk_best_speedup")
     assert (st.loc[st["unit"] == "GPUs", "verdict"][src["quantity"] == "max_world_size"] == "not modelled").all()
     by = st.set_index("statement_id")
     # counts must match exactly: a kit count other than the paper's is a disagreement

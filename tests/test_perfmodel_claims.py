@@ -5,6 +5,8 @@ Every paper number is read from ``data/paper/claims.csv``; the kit's from
 Tolerance: 15 % relative (``claims.TOLERANCE``), just above the paper's own largest
 model error (13.7 %, Sec. 4.1 / Fig. 11); range claims ("1-7 Gbps faster, slower
 above 9") pass inside the range widened by it; "less than" claims by their bound.
+Speed-ups over syncSGD are scored on their gain (speed-up - 1): right sign and size
+"reproduced", right sign only "partly", wrong sign "disagrees".
 
 Verdicts are computed, never pinned; each explanation (``claims.EXPLANATIONS``) names the verdict it
 was written for, and a test fails when the numbers no longer give it.
@@ -79,9 +81,19 @@ def test_fig10_gap_below_200ms_for_resnets(table):
             assert r.kit_value < 200
 
 
-def test_fig2_overlap_saving(table):
+def test_fig2_overlap_saving_at_the_clusters_one_bandwidth(table):
+    """Fig. 2: overlap saves up to 46 % (ResNet-50, 64 GPUs, the paper's cluster). Compared at the effective
+    bandwidth, as every measurement of that cluster is, the model saves less; only the nominal 10 Gbit/s,
+    which the 96-GPU fit rules out, lands within tolerance. The explanation quotes both."""
     r = rows(table, "fig2_overlap_r50_64").iloc[0]
-    assert abs(r.rel_diff) <= TOL
+    cal = whatif.paper_calibration()
+    eff = paper.fit_r101_96()["bandwidth_gbps"]
+    at = {bw: claims._overlap_saving("resnet50", 64, 64, whatif.hardware(cal, bandwidth_gbps=bw), cal)
+          for bw in (eff, 10.0)}
+    assert r.kit_value == pytest.approx(at[eff])
+    assert at[eff] < at[10.0] < r.paper_value  # less communication to hide at the higher bandwidth
+    assert abs(at[10.0] / r.paper_value - 1) <= TOL < abs(r.rel_diff)
+    assert r.verdict == "disagrees" and f"{at[10.0]:.0%}" in r.explanation
 
 
 def test_measured_iteration_times_within_paper_model_error(table):
@@ -103,7 +115,7 @@ def test_derived_inputs_reproduce_what_they_were_derived_from(table):
 def test_96_gpu_measurements_are_scored_not_inputs(table):
     """Sec. 1 and 3.3: two free inputs fitted to five measurements; every one is a scored claim."""
     for cid in paper.R101_96_CLAIMS:
-        assert set(rows(table, cid).verdict) <= {"reproduced", "disagrees"}, cid
+        assert set(rows(table, cid).verdict) <= {"reproduced", "partly", "disagrees"}, cid
     fit = paper.fit_r101_96()
     assert fit["bandwidth_gbps"] > 10  # the ring's bandwidth term alone at 10 Gbit/s exceeds the measured 262 ms
     hw = paper.paper_hardware()
@@ -123,19 +135,103 @@ def test_fig3_crossover_respects_the_cap_of_the_96_gpu_measurement(table):
     assert s64 < 1 and cross96 <= s64 * fit["bandwidth_gbps"] * (1 + 1e-6)
 
 
-def test_fig3_crossover_respects_the_papers_nominal_cap(table):
-    """Issue 15: "PowerSGD 6.3 % slower at 10 Gbit/s" (Sec. 3.3) caps the crossover at 10 / 1.063 = 9.4 Gbit/s
-    (syncSGD grows at most as 1/bandwidth, PowerSGD only grows). Paper numbers read from claims.csv."""
+def test_fig3_cap_is_stated_at_one_world_size_and_one_bandwidth(table):
+    """Sec. 3.3's "PowerSGD 6.3 % slower" (96 GPUs) caps the crossover at s x B, where B is the bandwidth the
+    kit reads for that cluster (the fitted effective one): the cap and the crossover it bounds are both at
+    the measurement's 96 GPUs, never a 64-GPU crossover against a cap at the nominal 10 Gbit/s."""
     c = paper.claim("sec33_r101_96_bs64")
-    cap = float(c["value"]) * float(c["bandwidth_gbps"])
-    assert cap == pytest.approx(10 / 1.063, rel=1e-3)
-    r = rows(table, "fig3_crossover_r101").iloc[0]
-    assert r.kit_value <= cap
     got = claims.fig3_cap()
-    assert got["cap"] == pytest.approx(cap) and got["cross64"] == pytest.approx(r.kit_value)
-    # the fitted effective bandwidth widens the cap; the kit's crossover at the measurement's own 96 GPUs is under it
-    assert got["cap_eff"] > got["cap"] and got["cross96"] <= got["cap_eff"]
-    assert f"{got['cap']:.2f}" in r.explanation and f"{got['cross96']:.2f}" in r.explanation
+    eff = paper.fit_r101_96()["bandwidth_gbps"]
+    assert got["world_size"] == int(c["world_size"]) == 96
+    assert got["bw_eff"] == pytest.approx(eff)
+    assert got["cap"] == pytest.approx(float(c["value"]) * eff)
+    cal = whatif.paper_calibration()
+    assert got["cross"] == pytest.approx(whatif.crossover("resnet101", 64, 96, "powersgd", {"rank": 4}, calibration=cal))
+    assert got["cross"] <= got["cap"]
+    r = rows(table, "fig3_crossover_r101").iloc[0]
+    assert got["cross64"] == pytest.approx(r.kit_value)
+    for v in (f"{got['cap']:.2f}", f"{got['cross']:.2f}", f"{got['bw_eff']:.1f} Gbit/s"):
+        assert v in r.explanation
+    nominal_cap = float(c["value"]) * float(c["bandwidth_gbps"])
+    assert f"{nominal_cap:.2f}" not in r.explanation
+
+
+# ------------------------------------------------------------ one cluster, one bandwidth
+def test_derived_inputs_of_the_cluster_use_its_one_effective_bandwidth():
+    """BERT's T_comp and encode/decode rest on the same 96-GPU cluster as ResNet-101's fit: the Fig. 10 gap
+    and Sec. 3.2's speed-ups come back at the effective bandwidth, not at the nominal 10 Gbit/s."""
+    from studykit.perfmodel.model import Workload, predict
+
+    cal = whatif.paper_calibration()
+    eff = paper.fit_r101_96()["bandwidth_gbps"]
+    assert paper.effective_hardware().bandwidth_gbps == pytest.approx(eff)
+    d = paper.derive_unstated()
+    for r in d[d["model"] == "bert_base"].itertuples():
+        assert f"{eff:.2f} Gbit/s effective" in r.derivation, r.quantity
+    gap = float(paper.claim("fig10_gap_bert_96")["value"])
+    rank4 = float(paper.claim("sec32_bert_96_rank4")["value"])
+    for bw, same in ((eff, True), (10.0, False)):
+        hw = whatif.hardware(cal, bandwidth_gbps=bw)
+        pr = predict(Workload("bert_base", 64), hw, 96, "powersgd", {"rank": 4}, calibration=cal)
+        assert (float(pr.sync["total_s"] - pr.linear_s) * 1e3 == pytest.approx(gap, rel=1e-3)) is same
+        assert (float(pr.speedup) == pytest.approx(rank4, rel=1e-3)) is same
+
+
+def test_fig19_bert_crossover_from_consistent_inputs(table):
+    """App. D: BERT's PowerSGD becomes slower than syncSGD at around 15 Gbit/s; with BERT's inputs derived at
+    the cluster's one effective bandwidth the kit's crossover is within tolerance of it."""
+    r = rows(table, "fig19_crossover_bert").iloc[0]
+    assert r.kit_value == pytest.approx(15.0, rel=TOL)
+    assert r.verdict == "reproduced"
+
+
+def test_measured_rows_name_the_effective_bandwidth_as_a_model_error_absorber(table):
+    """Every comparison with a measurement of the paper's cluster is at the effective bandwidth, said so."""
+    eff = paper.fit_r101_96()["bandwidth_gbps"]
+    assert eff > float(paper.stated("bandwidth_p3_8xlarge")["value"])  # above the link: not the network's rate
+    for r in table[table["kind"] == "measured"].itertuples():
+        assert f"{eff:.1f} Gbit/s effective (fitted; absorbs model error)" in r.setting, r.claim_id
+    assert "model-error absorber" in paper.EFFECTIVE_BANDWIDTH_NOTE
+    bw = Calibration.load(paths.CALIBRATIONS / "paper_v100.json").bandwidth_gbps
+    assert bw.value == 10 and paper.EFFECTIVE_BANDWIDTH_NOTE in bw.note
+
+
+# ------------------------------------------------------------ speed-ups scored on their gain
+@pytest.mark.parametrize("kit,value,verdict", [
+    (1.27, 1.257, "reproduced"),   # +27 % vs +25.7 %: within 15 % of the gain
+    (1.14, 1.257, "partly"),       # faster, but about half the gain: +-15 % of the ratio would have passed it
+    (0.856, 0.9407, "partly"),     # slower, as measured, but more than twice the loss: so would this
+    (1.03, 0.9407, "disagrees"),   # faster where the paper measured slower: so would this
+    (0.94, 0.9407, "reproduced"),
+])
+def test_speedups_are_scored_on_the_gain(kit, value, verdict):
+    rel, got = claims.score(kit, value, gain=True)
+    assert got == verdict
+    assert rel == pytest.approx(((kit - 1) - (value - 1)) / abs(value - 1))
+    if verdict != "reproduced" and abs(kit / value - 1) <= TOL:
+        assert claims.score(kit, value)[1] == "reproduced"  # what the ratio rule said
+
+
+def test_speedup_bound_is_scored_on_its_sign():
+    """Sec. 3.2's "rank 16 still takes longer than syncSGD": a bound at gain 0, no size to match."""
+    assert claims.score(0.99, 1.0, 0.0, 1.0, 0.0, gain=True)[1] == "reproduced"
+    assert claims.score(1.01, 1.0, 0.0, 1.0, 0.0, gain=True)[1] == "disagrees"
+
+
+def test_sec33_batch_32_and_64_are_partly_with_the_reason(table):
+    """Sec. 3.3: +25.7 % at batch 32 and 6.3 % slower at batch 64. The kit gets the direction of both, not
+    their size; the explanation says so with both gains."""
+    for cid in ("sec33_r101_96_bs32", "sec33_r101_96_bs64"):
+        r = rows(table, cid).iloc[0]
+        assert r.scored_on == "gain" and r.verdict == "partly", cid
+        assert f"{100 * (r.kit_value - 1):+.1f} %" in r.explanation
+        assert f"{100 * (r.paper_value - 1):+.1f} %" in r.explanation
+
+
+def test_every_speedup_row_is_scored_on_its_gain(table):
+    sp = table[table["quantity"].isin(claims.GAIN_QUANTITIES)]
+    assert len(sp) >= 7 and (sp["scored_on"] == "gain").all()
+    assert (table.loc[~table["quantity"].isin(claims.GAIN_QUANTITIES), "scored_on"] == "value").all()
 
 
 def _paper_numbers() -> set[str]:
@@ -178,9 +274,11 @@ def test_papers_readme_numbers_match_the_code():
     a, lo, hi = paper.alpha_s_reading()
     cal = whatif.paper_calibration()
     x_lo, x_hi = (whatif.crossover("resnet101", 64, 64, calibration=cal, alpha_s=v) for v in (lo, hi))
+    b_lo, b_hi = (whatif.crossover("bert_base", 64, 64, calibration=cal, alpha_s=v) for v in (lo, hi))
     want = {
         r"\*\*T_comp = ([\d.]+) ms, ([\d.]+) Gbit/s effective\*\*": (fit["t_comp_s"] * 1e3, fit["bandwidth_gbps"]),
         r"ResNet-101: ([\d.]+)-([\d.]+) Gbit/s": (x_lo, x_hi),
+        r"BERT: ([\d.]+)-([\d.]+) Gbit/s": (b_lo, b_hi),
         r"PowerSGD rank 4: ([\d.]+) ms": (d[("t_encode_decode", "resnet101", "powersgd", '{"rank": 4}')],),
         r"\*\*T_comp = (\d+) ms\*\*": (d[("t_comp", "bert_base", "", "{}")],),
         r"\*\*([\d.]+) ms\*\* \(rank 4\)": (d[("t_encode_decode", "bert_base", "powersgd", '{"rank": 4}')],),

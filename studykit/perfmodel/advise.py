@@ -45,7 +45,7 @@ from studykit.perfmodel.calibration import Calibration, normalize_params
 from studykit.perfmodel.model import (DEFAULT_BUCKET_BYTES, Hardware, ModelOptions, Workload, plan_summaries,
                                       plan_summary, predict)
 
-__all__ = ["MAIN_PARAMETER", "Candidate", "candidates", "Advice", "advise", "answer", "hook_options",
+__all__ = ["MAIN_PARAMETER", "Candidate", "candidates", "Advice", "advise", "answer", "hook_options", "wire_bits",
            "cast_bytes_scale", "accuracy_evidence", "model_errors", "AdviseError", "SUMMARY_CSV", "TRAINING",
            "MODE_WORDS", "CROSSOVER_MIN_GBPS", "CROSSOVER_MAX_GBPS", "CROSSOVER_PER_DECADE"]
 
@@ -311,7 +311,7 @@ def cast_bytes_scale(compressor: str, params: dict, workload: Workload) -> float
     return s.allreduce_bytes / workload.gradient_bytes
 
 
-def _wire(compressor: str, params: dict, workload: Workload, world_sizes: np.ndarray) -> dict[int, dict]:
+def wire_bits(compressor: str, params: dict, workload: Workload, world_sizes: np.ndarray) -> dict[int, dict]:
     """Per world size: bits per gradient element one worker puts on the link (``plan()``'s bytes, as the
     training loop's ``bits_per_element``) and the integer type its payload is summed in, if any."""
     numel = workload.gradient_bytes / 4
@@ -339,7 +339,7 @@ class Advice:
     ``time_s`` / ``low_s`` / ``high_s``: predicted iteration time and its interval (NaN for a candidate
     the calibration cannot price: see ``unranked``); ``error``: the model's relative error used per
     candidate; ``evidence``: :func:`accuracy_evidence` per candidate; ``wire``: per compressor and world
-    size, the bits per element on the link (:func:`_wire`); ``pricer``: the same prices at central
+    size, the bits per element on the link (:func:`wire_bits`); ``pricer``: the same prices at central
     constants for other bandwidths (what :meth:`crossover_gbps` searches). ``str(advice)`` is what
     ``python -m studykit advise`` prints (:meth:`format`).
     """
@@ -782,7 +782,7 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
                                      f"{model} (has: {', '.join(have) or 'none'}); measure it with `python -m studykit "
                                      "profile` and fit a calibration")
             try:
-                wire[c.label] = _wire(c.compressor, c.param_dict, work0, p)
+                wire[c.label] = wire_bits(c.compressor, c.param_dict, work0, p)
                 scale = cast_bytes_scale(c.compressor, c.param_dict, work0) if mode == "hook" else None
             except (ValueError, compressors.CompressorError) as exc:
                 unranked.setdefault(c.label, str(exc))

@@ -416,7 +416,8 @@ def statements(bandwidth_gbps: float = 10.0, world_sizes=GPU_COUNTS,
     """Every statement of ``data/paper/figure_statements.csv`` with the kit's value beside the paper's.
 
     Counts of settings and yes/no statements must match exactly; numbers within
-    :data:`studykit.perfmodel.claims.TOLERANCE` (or inside the stated range); memory limits are ``not
+    :data:`studykit.perfmodel.claims.TOLERANCE` (or inside the stated range; speed-ups on their gain,
+    :func:`studykit.perfmodel.claims.score`); memory limits are ``not
     modelled`` (the kit's model has no memory term). Columns: statement_id, figure, setting, paper_value,
     paper_low, paper_high, unit, kit_value, verdict, statement, section, page, note."""
     cal = _cal(calibration)
@@ -463,7 +464,8 @@ def statements(bandwidth_gbps: float = 10.0, world_sizes=GPU_COUNTS,
             verdict = "reproduced" if k == value else "disagrees"
         else:
             verdict = _claims.score(k, value, None if pd.isna(r.low) else float(r.low),
-                                    None if pd.isna(r.high) else float(r.high))[1]
+                                    None if pd.isna(r.high) else float(r.high),
+                                    gain=r.quantity in _claims.GAIN_QUANTITIES)[1]
         rows.append({"statement_id": r.statement_id, "figure": r.figure,
                      "setting": f"{bandwidth_gbps:g} Gbit/s, GPUs {', '.join(map(str, world_sizes))}",
                      "paper_value": value, "paper_low": r.low, "paper_high": r.high, "unit": r.unit,

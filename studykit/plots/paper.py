@@ -173,7 +173,8 @@ def scaling_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: 
 
 def batch_plot(frames: dict[str, pd.DataFrame], paper: pd.DataFrame | None = None, title: str = ""):
     """Fig. 9: PowerSGD rank 4's speed-up over syncSGD against GPUs per batch size; one panel per frame
-    (e.g. the nominal and the fitted effective bandwidth); the paper's Sec. 3.3 points as open markers."""
+    (e.g. the nominal and the fitted effective bandwidth, a model-error absorber); the paper's Sec. 3.3 points
+    as open markers."""
     fig, axes = _panels(len(frames))
     for ax, (name, df) in zip(axes, frames.items()):
         g = df[df["compressor"] != "none"]

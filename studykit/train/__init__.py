@@ -6,6 +6,7 @@
 * :mod:`studykit.train.methods`: method specs (``none``, ``fp16``, ``quantize8``, ``dynamic``, ...)
 * :mod:`studykit.train.loop` / :mod:`studykit.train.launch`: the training loop and its process groups
 * :mod:`studykit.train.analysis`: Table I, time to accuracy (figures: :mod:`studykit.plots.train`)
+* :mod:`studykit.train.headroom`: bits per element each method puts on the link at larger world sizes
 
 Shell: ``python -m studykit train --help`` (also under ``torchrun``).
 """
