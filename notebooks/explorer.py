@@ -32,7 +32,7 @@
 
 # %% tags=["parameters"]
 calibration_path: str = "data/calibrations/paper_v100.json"  # calibration JSON (repo-relative): T_comp, T_encode_decode, alpha, gamma
-model: str = "resnet101"  # any name from studykit.models.available()
+model: str = "resnet101"  # a name from studykit.models.available() or a model spec (FILE.py:FUNC, torchvision:NAME)
 batch_size: int = 64  # per-GPU batch size
 compressor: str = "powersgd"  # a compressor with an encode/decode time in the calibration, or none
 param_value: float = 4.0  # the compressor's main parameter (rank / ratio / bits)

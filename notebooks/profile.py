@@ -29,7 +29,7 @@
 
 # %% tags=["parameters"]
 records_dir: str = "data/measurements/cpu"  # folder (from the repo root) of *.jsonl measurement records
-model: str = "resnet50"  # model of Tables 2-3; one of studykit.models.available()
+model: str = "resnet50"  # model of Tables 2-3; a name from studykit.models.available() or a spec (FILE.py:FUNC)
 sim_world_size: int = 1  # profile records that decode this many workers' payloads (64: the paper's Table 2 setting)
 tcomp_batch_size: int = 0  # batch size of the backward pass drawn for scale (0: the largest measured)
 ddp_model: str = "cnn_small"  # model of the overlapped-vs-after-backward DDP table (Sec. 3.1)

@@ -77,3 +77,17 @@ def test_advise_says_when_codec_times_are_scaled_from_another_model():
     own = str(studykit.advise("examples/vit_b16.py:build", gpus=4, bandwidth_gbps=10, calibration=path,
                               compressors=["powersgd"], evidence=False))
     assert "not profiled" not in own  # profiled on the model itself: nothing to say
+
+
+def test_the_explorer_takes_a_model_spec():
+    """The explorer's model menu offers a spec given as its parameter, beside the paper's models."""
+    pytest.importorskip("ipywidgets")
+    from studykit.lessons import explore
+    from studykit.perfmodel.calibration import Calibration
+
+    cal = Calibration.load(paths.DATA / "verification" / "own_model" / "vit_b16_p4" / "calibration.json")
+    menu = explore.controls(cal, "examples/vit_b16.py:build", 32)["model"]
+    assert menu.value == "examples/vit_b16.py:build" and "resnet50" in menu.options
+    fig, _ = explore.explore(cal, "examples/vit_b16.py:build", 32, 10.0, world_size=4, compressor="powersgd",
+                             param_value=4.0)
+    assert fig.axes

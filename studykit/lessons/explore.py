@@ -208,7 +208,9 @@ def controls(calibration: Calibration, model: str = "resnet101", batch_size: int
     gamma = calibration.gamma.value if calibration.gamma else 1.05
     return {
         "model": W.Dropdown(options=[m for m in ("resnet50", "resnet101", "bert_base", "vgg19")
-                                     if m in models.available()], value=model, description="model"),
+                                     if m in models.available()] + ([model] if models.check(model) not in
+                                     ("resnet50", "resnet101", "bert_base", "vgg19") else []),
+                            value=model, description="model"),
         "batch_size": W.IntSlider(value=batch_size, min=8, max=256, step=8, description="batch / GPU", **kw),
         "bandwidth_gbps": W.FloatLogSlider(value=bandwidth_gbps, base=10, min=-1, max=np.log10(400), step=0.05,
                                            description="bandwidth (Gbit/s)", **kw),
