@@ -43,11 +43,11 @@ cd "$(dirname "$0")/.."
 
 NPROC=${NPROC:-2}
 MODELS=${MODELS:-"resnet50 resnet101"}
-RATES=${RATES:-"25 10 5 20 15 2.5 1"}       # Gbit/s; cheap rates first, so a cut run spans the range
+RATES=${RATES-"25 10 5 20 15 2.5 1"}        # Gbit/s; cheap rates first, so a cut run spans the range; RATES="": no DDP phase
 COMPRESSORS=${COMPRESSORS:-"none fp16 powersgd:rank=4 powersgd:rank=32 topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 BUILTIN=${BUILTIN:-"torch_fp16 torch_powersgd"}
 MODES=${MODES:-"syncsgd builtin hook post"}
-BUCKET2_MB=${BUCKET2_MB:-100}
+BUCKET2_MB=${BUCKET2_MB-100}  # a second syncSGD bucket size (MB); BUCKET2_MB="": DDP's default bucket only
 ITERS=${ITERS:-10}                 # timed iterations at most (fewer when slow: DDP_BUDGET_S)
 WARMUP=${WARMUP:-2}                # DDP rebuilds its buckets after the first iteration
 DDP_BUDGET_S=${DDP_BUDGET_S:-3}    # seconds per configuration (never below 3 timed iterations)

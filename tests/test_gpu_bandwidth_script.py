@@ -103,3 +103,16 @@ def test_hook_profile_times_each_bucket_before_the_throttled_phases_when_hooks_a
     res, calls = _run(bad, HOOK_PROFILE="yes")
     assert res.returncode == 2 and not calls and "HOOK_PROFILE must be 0 or 1, got 'yes'" in res.stderr
 
+
+
+def test_empty_rates_run_only_the_sweep_and_empty_bucket2_only_ddps_default(tmp_path):
+    """RATES="" with SWEEP=1 runs the sweep alone (not the default rates); BUCKET2_MB="" times syncSGD at DDP's
+    default bucket only (not at 100 MB besides)."""
+    res, calls = _run(tmp_path, RATES="", SWEEP="1", SWEEP_RATES="8")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [_ddp_args(a)[0] for a in calls] == ["sweep"]
+    (tmp_path / "b").mkdir()
+    res, calls = _run(tmp_path / "b", RATES="5", BUCKET2_MB="")
+    assert res.returncode == 0, res.stderr[-2000:]
+    ns = mcli.build_parser().parse_args(_ddp_args(calls[0]))
+    assert ns.cmd == "ddp" and ns.bucket_mb == []
