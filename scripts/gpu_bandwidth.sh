@@ -58,6 +58,7 @@ SWEEP_RATES=${SWEEP_RATES:-"1 10 25"}
 RESUME_FROM=${RESUME_FROM:-}
 BUCKET_TIMES=${BUCKET_TIMES:-1}    # 1: syncSGD configurations also record when each DDP bucket is ready (kind buckets)
 HOOK_COALESCE=${HOOK_COALESCE:-off}  # hook configurations once per value: off (a protocol per bucket) or MB (0: per iteration)
+HOOK_RUNNER=${HOOK_RUNNER:-thread}  # uncoalesced hook configurations once per runner: thread inline graph
 HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 BROADCAST_BUFFERS=${BROADCAST_BUFFERS:-1}  # per rate, once per value: 1 DDP's default, 0 --no-broadcast-buffers
 ROUNDS=${ROUNDS:-1}                # rounds over the rates; round k > 1 into $OUT/round<k>/
@@ -86,7 +87,7 @@ fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
-  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE BROADCAST_BUFFERS=$BROADCAST_BUFFERS ROUNDS=$ROUNDS" \
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE HOOK_RUNNER=$HOOK_RUNNER BROADCAST_BUFFERS=$BROADCAST_BUFFERS ROUNDS=$ROUNDS" \
   "HOOK_PROFILE=$HOOK_PROFILE"
 
 
@@ -119,6 +120,7 @@ for round in $(seq 1 "$ROUNDS"); do
       ddp --models $MODELS --modes $MODES --bucket-mb $BUCKET2_MB --builtin $BUILTIN --compressors $COMPRESSORS \
       --warmup "$WARMUP" --iters "$ITERS" --budget-s "$DDP_BUDGET_S" --min-iter 3 --timeout-s 300 --quiet \
       --hook-coalesce-mb $HOOK_COALESCE \
+      --hook-runner $HOOK_RUNNER \
       $([ "$BUCKET_TIMES$stamps" = 11 ] && echo --bucket-times) $([ "$HOOK_TIMES$stamps" = 11 ] && echo --hook-times) \
       $([ "$bb" = 0 ] && echo --no-broadcast-buffers)
     done

@@ -80,6 +80,7 @@ def seed_of(comp, rank: int | None = None) -> int:
     """The integer a codec's :meth:`~studykit.compressors.base.Compressor.generator` is seeded
     with (seed, step and, for private randomness, the rank), for the kernels' Philox. Always in
     [2^62, 2^63), so Triton sees one argument type (int64) for every step and compiles once."""
+    comp.random_draws += 1
     salt = 0 if rank is None else (rank + 1) * 1_000_003
     return ((comp.seed * 7_919 + comp.step * 104_729 + salt) % (2**62)) | (1 << 62)
 

@@ -83,6 +83,8 @@ class Compressor:
         self.seed = int(seed)
         self.allow_nonfinite = bool(allow_nonfinite)
         self.step = 0
+        #: generators and kernel seeds handed out (seeded on the host by step: a CUDA graph cannot replay them)
+        self.random_draws = 0
         self.state: dict[Any, Any] = {}
         #: the error-feedback memory the protocol calls (``None``: no error feedback)
         self.memory: ResidualMemory | None = None
@@ -112,6 +114,7 @@ class Compressor:
         """A generator seeded by (seed, step[, rank]); ``None`` on the meta device."""
         if device.type == "meta":
             return None
+        self.random_draws += 1
         g = torch.Generator(device=device)
         salt = 0 if rank is None else (rank + 1) * 1_000_003
         g.manual_seed((self.seed * 7_919 + self.step * 104_729 + salt) % (2**63 - 1))

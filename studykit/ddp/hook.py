@@ -13,7 +13,12 @@ from studykit.compressors import Compressor, get
 from studykit.compressors.base import _shares_memory, all_finite, copy_back, views
 from studykit.compressors.registry import as_bool
 
-__all__ = ["HookState", "NonFinite", "compressor_hook", "register"]
+__all__ = ["HookState", "NonFinite", "RUNNERS", "compressor_hook", "register"]
+
+#: how an overlapped hook runs a multi-round protocol (:func:`register`)
+RUNNERS = ("thread", "inline", "graph")
+#: calls of a bucket with the same parameters and buffer before the graph runner captures it
+CAPTURE_AFTER = 3
 
 
 class HookState:
@@ -27,7 +32,7 @@ class HookState:
 
     def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
                  overlap: bool = True, comm_kind: str = "collective", coalesce_mb: Optional[float] = None,
-                 check_finite: bool = False, start_iter: int = 0):
+                 check_finite: bool = False, start_iter: int = 0, runner: str = "thread"):
         self.compressor = finite_policy(compressor, check_finite)
         self.check_finite = not compressor.allow_nonfinite
         self.start_iter = _check_start_iter(start_iter)
@@ -39,6 +44,14 @@ class HookState:
         self.nonfinite = NonFinite()
         self.comm_kind = _check_kind(comm_kind)
         self.coalesce_bytes = _check_coalesce(coalesce_mb, overlap)
+        self.runner = _check_runner(runner, overlap, coalesce_mb)
+        #: the graph runner's captured buckets: index -> _BucketGraph (its graph None: not capturable)
+        self._graphs: dict = {}
+        #: the graph runner's count of a bucket's calls with the same parameters and buffer: index -> (ids, ptr, n)
+        self._streak: dict = {}
+        #: jobs handed to the communication thread, and jobs it finished (each written by one thread only)
+        self._submitted = 0
+        self._finished = 0
         #: buckets waiting to be coalesced (``coalesce_mb``): (buffer, index, ids, shapes, future, ready event)
         self._pending: list = []
         self._comm = comm
@@ -63,6 +76,21 @@ class HookState:
         if self._worker is None or not self._worker.alive:
             self._worker = _CommThread()
         return self._worker
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the communication thread, after the jobs handed to it before."""
+        def counted():
+            try:
+                job()
+            finally:
+                self._finished += 1
+        self._submitted += 1
+        self.worker().submit(counted)
+
+    def idle(self) -> bool:
+        """Whether the communication thread has finished every job handed to it (the host has issued every
+        earlier bucket's collectives, so work issued now comes after them on every rank)."""
+        return self._finished == self._submitted
 
     def side_stream(self, device: torch.device):
         """This state's CUDA stream on ``device`` for the protocol (one per device)."""
@@ -90,6 +118,8 @@ class HookState:
         d["_worker"] = None
         d["_streams"] = {}
         d["_pending"] = []
+        d["_graphs"], d["_streak"] = {}, {}
+        d["_submitted"] = d["_finished"] = 0
         d["nonfinite"] = NonFinite()  # its notes hold CUDA events
         return d
 
@@ -140,14 +170,25 @@ class NonFinite:
         return comp.allow_nonfinite and not comp.keeps_nonfinite
 
     def before(self, comp: Compressor, key, tensors: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
-        """Before the protocol under ``key``: forget what an earlier non-finite result poisoned; for a flagged
-        compressor zero ``tensors`` if they hold inf/NaN, and return the local flag (1.0: they did)."""
+        """Before the protocol under ``key``: forget what an earlier non-finite result poisoned (:meth:`recover`);
+        for a flagged compressor zero ``tensors`` if they hold inf/NaN, and return the local flag (1.0: they did)."""
+        self.recover(comp, key)
+        return self.zero(comp, tensors)
+
+    def recover(self, comp: Compressor, key) -> bool:
+        """Forget ``comp``'s residual and per-key state under ``key`` if a landed note says an earlier result
+        there held inf/NaN (host work only, nothing waits); returns whether it did."""
         notes = self.notes.get(key)
         poisoned = False
         while notes and (notes[0][1] is None or notes[0][1].query()):  # landed: reading it waits for nothing
             poisoned |= bool(notes.pop(0)[0])
         if poisoned:
             forget(comp, key)
+        return poisoned
+
+    def zero(self, comp: Compressor, tensors: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
+        """For a flagged compressor: ``tensors`` zeroed where they hold inf/NaN, and the local flag (device work
+        only); None for the others."""
         if not self.flagged(comp):
             return None
         bad = ~all_finite(tensors)
@@ -157,17 +198,28 @@ class NonFinite:
 
     def after(self, comp: Compressor, key, results: Sequence[torch.Tensor], comm: Communicator,
               bad: Optional[torch.Tensor]) -> None:
-        """After the protocol: sum ``before``'s flag over workers (one all-reduce of 4 bytes) and make the first
-        element of each of ``results`` NaN where a worker had inf/NaN; note whether the results held inf/NaN
-        (only for a compressor with error-feedback memory or per-key state)."""
+        """After the protocol: :meth:`spread` then :meth:`note`."""
+        self.note(key, self.spread(comp, results, comm, bad))
+
+    def spread(self, comp: Compressor, results: Sequence[torch.Tensor], comm: Communicator,
+               bad: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Sum ``zero``'s flag over workers (one all-reduce of 4 bytes) and make the first element of each of
+        ``results`` NaN where a worker had inf/NaN (device work only). Returns, for a compressor with
+        error-feedback memory or per-key state, whether the results hold inf/NaN (a 0-dim device tensor for
+        :meth:`note`); None for the others."""
         if bad is not None:
             bad = comm.all_reduce(bad)[0] > 0
             for t in results:
                 t[(0,) * t.dim()].masked_fill_(bad, float("nan"))
         if comp.memory is None and not comp.state:
-            return
+            return None
+        return ~all_finite(results) if bad is None else bad
+
+    def note(self, key, bad: Optional[torch.Tensor]) -> None:
+        """Keep ``spread``'s answer under ``key``, copied to the host without waiting (CUDA: a pinned tensor
+        and an event), for :meth:`recover` to read at the key's next call."""
         if bad is None:
-            bad = ~all_finite(results)
+            return
         if bad.is_cuda:
             host = torch.empty((), dtype=torch.bool, pin_memory=True)
             host.copy_(bad, non_blocking=True)
@@ -202,6 +254,15 @@ def _check_coalesce(coalesce_mb: Optional[float], overlap: bool) -> Optional[flo
     if not overlap:
         raise ValueError("coalesce_mb needs overlap=True: the blocking hook runs each bucket's protocol inside the hook")
     return float(coalesce_mb) * 2**20
+
+
+def _check_runner(runner: str, overlap: bool, coalesce_mb) -> str:
+    if runner not in RUNNERS:
+        raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    if runner != "thread" and (not overlap or coalesce_mb is not None):
+        raise ValueError(f"runner={runner!r} needs overlap=True and coalesce_mb=None (the blocking and the coalescing "
+                         f"hook run their protocol their own way)")
+    return runner
 
 
 def _check_kind(kind: str) -> str:
@@ -292,8 +353,11 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         waiting = sum(b.numel() * b.element_size() for b, *_ in state._pending)
         if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
             group, state._pending = state._pending, []
-            state.worker().submit(lambda: _run_group(state, comp, group, comm))
+            state.submit(lambda: _run_group(state, comp, group, comm))
         return fut
+
+    if state.runner == "graph" and cuda:
+        return _graph_call(state, comp, buf, key, ids, shapes, comm, fut, ready, consumer)
 
     def job():
         try:
@@ -311,8 +375,130 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
             fut.set_exception(exc)
 
-    state.worker().submit(job)
+    if state.runner == "inline" and state.idle():
+        job()
+    else:
+        state.submit(job)
     return fut
+
+
+class _BucketGraph:
+    """One bucket's protocol captured as a CUDA graph (the graph runner): what it was captured for and what
+    a replay must do on the host (count its bytes, note its non-finite flag). ``graph`` None: the bucket's
+    protocol cannot be replayed (it draws random numbers seeded on the host, or replaces its state tensors)."""
+
+    __slots__ = ("graph", "comp", "ids", "ptr", "nbytes", "bad")
+
+    def __init__(self, graph, comp, ids, ptr, nbytes, bad):
+        self.graph, self.comp, self.ids, self.ptr, self.nbytes, self.bad = graph, comp, ids, ptr, nbytes, bad
+
+    def fits(self, comp: Compressor, ids: list, buf: torch.Tensor) -> bool:
+        return self.comp is comp and self.ids == ids and self.ptr == buf.data_ptr()
+
+
+def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: list, shapes: list, comm,
+                fut, ready, consumer) -> torch.futures.Future:
+    """The graph runner: a bucket whose protocol was captured replays its graph (in the hook when the thread is
+    idle, a few microseconds of host work); one seen ``CAPTURE_AFTER`` times with the same parameters and buffer
+    is captured on the communication thread; anything else runs there as with the thread runner."""
+    entry = state._graphs.get(key)
+    if entry is not None and not entry.fits(comp, ids, buf):
+        del state._graphs[key]  # DDP rebuilt its buckets, a compressor was swapped in: capture again
+        entry = None
+    old = state._streak.get(key)
+    n = old[2] + 1 if old is not None and old[0] == ids and old[1] == buf.data_ptr() else 1
+    state._streak[key] = (ids, buf.data_ptr(), n)
+    capture = entry is None and n >= CAPTURE_AFTER
+
+    def job():
+        try:
+            with torch.no_grad():
+                side = state.side_stream(buf.device)
+                with torch.cuda.device(buf.device), torch.cuda.stream(side):
+                    side.wait_event(ready)
+                    _track(state, key, ids, shapes)
+                    if state.nonfinite.recover(comp, key):  # its state was forgotten: the graph holds the old
+                        state._graphs.pop(key, None)
+                        state._streak.pop(key, None)
+                        out = _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
+                    elif entry is not None and entry.graph is not None:
+                        out = _replay(state, comp, entry, key, buf)
+                    elif capture:
+                        out = _capture(state, comp, buf, key, ids, shapes, comm)
+                    else:
+                        out = _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
+                    if out.data_ptr() != buf.data_ptr():
+                        out.record_stream(consumer)
+                    fut.set_result(out)
+        except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
+            fut.set_exception(exc)
+
+    if entry is not None and entry.graph is not None and state.idle():
+        job()  # the replay in the hook: nothing of the protocol waits for the communication thread
+    else:
+        state.submit(job)
+    return fut
+
+
+def _replay(state: HookState, comp: Compressor, entry: _BucketGraph, key, buf: torch.Tensor) -> torch.Tensor:
+    entry.graph.replay()
+    state.nonfinite.note(key, entry.bad)
+    state.bytes_sent += entry.nbytes
+    state.calls, comp.step = state.calls + 1, comp.step + 1
+    return buf
+
+
+def _capture(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: list, shapes: list, comm
+             ) -> torch.Tensor:
+    """Capture the bucket's protocol as a CUDA graph (on the current, side stream) and replay it once: this
+    call's result (a protocol that cannot be captured runs eagerly, now and later). The graph is kept only if the protocol drew no host-seeded random numbers and kept its
+    state (error-feedback residual, warm start) in the same tensors, so that a replay is the next call."""
+    draws, before = comp.random_draws, _state_tensors(comp, key)
+    graph = torch.cuda.CUDAGraph()
+    rec = RecordingComm(comm)
+    try:
+        with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+            bad = _protocol(state, comp, buf, key, shapes, rec)
+    except RuntimeError:  # an operation that cannot be captured (one that waits for the device): nothing ran
+        state._graphs[key] = _BucketGraph(None, comp, ids, buf.data_ptr(), 0, None)
+        return _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
+    keep = comp.random_draws == draws and _state_tensors(comp, key) == before
+    entry = _BucketGraph(graph if keep else None, comp, ids, buf.data_ptr(), rec.nbytes, bad)
+    state._graphs[key] = entry
+    graph.replay()
+    state.nonfinite.note(key, bad)
+    state.bytes_sent += rec.nbytes
+    state.calls += 1
+    if not keep:
+        del graph  # the bucket runs its protocol eagerly from now on
+    return buf
+
+
+def _state_tensors(comp: Compressor, key) -> list:
+    """The storage addresses of ``comp``'s error-feedback residual and per-key state under ``key``, in order."""
+    out: list = []
+    if comp.memory is not None:
+        out += [t.data_ptr() for t in comp.memory.residuals.get(key, [])]
+    for k, v in comp.state.items():
+        if k == key or (isinstance(k, tuple) and key in k):
+            _addresses(v, out, 3)
+    return out
+
+
+def _addresses(obj, out: list, depth: int) -> None:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj.data_ptr())
+    elif depth > 0:
+        if isinstance(obj, dict):
+            items = list(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            items = list(obj)
+        elif hasattr(obj, "__dict__"):
+            items = list(vars(obj).values())
+        else:
+            items = [getattr(obj, n) for n in getattr(type(obj), "__slots__", ()) if hasattr(obj, n)]
+        for x in items:
+            _addresses(x, out, depth - 1)
 
 
 def _run_group(state: HookState, comp: Compressor, group: list, comm) -> None:
@@ -399,7 +585,8 @@ def _reduce_bucket(state: HookState, comp: Compressor, buf: torch.Tensor, key: i
     """The protocol of ``comp`` on one bucket (every round); returns the average gradient, shaped like ``buf``."""
     _track(state, key, ids, shapes)
     rec = RecordingComm(comm if comm is not None else state.comm)
-    bad = state.nonfinite.before(comp, key, [buf])
+    state.nonfinite.recover(comp, key)
+    bad = state.nonfinite.zero(comp, [buf])
     if comp.partition_invariant:
         out = comp.reduce(buf, rec, key=key)
         if out.shape != buf.shape or out.dtype != buf.dtype or not out.is_contiguous():
@@ -415,9 +602,23 @@ def _reduce_bucket(state: HookState, comp: Compressor, buf: torch.Tensor, key: i
     return out
 
 
+def _protocol(state: HookState, comp: Compressor, buf: torch.Tensor, key, shapes: list, rec) -> Optional[torch.Tensor]:
+    """The protocol of ``comp`` on one bucket, device work only (what the graph runner captures): the average
+    written into ``buf``; returns :meth:`NonFinite.spread`'s flag."""
+    bad = state.nonfinite.zero(comp, [buf])
+    if comp.partition_invariant:
+        out = comp.reduce(buf, rec, key=key)
+        if out.data_ptr() != buf.data_ptr():
+            buf.copy_(out.reshape(buf.shape))
+    else:
+        grads = views(buf, shapes)
+        copy_back(grads, comp.reduce(grads, rec, key=key))
+    return state.nonfinite.spread(comp, [buf], rec, bad)
+
+
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
              comm_kind: str = "collective", coalesce_mb: Optional[float] = None, check_finite: bool = False,
-             start_iter: int = 0, **params) -> HookState:
+             start_iter: int = 0, runner: str = "thread", **params) -> HookState:
     """Register ``compressor`` (a name with params, or an instance) as ``ddp_model``'s comm hook.
 
     ``overlap=False`` runs each bucket's protocol inside the hook, blocking the backward pass;
@@ -433,6 +634,7 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     ``start_iter=N`` runs a plain all-reduce (the average, no compression) for the first N iterations, as
     PyTorch's PowerSGD hook does with ``start_powerSGD_iter``; iterations are counted at each one's last bucket."""
     state = HookState(build(compressor, params, "register"), process_group=process_group, overlap=overlap,
-                      comm_kind=comm_kind, coalesce_mb=coalesce_mb, check_finite=check_finite, start_iter=start_iter)
+                      comm_kind=comm_kind, coalesce_mb=coalesce_mb, check_finite=check_finite, start_iter=start_iter,
+                      runner=runner)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state

@@ -91,6 +91,7 @@ class _Config:
     switch_interval_ms: Optional[float] = None  # set by --switch-interval-ms (None: Python's default)
     hook_coalesce_mb: Optional[float] = None  # overlapped hooks: buckets run together (studykit.ddp.register)
     broadcast_buffers: Optional[bool] = None  # False: DDP(broadcast_buffers=False) (--no-broadcast-buffers)
+    hook_runner: Optional[str] = None  # overlapped hooks: studykit.ddp.register's runner (None: "thread")
     ident: dict = field(default_factory=dict)  # the identifying fields behind ``cid`` (records.config_id)
 
 
@@ -112,7 +113,7 @@ def _builtin_hook(name: str):
 def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len,
                  comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
                  hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
-                 broadcast_buffers: bool = True) -> list[_Config]:
+                 broadcast_buffers: bool = True, hook_runners: Sequence[str] = ("thread",)) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
@@ -129,19 +130,20 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
             sl = M.seq_len_of(model, seq_len)
 
             def add(group, mode, compressor=None, params=None, bucket_mb=None, spec=None, hook_overlap=None,
-                    comm=None, coalesce=None):
+                    comm=None, coalesce=None, runner=None):
                 params = params or {}
                 ident = {"kind": "ddp", "model": model, "batch_size": bs, "mode": mode, "compressor": compressor,
                          "params": params, "bucket_mb": bucket_mb, "seq_len": sl, "world_size": d.world_size,
                          "backend": d.backend, "device_type": d.device.type, "hook_overlap": hook_overlap,
-                         "comm": comm, "switch_interval_ms": switch_interval_ms, "hook_coalesce_mb": coalesce}
+                         "comm": comm, "switch_interval_ms": switch_interval_ms, "hook_coalesce_mb": coalesce,
+                         "hook_runner": runner}
                 nobuf = False if mode in DDP_MODES and not broadcast_buffers else None  # the default keeps old ids
                 ident["broadcast_buffers"] = nobuf
                 cid = config_id(**ident)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
                     groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
-                                                 hook_overlap, comm, switch_interval_ms, coalesce, nobuf, ident))
+                                                 hook_overlap, comm, switch_interval_ms, coalesce, nobuf, runner, ident))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -157,7 +159,9 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                         add(3, "post", spec.name, params, spec=spec, comm=comm)
                     if "hook" in modes:
                         for mb in hook_coalesce_mbs:
-                            add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm, coalesce=mb)
+                            for runner in (hook_runners if mb is None else ("thread",)):
+                                add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm,
+                                    coalesce=mb, runner=None if runner == "thread" else runner)
                     if "hook_blocking" in modes:
                         add(4, "hook", spec.name, params, spec=spec, hook_overlap=False, comm=comm)
     # within a group: configuration by configuration, every model in turn
@@ -193,7 +197,7 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
         elif cfg.mode == "hook":
             comp = C.get(cfg.spec.name, **cfg.spec.kwargs)
             state = sk_ddp.register(fwd, comp, overlap=cfg.hook_overlap is not False, comm_kind=cfg.comm or "collective",
-                                    coalesce_mb=cfg.hook_coalesce_mb)
+                                    coalesce_mb=cfg.hook_coalesce_mb, runner=cfg.hook_runner or "thread")
     else:  # post: the plain model and one bucket
         comp = C.get(cfg.spec.name, **cfg.spec.kwargs)
         state = reducer = sk_ddp.PostBackwardReducer(net, comp, bucket_bytes=None, comm_kind=cfg.comm or "collective")
@@ -248,6 +252,7 @@ def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> N
     rate = (_network() or {}).get("rate_gbps")
     name = (f"{cfg.model}_b{cfg.batch_size}_{cfg.mode}_{cfg.compressor or 'dense'}"
             + ("" if cfg.hook_coalesce_mb is None else f"_c{cfg.hook_coalesce_mb:g}")
+            + ("" if cfg.hook_runner is None else f"_{cfg.hook_runner}")
             + ("" if rate is None else f"_{rate:g}G"))
     os.makedirs(trace_dir, exist_ok=True)
     prof.export_chrome_trace(os.path.join(trace_dir, name + ".json.gz"))  # gzipped by the profiler (.gz)
@@ -329,7 +334,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             min_iter: int = 3, verbose: bool = True, bucket_times: bool = False,
             comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
             hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
-            trace_dir: Optional[str] = None, broadcast_buffers: bool = True) -> int:
+            trace_dir: Optional[str] = None, broadcast_buffers: bool = True,
+            hook_runners: Sequence[str] = ("thread",)) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -340,6 +346,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     often it changes hands may delay the hook's start on every bucket: this is the knob for an A/B.
     ``hook_coalesce_mbs``: each overlapped hook configuration once per value (None: a protocol per bucket;
     a number: :func:`studykit.ddp.register`'s ``coalesce_mb``); coalesced hooks write no ``hook_times``.
+    ``hook_runners``: each overlapped, uncoalesced hook configuration once per runner (:func:`studykit.ddp.register`'s
+    ``runner``; "thread", the default, keeps the identity of records written before runners existed).
     ``broadcast_buffers=False``: DDP without its buffer broadcast at every forward (``DDP(broadcast_buffers=
     False)``) in the syncSGD, built-in and hook configurations, each then a configuration of its own
     (``broadcast_buffers: false`` in its identity; post runs the plain model and does not change): the A/B of
@@ -352,7 +360,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
-                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers)
+                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers, hook_runners)
             if c.cid not in done or (hook_times and _stamped(c) and _hook_times_cid(c) not in done)]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
@@ -409,8 +417,9 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
 
 def _stamped(cfg: _Config) -> bool:
     """Whether ``--hook-times`` stamps ``cfg`` bucket by bucket (hooks that run a protocol per bucket, in DDP as
-    it comes: the stamping run keeps DDP's buffer broadcast)."""
-    return cfg.mode == "hook" and cfg.hook_coalesce_mb is None and cfg.broadcast_buffers is None
+    it comes, on the communication thread: the stamping run keeps DDP's buffer broadcast)."""
+    return (cfg.mode == "hook" and cfg.hook_coalesce_mb is None and cfg.broadcast_buffers is None
+            and cfg.hook_runner is None)
 
 
 def _record_fields(cfg: _Config, seq_len: int) -> dict:
@@ -419,6 +428,7 @@ def _record_fields(cfg: _Config, seq_len: int) -> dict:
             "params": cfg.params, "bucket_mb": cfg.bucket_mb, "seq_len": M.seq_len_of(cfg.model, seq_len),
             "optimizer": OPTIMIZER, "hook_overlap": cfg.hook_overlap, "comm": cfg.comm,
             "hook_coalesce_mb": cfg.hook_coalesce_mb, "broadcast_buffers": cfg.broadcast_buffers,
+            "hook_runner": cfg.hook_runner,
             "switch_interval_ms": sys.getswitchinterval() * 1e3}
 
 

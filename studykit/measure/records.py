@@ -138,6 +138,10 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                             "last bucket) were ready and ran the protocol once over them (`ddp --hook-coalesce-mb`, "
                             "studykit.ddp.register's coalesce_mb); null: a protocol run per bucket, as in every "
                             "record written before this field existed",
+        "hook_runner": "mode hook: how the overlapped hook ran a bucket's protocol (studykit.ddp.register's runner, "
+                       "`ddp --hook-runner`): inline (in DDP's callback, on a side stream) or graph (each bucket's "
+                       "protocol captured as a CUDA graph and replayed); null: the communication thread, as in "
+                       "every record written before this field existed",
         "broadcast_buffers": "modes syncsgd/builtin/hook: false when DDP ran without its buffer broadcast at every "
                              "forward (`ddp --no-broadcast-buffers`; an A/B that fits and scores leave out); null: "
                              "DDP's default (broadcast), as in every record written before this field existed",
@@ -167,6 +171,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "comm": "as in the ddp record: ps (parameter server) or null (the backend's collectives)",
         "switch_interval_ms": "as in the ddp record",
         "hook_coalesce_mb": "as in the ddp record: always null (hooks that coalesce buckets are not stamped)",
+        "hook_runner": "as in the ddp record",
         "broadcast_buffers": "as in the ddp record: always null (hooks without DDP's buffer broadcast are not stamped)",
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
         "bucket_bytes": "bytes of each bucket's gradient buffer",
@@ -202,7 +207,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
             "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
-            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer", "broadcast_buffers")
+            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer", "broadcast_buffers", "hook_runner")
 
 
 def config_id(**fields) -> str:

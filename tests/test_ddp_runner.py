@@ -1,0 +1,226 @@
+"""How the overlapped hook runs a bucket's protocol (``studykit.ddp.register(..., runner=...)``): the communication
+thread, inline in DDP's callback, or a CUDA graph captured per bucket and replayed. Every runner must give the
+thread's results; the graph runner must keep a graph only where a replay is the next call (no host-seeded
+randomness, state kept in the same tensors) and recapture when DDP rebuilds its buckets."""
+import os
+import tempfile
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from studykit import compressors as C
+from studykit import ddp as sk_ddp
+from studykit.comm import LocalComm, SimGroup
+from studykit.ddp.hook import CAPTURE_AFTER
+
+torch.set_num_threads(1)
+
+SHAPES = [(16, 8), (8,), (400,)]
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
+
+
+class _Bucket:
+    """What DDP hands a comm hook: one flat buffer that stays the same tensor from call to call (DDP's bucket
+    buffer after its rebuild), its parameters and index."""
+
+    def __init__(self, params, buf, index=0, last=True):
+        self._params, self._buf, self._index, self._last = params, buf, index, last
+
+    def is_last(self):
+        return self._last
+
+    def buffer(self):
+        return self._buf
+
+    def parameters(self):
+        return self._params
+
+    def index(self):
+        return self._index
+
+
+def _grad(seed, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(sum(torch.Size(s).numel() for s in SHAPES), generator=g).to(device)
+
+
+PARAMS = [torch.nn.Parameter(torch.empty(s)) for s in SHAPES]
+
+
+# ------------------------------------------------------------------------------------------ validation
+@pytest.mark.parametrize("kw, match", [
+    ({"runner": "fast"}, "runner must be one of thread, inline, graph, got 'fast'"),
+    ({"runner": "graph", "overlap": False}, "needs overlap=True and coalesce_mb=None"),
+    ({"runner": "inline", "coalesce_mb": 0}, "needs overlap=True and coalesce_mb=None"),
+])
+def test_a_bad_runner_is_refused_with_the_valid_choices(kw, match):
+    with pytest.raises(ValueError, match=match):
+        sk_ddp.HookState(C.get("powersgd"), comm=LocalComm(), **kw)
+
+
+# ------------------------------------------------------------------------------------------ inline (CPU)
+@pytest.mark.parametrize("name", ["powersgd", "topk", "qsgd", "ef_signsgd"])
+def test_the_inline_runner_gives_the_threads_results_on_two_workers(name):
+    """Two simulated workers, each calling the hook from its own thread (as each rank's autograd thread does):
+    the inline runner's averages equal the communication thread's, step by step (error feedback and warm start
+    carried over)."""
+    def run(runner):
+        group = SimGroup(2)
+        states = [sk_ddp.HookState(C.get(name), comm=group.comm(r), runner=runner) for r in range(2)]
+        bufs = [torch.zeros(sum(torch.Size(s).numel() for s in SHAPES)) for _ in range(2)]
+        outs = [[], []]
+
+        def worker(r):
+            for step in range(4):
+                bufs[r].copy_(_grad(10 * step + r))
+                outs[r].append(sk_ddp.compressor_hook(states[r], _Bucket(PARAMS, bufs[r])).wait().clone())
+
+        threads = [threading.Thread(target=worker, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), f"{runner}: the protocol hung"
+        for s in states:
+            s.close()
+        return outs
+
+    ref, got = run("thread"), run("inline")
+    for r in range(2):
+        for step, (a, b) in enumerate(zip(ref[r], got[r])):
+            assert torch.allclose(a, b, rtol=1e-6, atol=1e-6), f"{name}: worker {r} step {step} differs"
+
+
+# ------------------------------------------------------------------------------------------ graph (one GPU)
+def _steps(state, buf, grads, index=0):
+    outs = []
+    for g in grads:
+        buf.copy_(g)
+        outs.append(sk_ddp.compressor_hook(state, _Bucket(PARAMS, buf, index)).wait().clone())
+        torch.cuda.synchronize()  # an overflow's note lands before the next call reads it
+    return outs
+
+
+@pytest.mark.parametrize("name", C.available())
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=GPU)])
+def test_the_graph_runner_gives_the_threads_results_and_keeps_graphs_only_where_replays_are_right(name, marks):
+    """One GPU (LocalComm): eight steps through the thread and through the graph runner, with a buffer that stays
+    the same tensor; the same average at every step. A protocol that draws host-seeded random numbers keeps no
+    graph (it runs eagerly after its capture); PowerSGD, TopK and the identity keep one."""
+    grads = [_grad(s, "cuda") for s in range(8)]
+    ref_state = sk_ddp.HookState(C.get(name), comm=LocalComm())
+    ref = _steps(ref_state, torch.zeros_like(grads[0]), grads)
+    state = sk_ddp.HookState(C.get(name), comm=LocalComm(), runner="graph")
+    got = _steps(state, torch.zeros_like(grads[0]), grads)
+    for step, (a, b) in enumerate(zip(ref, got)):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True), f"{name}: step {step} differs"
+    entry = state._graphs.get(0)
+    assert entry is not None, f"{name}: not captured after {CAPTURE_AFTER} calls with one buffer"
+    if state.compressor.random_draws:
+        assert entry.graph is None, f"{name} draws host-seeded random numbers: a replay would repeat them"
+    if name in ("powersgd", "topk", "none"):
+        assert entry.graph is not None, f"{name}: no graph kept"
+    assert state.calls == len(grads)
+    ref_state.close()
+    state.close()
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=GPU)])
+def test_replayed_buckets_never_wait_for_the_gpu_and_recover_after_an_overflow(marks):
+    """Once captured, a PowerSGD bucket replays without a host synchronisation (sync-debug mode "error"); an inf
+    comes back as a non-finite average, the next call forgets the poisoned warm start and residual (eagerly),
+    the bucket is captured again and later steps match the thread runner's."""
+    grads = [_grad(s, "cuda") for s in range(12)]
+    grads[6] = grads[6].clone()
+    grads[6][5] = float("inf")
+    ref = _steps(sk_ddp.HookState(C.get("powersgd"), comm=LocalComm()), torch.zeros_like(grads[0]), grads)
+    state = sk_ddp.HookState(C.get("powersgd"), comm=LocalComm(), runner="graph")
+    buf = torch.zeros_like(grads[0])
+    got = _steps(state, buf, grads[:CAPTURE_AFTER + 1])
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got += _steps_nosync(state, buf, grads[CAPTURE_AFTER + 1:7])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    got += _steps(state, buf, grads[7:])
+    assert not bool(torch.isfinite(got[6]).all()), "the overflow was lost (GradScaler would step)"
+    for step in [s for s in range(12) if s != 6]:
+        assert torch.allclose(ref[step], got[step], rtol=1e-5, atol=1e-6), f"step {step} differs"
+    assert state._graphs[0].graph is not None, "not captured again after the overflow"
+
+
+def _steps_nosync(state, buf, grads):
+    outs = []
+    for g in grads:
+        buf.copy_(g)
+        fut = sk_ddp.compressor_hook(state, _Bucket(PARAMS, buf))
+        outs.append(fut.wait().clone())  # a replay completes the future in the hook: no wait for the device
+    torch.cuda.synchronize()
+    return outs
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=GPU)])
+def test_a_new_bucket_buffer_is_captured_again(marks):
+    """DDP rebuilds its buckets after the first iteration: a bucket index with a new buffer drops its graph, runs
+    eagerly, is captured again, and replays write into the new buffer."""
+    grads = [_grad(s, "cuda") for s in range(10)]
+    ref = _steps(sk_ddp.HookState(C.get("topk"), comm=LocalComm()), torch.zeros_like(grads[0]), grads)
+    state = sk_ddp.HookState(C.get("topk"), comm=LocalComm(), runner="graph")
+    got = _steps(state, torch.zeros_like(grads[0]), grads[:5])
+    first = state._graphs[0]
+    new = torch.zeros_like(grads[0])
+    got += _steps(state, new, grads[5:])
+    assert state._graphs[0] is not first and state._graphs[0].ptr == new.data_ptr()
+    for step, (a, b) in enumerate(zip(ref, got)):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"step {step} differs"
+
+
+# ------------------------------------------------------------------------------------------ graph (two GPUs, NCCL)
+def _ddp_worker(rank, world_size, port, name, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0")
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    try:
+        finals = {}
+        for runner in ("thread", "graph"):
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                                      torch.nn.ReLU(), torch.nn.Linear(128, 10)).cuda()
+            ddp = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank], bucket_cap_mb=0.03)
+            state = sk_ddp.register(ddp, name, runner=runner)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+            g = torch.Generator(device="cuda").manual_seed(rank)
+            for _ in range(10):
+                x = torch.randn(32, 64, device="cuda", generator=g)
+                loss = ddp(x).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            torch.cuda.synchronize()
+            finals[runner] = [p.detach().cpu() for p in net.parameters()]
+            finals[runner + "_graphs"] = sum(e.graph is not None for e in state._graphs.values())
+            state.close()
+        torch.save(finals, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("name", ["powersgd", "topk", "ef_signsgd", "qsgd", "none"])
+def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
+    """Real DDP on NCCL, a model of several buckets, 10 steps: the graph runner's parameters equal the thread
+    runner's on both ranks (collectives captured in the graphs), and deterministic protocols were replayed."""
+    with tempfile.TemporaryDirectory() as out:
+        port = 29500 + os.getpid() % 1000
+        mp.spawn(_ddp_worker, args=(2, port, name, out), nprocs=2, join=True)
+        for rank in range(2):
+            finals = torch.load(os.path.join(out, f"rank{rank}.pt"))
+            for a, b in zip(finals["thread"], finals["graph"]):
+                assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"{name}: rank {rank} trained differently"
+            if name != "qsgd":
+                assert finals["graph_graphs"] > 0, f"{name}: no bucket was replayed as a graph"
