@@ -400,7 +400,8 @@ def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids:
                 fut, ready, consumer) -> torch.futures.Future:
     """The graph runner: a bucket whose protocol was captured replays its graph (in the hook when the thread is
     idle, a few microseconds of host work); one seen ``CAPTURE_AFTER`` times with the same parameters and buffer
-    is captured on the communication thread; anything else runs there as with the thread runner."""
+    is captured, in the hook, once the thread is idle; anything else runs on the thread as with the thread
+    runner."""
     entry = state._graphs.get(key)
     if entry is not None and not entry.fits(comp, ids, buf):
         del state._graphs[key]  # DDP rebuilt its buckets, a compressor was swapped in: capture again
@@ -408,7 +409,10 @@ def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids:
     old = state._streak.get(key)
     n = old[2] + 1 if old is not None and old[0] == ids and old[1] == buf.data_ptr() else 1
     state._streak[key] = (ids, buf.data_ptr(), n)
-    capture = entry is None and n >= CAPTURE_AFTER
+    idle = state.idle()
+    # captured in the hook, with the thread idle: nothing else launches work or draws random numbers meanwhile
+    # (a capture registers the device's default generator; another thread's dropout would then fail)
+    capture = entry is None and n >= CAPTURE_AFTER and idle
 
     def job():
         try:
@@ -433,8 +437,8 @@ def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids:
         except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
             fut.set_exception(exc)
 
-    if entry is not None and entry.graph is not None and state.idle():
-        job()  # the replay in the hook: nothing of the protocol waits for the communication thread
+    if idle and (capture or (entry is not None and entry.graph is not None)):
+        job()  # in the hook: a replay costs microseconds; a capture happens once per bucket
     else:
         state.submit(job)
     return fut
