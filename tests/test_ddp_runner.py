@@ -5,6 +5,7 @@ randomness, state kept in the same tensors) and recapture when DDP rebuilds its 
 import os
 import tempfile
 import threading
+import time
 
 import pytest
 import torch
@@ -101,7 +102,16 @@ def _steps(state, buf, grads, index=0):
         buf.copy_(g)
         outs.append(sk_ddp.compressor_hook(state, _Bucket(PARAMS, buf, index)).wait().clone())
         torch.cuda.synchronize()  # an overflow's note lands before the next call reads it
+        _until_idle(state)
     return outs
+
+
+def _until_idle(state):
+    """The thread completes a future just before it counts the job done: wait for the count (the graph runner
+    captures and replays only with the thread idle)."""
+    deadline = time.monotonic() + 10
+    while not state.idle() and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 @pytest.mark.parametrize("name", C.available())
@@ -165,6 +175,30 @@ def _steps_nosync(state, buf, grads):
     return outs
 
 
+class _Syncing(C.get("none").__class__):
+    """The identity, but its protocol reads a value on the host (a synchronisation no graph can capture)."""
+    name = "syncing_test_only"
+
+    def _reduce(self, tensors, comm, key, return_local):
+        self.seen = float(tensors[0].sum())
+        return super()._reduce(tensors, comm, key, return_local)
+
+
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=GPU)])
+def test_a_protocol_that_cannot_be_captured_runs_eagerly_and_leaves_random_numbers_working(marks):
+    """A capture that fails (the protocol waits for the device) leaves the bucket eager, with the right averages,
+    and the default generator usable: dropout after it works (a failed capture used to leave the generator in
+    capture mode, failing the next dropout)."""
+    grads = [_grad(s, "cuda") for s in range(6)]
+    state = sk_ddp.HookState(_Syncing(allow_nonfinite=True), comm=LocalComm(), runner="graph")
+    got = _steps(state, torch.zeros_like(grads[0]), grads)
+    assert state._graphs[0].graph is None, "a capture that cannot succeed left a graph"
+    for step, (g, out) in enumerate(zip(grads, got)):
+        assert torch.allclose(g, out), f"step {step}: the identity changed the gradient"
+    torch.nn.functional.dropout(torch.ones(64, device="cuda"), 0.5)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("marks", [pytest.param(None, marks=GPU)])
 def test_a_new_bucket_buffer_is_captured_again(marks):
     """DDP rebuilds its buckets after the first iteration: a bucket index with a new buffer drops its graph, runs
@@ -220,7 +254,13 @@ def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
     runner's on both ranks (collectives captured in the graphs), and deterministic protocols were replayed."""
     with tempfile.TemporaryDirectory() as out:
         port = 29500 + os.getpid() % 1000
-        mp.spawn(_ddp_worker, args=(2, port, name, out), nprocs=2, join=True)
+        ctx = mp.spawn(_ddp_worker, args=(2, port, name, out), nprocs=2, join=False)
+        deadline = time.monotonic() + 120
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    proc.kill()
+                pytest.fail(f"{name}: DDP on two GPUs did not finish in 120 s")
         for rank in range(2):
             finals = torch.load(os.path.join(out, f"rank{rank}.pt"))
             for a, b in zip(finals["thread"], finals["graph"]):

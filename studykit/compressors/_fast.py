@@ -1226,12 +1226,21 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     * radix select (:func:`_radix_topk`: three histogram passes over |x|'s bits find the k-th
       largest magnitude; then everything above it and the first ones equal to it, ascending
       positions; no sort, no host synchronisation);
-    * ``torch.topk`` itself."""
+    * ``torch.topk`` itself.
+
+    Under a CUDA graph capture the sampled threshold is left out (its check waits for the device)."""
     n = x.numel()
     fns = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
-    if _sampled_ok(n, k):
+    sampled = _sampled_ok(n, k)
+    if sampled:
         fns.insert(0, lambda: _sampled_topk(x, k))
-    return fns[pick(("topk", x.device, n, k), fns)]()
+    key = ("topk", x.device, n, k)
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        # a CUDA graph capture (the DDP hook's graph runner): no host synchronisation, no timing; the picked
+        # method unless it is the sampled one (radix select then, timed and compiled when the pick was made)
+        i = _PICKED.get(key)
+        return fns[i]() if i is not None and not (sampled and i == 0) else _radix_topk(x, k)
+    return fns[pick(key, fns)]()
 
 
 #: |x| sampled at this many positions (fixed per size) for :func:`_sampled_topk`'s threshold

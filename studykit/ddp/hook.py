@@ -464,6 +464,7 @@ def _capture(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: li
         with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             bad = _protocol(state, comp, buf, key, shapes, rec)
     except RuntimeError:  # an operation that cannot be captured (one that waits for the device): nothing ran
+        _settle_generators(buf.device)
         state._graphs[key] = _BucketGraph(None, comp, ids, buf.data_ptr(), 0, None)
         return _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
     keep = comp.random_draws == draws and _state_tensors(comp, key) == before
@@ -476,6 +477,15 @@ def _capture(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: li
     if not keep:
         del graph  # the bucket runs its protocol eagerly from now on
     return buf
+
+
+def _settle_generators(device: torch.device) -> None:
+    """After a failed capture: PyTorch's default CUDA generator stays in capture mode (the capture's end, which
+    takes it out, never ran), and every later random operation (the model's dropout) would fail; a trivial
+    capture that succeeds takes it out."""
+    scratch = torch.zeros(1, device=device)
+    with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+        scratch.add_(1)
 
 
 def _state_tensors(comp: Compressor, key) -> list:
