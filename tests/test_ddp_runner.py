@@ -206,7 +206,8 @@ def test_a_new_bucket_buffer_is_captured_again(marks):
     grads = [_grad(s, "cuda") for s in range(10)]
     ref = _steps(sk_ddp.HookState(C.get("topk"), comm=LocalComm()), torch.zeros_like(grads[0]), grads)
     state = sk_ddp.HookState(C.get("topk"), comm=LocalComm(), runner="graph")
-    got = _steps(state, torch.zeros_like(grads[0]), grads[:5])
+    old = torch.zeros_like(grads[0])  # kept alive: the new buffer must not get its address
+    got = _steps(state, old, grads[:5])
     first = state._graphs[0]
     new = torch.zeros_like(grads[0])
     got += _steps(state, new, grads[5:])
