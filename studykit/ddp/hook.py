@@ -16,7 +16,7 @@ from studykit.compressors.registry import as_bool
 __all__ = ["HookState", "NonFinite", "RUNNERS", "compressor_hook", "register"]
 
 #: how an overlapped hook runs a multi-round protocol (:func:`register`)
-RUNNERS = ("thread", "inline", "graph")
+RUNNERS = ("thread", "graph")
 #: calls of a bucket with the same parameters and buffer before the graph runner captures it
 CAPTURE_AFTER = 3
 
@@ -27,7 +27,7 @@ class HookState:
 
     ``comm_kind``: how the protocol's collectives cross workers when no ``comm`` is given, a key of
     :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server).
-    ``check_finite`` and ``start_iter`` as for :func:`register` (``check_finite`` sets the compressor's
+    ``check_finite``, ``start_iter`` and ``runner`` as for :func:`register` (``check_finite`` sets the compressor's
     ``allow_nonfinite``)."""
 
     def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
@@ -375,10 +375,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
             fut.set_exception(exc)
 
-    if state.runner == "inline" and state.idle():
-        job()
-    else:
-        state.submit(job)
+    state.submit(job)
     return fut
 
 
@@ -646,7 +643,14 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     ``check_finite=True`` checks every bucket and raises instead, at the cost of a host synchronisation per
     bucket (the compressor's ``allow_nonfinite``, which ``check_finite`` sets; pass no ``allow_nonfinite``).
     ``start_iter=N`` runs a plain all-reduce (the average, no compression) for the first N iterations, as
-    PyTorch's PowerSGD hook does with ``start_powerSGD_iter``; iterations are counted at each one's last bucket."""
+    PyTorch's PowerSGD hook does with ``start_powerSGD_iter``; iterations are counted at each one's last bucket.
+
+    ``runner`` (overlapped, uncoalesced hooks on CUDA): "thread" runs each bucket's protocol on the communication
+    thread; "graph" captures a bucket's protocol as a CUDA graph once DDP has settled its buckets (the bucket's
+    ``CAPTURE_AFTER``-th call with the same parameters and buffer) and from then on replays it from DDP's callback:
+    a few microseconds of host work per bucket instead of the protocol's Python and its dozens of launches. A
+    protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
+    running on the thread. On CPU both run the thread's way."""
     state = HookState(build(compressor, params, "register"), process_group=process_group, overlap=overlap,
                       comm_kind=comm_kind, coalesce_mb=coalesce_mb, check_finite=check_finite, start_iter=start_iter,
                       runner=runner)

@@ -168,10 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overlapped hooks hold buckets back until this many MB of them are ready (0: the "
                         "iteration's last bucket) and run the protocol once over them; each hook configuration "
                         "once per value, 'off' a protocol per bucket (the default); part of its identity")
-    p.add_argument("--hook-runner", nargs="+", default=["thread"], choices=["thread", "inline", "graph"],
+    p.add_argument("--hook-runner", nargs="+", default=["thread"], choices=["thread", "graph"],
                    help="how overlapped hooks run a bucket's protocol (studykit.ddp.register's runner): thread (the "
-                        "default), inline (in DDP's callback), graph (captured as a CUDA graph once a bucket is "
-                        "known, then replayed); each uncoalesced hook configuration once per value")
+                        "default) or graph (captured as a CUDA graph once a bucket is known, then replayed from DDP's "
+                        "callback); each uncoalesced hook configuration once per value")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
                         "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged; sets "

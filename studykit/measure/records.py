@@ -139,9 +139,10 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                             "studykit.ddp.register's coalesce_mb); null: a protocol run per bucket, as in every "
                             "record written before this field existed",
         "hook_runner": "mode hook: how the overlapped hook ran a bucket's protocol (studykit.ddp.register's runner, "
-                       "`ddp --hook-runner`): inline (in DDP's callback, on a side stream) or graph (each bucket's "
-                       "protocol captured as a CUDA graph and replayed); null: the communication thread, as in "
-                       "every record written before this field existed",
+                       "`ddp --hook-runner`): graph (each bucket's protocol captured as a CUDA graph and replayed from "
+                       "DDP's callback) or inline (the whole protocol in DDP's callback: a runner measured once and "
+                       "removed, slower than the thread); null: the communication thread, as in every record "
+                       "written before this field existed",
         "broadcast_buffers": "modes syncsgd/builtin/hook: false when DDP ran without its buffer broadcast at every "
                              "forward (`ddp --no-broadcast-buffers`; an A/B that fits and scores leave out); null: "
                              "DDP's default (broadcast), as in every record written before this field existed",
