@@ -234,3 +234,14 @@ def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
                 assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"{name}: rank {rank} trained differently"
             if name != "qsgd":
                 assert finals["graph_graphs"] > 0, f"{name}: no bucket was replayed as a graph"
+
+
+# ------------------------------------------------------------------------------------------ records
+def test_graph_runner_records_are_left_out_of_fits_and_scores():
+    """The model's hook prices the communication thread's host chain: a record of another runner is an A/B
+    beside it, which fits and scores leave out (``hook_runner`` is an unpriced identity field)."""
+    from studykit.perfmodel.fit.records import normalize
+
+    recs = [{"kind": "ddp", "status": "ok", "mode": "hook", "compressor": "powersgd", "hook_runner": runner,
+             "ms_median": 40.0} for runner in (None, "graph")]
+    assert list(normalize(recs)["kind"]) == ["ddp_other", "ddp_unpriced"]

@@ -116,3 +116,13 @@ def test_empty_rates_run_only_the_sweep_and_empty_bucket2_only_ddps_default(tmp_
     assert res.returncode == 0, res.stderr[-2000:]
     ns = mcli.build_parser().parse_args(_ddp_args(calls[0]))
     assert ns.cmd == "ddp" and ns.bucket_mb == []
+
+
+def test_hook_runner_passes_every_runner_to_ddp_and_defaults_to_the_thread(tmp_path):
+    parser = mcli.build_parser()
+    res, calls = _run(tmp_path, RATES="5", HOOK_RUNNER="thread graph")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert parser.parse_args(_ddp_args(calls[0])).hook_runner == ["thread", "graph"]
+    (tmp_path / "default").mkdir()
+    res, calls = _run(tmp_path / "default", RATES="5")
+    assert parser.parse_args(_ddp_args(calls[0])).hook_runner == ["thread"]

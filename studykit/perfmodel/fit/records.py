@@ -45,6 +45,8 @@ def load_records(*sources: str | Path) -> pd.DataFrame:
 UNPRICED_DDP_FIELDS = {
     "hook_coalesce_mb": "a hook that coalesced buckets (the model's hook runs a protocol per bucket)",
     "broadcast_buffers": "DDP without its buffer broadcast (`ddp --no-broadcast-buffers`)",
+    "hook_runner": "a hook run another way than on its communication thread (`ddp --hook-runner graph`; the model's "
+                   "host chain is the thread's)",
 }
 
 
