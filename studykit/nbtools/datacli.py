@@ -608,11 +608,36 @@ def crossovers_at_scale_block(campaigns: list, calibration: str, models: list, m
 
 
 #: the builders a block may name (a block may also name ``FILE.py:FUNCTION`` of the repository)
+def hook_runners_block(campaigns: list) -> str:
+    """The hook's runners side by side over the ``hook_runner`` campaigns ``campaigns`` (data-relative folders of
+    ``ddp`` records, ``benchmarks/hook_runner.py``'s rows): per compressor, in how many configurations (world size,
+    rate, model) the graph runner beat the thread, the range of graph / thread, graph / post and graph / PyTorch's
+    hook, and whether any graph hook met the kit's target of at most 1.02x post."""
+    from studykit.measure.records import load_records
+
+    bench = _module("benchmarks/hook_runner.py")
+    rows = [r for c in campaigns for r in bench.rows(load_records(paths.DATA / c / "ddp.jsonl", quiet=True))]
+    out = ["| compressor | configurations | graph faster than thread | graph / thread | graph / post | "
+           "graph / PyTorch's hook | graph <= 1.02 x post |", "|---|---:|---:|---:|---:|---:|---:|"]
+
+    def span(xs):
+        return f"{min(xs):.2f}-{max(xs):.2f}" if xs else ""
+
+    for comp in sorted({(r["compressor"], r["params"]) for r in rows}):
+        both = [r for r in rows if (r["compressor"], r["params"]) == comp and r["graph"] and r["thread"]]
+        post = [r["graph"] / r["post"] for r in both if r["post"]]
+        torch_ = [r["graph"] / r["pytorch"] for r in both if r["pytorch"]]
+        out.append(f"| {comp[0]} {comp[1]} | {len(both)} | {sum(r['graph'] < r['thread'] for r in both)} | "
+                   f"{span([r['graph'] / r['thread'] for r in both])} | {span(post)} | {span(torch_)} | "
+                   f"{sum(x <= 1.02 for x in post)} of {len(post)} |")
+    return "\n".join(out) + "\n"
+
+
 BUILDERS: dict[str, Callable[..., object]] = {
     "summary": summary_block, "implied_encode_decode": implied_encode_decode_block, "hook_budget": hook_budget_block,
     "hook_gamma": hook_gamma_block, "hook_variants": hook_variants_block, "gamma_measured": gamma_measured_block,
     "claims": claims_block, "folders": folders_block, "crossovers": crossovers_block,
-    "crossovers_at_scale": crossovers_at_scale_block,
+    "crossovers_at_scale": crossovers_at_scale_block, "hook_runners": hook_runners_block,
 }
 
 
