@@ -134,7 +134,7 @@ def report(out: Path, verbose: bool = True) -> tuple[str, str]:
     head = (f"# Codec timing, run twice in one process\n\nRecords: `{out.name}` ({len(records)} records, "
             f"{len(runs)} run(s)); device: {', '.join(devices)}; kit commit: {', '.join(commits)}.\n")
     text = (f"{head}\n## Both runs side by side (median ms [q25-q75] n)\n\n{agreement}\n\n"
-            f"## Issue 19's speed targets\n\n{targets}\n")
+            f"## The speed targets (studykit.measure.bench.SPEED_TARGETS)\n\n{targets}\n")
     out.with_suffix(".md").write_text(text, encoding="utf-8")
     _refresh_readme(out.parent, summary_block(agreement, targets, compared, target_table))
     if verbose:

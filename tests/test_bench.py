@@ -21,6 +21,8 @@ from studykit.comm import LocalComm
 from studykit.compressors import _fast
 from studykit.compressors import quantization as Q
 from studykit.measure.records import load_records
+from studykit.nbtools import readme_blocks as RB
+from studykit.nbtools.readme_blocks import CODEC_KERNELS, TOPK_DDP, TOPK_DDP_RUNS
 from tests.conftest import worker_grads
 
 GPU_DATA = os.path.join(os.path.dirname(__file__), "..", "data", "measurements", "gpu")
@@ -933,104 +935,15 @@ def test_kernel_times_of_one_elementwise_pass(dev):
     assert len(k) == 1 and k[0]["us_min"] <= k[0]["us_median"] and k[0]["us_median"] > 0
 
 
-CODEC_KERNELS = os.path.join(ROOT, "data", "measurements", "codec_kernels_h200")
-
-
-def codec_kernels_readme_blocks() -> dict:
-    """data/measurements/codec_kernels_h200/README.md's generated blocks, by marker name: the max |g| trial's
-    components, THC's codec rows of every run, and benchmarks/thc_signed.py's candidates (thc_signed/, thc_tf32x3/)."""
-    recs = load_records(os.path.join(CODEC_KERNELS, "abs_max_trial", "bench_components.jsonl"), quiet=True)
-    rows = ["| component | ms median [q25-q75] n | x floor |", "|---|---:|---:|"]
-    for r in recs:
-        label = str(r.get("phase") or "").removeprefix("component:")
-        if r.get("kind") == "bench" and label.startswith(("max |g|", "elementwise pass")):
-            rows.append(f"| {label.replace('|', chr(92) + '|')} | {r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']} | "
-                        f"{r['x_floor']:.2f} |")
-    blocks = {"abs-max-components": "\n".join(rows) + "\n"}
-    rows = ["| run | kit commit | codec | timed ms (x floor) | kernels | kernels alone ms (x floor) | rotation's kernels ms |",
-            "|---|---|---|---:|---:|---:|---:|"]
-    for sub in ("", "thc_fused", "thc_diag", "thc_tf32x3"):
-        recs = load_records(os.path.join(CODEC_KERNELS, sub, "codec_kernels.jsonl"), quiet=True)
-        timed = {(r["compressor"], r["params"].get("rotation"), r["mode"]): r for r in recs if r["kind"] == "bench"}
-        for k in recs:
-            if k["kind"] != "codec_kernels" or k["compressor"] != "thc":
-                continue
-            t = timed[("thc", k["params"]["rotation"], k["mode"])]
-            path = " (reference)" if k["mode"].endswith(":reference") else ""
-            rot = sum(x["us_median"] for x in k["kernels"] if "gemm" in x["name"] or "hadamard" in x["name"]) / 1e3
-            rows.append(f"| `{sub or '.'}/` | `{t['git_commit'][:7]}` | thc rotation={k['params']['rotation']}{path} | "
-                        f"{t['ms_median']:.4f} ({t['ms_median'] / t['floor_ms']:.1f}) | {k['n_kernels']} | "
-                        f"{k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) | {rot:.4f} |")
-    blocks["thc-fused"] = "\n".join(rows) + "\n"
-    blocks["thc-signed"] = thc_signed_block("thc_signed")
-    blocks["thc-tf32x3"] = thc_signed_block("thc_tf32x3")
-    blocks["topk-select"], blocks["topk-compact"] = topk_select_blocks()
-    blocks["topk-codecs"] = topk_codec_block()
-    return blocks
-
-
-def topk_select_blocks() -> tuple[str, str]:
-    """The topk-select and topk-compact blocks: benchmarks/topk_select.py's records in topk_sampled/, each exact
-    selection against torch.topk, and the counting and compacting passes alone per program shape."""
-    recs = load_records(os.path.join(CODEC_KERNELS, "topk_sampled", "topk_select.jsonl"), quiet=True)
-    cell = lambda r: f"{r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']}"  # noqa: E731
-    sel = {(r["model"], r["params"]["ratio"], r["params"]["path"]): r for r in recs if r["phase"] == "topk_select"}
-    rows = ["| model | ratio | k | sampled: ms [q25-q75] n (x floor) | radix | torch.topk | sampled / torch | radix / torch |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for (model, ratio, path), r in sel.items():
-        if path != "sampled":
-            continue
-        rad, tor = sel[(model, ratio, "radix")], sel[(model, ratio, "torch")]
-        rows.append(f"| {model} | {ratio:g} | {r['k']} | {cell(r)} ({r['ms_median'] / r['floor_ms']:.1f}) | "
-                    f"{rad['ms_median']:.4f} | {tor['ms_median']:.4f} | {r['ms_median'] / tor['ms_median']:.3f} | "
-                    f"{rad['ms_median'] / tor['ms_median']:.3f} |")
-    comp = [r for r in recs if r["phase"] == "compact_ge"]
-    shapes = list(dict.fromkeys((r["params"]["block"], r["params"]["rows"]) for r in comp))
-    crow = ["| model | ratio | candidates' room | " + " | ".join(
-        f"block {b}, {'rows of ' + str(w) if w else 'one prefix sum'}" for b, w in shapes) + " |",
-        "|---|---:|---:|" + "---:|" * len(shapes)]
-    by = {(r["model"], r["params"]["ratio"], r["params"]["block"], r["params"]["rows"]): r for r in comp}
-    for model, ratio in dict.fromkeys((r["model"], r["params"]["ratio"]) for r in comp):
-        first = by[(model, ratio, *shapes[0])]
-        crow.append(f"| {model} | {ratio:g} | {first['cap']} | " + " | ".join(
-            f"{by[(model, ratio, *s)]['ms_median']:.4f} ({by[(model, ratio, *s)]['ms_median'] / first['floor_ms']:.1f})"
-            for s in shapes) + " |")
-    return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
-
-
-#: cuSOLVER's batched Jacobi eigen/singular-value kernels (ATOMO's decompositions)
-ATOMO_SOLVER = ("syevj", "syevbj", "gesvdj", "gesvdbj", "rotate")
-
-
-def atomo_rows() -> list:
-    """atomo/'s two decompositions: (svd, timed record, kernels record, solver kernels' ms)."""
-    recs = load_records(os.path.join(CODEC_KERNELS, "atomo", "codec_kernels.jsonl.gz"), quiet=True)
-    timed = {r["params"]["svd"]: r for r in recs if r["kind"] == "bench"}
-    out = []
-    for k in recs:
-        if k["kind"] == "codec_kernels":
-            solver = sum(x["us_median"] for x in k["kernels"] if any(s in x["name"] for s in ATOMO_SOLVER)) / 1e3
-            out.append((k["params"]["svd"], timed[k["params"]["svd"]], k, solver))
-    return out
-
-
-def atomo_block() -> str:
-    rows = ["| svd | timed ms [q25-q75] n | kernels | kernels alone ms | Jacobi solver's kernels ms (share) |",
-            "|---|---:|---:|---:|---:|"]
-    for svd, t, k, solver in atomo_rows():
-        rows.append(f"| {svd} | {t['ms_median']:.1f} [{t['ms_q25']:.1f}-{t['ms_q75']:.1f}] n={t['n_iter']} | "
-                    f"{k['n_kernels']} | {k['ms_kernels']:.1f} | {solver:.1f} ({100 * solver / k['ms_kernels']:.0f} %) |")
-    return "\n".join(rows) + "\n"
-
-
 def test_atomo_table_block_and_reading_hold():
     sub = Path(CODEC_KERNELS) / "atomo"
     assert (sub / "codec_kernels.md").read_text(encoding="utf-8") == _codec_kernels().report(
         sub / "codec_kernels.jsonl.gz", verbose=False, write=False)
     text = (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8")
     a, b = "<!-- atomo:begin -->\n", "<!-- atomo:end -->"
-    assert text[text.index(a) + len(a):text.index(b)] == atomo_block(), "regenerate with atomo_block()"
-    rows = {svd: (t, k, solver) for svd, t, k, solver in atomo_rows()}
+    assert text[text.index(a) + len(a):text.index(b)] == RB.atomo_block(), "regenerate with python -m studykit data " \
+        "regen --only measurements/codec_kernels_h200/README.md"
+    rows = {svd: (t, k, solver) for svd, t, k, solver in RB.atomo_rows()}
     assert set(rows) == {"exact", "gram"}
     for t, k, solver in rows.values():
         assert solver > 10 * 20 and solver > k["ms_kernels"] / 2  # an order of magnitude above 20 ms, most of it
@@ -1038,39 +951,16 @@ def test_atomo_table_block_and_reading_hold():
     assert rows["gram"][0]["ms_median"] < rows["exact"][0]["ms_median"]
 
 
-TOPK_DDP = os.path.join(ROOT, "data", "measurements", "topk_ddp_h200")
-TOPK_DDP_RUNS = ("old1", "new1", "old2", "new2")
-
-
-def topk_ddp_medians() -> dict:
-    """topk_ddp_h200's iteration medians: {(model, mode, compressor): {run: ms}}."""
-    out = {}
-    for run in TOPK_DDP_RUNS:
-        for r in load_records(os.path.join(TOPK_DDP, f"{run}.jsonl"), quiet=True):
-            if r["kind"] == "ddp" and r["status"] == "ok":
-                out.setdefault((r["model"], r["mode"], r["compressor"]), {})[run] = r["ms_median"]
-    return out
-
-
-def topk_ddp_block() -> str:
-    """data/measurements/topk_ddp_h200/README.md's block: each configuration's medians, new / old per pair."""
-    rows = ["| model | mode | codec | old1 | new1 | old2 | new2 | new1 / old1 | new2 / old2 | old2 / old1 |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for (model, mode, comp), m in topk_ddp_medians().items():
-        rows.append(f"| {model} | {mode} | {comp} | " + " | ".join(f"{m[r]:.2f}" for r in TOPK_DDP_RUNS) +
-                    f" | {m['new1'] / m['old1']:.3f} | {m['new2'] / m['old2']:.3f} | {m['old2'] / m['old1']:.3f} |")
-    return "\n".join(rows) + "\n"
-
-
 def test_topk_ddp_readme_block_and_reading_hold():
     text = (Path(TOPK_DDP) / "README.md").read_text(encoding="utf-8")
     a, b = "<!-- topk-ddp:begin -->\n", "<!-- topk-ddp:end -->"
-    assert text[text.index(a) + len(a):text.index(b)] == topk_ddp_block(), "regenerate with topk_ddp_block()"
+    assert text[text.index(a) + len(a):text.index(b)] == RB.topk_ddp_block(), "regenerate with python -m studykit " \
+        "data regen --only measurements/topk_ddp_h200/README.md"
     text = " ".join(text.split())
     commits = {r: {x["git_commit"][:7] for x in load_records(os.path.join(TOPK_DDP, f"{r}.jsonl"), quiet=True)}
                for r in TOPK_DDP_RUNS}
     assert commits == {"old1": {"e019cab"}, "old2": {"e019cab"}, "new1": {"fafdf64"}, "new2": {"fafdf64"}}
-    m = topk_ddp_medians()
+    m = RB.topk_ddp_medians()
     r1 = [v["new1"] / v["old1"] for v in m.values()]
     r2 = [v["new2"] / v["old2"] for v in m.values()]
     assert len(m) == 8 and max(r1) < 1 < min(r2)  # the side follows the pair
@@ -1086,47 +976,6 @@ def test_topk_ddp_readme_block_and_reading_hold():
     assert f"about {t['flat:reference'] - t['flat:fast']:.1f} ms" in text  # what the codec saved, ResNet-50's gradient
     log = (Path(TOPK_DDP) / "run.log").read_text(encoding="utf-8").split()
     assert log[1] == "07:57:40" and log[-1] == "08:00:56" and "within four minutes" in text
-
-
-def topk_codec_block() -> str:
-    """The topk-codecs block: topk_sampled/codec_kernels.jsonl's codecs, fast path beside the reference."""
-    recs = load_records(os.path.join(CODEC_KERNELS, "topk_sampled", "codec_kernels.jsonl"), quiet=True)
-    key = lambda r: (r["compressor"], json.dumps(r["params"], sort_keys=True), r["mode"])  # noqa: E731
-    timed = {key(r): r for r in recs if r["kind"] == "bench"}
-    rows = ["| codec | params | path | timed ms [q25-q75] (x floor) | timer | kernels | kernels alone ms (x floor) |",
-            "|---|---|---|---:|---|---:|---:|"]
-    for k in recs:
-        if k["kind"] != "codec_kernels":
-            continue
-        t = timed[key(k)]
-        params = ",".join(f"{a}={b}" for a, b in sorted(k["params"].items()))
-        rows.append(f"| {k['compressor']} | {params} | {k['mode'].split(':')[-1]} | {t['ms_median']:.4f} "
-                    f"[{t['ms_q25']:.4f}-{t['ms_q75']:.4f}] ({t['ms_median'] / t['floor_ms']:.1f}) | {t['timer']} | "
-                    f"{k['n_kernels']} | {k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) |")
-    return "\n".join(rows) + "\n"
-
-
-def thc_signed_block(sub: str) -> str:
-    """A thc-signed block: benchmarks/thc_signed.py's records in ``sub``, per rotation and direction each fused
-    path found (``fused``, then ``fused-tf32x3`` where recorded), the separate pass (``apart``), and each fused
-    path's time over the separate pass's."""
-    recs = load_records(os.path.join(CODEC_KERNELS, sub, "thc_signed.jsonl"), quiet=True)
-    by = {(r["params"]["rotation"], r["phase"], r["params"]["path"]): r for r in recs if r.get("kind") == "bench"}
-    fused = list(dict.fromkeys(p for _, _, p in by if p != "apart"))
-    rows = ["| rotation | transform | " + " | ".join(f"diagonal {p}: ms [q25-q75] n" for p in fused)
-            + " | diagonal apart: ms [q25-q75] n | " + " | ".join(f"{p} / apart" for p in fused) + " |",
-            "|---|---|" + "---:|" * (2 * len(fused) + 1)]
-
-    def cell(r):
-        return f"{r['ms_median']:.4f} [{r['ms_q25']:.4f}-{r['ms_q75']:.4f}] n={r['n_iter']}"
-
-    for rot, phase in dict.fromkeys(k[:2] for k in by):
-        a = by[(rot, phase, "apart")]
-        fs = [by[(rot, phase, p)] for p in fused]
-        rows.append(f"| {rot} | {phase.removeprefix('thc_').removesuffix('_signed')} | "
-                    + "".join(f"{cell(f)} | " for f in fs) + f"{cell(a)} | "
-                    + "".join(f"{f['ms_median'] / a['ms_median']:.3f} | " for f in fs).rstrip())
-    return "\n".join(rows) + "\n"
 
 
 @pytest.mark.parametrize("sub", ["", "abs_max_trial", "thc_fused", "thc_diag", "thc_tf32x3", "topk_sampled"])
@@ -1217,9 +1066,10 @@ def test_codec_kernels_readme_reading_of_tf32x3_holds():
 
 def test_codec_kernels_readme_block_is_the_generated_one():
     text = (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8")
-    for marker, want in codec_kernels_readme_blocks().items():
+    for marker, want in RB.codec_kernels_blocks().items():
         a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
-        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with codec_kernels_readme_blocks()"
+        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with python -m studykit data regen " \
+            "--only measurements/codec_kernels_h200/README.md"
 
 
 def test_codec_kernels_measure_times_then_profiles_each_codec_and_resumes(tmp_path, fake_clock, monkeypatch):
@@ -1280,22 +1130,14 @@ def test_codec_kernels_reference_profiles_under_its_own_switch_whatever_the_envi
     assert seen == []  # the fast profile is resumed, not repeated
 
 
-def benchmarks_readme_blocks() -> dict:
-    """data/benchmarks/README.md's generated block: issue 19's NVLink hook targets on h200x2b's records."""
-    from studykit import paths
-    from studykit.measure import report as R
-
-    recs = load_records(paths.DATA / "benchmarks" / "h200x2b" / "ddp.jsonl", quiet=True)
-    return {"h200x2b-hook-targets": R.hook_targets_markdown(R.hook_targets(recs))}
-
-
 def test_benchmarks_readme_block_is_the_generated_one():
     from studykit import paths
 
     text = (paths.DATA / "benchmarks" / "README.md").read_text(encoding="utf-8")
-    for marker, want in benchmarks_readme_blocks().items():
+    for marker, want in RB.benchmark_hook_targets_block().items():
         a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
-        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with benchmarks_readme_blocks()"
+        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with python -m studykit data regen " \
+            "--only benchmarks/README.md"
 
 
 def test_codec_kernels_readme_reading_of_the_sampled_topk_holds():

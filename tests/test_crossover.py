@@ -9,6 +9,7 @@ import pytest
 
 from studykit.measure import crossover as X
 from studykit.measure.records import load_records
+from studykit.nbtools.readme_blocks import measured_crossovers_block
 
 ROOT = Path(__file__).resolve().parents[1]
 BW = ROOT / "data" / "measurements" / "bandwidth"
@@ -186,18 +187,6 @@ def test_predicted_table_keeps_world_sizes_apart():
     assert set(t["method"]) == {"syncSGD", "fp16 (hook)", "fp16 (blocking hook)"}
 
 
-#: the rows of data/measurements/bandwidth/README.md's generated crossover table
-README_CAMPAIGNS = ("h200_p2", "h200_p2b", "h200_p4")
-README_METHODS = ["PyTorch PowerSGD r4 hook", "PyTorch fp16 hook", "powersgd r4 (post)", "powersgd r4 (hook)",
-                  "powersgd r4 (blocking hook)", "topk 1% (post)", "topk 1% (hook)", "quantize b8 (post)"]
-
-
-def readme_crossovers() -> str:
-    table = pd.concat([X.iteration_table(load_records(BW / c / "ddp.jsonl", quiet=True)) for c in README_CAMPAIGNS],
-                      ignore_index=True)
-    return X.markdown_table(X.crossovers(table, n_boot=200, seed=0), README_METHODS)
-
-
 def test_markdown_table_by_hand():
     # log-linear zero between 1 and 10 Gbit/s: topk vs syncSGD 10**(ln 2.5 / ln 3.75) = 4.93,
     # topk vs fp16 10**(ln 1.5 / ln 1.8) = 4.90, PyTorch's fp16 hook vs syncSGD 10**(ln(5/3) / ln(25/12)) = 4.97
@@ -212,8 +201,8 @@ def test_bandwidth_readme_crossovers_are_the_generated_ones():
     text = (BW / "README.md").read_text()
     a, b = "<!-- crossovers:begin -->\n", "<!-- crossovers:end -->"
     assert a in text and b in text
-    assert text[text.index(a) + len(a):text.index(b)] == readme_crossovers(), \
-        "regenerate with tests/test_crossover.py: readme_crossovers()"
+    assert text[text.index(a) + len(a):text.index(b)] == measured_crossovers_block(), \
+        "regenerate with python -m studykit data regen --only measurements/bandwidth/README.md"
 
 
 def test_a_switch_interval_run_is_its_own_method():

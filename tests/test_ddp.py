@@ -244,7 +244,11 @@ def test_readme_hook_snippet_uses_the_real_api():
         sig.bind(*[None] * len(call.args), **{k.arg: None for k in call.keywords})
         name = call.args[1].value
         assert name in C.available()
-        C.get(name, **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+        own = set(sig.parameters)  # register's own options (runner, ...); the rest are the compressor's
+        C.get(name, **{k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg not in own})
+        for k in call.keywords:
+            if k.arg == "runner":
+                assert ast.literal_eval(k.value) in studykit.ddp.RUNNERS
 
 
 def test_a_discarded_hook_state_stops_its_thread():

@@ -1,5 +1,5 @@
-"""The generated tables of data/measurements/gpu_checks_h200/README.md (``studykit.measure.report``):
-issue 19 item 3's hook targets over NVLink, and issue 14 item 4's parameter server beside Table 1."""
+"""The hook targets, hook-vs-post and rerun tables (``studykit.measure.report``) by hand, and the README blocks
+that ``studykit.nbtools.readme_blocks`` builds from them against the committed READMEs."""
 import json
 
 import pytest
@@ -7,32 +7,10 @@ import pytest
 from studykit import models, paths
 from studykit.measure import report as R
 from studykit.measure.records import load_records
+from studykit.nbtools import readme_blocks as RB
+from studykit.nbtools.readme_blocks import FP16_VS_TORCH, GPU_CHECKS
 
-GPU_CHECKS = paths.MEASUREMENTS / "gpu_checks_h200"
-#: where the collective path of each PS configuration is looked for, in order (the README's last column)
-COLLECTIVE_SOURCES = {"gpu_checks_h200/hooks.jsonl": GPU_CHECKS / "hooks.jsonl",
-                      "bandwidth/h200_p2/ddp.jsonl": paths.MEASUREMENTS / "bandwidth" / "h200_p2" / "ddp.jsonl"}
-
-
-def readme_blocks() -> dict[str, str]:
-    """The README's generated blocks, by marker (regenerate the README from these)."""
-    hooks = R.hook_targets(load_records(GPU_CHECKS / "nvlink.jsonl", quiet=True))
-    ps = R.ps_vs_collective(load_records(GPU_CHECKS / "ps.jsonl", quiet=True),
-                            {name: load_records(f, quiet=True) for name, f in COLLECTIVE_SOURCES.items()})
-    return {"hook-targets": R.hook_targets_markdown(hooks), "ps-table1": R.ps_vs_collective_markdown(ps)}
-
-
-GPU_CHECKS_B = paths.MEASUREMENTS / "gpu_checks_h200b"
 P2C = paths.MEASUREMENTS / "bandwidth" / "h200_p2c"
-
-
-def readme_blocks_b() -> dict[str, str]:
-    """gpu_checks_h200b/README.md's generated blocks (the same checks, alone on the host)."""
-    from studykit.measure import hook_times
-
-    hooks = R.hook_targets(load_records(GPU_CHECKS_B / "nvlink.jsonl", quiet=True))
-    budget = hook_times.hook_budget_table(load_records(GPU_CHECKS_B / "hooks.jsonl", quiet=True))
-    return {"hook-targets": R.hook_targets_markdown(hooks), "hook-budget": hook_times.hook_budget_markdown(budget)}
 
 
 #: data/measurements/bandwidth/README.md's hook-vs-post blocks (issue 19 item 3 on the shaped links): marker -> campaign
@@ -42,32 +20,16 @@ HOOK_VS_POST_BLOCKS = {"hook-vs-post": "h200_p2c", "hook-vs-post-p2d": "h200_p2d
                        "hook-vs-post-p2i": "h200_p2i", "hook-vs-post-p2i-repeat": "h200_p2i_repeat"}
 
 
-#: the fp16-vs-torch blocks of data/measurements/bandwidth/README.md: marker -> the rounds' folders
-FP16_VS_TORCH = {"fp16-vs-torch-p2j": ("h200_p2j", "h200_p2j_repeat"),
-                 "fp16-vs-torch-p2kl": ("h200_p2k", "h200_p2k_repeat", "h200_p2l", "h200_p2l_repeat")}
-
-
-def _fp16_vs_torch(sub: str):
-    (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
-    recs = load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True)
-    return R.hook_targets(recs, (fp16,), shaped=True).sort_values(["model", "rate_gbps"], ascending=[True, False])
-
-
-def readme_block_fp16_vs_torch(marker: str = "fp16-vs-torch-p2j") -> str:
-    """data/measurements/bandwidth/README.md's block ``marker``: the kit's fp16 hook against PyTorch's at each rate,
-    each round on its own (issue 19 item 3: "at most as slow as PyTorch's at every rate")."""
-    parts = []
-    for sub in FP16_VS_TORCH[marker]:
-        label = "round 2" if sub.endswith("_repeat") else "round 1"
-        parts.append(f"`{sub}/` ({label}):\n\n" + R.hook_targets_markdown(_fp16_vs_torch(sub)))
-    return "\n".join(parts)
-
-
 @pytest.mark.parametrize("marker", sorted(FP16_VS_TORCH))
 def test_bandwidth_readme_fp16_vs_torch_is_the_generated_one(marker):
     text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
-    assert _marked(text, marker) == readme_block_fp16_vs_torch(marker), \
-        f"regenerate with readme_block_fp16_vs_torch({marker!r}) (tests/test_gpu_checks_tables.py)"
+    assert _marked(text, marker) == RB.fp16_vs_torch_block(marker), \
+        "regenerate with python -m studykit data regen --only measurements/bandwidth/README.md"
+
+
+def test_an_unknown_fp16_vs_torch_block_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError, match=r"no fp16-vs-torch block 'p2x'; valid: fp16-vs-torch-p2j, fp16-vs-torch-p2kl"):
+        RB.fp16_vs_torch_block("p2x")
 
 
 def test_bandwidth_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_holds():
@@ -78,10 +40,10 @@ def test_bandwidth_readme_reading_of_the_fp16_hooks_after_the_warmup_fix_holds()
     recs = [r for sub in subs for r in load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True)
             if r.get("kind") == "ddp" and r.get("status") == "ok"]
     assert recs and all(r["n_warmup"] == 2 for r in recs) and "every record of the four folders has two warm-ups" in text
-    ratios = [x for sub in subs for x in _fp16_vs_torch(sub)["ratio"]]
+    ratios = [x for sub in subs for x in RB.fp16_vs_torch_table(sub)["ratio"]]
     assert len(ratios) == 16 and 0.98 <= min(ratios) and max(ratios) <= 1.05
     assert f"{min(ratios):.3f}-{max(ratios):.3f}" in text
-    ref = {sub: _fp16_vs_torch(sub).set_index(["model", "rate_gbps"])["reference_ms"] for sub in subs}
+    ref = {sub: RB.fp16_vs_torch_table(sub).set_index(["model", "rate_gbps"])["reference_ms"] for sub in subs}
     moved = max(abs(ref[b] / ref[a] - 1).max() for a, b in zip(subs[::2], subs[1::2]))
     assert moved > max(abs(x - 1) for x in ratios)
     assert f"PyTorch's own fp16 hook moved by up to {100 * moved:.1f} % between the two rounds" in text
@@ -106,27 +68,22 @@ def test_hook_targets_per_rate_keep_rates_apart():
     assert "| 25 Gbit/s |" in R.hook_targets_markdown(t.reset_index()) and "Gbit/s" not in R.hook_targets_markdown(nv)
 
 
-def readme_block_hook_vs_post(campaign: str = "h200_p2c") -> str:
-    """The hook-vs-post block of one campaign under data/measurements/bandwidth/ (h200_p2d: coalesced hooks too)."""
-    return R.hook_vs_post_markdown(R.hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / campaign
-                                                               / "ddp.jsonl", quiet=True)))
-
-
-@pytest.mark.parametrize("folder, blocks", [("gpu_checks_h200b", "readme_blocks_b"),
-                                            ("gpu_checks_h200c", "readme_blocks_c"),
-                                            ("gpu_checks_h200d", "readme_blocks_d"),
-                                            ("gpu_checks_h200e", "readme_blocks_e")])
+@pytest.mark.parametrize("folder, blocks", [("gpu_checks_h200b", RB.nvlink_alone_blocks),
+                                            ("gpu_checks_h200c", RB.nvlink_rounds_blocks),
+                                            ("gpu_checks_h200d", RB.orthogonalization_blocks),
+                                            ("gpu_checks_h200e", RB.trace_ab_block)])
 def test_gpu_checks_readme_tables_of_later_runs_are_the_generated_ones(folder, blocks):
     text = (paths.MEASUREMENTS / folder / "README.md").read_text(encoding="utf-8")
-    for marker, want in globals()[blocks]().items():
-        assert _marked(text, marker) == want, f"regenerate the {marker!r} block with {blocks}()"
+    for marker, want in blocks().items():
+        assert _marked(text, marker) == want, \
+            f"regenerate with python -m studykit data regen --only measurements/{folder}/README.md"
 
 
 @pytest.mark.parametrize("marker, campaign", sorted(HOOK_VS_POST_BLOCKS.items()))
 def test_bandwidth_readme_hook_vs_post_is_the_generated_one(marker, campaign):
     text = (paths.MEASUREMENTS / "bandwidth" / "README.md").read_text(encoding="utf-8")
-    assert _marked(text, marker) == readme_block_hook_vs_post(campaign), \
-        f"regenerate with readme_block_hook_vs_post({campaign!r}) (tests/test_gpu_checks_tables.py)"
+    assert _marked(text, marker) == RB.hook_vs_post_block(campaign), \
+        "regenerate with python -m studykit data regen --only measurements/bandwidth/README.md"
 
 
 def _marked(text: str, marker: str) -> str:
@@ -137,8 +94,9 @@ def _marked(text: str, marker: str) -> str:
 
 def test_gpu_checks_readme_tables_are_the_generated_ones():
     text = (GPU_CHECKS / "README.md").read_text(encoding="utf-8")
-    for marker, want in readme_blocks().items():
-        assert _marked(text, marker) == want, f"regenerate the {marker!r} block (tests/test_gpu_checks_tables.py)"
+    for marker, want in RB.nvlink_checks_blocks().items():
+        assert _marked(text, marker) == want, \
+            "regenerate with python -m studykit data regen --only measurements/gpu_checks_h200/README.md"
 
 
 # ------------------------------------------------------------------ hook targets, by hand
@@ -305,102 +263,10 @@ def test_hooks_without_buffer_broadcast_are_rows_of_their_own_and_never_stand_in
     assert "powersgd r4 (hook) no buffer broadcast" in labels
 
 
-GPU_CHECKS_C = paths.MEASUREMENTS / "gpu_checks_h200c"
-
-
-def readme_blocks_c() -> dict[str, str]:
-    """gpu_checks_h200c/README.md's generated blocks: the NVLink targets at 30 iterations, BERT-base's three
-    rounds one after the other (run-to-run spread), and PowerSGD's hook with buckets coalesced."""
-    rounds = [f"Round {i}:\n\n" + R.hook_targets_markdown(R.hook_targets(
-        load_records(GPU_CHECKS_C / "rounds" / f"nvlink_round{i}.jsonl", quiet=True))) for i in (1, 2, 3)]
-    coal = load_records(GPU_CHECKS_C / "nvlink_coalesce.jsonl", quiet=True)
-    psgd = [t for t in R.HOOK_TARGETS if t.compressor == "powersgd"]
-    parts = ["A protocol per bucket (`register`'s default):\n\n" + R.hook_targets_markdown(R.hook_targets(coal))]
-    for mb, what in ((0.0, "once per iteration (`coalesce_mb=0`)"), (25.0, "in groups of 25 MB (`coalesce_mb=25`)")):
-        parts.append(f"PowerSGD's buckets coalesced {what}:\n\n"
-                     + R.hook_targets_markdown(R.hook_targets(coal, psgd, coalesce_mb=mb)))
-    return {"hook-targets": R.hook_targets_markdown(R.hook_targets(load_records(GPU_CHECKS_C / "nvlink.jsonl",
-                                                                                  quiet=True))),
-            "hook-rounds": "\n".join(rounds), "hook-coalesce": "\n".join(parts)}
-
-
-
-GPU_CHECKS_D = paths.MEASUREMENTS / "gpu_checks_h200d"
-GPU_CHECKS_E = paths.MEASUREMENTS / "gpu_checks_h200e"
-
-
-def readme_blocks_e() -> dict[str, str]:
-    """gpu_checks_h200e/README.md's generated block: the same DDP configurations in a run that traced each one
-    after timing it (``ddp --trace-dir``, which sets TEARDOWN_CUPTI=1 before its first profile) and in a run
-    without traces, in the order they were timed."""
-    traced = load_records(GPU_CHECKS_E / "trace_ab" / "traced.jsonl", quiet=True)
-    t = R.rerun_spread(traced, load_records(GPU_CHECKS_E / "trace_ab" / "plain.jsonl", quiet=True))
-    order = [r["config_id"] for r in sorted(traced, key=lambda r: r["timestamp"])]
-    t = t.set_index("config_id").loc[order]
-    lines = ["| order | configuration | run with traces (ms) | run without (ms) | with / without |",
-             "|---:|---|---:|---:|---:|"]
-    for i, (_, r) in enumerate(t.iterrows()):
-        lines.append(f"| {i + 1}{' (after a traced one)' if i else ''} | {r['model']} b{int(r['batch_size'])} "
-                     f"{r['label']} | {r['ms_first']:.1f} | {r['ms_second']:.1f} | {r['ms_first'] / r['ms_second']:.2f} |")
-    return {"trace-ab": "\n".join(lines) + "\n"}
-
-
-def readme_blocks_d() -> dict[str, str]:
-    """gpu_checks_h200d/README.md's generated blocks: PowerSGD with Gram-Schmidt against CholeskyQR2
-    (``orthogonalize``), bucket by bucket (the profile, with and without the host ahead), and in DDP over
-    NVLink: the rank-4 targets per orthogonalization and coalescing, and the rank-32 hook against post."""
-    import dataclasses
-
-    d = GPU_CHECKS_D
-    profile = R.profile_phases_markdown(load_records(d / "profile.jsonl", quiet=True)
-                                        + load_records(d / "profile_host_ahead.jsonl", quiet=True))
-    nv = load_records(d / "nvlink.jsonl", quiet=True)
-    parts = []
-    for o in ("twice", "cholesky"):
-        targets = [dataclasses.replace(t, params=t.params + (("orthogonalize", o),), text=f"{t.text}, {o}")
-                   for t in R.HOOK_TARGETS if t.compressor == "powersgd"]
-        for mb, what in ((None, "a protocol per bucket"), (0.0, "buckets coalesced once per iteration")):
-            parts.append(f"`orthogonalize={o}`, {what}:\n\n"
-                         + R.hook_targets_markdown(R.hook_targets(nv, targets, coalesce_mb=mb)))
-    r32 = [R.HookTarget(f"r32 {o} vs {ref}", "powersgd", (("rank", 32), ("orthogonalize", o)), mode, comp, params,
-                        limit, f"PowerSGD rank-32 hook, {o}, vs {ref}")
-           for o in ("twice", "cholesky")
-           for ref, mode, comp, params, limit in (("post", "post", "powersgd", (("rank", 32), ("orthogonalize", o)), 1.0),
-                                                  ("syncSGD", "syncsgd", None, (), 1.1))]
-    return {"cholesky-profile": profile, "cholesky-nvlink": "\n".join(parts),
-            "cholesky-r32": R.hook_targets_markdown(R.hook_targets(load_records(d / "nvlink32.jsonl", quiet=True), r32))}
-
-
-#: campaigns that measured the same configurations (another lent machine or day): the pairs of
-#: data/verification/bandwidth/README.md's run-to-run table
-RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "h200_p2d"), ("h200_p2", "h200_p2d"),
-               ("h200_p2d", "h200_p2e"),
-               # another machine: the Gram-Schmidt rows of h200_p2d, the CholeskyQR2 rows of h200_p2e
-               ("h200_p2d", "h200_p2f"), ("h200_p2e", "h200_p2f"), ("h200_p2d", "h200_p2g"),
-               # the same machine, minutes apart
-               ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"),
-               # the same call, gpu_bandwidth.sh ROUNDS=2
-               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"),
-               ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"),
-               # BERT-base's PowerSGD hooks: two calls on another machine (h200_p2n, then h200_p2q: 10 before 25 Gbit/s),
-               # and the same call's 25 before 10 Gbit/s (h200_p2q / h200_p2q_reversed)
-               ("h200_p2n", "h200_p2q"), ("h200_p2q", "h200_p2q_reversed"),
-               # the same hooks on a third machine (h200_p2r), and its second round
-               ("h200_p2q", "h200_p2r"), ("h200_p2r", "h200_p2r_repeat"))
-
-
-def readme_block_rerun_spread() -> str:
-    """data/verification/bandwidth/README.md's rerun-spread block: how far the same configuration's median
-    moved between two campaigns (``report.rerun_spread``)."""
-    def recs(c):
-        return load_records(paths.MEASUREMENTS / "bandwidth" / c / "ddp.jsonl", quiet=True)
-    return R.rerun_spread_markdown({f"`{a}` / `{b}`": R.rerun_spread(recs(a), recs(b)) for a, b in RERUN_PAIRS})
-
-
 def test_verification_readme_rerun_spread_is_the_generated_one():
     text = (paths.DATA / "verification" / "bandwidth" / "README.md").read_text(encoding="utf-8")
-    assert _marked(text, "rerun-spread") == readme_block_rerun_spread(), \
-        "regenerate with readme_block_rerun_spread() (tests/test_gpu_checks_tables.py)"
+    assert _marked(text, "rerun-spread") == RB.rerun_spread_block(), \
+        "regenerate with python -m studykit data regen --only verification/bandwidth/README.md"
 
 
 def test_rerun_spread_by_hand():

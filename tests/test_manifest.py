@@ -70,12 +70,28 @@ def test_bad_generators_blocks_and_toml_are_refused(tmp_path):
     with pytest.raises(datacli.ManifestError, match=r"a verify generator needs args"):
         _load(tmp_path, gen)
     block = GOOD + '[[block]]\nfile = "x/README.md"\nmarker = "t"\nbuilder = "nope"\n'
-    with pytest.raises(datacli.ManifestError, match=r"builder 'nope' is neither one of summary.* nor FILE.py:FUNCTION"):
+    with pytest.raises(datacli.ManifestError, match=r"block 1 \(x/README.md#t\): builder 'nope' is not one of summary, "):
         _load(tmp_path, block)
     with pytest.raises(datacli.ManifestError, match="not valid TOML"):
         _load(tmp_path, GOOD + "[campaign\n")
     with pytest.raises(datacli.ManifestError, match=r"unknown top-level key\(s\) \['campaigns'\]"):
         _load(tmp_path, GOOD + '[campaigns."x"]\nquestion = "q"\n')
+
+
+def test_a_builder_in_a_test_module_is_refused_naming_the_block_and_the_valid_builders(tmp_path):
+    block = GOOD + '[[block]]\nfile = "x/README.md"\nmarker = "t"\nbuilder = "tests/test_bench.py:atomo_block"\n'
+    with pytest.raises(datacli.ManifestError, match=r"block 1 \(x/README.md#t\): builder 'tests/test_bench.py:atomo_block' "
+                                                    r"is not one of summary, .*, atomo, "):
+        _load(tmp_path, block)
+    bad = datacli.Block("x/README.md", "t", "tests/test_bench.py:atomo_block")
+    with pytest.raises(ValueError, match=r"block x/README.md#t: builder 'tests/test_bench.py:atomo_block' is not one of"):
+        datacli.build_block(bad)
+
+
+def test_every_builder_lives_in_the_package():
+    for name, fn in datacli.BUILDERS.items():
+        assert fn.__module__.startswith("studykit."), f"{name}: {fn.__module__}"
+    assert {b.builder for b in MANIFEST.blocks} <= set(datacli.BUILDERS)
 
 
 def test_a_verify_entry_needs_no_command_and_derives_one(tmp_path):

@@ -9,6 +9,7 @@ from studykit import models as M
 from studykit.measure import cli
 from studykit.measure.profile import paper_specs, single_round
 from studykit.measure.records import load_records
+from studykit.nbtools.readme_blocks import HOST_TRAFFIC, bucket_rows, hook_host_blocks, traffic_rows
 
 
 @pytest.fixture(scope="module")
@@ -224,83 +225,6 @@ def test_host_ahead_profiling_needs_cuda_and_writes_nothing(tmp_path):
 
 
 # ------------------------------------------------------------------ data/measurements/hook_host_h200*/README.md
-def _bucket_rows(folder: str) -> dict:
-    from studykit import paths
-
-    recs = load_records(paths.MEASUREMENTS / folder / "profile_buckets.jsonl", kind="profile", quiet=True)
-    out = {}
-    for r in recs:
-        if r.get("phase") == "reduce_buckets" and r.get("status") == "ok" and r.get("bucket_host_ms"):
-            p = r["params"]
-            label = r["compressor"] + (f" r{p['rank']}" if "rank" in p else "") + (
-                f" {p['orthogonalize']}" if "orthogonalize" in p else "") + (f" {p['ratio']:g}" if "ratio" in p else "")
-            out[(r["model"], label)] = r
-    return out
-
-
-def _cells(r: dict) -> str:
-    dev = r["bucket_device_ms"]
-    return (f"{len(r['bucket_host_ms'])} | {sum(r['bucket_host_ms']):.2f} | "
-            + (f"{sum(dev):.2f}" if dev else "(not timed)") + f" | {r['ms_median']:.2f}")
-
-
-def hook_host_readme_blocks() -> dict:
-    """The generated blocks of data/measurements/hook_host_h200/README.md (every configuration) and
-    hook_host_h200b/README.md (its configurations beside the same ones on the other machine): per
-    configuration the number of buckets, the sums of the buckets' host and device times, and the timed call."""
-    a, b = _bucket_rows("hook_host_h200"), _bucket_rows("hook_host_h200b")
-    head = "| model | compressor | buckets | host ms (sum) | device ms (sum) | timed call ms |\n|---|---|---:|---:|---:|---:|\n"
-    one = head + "".join(f"| {m} | {c} | {_cells(r)} |\n" for (m, c), r in a.items())
-    two = ("| model | compressor | buckets | `hook_host_h200b/` host / device / call ms | `hook_host_h200/` host / device / call ms |"
-           " host, b / a |\n|---|---|---:|---:|---:|---:|\n")
-    for key, r in b.items():
-        o = a[key]
-        cells = lambda x: (f"{sum(x['bucket_host_ms']):.2f} / {sum(x['bucket_device_ms']):.2f} / "  # noqa: E731
-                           f"{x['ms_median']:.2f}")
-        two += (f"| {key[0]} | {key[1]} | {len(r['bucket_host_ms'])} | {cells(r)} | {cells(o)} | "
-                f"{sum(r['bucket_host_ms']) / sum(o['bucket_host_ms']):.2f} |\n")
-    return {("hook_host_h200", "bucket-times"): one, ("hook_host_h200b", "bucket-times-two-machines"): two,
-            ("hook_host_h200c", "host-under-traffic"): hook_host_traffic_block()}
-
-
-#: hook_host_h200c: the profiles in the order they ran, and the shaped traffic each ran beside (Gbit/s, or None)
-HOST_TRAFFIC = (("alone", None), ("during25", 25.0), ("during10", 10.0), ("alone2", None))
-
-
-def _traffic_rows() -> dict:
-    """hook_host_h200c's per-bucket profiles: {(tag, label): record}."""
-    from studykit import paths
-
-    out = {}
-    for tag, _ in HOST_TRAFFIC:
-        recs = load_records(paths.MEASUREMENTS / "hook_host_h200c" / f"profile_{tag}.jsonl", kind="profile", quiet=True)
-        for r in recs:
-            if r.get("phase") == "reduce_buckets" and r.get("status") == "ok" and r.get("bucket_host_ms"):
-                out[(tag, f"powersgd r{r['params']['rank']}")] = r
-    return out
-
-
-def hook_host_traffic_block() -> str:
-    """data/measurements/hook_host_h200c/README.md's block: BERT-base's PowerSGD per-bucket host and device times,
-    alone and beside a shaped all-reduce loop, in the order measured."""
-    from studykit import paths
-
-    rows = _traffic_rows()
-    traffic = {}
-    for rate in (25, 10):
-        (t,) = load_records(paths.MEASUREMENTS / "hook_host_h200c" / f"traffic_{rate}.jsonl", quiet=True)
-        traffic[float(rate)] = t
-    out = ("| profile (in the order run) | written (UTC) | beside it | PowerSGD r32: host / device / call ms | "
-           "PowerSGD r4: host / device / call ms |\n|---|---|---|---:|---:|\n")
-    for tag, rate in HOST_TRAFFIC:
-        a, b = rows[(tag, "powersgd r32")], rows[(tag, "powersgd r4")]
-        cell = lambda x: f"{sum(x['bucket_host_ms']):.2f} / {sum(x['bucket_device_ms']):.2f} / {x['ms_median']:.2f}"  # noqa: E731
-        beside = "nothing" if rate is None else (f"256 MB all-reduce at {rate:g} Gbit/s "
-                                                 f"({traffic[rate]['ms_median']:.1f} ms each)")
-        out += f"| `{tag}` | {a['timestamp'][11:19]} | {beside} | {cell(a)} | {cell(b)} |\n"
-    return out
-
-
 def test_hook_host_under_traffic_reading_holds():
     """hook_host_h200c/README.md: the profiles ran while their loops' timed iterations did; rank 32's host time
     beside the 25 Gbit/s loop was no longer than alone before it; alone again it took the factor named."""
@@ -308,7 +232,7 @@ def test_hook_host_under_traffic_reading_holds():
 
     from studykit import paths
 
-    rows = _traffic_rows()
+    rows = traffic_rows()
     host = {tag: sum(rows[(tag, "powersgd r32")]["bucket_host_ms"]) for tag, _ in HOST_TRAFFIC}
     text = " ".join((paths.MEASUREMENTS / "hook_host_h200c" / "README.md").read_text(encoding="utf-8").split())
     assert host["during25"] <= host["alone"]
@@ -327,10 +251,11 @@ def test_hook_host_under_traffic_reading_holds():
 def test_hook_host_readme_blocks_are_the_generated_ones():
     from studykit import paths
 
-    for (folder, marker), want in hook_host_readme_blocks().items():
+    for (folder, marker), want in hook_host_blocks().items():
         text = (paths.MEASUREMENTS / folder / "README.md").read_text(encoding="utf-8")
         a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
-        assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with hook_host_readme_blocks()"
+        assert text[text.index(a) + len(a):text.index(b)] == want, \
+            f"regenerate with python -m studykit data regen --only measurements/{folder}/README.md"
 
 
 def test_hook_host_readme_reading_holds():
@@ -339,7 +264,7 @@ def test_hook_host_readme_reading_holds():
     between the two machines by the factors it names."""
     from studykit import paths
 
-    a, b = _bucket_rows("hook_host_h200"), _bucket_rows("hook_host_h200b")
+    a, b = bucket_rows("hook_host_h200"), bucket_rows("hook_host_h200b")
     text = " ".join((paths.MEASUREMENTS / "hook_host_h200" / "README.md").read_text(encoding="utf-8").split())
     for m in ("bert_base", "gpt2_small", "resnet50", "resnet101", "vgg19"):
         gs, ch = a[(m, "powersgd r32 twice")], a[(m, "powersgd r32 cholesky")]

@@ -23,8 +23,9 @@ MEASURED = ModelOptions(collectives="measured")
 def test_presets():
     p, e = ModelOptions.paper(), ModelOptions.extended()
     assert (p.collectives, p.bucketing, p.incast, p.sync_terms) == ("eq1", "paper", False, False)
-    assert (e.collectives, e.bucketing, e.sync_terms, e.path_overhead, e.cpu_contention, e.hook_buckets) == \
-        ("measured", "ddp", True, True, True, True)
+    assert (e.collectives, e.bucketing, e.sync_terms, e.path_overhead, e.cpu_contention, e.hook_buckets,
+            e.finite_flag) == ("measured", "ddp", True, True, True, True, False)
+    assert not p.finite_flag, "the paper's implementations send no inf/NaN flag"
     assert ModelOptions.named("paper") == p
     with pytest.raises(ValueError, match="unknown model preset 'fast'"):
         ModelOptions.named("fast")
@@ -291,3 +292,32 @@ def test_hook_prediction_takes_per_bucket_device_shares_and_the_host_chain():
     grid = predict(wh, dataclasses.replace(hw, cpu_slowdown=np.array([1.0, 2.0])), 2, "powersgd", {"rank": 4}, **kw)
     np.testing.assert_allclose(grid.compressed["host_end_s"], [float(slow.compressed["host_end_s"]),
                                                                float(twice.compressed["host_end_s"])])
+
+
+# ------------------------------------------------------------------ the kit's inf/NaN flag
+FLAG_HW = Hardware(bandwidth_gbps=8.0, alpha_s=1e-3, gamma=1.0)  # every collective pays 1 ms latency
+
+
+@pytest.mark.parametrize("mode, per_bucket", [("post", False), ("hook_blocking", True)])
+def test_the_finite_flag_adds_one_latency_bound_all_reduce_per_protocol_run(mode, per_bucket):
+    """A compressor that may drop inf/NaN (randomk) pays, with ``finite_flag``, one more all-reduce of 4 bytes per
+    protocol run: once after the backward pass, once per DDP bucket as a hook. By hand: Eq. 1 for 4 bytes at p = 2 is
+    2 (p - 1) alpha + 2 (p - 1) / p * 4 B / BW = 2 ms + 4 ns. TopK keeps inf/NaN and pays nothing more."""
+    w = Workload(model="resnet50", t_comp_s=0.05, overhead_s=0.0)
+    k = len(w.ddp_bucket_shapes()) if per_bucket else 1
+    flag_s = 2 * 1 * 1e-3 + 2 * 1 / 2 * 4 / 1e9
+    for name, extra in (("randomk", k * flag_s), ("topk", 0.0)):
+        on, off = (predict(w, FLAG_HW, 2, name, calibration=None, t_encode_decode_s=0.001, mode=mode,
+                           options=ModelOptions(finite_flag=flag, hook_buckets=per_bucket)).compressed["total_s"]
+                   for flag in (True, False))
+        assert float(on) - float(off) == pytest.approx(extra, rel=1e-6, abs=1e-12), name
+
+
+def test_advise_prices_the_kits_hook_with_its_flag():
+    """``advise --mode hook`` prices the kit's hook as it is now: the per-bucket timeline with the inf/NaN flag
+    (the presets, which fit and score older records, leave it off); the paper's model has no hook model."""
+    from studykit.perfmodel.advise.inputs import hook_options
+
+    opts, how = hook_options(ModelOptions.extended())
+    assert (opts.hook_buckets, opts.overlap, opts.finite_flag) == (True, "timeline", True) and "finite_flag" in how
+    assert hook_options(ModelOptions.paper())[0] == ModelOptions.paper()

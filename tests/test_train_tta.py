@@ -2,15 +2,17 @@
 crossings (first round and interpolated), Student-t intervals over seeds, the paired speed-up, bytes per
 iteration, the table's Markdown; and data/training/tta_gpu2/README.md's generated tables against the records."""
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from studykit import paths
+from studykit.nbtools.readme_blocks import TTA, TTA_RATES, lr_block, lr_finals, tta_block
+from studykit.nbtools.readme_blocks import TTA_LR as LR
+from studykit.nbtools.readme_blocks import TTA_LR_SGD as LR_SGD
 from studykit.train import analysis
 
-TTA = paths.DATA / "training" / "tta_gpu2"
+FOLDERS = list(TTA_RATES)
 T90_2 = 2.919986  # Student t, 95th percentile, 2 degrees of freedom (three seeds)
 T90_1 = 6.313752  # the same, 1 degree of freedom (two seeds)
 
@@ -165,40 +167,6 @@ def test_curve_band_averages_seeds_at_each_iteration():
 
 
 # ------------------------------------------------------------------ the committed GPU runs
-FOLDERS = [TTA / "tta_10g", TTA / "tta_2.5g"]
-
-
-def readme_tta() -> str:
-    """data/training/tta_gpu2/README.md's generated block: what 300 iterations reach, the target, then Han et al.'s
-    table per rate (the probe's measured bus bandwidth beside the rate)."""
-    from studykit.measure.records import load_records
-
-    frames = analysis.load_rates(FOLDERS)
-    target, tables = analysis.rate_tables(frames, "val_loss", None, "fp16", level=0.9, interpolate=True)
-    both = pd.concat(frames.values(), ignore_index=True)
-    last = both.sort_values("step").groupby("run_id").last()
-    r0 = analysis.load_runs(FOLDERS[0])[0]
-    seen = r0["global_batch"] * r0["dataset"]["seq_len"] * r0["total_steps"]
-    out = [(f"Each run trains on {seen / 1e6:.2f} M bytes ({r0['total_steps']} iterations x {r0['global_batch']} windows "
-           f"x {r0['dataset']['seq_len']} bytes), {seen / r0['dataset']['num_train_tokens']:.2f} of one pass over the "
-           f"{r0['dataset']['num_train_tokens'] / 1e6:.2f} M training bytes. After it, the validation loss of the "
-           f"{len(last)} runs lies between {last['val_loss'].min():.2f} and {last['val_loss'].max():.2f} nats per byte "
-           f"({last['val_loss'].min() / math.log(2):.2f} to {last['val_loss'].max() / math.log(2):.2f} bits per byte; "
-           f"a uniform guess is 8) and the next-byte validation accuracy between {100 * last['val_acc'].min():.0f} and "
-           f"{100 * last['val_acc'].max():.0f} %: far from converged.\n\n"),
-           (f"Target: validation loss {target:.4f} nats per byte, the highest final validation loss of the "
-           f"{(last['method'] == 'fp16').sum()} fp16 runs (both rates), so every fp16 run reaches it. Means over the 3 "
-           f"seeds with 90 % Student-t intervals (times to target: geometric means over the runs that reached it; "
-           f"speed-ups paired by seed); crossings interpolated between evaluations; time is training time, "
-           f"evaluation and profiled iterations excluded.\n")]
-    for folder, (rate, t) in zip(FOLDERS, tables.items()):
-        (probe,) = load_records(folder / "probe.jsonl", quiet=True)
-        out.append(f"\n**{rate}** (`{folder.name}/`; the 64 MiB all-reduce probe before the runs: "
-                   f"{probe['busbw_gbps']:.2f} Gbit/s bus bandwidth)\n\n")
-        out.append(analysis.han_markdown(t, "val_loss", "fp16"))
-    return "".join(out)
-
-
 def test_gpu_runs_are_complete():
     frames = analysis.load_rates(FOLDERS)
     assert list(frames) == ["10 Gbit/s", "2.5 Gbit/s"]
@@ -212,8 +180,8 @@ def test_tta_readme_tables_are_the_generated_ones():
     text = (TTA / "README.md").read_text()
     a, b = "<!-- tables:begin -->\n", "<!-- tables:end -->"
     assert a in text and b in text
-    assert text[text.index(a) + len(a):text.index(b)] == readme_tta(), \
-        "regenerate with tests/test_train_tta.py: readme_tta()"
+    assert text[text.index(a) + len(a):text.index(b)] == tta_block(), \
+        "regenerate with python -m studykit data regen --only training/tta_gpu2/README.md"
 
 
 def test_tta_readme_caveats_hold_in_the_records():
@@ -287,48 +255,6 @@ def test_the_notebooks_reading_of_the_gpu_runs_holds():
 
 
 # ------------------------------------------------------------------ the learning-rate runs (scripts/gpu_tta_lr.sh)
-LR = TTA / "lr"
-#: the SGD control of the learning-rate runs (gpu_tta_lr.sh OPTIMIZER=sgd)
-LR_SGD = TTA / "lr_sgd"
-
-
-def lr_finals(root: Path = LR) -> pd.DataFrame:
-    """Final validation loss of every run of ``root`` (``lr/``): one row per (learning rate, method, seed)."""
-    rows = []
-    for folder in sorted(root.glob("lr*"), key=lambda f: -float(f.name[2:])):
-        df = analysis.latest_runs(analysis.to_frame(analysis.load_runs(folder)))
-        last = df.sort_values("step").groupby(["method", "seed"])["val_loss"].last()
-        rows += [{"lr": float(folder.name[2:]), "method": m, "seed": s, "val_loss": v} for (m, s), v in last.items()]
-    return pd.DataFrame(rows)
-
-
-def readme_lr(root: Path = LR) -> str:
-    """data/training/tta_gpu2/README.md's generated block of the learning-rate runs under ``root`` (block ``lr``;
-    ``LR_SGD``: block ``lr-sgd``): final validation loss per method and peak learning rate (means over seeds,
-    90 % Student-t intervals), then `dynamic` against `none`."""
-    f = lr_finals(root)
-    lrs = sorted(f["lr"].unique(), reverse=True)
-    methods = analysis.method_order(f["method"].unique())
-    out = ["| method | " + " | ".join(f"peak lr {lr:g}" for lr in lrs) + " |\n",
-           "|---|" + "---:|" * len(lrs) + "\n"]
-    means = {}
-    for m in methods:
-        cells = []
-        for lr in lrs:
-            mid, lo, hi = analysis.seed_interval(f[(f["lr"] == lr) & (f["method"] == m)]["val_loss"], 0.9)
-            means[m, lr] = mid
-            cells.append(f"{mid:.3f} [{lo:.3f}, {hi:.3f}]")
-        out.append(f"| {m} | " + " | ".join(cells) + " |\n")
-    best = min(lrs, key=lambda lr: means["none", lr])
-    out.append(f"\nFinal validation loss (nats per byte) after {int(analysis.load_runs(root / f'lr{lrs[0]:g}')[0]['total_steps'])} "
-               f"iterations, mean over {f['seed'].nunique()} seeds [90 % interval]. `none`'s best peak learning rate "
-               f"here: {best:g}. `dynamic` below `none`, seed by seed: ")
-    per = f.pivot_table(index=["lr", "seed"], columns="method", values="val_loss")
-    out.append(", ".join(f"{int((per.loc[lr, 'dynamic'] < per.loc[lr, 'none']).sum())} of {len(per.loc[lr])} at {lr:g}"
-                         for lr in lrs) + ".\n")
-    return "".join(out)
-
-
 def test_lr_runs_are_complete():
     f = lr_finals()
     assert sorted(f["lr"].unique()) == [0.0005, 0.001, 0.002]
@@ -342,8 +268,13 @@ def test_lr_readme_block_is_the_generated_one(marker, root):
     text = (TTA / "README.md").read_text()
     a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
     assert a in text and b in text
-    assert text[text.index(a) + len(a):text.index(b)] == readme_lr(root), \
-        f"regenerate with tests/test_train_tta.py: readme_lr({root.name!r})"
+    assert text[text.index(a) + len(a):text.index(b)] == lr_block(root), \
+        "regenerate with python -m studykit data regen --only training/tta_gpu2/README.md"
+
+
+def test_lr_block_of_a_folder_without_runs_says_so(tmp_path):
+    with pytest.raises(ValueError, match="no lrRATE folders of training records"):
+        lr_block(tmp_path)
 
 
 def test_lr_sgd_runs_are_complete_and_the_reading_holds():

@@ -34,12 +34,13 @@ class Metadata:
     family: str  # "precision", "quantization", "sparsification", "low-rank"
     key_param: str | None  # the parameter that sets how hard it compresses
     bench_group: str  # "elementwise", "topk", "lowrank", "dense"
+    keeps_nonfinite: bool = True  # whether its protocol carries inf/NaN by its arithmetic (Compressor.keeps_nonfinite)
 
 
 def metadata(name: str | Compressor) -> Metadata:
-    """The class metadata of compressor ``name`` (family, key parameter, benchmark group)."""
+    """The class metadata of compressor ``name`` (family, key parameter, benchmark group, whether it keeps inf/NaN)."""
     cls = _lookup(name if isinstance(name, str) else name.name)
-    return Metadata(cls.family, cls.key_param, cls.bench_group)
+    return Metadata(cls.family, cls.key_param, cls.bench_group, cls.keeps_nonfinite)
 
 
 def in_group(group: str) -> tuple[str, ...]:

@@ -27,6 +27,13 @@ as PyTorch's own hooks do: encode on the current stream, ``all_reduce(..., async
 decode in the future's callback. ``overlap=False`` runs the protocol inside the hook (the old,
 blocking behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
 
+``runner="graph"`` (CUDA) takes the protocol off the communication thread once DDP has settled its buckets: each
+bucket's protocol is captured as a CUDA graph (with its collectives) the ``CAPTURE_AFTER``-th time the bucket comes
+with the same parameters and buffer, in DDP's callback while the thread is idle, and from then on replayed there, a
+few microseconds of host work per bucket. A protocol whose replay would not be its next call (random numbers seeded
+on the host, state replaced by new tensors) or that cannot be captured (it waits for the device) keeps running on the
+thread; a rebuilt bucket, a swapped compressor or an overflow's forgotten state is captured again.
+
 ``coalesce_mb`` (overlapped hooks on the communication thread) holds buckets back until at least that
 many MB of them, or the iteration's last bucket, are ready, and runs the protocol once over all of them:
 a protocol of small, latency-bound collectives (PowerSGD's P and Q, a few KB per bucket) then pays each
@@ -42,7 +49,7 @@ call (:class:`NonFinite`). ``check_finite=True`` checks every bucket and raises 
 per bucket. ``start_iter=N`` averages the buckets by a plain all-reduce for the first N iterations (counted
 at each iteration's last bucket), then compresses, as PyTorch's PowerSGD hook does (``start_powerSGD_iter``).
 """
-from studykit.ddp.hook import HookState, NonFinite, compressor_hook, register
+from studykit.ddp.hook import RUNNERS, HookState, NonFinite, compressor_hook, register
 from studykit.ddp.post import PostBackwardReducer
 
-__all__ = ["HookState", "NonFinite", "compressor_hook", "register", "PostBackwardReducer"]
+__all__ = ["HookState", "NonFinite", "RUNNERS", "compressor_hook", "register", "PostBackwardReducer"]

@@ -195,7 +195,7 @@ SPEED_TARGETS = (
                 2.0, "x_floor", "elementwise codecs (quantize at every b) <= 2x the memory floor"),
     SpeedTarget("thc", ("thc",), 4.0, "x_floor", "THC <= 4x the floor (a fused fast Walsh-Hadamard transform per chunk)"),
     SpeedTarget("topk", ("topk", "topk_chunked", "topk_chunked_allreduce", "dgc", "randomk"), 5.0, "x_floor",
-                "topk, topk_chunked (both protocols: issue 14 item 2 for the all-reduce one), dgc, randomk <= 5x the floor"),
+                "topk, topk_chunked (both protocols, the all-reduce one included), dgc, randomk <= 5x the floor"),
     SpeedTarget("mstopk", ("mstopk",), 10.0, "x_floor", "mstopk <= 10x the floor"),
     SpeedTarget("powersgd", ("powersgd",), 1.5, "ms", "PowerSGD rank 4 on ResNet-50's real shapes <= 1.5 ms",
                 params=(("rank", 4),)),

@@ -323,7 +323,8 @@ def crossover_summary(out: pd.DataFrame, methods: Optional[Sequence[str]] = None
 def markdown_table(out: pd.DataFrame, methods: Sequence[str]) -> str:
     """Measured crossovers (:func:`crossovers`) of ``methods`` as Markdown: one row per model, world size
     and method, one column per baseline (:func:`format_crossover` text in Gbit/s). The committed
-    campaigns' README holds exactly this (``tests/test_crossover.py`` checks it)."""
+    campaigns' README holds exactly this in its ``crossovers`` block
+    (``python -m studykit data regen --only measurements/bandwidth/README.md#crossovers``)."""
     lines = ["| model | p | method | vs syncSGD (Gbit/s) | vs fp16 baseline (Gbit/s) |", "|---|---:|---|---|---|"]
     for (model, p), g in out.groupby(["model", "world_size"], sort=True):
         for method in methods:

@@ -6,7 +6,7 @@ machine, the kit's commit, the command that produced it, and whether it is curre
 or archived. A generated entry carries its ``generator``: ``verify`` (``python -m studykit verify`` with its
 records and arguments), ``report`` (a benchmark script's ``report()`` rebuilding tables from the records in the
 folder) or ``main`` (a module's ``main(argv)``). Each ``[[block]]`` names the builder of one generated README block
-(the text between ``<!-- MARKER:begin -->`` and ``<!-- MARKER:end -->``).
+(the text between ``<!-- MARKER:begin -->`` and ``<!-- MARKER:end -->``), a name of :data:`BUILDERS`.
 
     python -m studykit data list [--status current]
     python -m studykit data show NAME                            # one entry, its command included
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from studykit import paths
+from studykit.nbtools import readme_blocks as RB
 
 MANIFEST = paths.DATA / "campaigns.toml"
 STATUSES = ("current", "superseded", "archive")
@@ -179,8 +180,8 @@ def load_manifest(path: Path | str = MANIFEST) -> Manifest:
             _fail(where, f"unknown field(s) {sorted(unknown)}; valid: {', '.join(_BLOCK_KEYS)}")
         if not all(isinstance(b.get(k), str) for k in ("file", "marker", "builder")):
             _fail(where, "needs file, marker and builder")
-        if b["builder"] not in BUILDERS and not re.fullmatch(r"[\w/.-]+\.py:\w+", b["builder"]):
-            _fail(where, f"builder {b['builder']!r} is neither one of {', '.join(BUILDERS)} nor FILE.py:FUNCTION")
+        if b["builder"] not in BUILDERS:
+            _fail(where, f"builder {b['builder']!r} is not one of {', '.join(BUILDERS)}")
         key = b.get("key")
         blocks.append(Block(b["file"], b["marker"], b["builder"], tuple(b.get("args", ())), b.get("kwargs"),
                             tuple(key) if isinstance(key, list) else key))
@@ -607,7 +608,6 @@ def crossovers_at_scale_block(campaigns: list, calibration: str, models: list, m
             f"{sentence}\n")
 
 
-#: the builders a block may name (a block may also name ``FILE.py:FUNCTION`` of the repository)
 def hook_runners_block(campaigns: list) -> str:
     """The hook's runners side by side over the ``hook_runner`` campaigns ``campaigns`` (data-relative folders of
     ``ddp`` records, ``benchmarks/hook_runner.py``'s rows): per compressor, in how many configurations (world size,
@@ -633,24 +633,27 @@ def hook_runners_block(campaigns: list) -> str:
     return "\n".join(out) + "\n"
 
 
+#: the builders a block may name
 BUILDERS: dict[str, Callable[..., object]] = {
     "summary": summary_block, "implied_encode_decode": implied_encode_decode_block, "hook_budget": hook_budget_block,
     "hook_gamma": hook_gamma_block, "hook_variants": hook_variants_block, "gamma_measured": gamma_measured_block,
     "claims": claims_block, "folders": folders_block, "crossovers": crossovers_block,
     "crossovers_at_scale": crossovers_at_scale_block, "hook_runners": hook_runners_block,
+    "nvlink_checks": RB.nvlink_checks_blocks, "nvlink_alone": RB.nvlink_alone_blocks,
+    "nvlink_rounds": RB.nvlink_rounds_blocks, "orthogonalization": RB.orthogonalization_blocks,
+    "trace_ab": RB.trace_ab_block, "benchmark_hook_targets": RB.benchmark_hook_targets_block,
+    "hook_vs_post": RB.hook_vs_post_block, "fp16_vs_torch": RB.fp16_vs_torch_block,
+    "rerun_spread": RB.rerun_spread_block, "measured_crossovers": RB.measured_crossovers_block,
+    "hook_host": RB.hook_host_blocks, "codec_kernels": RB.codec_kernels_blocks, "atomo": RB.atomo_block,
+    "topk_ddp": RB.topk_ddp_block, "tta": RB.tta_block, "lr": RB.lr_block,
 }
 
 
 def _module(file: str):
-    """A Python file of the repository as a module: ``tests/`` as the package ``tests`` (its modules import
-    ``tests.conftest``), any other file on its own."""
+    """A Python file of the repository (a benchmark script) as a module."""
     path = paths.ROOT / file
     if not path.is_file():
         raise ValueError(f"{file}: no such file in the repository ({paths.ROOT})")
-    if file.startswith("tests/"):
-        if str(paths.ROOT) not in sys.path:
-            sys.path.insert(0, str(paths.ROOT))
-        return importlib.import_module("tests." + Path(file).stem)
     spec = importlib.util.spec_from_file_location(f"studykit_data_{Path(file).stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -663,12 +666,9 @@ def _arg(a: object) -> object:
 
 def build_block(block: Block) -> str:
     """The text ``block``'s builder makes now."""
-    if block.builder in BUILDERS:
-        fn = BUILDERS[block.builder]
-    else:
-        file, _, name = block.builder.partition(":")
-        fn = getattr(_module(file), name)
-    out = fn(*map(_arg, block.args), **(block.kwargs or {}))
+    if block.builder not in BUILDERS:
+        raise ValueError(f"block {block.name}: builder {block.builder!r} is not one of {', '.join(BUILDERS)}")
+    out = BUILDERS[block.builder](*map(_arg, block.args), **(block.kwargs or {}))
     if isinstance(out, dict):
         out = out[block.key if block.key is not None else block.marker]
     return out

@@ -50,6 +50,7 @@ __all__ = [
     "MIB", "DEFAULT_BUCKET_BYTES", "ModelOptions", "Hardware", "Workload", "Calibration", "Constant", "TComp", "TEncodeDecode",
     "Prediction", "BUCKETING", "DDP_FIRST_BUCKET_BYTES", "buckets", "paper_bucket_sizes", "ddp_buckets",
     "ddp_bucket_sizes", "allreduce_s", "collective_s", "syncsgd_s", "compressed_s", "plan_summary", "predict",
+    "guard_collectives", "FINITE_FLAG",
     "speedup_over_sync", "required_ratio", "plan_summaries", "crossover_bandwidth_gbps", "OVERLAP", "bucket_ready_fractions",
     "bucket_timeline_s", "hook_timeline_s", "parameter_server_plan_s",
 ]
@@ -94,7 +95,13 @@ class ModelOptions:
       one``: the kit's hooks issue their collectives from a thread of their own, on a side stream), or is slowed
       by ``Hardware.gamma`` as syncSGD's is (True; ``--hook-gamma fitted``). gamma is fitted on syncSGD records
       only, and where communication dominates them it is barely identifiable (0.8-2.2 on one campaign's rates);
-      gamma 1 scores better or equal on most hook campaigns (data/verification/bandwidth/README.md).
+      gamma 1 scores better or equal on most hook campaigns (data/verification/bandwidth/README.md);
+    * ``finite_flag``: the kit's hook and post-backward reducer send, after the protocol of a compressor that may
+      drop inf/NaN (``keeps_nonfinite`` False: random or sampled selection, an SVD, signs), a one-element
+      all-reduce flag per protocol run (:class:`studykit.ddp.NonFinite`; beyond the paper, whose implementations
+      send none): :func:`guard_collectives`. Off in both presets, which fit and score records of hooks that
+      predate the flag (they checked on the host instead); ``advise --mode hook`` prices the kit's hook as it is
+      now, flag included.
     """
 
     collectives: str = "eq1"
@@ -107,6 +114,7 @@ class ModelOptions:
     hook_buckets: bool = False
     overlap: str = "sec41"
     hook_gamma: bool = False
+    finite_flag: bool = False
 
     def __post_init__(self):
         if self.overlap not in OVERLAP:
@@ -682,6 +690,24 @@ def plan_summaries(compressor, params: dict | None, shapes: Sequence, world_size
     return out
 
 
+#: the kit's inf/NaN flag (:class:`studykit.ddp.NonFinite`) as a plan entry: 4 bytes whatever the compression
+FINITE_FLAG = {"op": "all_reduce", "numel": 1, "dtype": "float32", "nbytes": 4, "scaled": False}
+
+
+def guard_collectives(compressor, options: "ModelOptions") -> tuple:
+    """What the kit's hook and post-backward reducer add to one protocol run of ``compressor`` (a name or an
+    instance) under ``options``: :data:`FINITE_FLAG` where ``options.finite_flag`` is set and the compressor may drop
+    inf/NaN (``keeps_nonfinite`` False), else nothing."""
+    if not options.finite_flag or compressors.metadata(compressor).keeps_nonfinite:
+        return ()
+    return (FINITE_FLAG,)
+
+
+def _nbytes(c: dict, bytes_scale):
+    """A plan entry's bytes, times ``bytes_scale`` unless the entry is not compressed payload (``scaled`` False)."""
+    return float(c["nbytes"]) * (bytes_scale if c.get("scaled", True) else 1.0)
+
+
 def _per_p(compressor, params, workload: Workload, world_size):
     """Vectorized plan summary: arrays (shaped like ``world_size``) of counts and bytes per kind."""
     p = np.asarray(world_size)
@@ -745,7 +771,7 @@ def compressed_plan_s(t_comp_s, t_encode_decode_s, plans: Sequence[Sequence[dict
     t_ar, t_ag = 0.0, 0.0
     for plan in plans:
         for c in plan:
-            t = collective_s(c["op"], float(c["nbytes"]) * bytes_scale, world_size, hw, options)
+            t = collective_s(c["op"], _nbytes(c, bytes_scale), world_size, hw, options)
             if c["op"] == "all_reduce":
                 t_ar = t_ar + t
             else:
@@ -781,8 +807,8 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
     t_ar, t_ag, per = 0.0, 0.0, []
     for g in groups:
         ci = 0.0
-        for c in plan_summary(compressor, params, g, world_size).collectives:
-            t = np.asarray(collective_s(c["op"], float(c["nbytes"]) * bytes_scale, world_size, hw, options), dtype=float)
+        for c in plan_summary(compressor, params, g, world_size).collectives + guard_collectives(compressor, options):
+            t = np.asarray(collective_s(c["op"], _nbytes(c, bytes_scale), world_size, hw, options), dtype=float)
             ci = ci + t
             if c["op"] == "all_reduce":
                 t_ar = t_ar + t
@@ -995,13 +1021,15 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
             raise ValueError("measured collectives and per-bucket hook plans need one world size per call")
         q = int(p.reshape(-1)[0])
         groups = workload.ddp_bucket_shapes() if per_bucket else [list(workload.shapes())]
-        plans = [plan_summary(compressor, params, g, q).collectives for g in groups]
+        guard = guard_collectives(compressor, opts)
+        plans = [plan_summary(compressor, params, g, q).collectives + guard for g in groups]
         comp = compressed_plan_s(t_comp, t_ed, plans, q, hardware, opts, bytes_scale)
         comp["k"] = np.asarray(float(len(groups)))
         notes["compressed_plans"] = "per DDP bucket" if per_bucket else "whole gradient"
     else:
-        comp = compressed_s(t_comp, t_ed, ar_n, ar_b, ag_n, ag_b, p, hardware, bytes_scale,
-                            incast=opts.incast)
+        guard = guard_collectives(compressor, opts)  # its 4 bytes scale with the payload here: a negligible 4 x scale
+        comp = compressed_s(t_comp, t_ed, ar_n + len(guard), ar_b + sum(c["nbytes"] for c in guard), ag_n, ag_b, p,
+                            hardware, bytes_scale, incast=opts.incast)
     path = workload.path_overhead_s
     if opts.path_overhead and path is None and calibration is not None and workload.model is not None:
         found = calibration.path_overhead_lookup(workload.model, workload.batch_size, mode)

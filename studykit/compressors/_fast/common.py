@@ -1,0 +1,193 @@
+"""What every fused kernel shares: whether the fast path may run on some tensors (:func:`enabled`), the seed a
+codec's generator would get (:func:`seed_of`), the once-per-process timing choice between paths that compute
+the same thing (:func:`pick`, its choices kept in :data:`_PICKED`), the two ways to launch an elementwise
+kernel (:func:`_launch`, :func:`_launch1`), the Triton helpers the kernels inline (masked loads and stores,
+program order, Philox numbers), and two payload helpers several codecs call (:func:`rows`, :func:`abs_max`).
+
+Code elsewhere in the package reads ``pick`` and ``_PICKED`` through this module (``common.pick``), so that
+setting them on :mod:`studykit.compressors._fast` (which sets them here) reaches every caller."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+try:  # triton ships with CUDA builds of torch; CPU machines usually lack it
+    import triton
+    import triton.language as tl
+    HAVE_TRITON = True
+except Exception:  # noqa: BLE001 - any import problem means: no fast path
+    triton = None
+    tl = None
+    HAVE_TRITON = False
+
+#: the names :mod:`studykit.compressors._fast` re-exports from here
+__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "seed_of", "_BLOCK", "_NB", "_launch",
+           "_launch1", "_PICKED", "pick", "abs_max", "rows"]
+
+#: element counts from here on would overflow the kernels' int32 offsets
+_MAX_NUMEL = 2**31 - 2**20
+
+
+def _interpret_on_cpu() -> bool:
+    return os.environ.get("STUDYKIT_FAST_INTERPRET") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def enabled(*tensors: torch.Tensor) -> bool:
+    """Whether the fast path may run on ``tensors``: triton importable, ``STUDYKIT_FAST`` not 0,
+    all tensors on a CUDA device (or on the CPU under the interpreter switches), and sizes in
+    range."""
+    if not HAVE_TRITON or os.environ.get("STUDYKIT_FAST", "1") == "0":
+        return False
+    cpu_ok = _interpret_on_cpu()
+    for t in tensors:
+        if not (t.is_cuda or (cpu_ok and t.device.type == "cpu")):
+            return False
+        if t.numel() >= _MAX_NUMEL:
+            return False
+    return True
+
+
+def seed_of(comp, rank: int | None = None) -> int:
+    """The integer a codec's :meth:`~studykit.compressors.base.Compressor.generator` is seeded
+    with (seed, step and, for private randomness, the rank), for the kernels' Philox. Always in
+    [2^62, 2^63), so Triton sees one argument type (int64) for every step and compiles once."""
+    comp.random_draws += 1
+    salt = 0 if rank is None else (rank + 1) * 1_000_003
+    return ((comp.seed * 7_919 + comp.step * 104_729 + salt) % (2**62)) | (1 << 62)
+
+
+_BLOCK = 4096        # elements per program for elementwise kernels
+_NB = 512            # bytes (8 elements each) per program for packing kernels
+
+
+def _launch(kernel, full_units: int, total_units: int, block: int, *args, **meta) -> None:
+    """Launch ``kernel`` over ``total_units`` in programs of ``block`` units: the programs whose
+    units are all complete (``full_units``) without bounds masks, so Triton can vectorise their
+    loads and stores (a mask against an ``n`` that is not a multiple of 16 makes every access
+    scalar), and at most one masked program for the rest. The kernel's last runtime argument is
+    the first unit it handles."""
+    bulk = full_units // block
+    if bulk:
+        kernel[(bulk,)](*args, 0, MASKED=False, **meta)
+    rest = total_units - bulk * block
+    if rest > 0:
+        kernel[(triton.cdiv(rest, block),)](*args, bulk * block, MASKED=True, **meta)
+
+
+def _launch1(kernel, full_units: int, total_units: int, block: int, *args, reverse: bool = False, **meta) -> None:
+    """Launch ``kernel`` once over ``total_units`` in programs of ``block`` units: the programs whose
+    units are all complete (the first ``full_units // block``, the kernel's last runtime argument)
+    take a branch without bounds masks, so Triton can vectorise their loads and stores, the last
+    one the masked branch (:func:`_launch` launches twice for the same effect; each Triton launch
+    costs the host time, and these codecs are launch-bound). ``reverse``: blocks handed out from
+    the end (:func:`_program`)."""
+    grid = triton.cdiv(total_units, block)
+    if grid:
+        kernel[(grid,)](*args, full_units // block, REVERSE=reverse, **meta)
+
+
+if HAVE_TRITON:
+    _jit_seeded = triton.jit(do_not_specialize=["seed", "levels", "L"])
+    # integer arguments equal to 1 are compile-time constants to Triton unless listed here (levels = 1, L = 1)
+    _jit_levels = triton.jit(do_not_specialize=["levels", "L"])
+
+    @triton.jit
+    def _ld(ptr, m, other, MASKED: tl.constexpr):
+        if MASKED:
+            return tl.load(ptr, mask=m, other=other)
+        else:
+            return tl.load(ptr)
+
+    @triton.jit
+    def _st(ptr, v, m, MASKED: tl.constexpr):
+        if MASKED:
+            tl.store(ptr, v, mask=m)
+        else:
+            tl.store(ptr, v)
+
+    # ------------------------------------------------------------------ program order (see _launch1)
+    @triton.jit
+    def _program(REVERSE: tl.constexpr):
+        """This program's block; with REVERSE the blocks are handed out from the end, so the first
+        programs to run read what a preceding forward pass over the same tensor left in L2."""
+        pid = tl.program_id(0)
+        if REVERSE:
+            pid = tl.num_programs(0) - 1 - pid
+        return pid
+
+    # ------------------------------------------------------------------ Philox, four numbers per call
+    @triton.jit
+    def _randint8(seed, group, G: tl.constexpr):
+        """(G,) group indices -> (G, 8) uint32 Philox numbers, element (g, k) for element 8 g + k:
+        one Philox-4x32 call per 4 elements (``tl.rand`` runs one per element and keeps 1 of its 4)."""
+        off = group[:, None] * 2 + tl.arange(0, 2)[None, :]
+        r0, r1, r2, r3 = tl.randint4x(seed, off)
+        return tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (G, 8))
+
+    @triton.jit
+    def _uniform8(seed, group, G: tl.constexpr):
+        """(G, 8) U[0, 1) float32 (see :func:`_randint8`)."""
+        return tl.uint_to_uniform_float(_randint8(seed, group, G))
+
+
+# ====================================================================== choosing
+_PICKED: dict = {}
+
+
+def pick(key, candidates) -> int:
+    """Index of the fastest of ``candidates`` (callables computing the same thing) for ``key``,
+    timed once per process with CUDA events (two runs each after a warm-up) and remembered: a
+    guard that keeps a fused path from ever being slower than the plain-PyTorch one it replaces.
+    The plain path comes last: a candidate before it that raises (a kernel this GPU or Triton cannot
+    build) is left out with a warning. Without CUDA (or under the interpreter) the first is taken."""
+    if key in _PICKED:
+        return _PICKED[key]
+    if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
+        _PICKED[key] = 0
+        return 0
+    times = []
+    for i, fn in enumerate(candidates):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - e.g. a tl.dot precision this GPU or Triton lacks
+            if i == len(candidates) - 1:
+                raise  # the last candidate is the plain-PyTorch path: its failure is a real error
+            times.append(float("inf"))
+            warnings.warn(f"fast path {key[0]!r}: candidate {i} failed ({type(exc).__name__}: {exc}); left out",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    _PICKED[key] = min(range(len(times)), key=times.__getitem__)
+    return _PICKED[key]
+
+
+# ====================================================================== payload helpers
+def abs_max(x: torch.Tensor) -> torch.Tensor:
+    """``x.abs().amax()`` as a 1-element tensor in one reduction pass (no ``|x|`` temporary); exact."""
+    return torch.linalg.vector_norm(x, float("inf")).reshape(1)
+
+
+def rows(gathered, i: int) -> torch.Tensor:
+    """Payload ``i`` of every worker as one ``(world_size, ...)`` tensor, without a copy where
+    the workers' tensors already lie back to back in one buffer (one worker; a
+    :class:`~studykit.comm.TorchComm` all-gather), else stacked (as ``quantization._stack``)."""
+    first = gathered[0][i]
+    if len(gathered) == 1:
+        return first.unsqueeze(0)
+    if first.is_contiguous():
+        step = first.numel() * first.element_size()
+        ptr = first.data_ptr()
+        if all(p[i].is_contiguous() and p[i].dtype == first.dtype and p[i].shape == first.shape
+               and p[i].device == first.device and p[i].untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+               and p[i].data_ptr() == ptr + w * step for w, p in enumerate(gathered)):
+            return first.as_strided((len(gathered), *first.shape), (first.numel(), *first.stride()))
+    return torch.stack([p[i] for p in gathered])

@@ -1,0 +1,430 @@
+"""Fused kernels of the top-k sparsifiers: the exact top-k of |g| (:func:`topk_abs`, choosing between a sampled
+threshold, a radix select and ``torch.topk``), DGC's compaction of the entries above a threshold
+(:func:`compact_ge`), the top-k inside each row of a chunked gradient and its decoding (:func:`row_topk`,
+:func:`row_scatter`), and MSTopK's threshold search (:func:`mstopk_search`); each kernel next to the function
+that launches it."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from studykit.compressors._fast import common
+from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
+
+#: the names :mod:`studykit.compressors._fast` re-exports from here
+__all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
+           "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
+           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search"]
+
+if HAVE_TRITON:
+    from studykit.compressors._fast.common import _ld, _st
+
+
+def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Three exact methods, the
+    fastest on this device and size kept (:func:`pick`):
+
+    * a sampled threshold (:func:`_sampled_topk`, on large tensors only): one counting pass and one
+      compacting pass over |x| keep the few entries at or above a threshold drawn from a sample, then
+      ``torch.topk`` runs on those alone; one host synchronisation checks that they hold the top k
+      (else ``torch.topk`` on everything);
+    * radix select (:func:`_radix_topk`: three histogram passes over |x|'s bits find the k-th
+      largest magnitude; then everything above it and the first ones equal to it, ascending
+      positions; no sort, no host synchronisation);
+    * ``torch.topk`` itself.
+
+    Under a CUDA graph capture the sampled threshold is left out (its check waits for the device)."""
+    n = x.numel()
+    fns = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
+    sampled = _sampled_ok(n, k)
+    if sampled:
+        fns.insert(0, lambda: _sampled_topk(x, k))
+    key = ("topk", x.device, n, k)
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        # a CUDA graph capture (the DDP hook's graph runner): no host synchronisation, no timing; the picked
+        # method unless it is the sampled one (radix select then, timed and compiled when the pick was made)
+        i = common._PICKED.get(key)
+        return fns[i]() if i is not None and not (sampled and i == 0) else _radix_topk(x, k)
+    return fns[common.pick(key, fns)]()
+
+
+# ====================================================================== sampled threshold
+#: |x| sampled at this many positions (fixed per size) for :func:`_sampled_topk`'s threshold
+_SAMPLES = 1 << 16
+_SAMPLE_POS: dict = {}
+
+
+def _sampled_threshold(k: int, n: int) -> tuple[int, int]:
+    """``(r, capacity)`` of :func:`_sampled_topk`: the threshold is the ``r``-th largest of the sample,
+    where ``e = k * s / n`` of the ``s`` samples are expected in the top k: ``r = e + 4 sqrt(e) + 4`` (four
+    standard deviations of a binomial count, plus four), so the entries at or above it are very likely
+    to number at least k; about ``r * n / s`` of them are expected, and room is made for 1.5 times that."""
+    s = _SAMPLES
+    e = k * s / n
+    r = min(s, math.ceil(e + 4 * math.sqrt(e) + 4))
+    return r, min(n, math.ceil(1.5 * r * n / s) + 1024)
+
+
+def _sampled_ok(n: int, k: int) -> bool:
+    """Whether :func:`_sampled_topk` is a candidate: at least 16 samples' worth of elements per sample, and
+    room for candidates well below n."""
+    return n >= 16 * _SAMPLES and 1 <= k and 2 * _sampled_threshold(k, n)[1] <= n
+
+
+def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest |x| through a threshold estimated from a sample (the idea of Lin et al. 2018's
+    sampled threshold, https://arxiv.org/abs/1712.01887, Sec. 3, made exact): |x| at ``_SAMPLES``
+    random positions (drawn once per size, seeded by it) gives the threshold
+    (:func:`_sampled_threshold`); a counting pass and a compacting pass keep the entries at or above it,
+    ``torch.topk`` takes the k largest of those. If fewer than k reached the threshold, or more than
+    the room kept, the candidates may miss some of the top k: then (one host synchronisation tells)
+    ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
+    bits, so NaN counts as the largest, as in ``torch.topk``."""
+    t, cap = _threshold_from_sample(x, k)
+    cand, cand_bits, found = compact_ge(x, t, cap)
+    chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
+    if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
+        return torch.topk(x.abs(), k, sorted=False).indices
+    return chosen
+
+
+def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
+    """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates."""
+    n, dev = x.numel(), x.device
+    pos = _SAMPLE_POS.get((dev, n))
+    if pos is None:
+        g = torch.Generator().manual_seed(n)
+        pos = _SAMPLE_POS[(dev, n)] = torch.randint(0, n, (_SAMPLES,), generator=g).to(dev)
+    r, cap = _sampled_threshold(k, n)
+    t = torch.topk(x.view(torch.int32)[pos].bitwise_and_(0x7FFFFFFF), r, sorted=False).values.min().reshape(1)
+    return t, cap
+
+
+# ====================================================================== entries at or above a threshold
+if HAVE_TRITON:
+    @triton.jit
+    def _count_ge_kernel(x_ptr, n, t_ptr, counts_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
+        """counts[p] = how many of block p's |x| reach the threshold t_ptr[0], compared as float bits (so NaN
+        counts as the largest, as in ``torch.topk``)."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        tl.store(counts_ptr + p, tl.sum(((v >= tl.load(t_ptr)) & m).to(tl.int32), axis=0))
+
+    @triton.jit
+    def _compact_ge_kernel(x_ptr, n, t_ptr, ends_ptr, pos_ptr, bits_ptr, cap, start, MASKED: tl.constexpr,
+                           BLOCK: tl.constexpr, ROW: tl.constexpr):
+        """The positions (ascending) and |x| float bits of the elements counted by ``_count_ge_kernel``,
+        the first ``cap`` of them: block p writes its own from ``ends[p]`` minus its count on (``ends``: the
+        inclusive prefix sums of the counts), so the order is ``torch.nonzero``'s."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        keep = ((v >= tl.load(t_ptr)) & m).to(tl.int32)
+        if ROW == 0:  # one prefix sum over the block
+            slot = tl.load(ends_ptr + p) - tl.sum(keep, axis=0) + tl.cumsum(keep, axis=0) - 1
+        else:  # prefix sums inside rows of ROW, then over the rows' sums
+            k2 = tl.reshape(keep, (BLOCK // ROW, ROW))
+            rows = tl.sum(k2, axis=1)
+            first = tl.load(ends_ptr + p) - tl.sum(rows, axis=0) + tl.cumsum(rows, axis=0) - rows
+            slot = tl.reshape(first[:, None] + tl.cumsum(k2, axis=1) - 1, (BLOCK,))
+        w = (keep != 0) & (slot < cap)
+        tl.store(pos_ptr + slot, idx.to(tl.int64), mask=w)
+        tl.store(bits_ptr + slot, v, mask=w)
+
+
+#: (elements per program, prefix-sum rows) of the counting and compacting passes, the fastest kept per size
+#: (:func:`pick`): the compacting pass takes a prefix sum over its program's elements, in one go (rows 0) or
+#: inside rows of 32 and then over the rows
+COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32))
+
+
+def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
+    """The entries of flat fp32 ``x`` with ``|x| >= t`` (``t_bits``: a 1-element int32 tensor, t's float
+    bits; NaN counts as the largest), in two passes (count per block, then compact): ``(positions, bits,
+    found)``, ``positions`` (int64, ascending, ``x.numel()`` in the unused slots) and ``bits`` (|x|'s float
+    bits, -1 in the unused slots) of the first ``cap`` of them, ``found`` (a 1-element int32 tensor) how
+    many there are in all. For ``t >= 0`` the positions are ``torch.nonzero_static(x.abs() >= t, size=cap,
+    fill_value=x.numel())``'s. The program shape is one of :data:`COMPACT_SHAPES`."""
+    fns = [lambda s=s: _compact_ge(x, t_bits, cap, *s) for s in COMPACT_SHAPES]
+    return fns[common.pick(("compact_ge", x.device, x.numel(), cap), fns)]()
+
+
+def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row: int = 0):
+    n, dev = x.numel(), x.device
+    counts = torch.empty(triton.cdiv(n, block), dtype=torch.int32, device=dev)
+    _launch(_count_ge_kernel, n, n, block, x, n, t_bits, counts, BLOCK=block)
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
+    bits = torch.full((cap,), -1, dtype=torch.int32, device=dev)  # below every magnitude's bits
+    _launch(_compact_ge_kernel, n, n, block, x, n, t_bits, ends, pos, bits, cap, BLOCK=block, ROW=row)
+    return pos, bits, ends[-1:]
+
+
+# ====================================================================== radix select
+if HAVE_TRITON:
+    @triton.jit
+    def _hist_kernel(x_ptr, n, state_ptr, hist_ptr, start, MASKED: tl.constexpr, MATCH_SHIFT: tl.constexpr,
+                     SHIFT: tl.constexpr, NBINS: tl.constexpr, FIRST: tl.constexpr, BLOCK: tl.constexpr,
+                     ITERS: tl.constexpr):
+        """Histogram of bits [SHIFT, SHIFT + log2 NBINS) of |x|'s float bits over the elements whose
+        higher bits (>> MATCH_SHIFT) equal the prefix chosen so far (state[0])."""
+        base = start + tl.program_id(0) * (BLOCK * ITERS)
+        prefix = tl.load(state_ptr)
+        acc = tl.zeros([NBINS], dtype=tl.int32)
+        for it in range(ITERS):
+            idx = base + it * BLOCK + tl.arange(0, BLOCK)
+            m = idx < n
+            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            if not FIRST:
+                m = m & ((v >> MATCH_SHIFT) == prefix)
+            acc += tl.histogram((v >> SHIFT) & (NBINS - 1), NBINS, mask=m)
+        tl.atomic_add(hist_ptr + tl.arange(0, NBINS), acc, sem="relaxed")
+
+    @triton.jit
+    def _select_bin_kernel(hist_ptr, state_ptr, BITS: tl.constexpr, NBINS: tl.constexpr):
+        """state = [prefix, k_left]: pick the bin holding the k_left-th largest, extend the prefix,
+        and leave in k_left how many of that bin are still to take."""
+        prefix = tl.load(state_ptr)
+        k_left = tl.load(state_ptr + 1)
+        b = tl.arange(0, NBINS)
+        h = tl.load(hist_ptr + b)
+        at_least = tl.cumsum(h, axis=0, reverse=True)  # elements in bins >= b
+        chosen = tl.max(tl.where(at_least >= k_left, b, 0), axis=0)
+        above = tl.sum(tl.where(b > chosen, h, 0), axis=0)
+        tl.store(state_ptr, (prefix << BITS) | chosen)
+        tl.store(state_ptr + 1, k_left - above)
+
+    @triton.jit
+    def _threshold_masks_kernel(x_ptr, n, state_ptr, gt_ptr, eq_ptr, start, MASKED: tl.constexpr,
+                                BLOCK: tl.constexpr):
+        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        t = tl.load(state_ptr)
+        _st(gt_ptr + idx, (v > t).to(tl.int8), m, MASKED)
+        _st(eq_ptr + idx, (v == t).to(tl.int8), m, MASKED)
+
+
+#: bits of |x| (31 significant) decided per histogram pass: 11 + 11 + 9
+_RADIX = (11, 11, 9)
+
+
+def _radix_topk(x: torch.Tensor, k: int) -> torch.Tensor:
+    n = x.numel()
+    dev = x.device
+    state = torch.zeros(2, dtype=torch.int32, device=dev)  # (prefix, k still to take): no host copy
+    state[1] = k
+    hists = torch.zeros(sum(1 << b for b in _RADIX), dtype=torch.int32, device=dev)
+    block, iters = 2048, 8
+    done, start = 0, 0
+    for i, bits in enumerate(_RADIX):
+        nb = 1 << bits
+        shift = 31 - done - bits
+        hist = hists[start:start + nb]
+        _launch(_hist_kernel, n, n, block * iters, x, n, state, hist, MATCH_SHIFT=shift + bits, SHIFT=shift,
+                NBINS=nb, FIRST=i == 0, BLOCK=block, ITERS=iters)
+        _select_bin_kernel[(1,)](hist, state, BITS=bits, NBINS=nb)
+        done += bits
+        start += nb
+    gt = torch.empty(n, dtype=torch.int8, device=dev)
+    eq = torch.empty(n, dtype=torch.int8, device=dev)
+    _launch(_threshold_masks_kernel, n, n, _BLOCK, x, n, state, gt, eq, BLOCK=_BLOCK)
+    # all above the threshold (fewer than k), then the first k_left equal to it
+    idx_gt = torch.nonzero_static(gt.view(torch.bool), size=k, fill_value=n).view(-1)
+    idx_eq = torch.nonzero_static(eq.view(torch.bool), size=k, fill_value=n).view(-1)
+    n_gt = k - state[1].long()
+    slot = torch.arange(k, device=dev)
+    return torch.where(slot < n_gt, idx_gt, idx_eq[(slot - n_gt).clamp(min=0)])
+
+
+# ====================================================================== top-k per row (chunked)
+if HAVE_TRITON:
+    @triton.jit
+    def _row_topk_kernel(x_ptr, n, vals_ptr, offs_ptr, K, start, MASKED: tl.constexpr, L: tl.constexpr,
+                         LP: tl.constexpr, RADIX4: tl.constexpr):
+        """Per row of L elements (zero past n): the K largest |x| (ties: first by position), values
+        and in-row offsets written in position order at row * K. The K-th largest magnitude is found
+        bit by bit from the top (RADIX4: two bits per step, three candidate counts at once)."""
+        row = start + tl.program_id(0)
+        off = tl.arange(0, LP)
+        idx = row * L + off
+        m = (off < L) & (idx < n)
+        x = _ld(x_ptr + idx, m, 0.0, MASKED)
+        v = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        if MASKED:
+            v = tl.where(off < L, v, -1)  # lanes past the row never count
+        t = tl.full((), 0, tl.int32)
+        if RADIX4:
+            j = tl.arange(0, 4)
+            for i in range(15):  # bits 30..1, two at a time
+                shift = 29 - 2 * i
+                cand = t | (j << shift)
+                cnt = tl.sum((v[None, :] >= cand[:, None]).to(tl.int32), axis=1)
+                best = tl.max(tl.where((cnt >= K) & (j > 0), j, 0), axis=0)
+                t = t | (best << shift)
+            cnt0 = tl.sum((v >= (t | 1)).to(tl.int32), axis=0)
+            t = tl.where(cnt0 >= K, t | 1, t)
+        else:
+            for i in range(31):  # the largest t with count(v >= t) >= K
+                cand = t | (1 << (30 - i))
+                cnt = tl.sum((v >= cand).to(tl.int32), axis=0)
+                t = tl.where(cnt >= K, cand, t)
+        gt = v > t
+        need = K - tl.sum(gt.to(tl.int32), axis=0)
+        eq = v == t
+        eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
+        sel = gt | (eq & (eq_rank <= need))
+        slot = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(vals_ptr + row * K + slot, x, mask=sel)
+        tl.store(offs_ptr + row * K + slot, off, mask=sel)
+
+    @triton.jit
+    def _row_scatter_kernel(vals_ptr, offs_ptr, out_ptr, n, K, L: tl.constexpr, LP: tl.constexpr,
+                            KP: tl.constexpr):
+        """One worker's chunked top-k payload -> dense rows: zero the row, then put the K values."""
+        row = tl.program_id(0)
+        off = tl.arange(0, LP)
+        idx = row * L + off
+        tl.store(out_ptr + idx, tl.zeros([LP], dtype=tl.float32), mask=(off < L) & (idx < n))
+        tl.debug_barrier()  # the zeros land before the values (same program, same addresses)
+        j = tl.arange(0, KP)
+        mj = j < K
+        o = tl.load(offs_ptr + row * K + j, mask=mj, other=0).to(tl.int32)
+        v = tl.load(vals_ptr + row * K + j, mask=mj, other=0.0)
+        dst = row * L + o
+        tl.store(out_ptr + dst, v, mask=mj & (dst < n))
+
+
+def row_topk_ok(length: int, k: int) -> bool:
+    """Rows the per-row kernel takes: up to 16384 elements, k < length."""
+    return 2 <= length <= 16384 and 1 <= k < length
+
+
+def row_topk(x: torch.Tensor, length: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k |x| inside each ``length``-element row of a flat fp32 tensor (the last row padded
+    with zeros): values (rows * k,) fp32 and in-row offsets (rows * k,) int32, position order.
+    Ties at the threshold: first by position."""
+    n = x.numel()
+    rows = -(-n // length)
+    vals = torch.empty(rows * k, dtype=torch.float32, device=x.device)
+    offs = torch.empty(rows * k, dtype=torch.int32, device=x.device)
+    lp = triton.next_power_of_2(length)
+    warps = 8 if lp >= 4096 else 4
+    full = n // length if lp == length else 0
+
+    def run(radix4):
+        if full:
+            _row_topk_kernel[(full,)](x, n, vals, offs, k, 0, MASKED=False, L=length, LP=lp, RADIX4=radix4,
+                                      num_warps=warps)
+        if rows > full:
+            _row_topk_kernel[(rows - full,)](x, n, vals, offs, k, full, MASKED=True, L=length, LP=lp,
+                                             RADIX4=radix4, num_warps=warps)
+
+    choice = common.pick(("row_topk", x.device, n, length, k), [lambda: run(True), lambda: run(False)])
+    run(choice == 0)
+    return vals, offs
+
+
+def row_scatter(values: torch.Tensor, offsets: torch.Tensor, n: int, length: int, k: int) -> torch.Tensor:
+    """Inverse of :func:`row_topk` for one payload: a dense (n,) fp32 tensor, zeros elsewhere."""
+    rows = -(-n // length)
+    out = torch.empty(n, dtype=torch.float32, device=values.device)
+    lp = triton.next_power_of_2(length)
+    _row_scatter_kernel[(rows,)](values, offsets, out, n, k, L=length, LP=lp, KP=triton.next_power_of_2(k),
+                                 num_warps=8 if lp >= 4096 else 4)
+    return out
+
+
+# ====================================================================== MSTopK's threshold search
+if HAVE_TRITON:
+    @triton.jit
+    def _mstopk_hist_kernel(mag_ptr, n, st_ptr, hist_ptr, start, MASKED: tl.constexpr, BITS: tl.constexpr,
+                            BLOCK: tl.constexpr, ITERS: tl.constexpr):
+        """Histogram over the 2**BITS leaves of the binary-search tree below [lo, hi] = st[0:2]: each
+        entry descends BITS levels by the same fp32 midpoints (l + h) / 2 the search computes, right
+        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf)."""
+        lo = tl.load(st_ptr)
+        hi = tl.load(st_ptr + 1)
+        base = start + tl.program_id(0) * (BLOCK * ITERS)
+        acc = tl.zeros([1 << BITS], dtype=tl.int32)
+        for it in range(ITERS):
+            idx = base + it * BLOCK + tl.arange(0, BLOCK)
+            m = idx < n
+            v = _ld(mag_ptr + idx, m, 0.0, MASKED)
+            lo_v = tl.zeros([BLOCK], dtype=tl.float32) + lo
+            hi_v = tl.zeros([BLOCK], dtype=tl.float32) + hi
+            leaf = tl.zeros([BLOCK], dtype=tl.int32)
+            for _ in tl.static_range(BITS):
+                mid = (lo_v + hi_v) * 0.5  # == (lo + hi) / 2: halving is exact
+                right = v >= mid
+                lo_v = tl.where(right, mid, lo_v)
+                hi_v = tl.where(right, hi_v, mid)
+                leaf = leaf * 2 + right.to(tl.int32)
+            if MASKED:
+                acc += tl.histogram(leaf, 1 << BITS, mask=m)
+            else:
+                acc += tl.histogram(leaf, 1 << BITS)
+        tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
+
+    @triton.jit
+    def _mstopk_walk_kernel(st_ptr, cnt_ptr, hist_ptr, k, BITS: tl.constexpr):
+        """BITS binary-search steps on st = [lo, hi, t1, t2], cnt = [c1, c2], each step's count
+        #(mag >= mid) read from the leaf histogram: the entries in the leaves right of the split."""
+        lo = tl.load(st_ptr)
+        hi = tl.load(st_ptr + 1)
+        t1 = tl.load(st_ptr + 2)
+        t2 = tl.load(st_ptr + 3)
+        c1 = tl.load(cnt_ptr)
+        c2 = tl.load(cnt_ptr + 1)
+        leaves = tl.arange(0, 1 << BITS)
+        at_least = tl.cumsum(tl.load(hist_ptr + leaves), axis=0, reverse=True)  # entries in leaves >= j
+        first = 0  # first leaf of the current node
+        for d in tl.static_range(BITS):
+            half = 1 << (BITS - 1 - d)  # d is a constexpr of static_range: so is half (Triton 3.6 refuses
+            # re-binding a name annotated tl.constexpr in an unrolled loop)
+            mid = (lo + hi) * 0.5
+            count = tl.sum(tl.where(leaves == first + half, at_least, 0), axis=0)
+            few = count <= k
+            hi = tl.where(few, mid, hi)
+            lo = tl.where(few, lo, mid)
+            t1 = tl.where(few, mid, t1)
+            c1 = tl.where(few, count, c1)
+            t2 = tl.where(few, t2, mid)
+            c2 = tl.where(few, c2, count)
+            first = tl.where(few, first, first + half)
+        tl.store(st_ptr, lo)
+        tl.store(st_ptr + 1, hi)
+        tl.store(st_ptr + 2, t1)
+        tl.store(st_ptr + 3, t2)
+        tl.store(cnt_ptr, c1)
+        tl.store(cnt_ptr + 1, c2)
+
+
+#: binary-search steps MSTopK's fused search resolves per pass over |g| (a 2**10-leaf histogram)
+_MSTOPK_BITS = 10
+
+
+def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype):
+    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / 10)
+    passes over ``mag`` and two launches a pass, instead of a pass and two launches a step: each
+    pass histograms every entry into the 2**10 leaves of the next ten steps' midpoint tree, and a
+    one-program kernel then takes the ten steps with the counts read from the histogram. Returns
+    the 0-d tensors (t1, c1, t2, c2) of :class:`~studykit.compressors.sparsification.MSTopK`'s
+    reference loop, bit for bit (the same fp32 midpoints (lo + hi) / 2, exact integer counts)."""
+    n = mag.numel()
+    dev = mag.device
+    st = torch.stack([lo.float(), hi.float(), torch.full((), float("inf"), device=dev), torch.zeros((), device=dev)])
+    cnt = torch.arange(2, dtype=torch.int32, device=dev) * n  # [c1, c2] = [0, n], made on the device
+    steps = [min(_MSTOPK_BITS, rounds - i) for i in range(0, rounds, _MSTOPK_BITS)]
+    hists = torch.zeros(sum(1 << b for b in steps), dtype=torch.int32, device=dev)
+    block, iters, start = 1024, 8, 0
+    for bits in steps:
+        hist = hists[start:start + (1 << bits)]
+        _launch(_mstopk_hist_kernel, n, n, block * iters, mag, n, st, hist, BITS=bits, BLOCK=block, ITERS=iters)
+        _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=bits)
+        start += 1 << bits
+    return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)

@@ -1,0 +1,505 @@
+"""Builders of the generated README blocks under ``data/`` that read one fixed set of committed records.
+
+Each builder returns a block's text, or a dict of texts keyed by marker for a README with several blocks; the
+manifest (``data/campaigns.toml``) names the builder of each block by its name in
+:data:`studykit.nbtools.datacli.BUILDERS`, and ``python -m studykit data regen`` rebuilds them. The records each
+reads are the constants below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from studykit import paths
+
+BANDWIDTH = paths.MEASUREMENTS / "bandwidth"
+GPU_CHECKS = paths.MEASUREMENTS / "gpu_checks_h200"
+GPU_CHECKS_B = paths.MEASUREMENTS / "gpu_checks_h200b"
+GPU_CHECKS_C = paths.MEASUREMENTS / "gpu_checks_h200c"
+GPU_CHECKS_D = paths.MEASUREMENTS / "gpu_checks_h200d"
+GPU_CHECKS_E = paths.MEASUREMENTS / "gpu_checks_h200e"
+CODEC_KERNELS = paths.MEASUREMENTS / "codec_kernels_h200"
+TOPK_DDP = paths.MEASUREMENTS / "topk_ddp_h200"
+TTA = paths.DATA / "training" / "tta_gpu2"
+
+#: where the collective path of each parameter-server configuration is looked for, in order
+COLLECTIVE_SOURCES = {"gpu_checks_h200/hooks.jsonl": GPU_CHECKS / "hooks.jsonl",
+                      "bandwidth/h200_p2/ddp.jsonl": BANDWIDTH / "h200_p2" / "ddp.jsonl"}
+#: the fp16-vs-PyTorch blocks of the bandwidth README: marker -> the rounds' campaigns
+FP16_VS_TORCH = {"fp16-vs-torch-p2j": ("h200_p2j", "h200_p2j_repeat"),
+                 "fp16-vs-torch-p2kl": ("h200_p2k", "h200_p2k_repeat", "h200_p2l", "h200_p2l_repeat")}
+#: bandwidth campaigns that measured the same configurations (another machine, another day, or a second round)
+RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "h200_p2d"), ("h200_p2", "h200_p2d"),
+               ("h200_p2d", "h200_p2e"),
+               # another machine: the Gram-Schmidt rows of h200_p2d, the CholeskyQR2 rows of h200_p2e
+               ("h200_p2d", "h200_p2f"), ("h200_p2e", "h200_p2f"), ("h200_p2d", "h200_p2g"),
+               # the same machine, minutes apart
+               ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"),
+               # the same call, gpu_bandwidth.sh ROUNDS=2
+               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"),
+               ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"),
+               # BERT-base's PowerSGD hooks: two calls on another machine (h200_p2n, then h200_p2q: 10 before 25 Gbit/s),
+               # and the same call's 25 before 10 Gbit/s (h200_p2q / h200_p2q_reversed)
+               ("h200_p2n", "h200_p2q"), ("h200_p2q", "h200_p2q_reversed"),
+               # the same hooks on a third machine (h200_p2r), and its second round
+               ("h200_p2q", "h200_p2r"), ("h200_p2r", "h200_p2r_repeat"))
+#: the campaigns and methods of the bandwidth README's table of measured crossovers with intervals
+CROSSOVER_CAMPAIGNS = ("h200_p2", "h200_p2b", "h200_p4")
+CROSSOVER_METHODS = ("PyTorch PowerSGD r4 hook", "PyTorch fp16 hook", "powersgd r4 (post)", "powersgd r4 (hook)",
+                     "powersgd r4 (blocking hook)", "topk 1% (post)", "topk 1% (hook)", "quantize b8 (post)")
+#: cuSOLVER's batched Jacobi eigen/singular-value kernels (ATOMO's decompositions)
+ATOMO_SOLVER = ("syevj", "syevbj", "gesvdj", "gesvdbj", "rotate")
+#: the TopK DDP A/B's runs: the old and the new codec, twice, in the order run
+TOPK_DDP_RUNS = ("old1", "new1", "old2", "new2")
+#: the host-time profiles beside shaped traffic, in the order they ran, and the traffic's rate (Gbit/s, or None)
+HOST_TRAFFIC = (("alone", None), ("during25", 25.0), ("during10", 10.0), ("alone2", None))
+#: the time-to-accuracy runs, one folder per emulated rate
+TTA_RATES = (TTA / "tta_10g", TTA / "tta_2.5g")
+#: the learning-rate runs (AdamW) and their SGD control, one ``lrRATE`` folder per peak learning rate
+TTA_LR = TTA / "lr"
+TTA_LR_SGD = TTA / "lr_sgd"
+
+
+def _load(path: Path | str, **kw) -> list[dict]:
+    from studykit.measure.records import load_records
+
+    return load_records(path, quiet=True, **kw)
+
+
+def _cell(r: dict, digits: int = 4) -> str:
+    """A timed record's median with its quartiles and repetitions: ``ms [q25-q75] n=N``."""
+    return f"{r['ms_median']:.{digits}f} [{r['ms_q25']:.{digits}f}-{r['ms_q75']:.{digits}f}] n={r['n_iter']}"
+
+
+# ---------------------------------------------------------------------------------------------------- DDP hooks
+def nvlink_checks_blocks() -> dict[str, str]:
+    """The NVLink hook targets and the parameter server beside Table 1's collectives, by marker."""
+    from studykit.measure import report as R
+
+    hooks = R.hook_targets(_load(GPU_CHECKS / "nvlink.jsonl"))
+    ps = R.ps_vs_collective(_load(GPU_CHECKS / "ps.jsonl"), {name: _load(f) for name, f in COLLECTIVE_SOURCES.items()})
+    return {"hook-targets": R.hook_targets_markdown(hooks), "ps-table1": R.ps_vs_collective_markdown(ps)}
+
+
+def nvlink_alone_blocks() -> dict[str, str]:
+    """The NVLink hook targets and the hook budget, measured alone on the host, by marker."""
+    from studykit.measure import hook_times
+    from studykit.measure import report as R
+
+    hooks = R.hook_targets(_load(GPU_CHECKS_B / "nvlink.jsonl"))
+    budget = hook_times.hook_budget_table(_load(GPU_CHECKS_B / "hooks.jsonl"))
+    return {"hook-targets": R.hook_targets_markdown(hooks), "hook-budget": hook_times.hook_budget_markdown(budget)}
+
+
+def nvlink_rounds_blocks() -> dict[str, str]:
+    """The NVLink hook targets, the same targets in rounds one after the other (run-to-run spread), and
+    PowerSGD's hook with its buckets coalesced, by marker."""
+    from studykit.measure import report as R
+
+    rounds = [f"Round {i}:\n\n" + R.hook_targets_markdown(R.hook_targets(
+        _load(GPU_CHECKS_C / "rounds" / f"nvlink_round{i}.jsonl"))) for i in (1, 2, 3)]
+    coal = _load(GPU_CHECKS_C / "nvlink_coalesce.jsonl")
+    psgd = [t for t in R.HOOK_TARGETS if t.compressor == "powersgd"]
+    parts = ["A protocol per bucket (`register`'s default):\n\n" + R.hook_targets_markdown(R.hook_targets(coal))]
+    for mb, what in ((0.0, "once per iteration (`coalesce_mb=0`)"), (25.0, "in groups of 25 MB (`coalesce_mb=25`)")):
+        parts.append(f"PowerSGD's buckets coalesced {what}:\n\n"
+                     + R.hook_targets_markdown(R.hook_targets(coal, psgd, coalesce_mb=mb)))
+    return {"hook-targets": R.hook_targets_markdown(R.hook_targets(_load(GPU_CHECKS_C / "nvlink.jsonl"))),
+            "hook-rounds": "\n".join(rounds), "hook-coalesce": "\n".join(parts)}
+
+
+def orthogonalization_blocks() -> dict[str, str]:
+    """PowerSGD with Gram-Schmidt against CholeskyQR2 (``orthogonalize``), by marker: bucket by bucket (the
+    profile, with and without the host ahead), and in DDP over NVLink (the low-rank targets per
+    orthogonalization and coalescing, the high-rank hook against post and syncSGD)."""
+    from studykit.measure import report as R
+
+    d = GPU_CHECKS_D
+    profile = R.profile_phases_markdown(_load(d / "profile.jsonl") + _load(d / "profile_host_ahead.jsonl"))
+    nv = _load(d / "nvlink.jsonl")
+    parts = []
+    for o in ("twice", "cholesky"):
+        targets = [dataclasses.replace(t, params=t.params + (("orthogonalize", o),), text=f"{t.text}, {o}")
+                   for t in R.HOOK_TARGETS if t.compressor == "powersgd"]
+        for mb, what in ((None, "a protocol per bucket"), (0.0, "buckets coalesced once per iteration")):
+            parts.append(f"`orthogonalize={o}`, {what}:\n\n"
+                         + R.hook_targets_markdown(R.hook_targets(nv, targets, coalesce_mb=mb)))
+    r32 = [R.HookTarget(f"r32 {o} vs {ref}", "powersgd", (("rank", 32), ("orthogonalize", o)), mode, comp, params,
+                        limit, f"PowerSGD rank-32 hook, {o}, vs {ref}")
+           for o in ("twice", "cholesky")
+           for ref, mode, comp, params, limit in (("post", "post", "powersgd", (("rank", 32), ("orthogonalize", o)), 1.0),
+                                                  ("syncSGD", "syncsgd", None, (), 1.1))]
+    return {"cholesky-profile": profile, "cholesky-nvlink": "\n".join(parts),
+            "cholesky-r32": R.hook_targets_markdown(R.hook_targets(_load(d / "nvlink32.jsonl"), r32))}
+
+
+def trace_ab_block() -> dict[str, str]:
+    """The same DDP configurations in a run that traced each one after timing it (``ddp --trace-dir``) and in a
+    run without traces, in the order they were timed, by marker."""
+    from studykit.measure import report as R
+
+    traced = _load(GPU_CHECKS_E / "trace_ab" / "traced.jsonl")
+    t = R.rerun_spread(traced, _load(GPU_CHECKS_E / "trace_ab" / "plain.jsonl"))
+    order = [r["config_id"] for r in sorted(traced, key=lambda r: r["timestamp"])]
+    t = t.set_index("config_id").loc[order]
+    lines = ["| order | configuration | run with traces (ms) | run without (ms) | with / without |",
+             "|---:|---|---:|---:|---:|"]
+    for i, (_, r) in enumerate(t.iterrows()):
+        lines.append(f"| {i + 1}{' (after a traced one)' if i else ''} | {r['model']} b{int(r['batch_size'])} "
+                     f"{r['label']} | {r['ms_first']:.1f} | {r['ms_second']:.1f} | {r['ms_first'] / r['ms_second']:.2f} |")
+    return {"trace-ab": "\n".join(lines) + "\n"}
+
+
+def benchmark_hook_targets_block() -> dict[str, str]:
+    """The NVLink hook targets of the benchmarks' ``bench --ddp`` run, by marker."""
+    from studykit.measure import report as R
+
+    recs = _load(paths.DATA / "benchmarks" / "h200x2b" / "ddp.jsonl")
+    return {"h200x2b-hook-targets": R.hook_targets_markdown(R.hook_targets(recs))}
+
+
+def hook_vs_post_block(campaign: str) -> str:
+    """The overlapped hook against the same compressor after the backward pass, at each shaped rate, of the
+    bandwidth campaign ``campaign`` (a folder of :data:`BANDWIDTH`)."""
+    from studykit.measure import report as R
+
+    return R.hook_vs_post_markdown(R.hook_vs_post(_load(BANDWIDTH / campaign / "ddp.jsonl")))
+
+
+def fp16_vs_torch_table(campaign: str):
+    """The kit's fp16 hook against PyTorch's at each shaped rate of one bandwidth campaign (``report.hook_targets``
+    rows, by model and falling rate)."""
+    from studykit.measure import report as R
+
+    (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
+    recs = _load(BANDWIDTH / campaign / "ddp.jsonl")
+    return R.hook_targets(recs, (fp16,), shaped=True).sort_values(["model", "rate_gbps"], ascending=[True, False])
+
+
+def fp16_vs_torch_block(marker: str) -> str:
+    """The block ``marker`` of :data:`FP16_VS_TORCH`: the kit's fp16 hook against PyTorch's at each rate, each
+    round on its own."""
+    from studykit.measure import report as R
+
+    if marker not in FP16_VS_TORCH:
+        raise ValueError(f"no fp16-vs-torch block {marker!r}; valid: {', '.join(FP16_VS_TORCH)}")
+    parts = []
+    for sub in FP16_VS_TORCH[marker]:
+        label = "round 2" if sub.endswith("_repeat") else "round 1"
+        parts.append(f"`{sub}/` ({label}):\n\n" + R.hook_targets_markdown(fp16_vs_torch_table(sub)))
+    return "\n".join(parts)
+
+
+def rerun_spread_block() -> str:
+    """How far the same configuration's median moved between two bandwidth campaigns (``report.rerun_spread``),
+    for each pair of :data:`RERUN_PAIRS`."""
+    from studykit.measure import report as R
+
+    def recs(c):
+        return _load(BANDWIDTH / c / "ddp.jsonl")
+    return R.rerun_spread_markdown({f"`{a}` / `{b}`": R.rerun_spread(recs(a), recs(b)) for a, b in RERUN_PAIRS})
+
+
+def measured_crossovers_block() -> str:
+    """The measured crossovers with bootstrap intervals (``crossover.markdown_table``) of
+    :data:`CROSSOVER_METHODS` in the bandwidth campaigns :data:`CROSSOVER_CAMPAIGNS`."""
+    import pandas as pd
+
+    from studykit.measure import crossover as X
+
+    table = pd.concat([X.iteration_table(_load(BANDWIDTH / c / "ddp.jsonl")) for c in CROSSOVER_CAMPAIGNS],
+                      ignore_index=True)
+    return X.markdown_table(X.crossovers(table, n_boot=200, seed=0), list(CROSSOVER_METHODS))
+
+
+# ---------------------------------------------------------------------------------------------------- the hook's host time
+def bucket_rows(folder: str) -> dict:
+    """The per-bucket profiles (``reduce_buckets``) of ``folder`` (a folder of :data:`studykit.paths.MEASUREMENTS`):
+    {(model, label): record}, the label the compressor with its rank, orthogonalization and ratio."""
+    out = {}
+    for r in _load(paths.MEASUREMENTS / folder / "profile_buckets.jsonl", kind="profile"):
+        if r.get("phase") == "reduce_buckets" and r.get("status") == "ok" and r.get("bucket_host_ms"):
+            p = r["params"]
+            label = r["compressor"] + (f" r{p['rank']}" if "rank" in p else "") + (
+                f" {p['orthogonalize']}" if "orthogonalize" in p else "") + (f" {p['ratio']:g}" if "ratio" in p else "")
+            out[(r["model"], label)] = r
+    return out
+
+
+def traffic_rows() -> dict:
+    """BERT-base's PowerSGD per-bucket profiles beside shaped traffic (:data:`HOST_TRAFFIC`): {(tag, label): record}."""
+    out = {}
+    for tag, _ in HOST_TRAFFIC:
+        for r in _load(paths.MEASUREMENTS / "hook_host_h200c" / f"profile_{tag}.jsonl", kind="profile"):
+            if r.get("phase") == "reduce_buckets" and r.get("status") == "ok" and r.get("bucket_host_ms"):
+                out[(tag, f"powersgd r{r['params']['rank']}")] = r
+    return out
+
+
+def _host_device_call(r: dict) -> str:
+    return f"{sum(r['bucket_host_ms']):.2f} / {sum(r['bucket_device_ms']):.2f} / {r['ms_median']:.2f}"
+
+
+def _traffic_block() -> str:
+    traffic = {}
+    for rate in (25, 10):
+        (t,) = _load(paths.MEASUREMENTS / "hook_host_h200c" / f"traffic_{rate}.jsonl")
+        traffic[float(rate)] = t
+    rows = traffic_rows()
+    out = ("| profile (in the order run) | written (UTC) | beside it | PowerSGD r32: host / device / call ms | "
+           "PowerSGD r4: host / device / call ms |\n|---|---|---|---:|---:|\n")
+    for tag, rate in HOST_TRAFFIC:
+        a, b = rows[(tag, "powersgd r32")], rows[(tag, "powersgd r4")]
+        beside = "nothing" if rate is None else (f"256 MB all-reduce at {rate:g} Gbit/s "
+                                                 f"({traffic[rate]['ms_median']:.1f} ms each)")
+        out += f"| `{tag}` | {a['timestamp'][11:19]} | {beside} | {_host_device_call(a)} | {_host_device_call(b)} |\n"
+    return out
+
+
+def hook_host_blocks() -> dict[tuple[str, str], str]:
+    """The hook's per-bucket host and device times, by (folder, marker): every configuration of one machine; the
+    same configurations on a second machine beside the first; BERT-base's PowerSGD alone and beside a shaped
+    all-reduce loop, in the order measured."""
+    a, b = bucket_rows("hook_host_h200"), bucket_rows("hook_host_h200b")
+
+    def cells(r):
+        dev = r["bucket_device_ms"]
+        return (f"{len(r['bucket_host_ms'])} | {sum(r['bucket_host_ms']):.2f} | "
+                + (f"{sum(dev):.2f}" if dev else "(not timed)") + f" | {r['ms_median']:.2f}")
+
+    head = "| model | compressor | buckets | host ms (sum) | device ms (sum) | timed call ms |\n|---|---|---:|---:|---:|---:|\n"
+    one = head + "".join(f"| {m} | {c} | {cells(r)} |\n" for (m, c), r in a.items())
+    two = ("| model | compressor | buckets | `hook_host_h200b/` host / device / call ms | `hook_host_h200/` host / device / call ms |"
+           " host, b / a |\n|---|---|---:|---:|---:|---:|\n")
+    for key, r in b.items():
+        o = a[key]
+        two += (f"| {key[0]} | {key[1]} | {len(r['bucket_host_ms'])} | {_host_device_call(r)} | {_host_device_call(o)} | "
+                f"{sum(r['bucket_host_ms']) / sum(o['bucket_host_ms']):.2f} |\n")
+    return {("hook_host_h200", "bucket-times"): one, ("hook_host_h200b", "bucket-times-two-machines"): two,
+            ("hook_host_h200c", "host-under-traffic"): _traffic_block()}
+
+
+# ---------------------------------------------------------------------------------------------------- codec kernels
+def _thc_signed_block(sub: str) -> str:
+    """``benchmarks/thc_signed.py``'s records in ``sub``: per rotation and direction each fused path found, the
+    separate pass (``apart``), and each fused path's time over the separate pass's."""
+    recs = _load(CODEC_KERNELS / sub / "thc_signed.jsonl")
+    by = {(r["params"]["rotation"], r["phase"], r["params"]["path"]): r for r in recs if r.get("kind") == "bench"}
+    fused = list(dict.fromkeys(p for _, _, p in by if p != "apart"))
+    rows = ["| rotation | transform | " + " | ".join(f"diagonal {p}: ms [q25-q75] n" for p in fused)
+            + " | diagonal apart: ms [q25-q75] n | " + " | ".join(f"{p} / apart" for p in fused) + " |",
+            "|---|---|" + "---:|" * (2 * len(fused) + 1)]
+    for rot, phase in dict.fromkeys(k[:2] for k in by):
+        a = by[(rot, phase, "apart")]
+        fs = [by[(rot, phase, p)] for p in fused]
+        rows.append(f"| {rot} | {phase.removeprefix('thc_').removesuffix('_signed')} | "
+                    + "".join(f"{_cell(f)} | " for f in fs) + f"{_cell(a)} | "
+                    + "".join(f"{f['ms_median'] / a['ms_median']:.3f} | " for f in fs).rstrip())
+    return "\n".join(rows) + "\n"
+
+
+def _topk_select_blocks() -> tuple[str, str]:
+    """``benchmarks/topk_select.py``'s records: each exact selection against ``torch.topk``, and the counting and
+    compacting passes alone per program shape."""
+    recs = _load(CODEC_KERNELS / "topk_sampled" / "topk_select.jsonl")
+    sel = {(r["model"], r["params"]["ratio"], r["params"]["path"]): r for r in recs if r["phase"] == "topk_select"}
+    rows = ["| model | ratio | k | sampled: ms [q25-q75] n (x floor) | radix | torch.topk | sampled / torch | radix / torch |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (model, ratio, path), r in sel.items():
+        if path != "sampled":
+            continue
+        rad, tor = sel[(model, ratio, "radix")], sel[(model, ratio, "torch")]
+        rows.append(f"| {model} | {ratio:g} | {r['k']} | {_cell(r)} ({r['ms_median'] / r['floor_ms']:.1f}) | "
+                    f"{rad['ms_median']:.4f} | {tor['ms_median']:.4f} | {r['ms_median'] / tor['ms_median']:.3f} | "
+                    f"{rad['ms_median'] / tor['ms_median']:.3f} |")
+    comp = [r for r in recs if r["phase"] == "compact_ge"]
+    shapes = list(dict.fromkeys((r["params"]["block"], r["params"]["rows"]) for r in comp))
+    crow = ["| model | ratio | candidates' room | " + " | ".join(
+        f"block {b}, {'rows of ' + str(w) if w else 'one prefix sum'}" for b, w in shapes) + " |",
+        "|---|---:|---:|" + "---:|" * len(shapes)]
+    by = {(r["model"], r["params"]["ratio"], r["params"]["block"], r["params"]["rows"]): r for r in comp}
+    for model, ratio in dict.fromkeys((r["model"], r["params"]["ratio"]) for r in comp):
+        first = by[(model, ratio, *shapes[0])]
+        crow.append(f"| {model} | {ratio:g} | {first['cap']} | " + " | ".join(
+            f"{by[(model, ratio, *s)]['ms_median']:.4f} ({by[(model, ratio, *s)]['ms_median'] / first['floor_ms']:.1f})"
+            for s in shapes) + " |")
+    return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
+
+
+def _topk_codec_block() -> str:
+    """The TopK codecs' ``codec_kernels`` records, fast path beside the reference."""
+    recs = _load(CODEC_KERNELS / "topk_sampled" / "codec_kernels.jsonl")
+
+    def key(r):
+        return r["compressor"], json.dumps(r["params"], sort_keys=True), r["mode"]
+
+    timed = {key(r): r for r in recs if r["kind"] == "bench"}
+    rows = ["| codec | params | path | timed ms [q25-q75] (x floor) | timer | kernels | kernels alone ms (x floor) |",
+            "|---|---|---|---:|---|---:|---:|"]
+    for k in recs:
+        if k["kind"] != "codec_kernels":
+            continue
+        t = timed[key(k)]
+        params = ",".join(f"{a}={b}" for a, b in sorted(k["params"].items()))
+        rows.append(f"| {k['compressor']} | {params} | {k['mode'].split(':')[-1]} | {t['ms_median']:.4f} "
+                    f"[{t['ms_q25']:.4f}-{t['ms_q75']:.4f}] ({t['ms_median'] / t['floor_ms']:.1f}) | {t['timer']} | "
+                    f"{k['n_kernels']} | {k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) |")
+    return "\n".join(rows) + "\n"
+
+
+def codec_kernels_blocks() -> dict[str, str]:
+    """The codec-kernel tables, by marker: the max |g| trial's components, THC's codec rows of every run, THC's
+    fused-diagonal candidates (at "ieee" and at tf32x3), the exact TopK selections and compacting passes, and the
+    TopK codecs fast beside reference."""
+    recs = _load(CODEC_KERNELS / "abs_max_trial" / "bench_components.jsonl")
+    rows = ["| component | ms median [q25-q75] n | x floor |", "|---|---:|---:|"]
+    for r in recs:
+        label = str(r.get("phase") or "").removeprefix("component:")
+        if r.get("kind") == "bench" and label.startswith(("max |g|", "elementwise pass")):
+            rows.append(f"| {label.replace('|', chr(92) + '|')} | {_cell(r)} | {r['x_floor']:.2f} |")
+    blocks = {"abs-max-components": "\n".join(rows) + "\n"}
+    rows = ["| run | kit commit | codec | timed ms (x floor) | kernels | kernels alone ms (x floor) | rotation's kernels ms |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    for sub in ("", "thc_fused", "thc_diag", "thc_tf32x3"):
+        recs = _load(CODEC_KERNELS / sub / "codec_kernels.jsonl")
+        timed = {(r["compressor"], r["params"].get("rotation"), r["mode"]): r for r in recs if r["kind"] == "bench"}
+        for k in recs:
+            if k["kind"] != "codec_kernels" or k["compressor"] != "thc":
+                continue
+            t = timed[("thc", k["params"]["rotation"], k["mode"])]
+            path = " (reference)" if k["mode"].endswith(":reference") else ""
+            rot = sum(x["us_median"] for x in k["kernels"] if "gemm" in x["name"] or "hadamard" in x["name"]) / 1e3
+            rows.append(f"| `{sub or '.'}/` | `{t['git_commit'][:7]}` | thc rotation={k['params']['rotation']}{path} | "
+                        f"{t['ms_median']:.4f} ({t['ms_median'] / t['floor_ms']:.1f}) | {k['n_kernels']} | "
+                        f"{k['ms_kernels']:.4f} ({k['ms_kernels'] / t['floor_ms']:.1f}) | {rot:.4f} |")
+    blocks["thc-fused"] = "\n".join(rows) + "\n"
+    blocks["thc-signed"] = _thc_signed_block("thc_signed")
+    blocks["thc-tf32x3"] = _thc_signed_block("thc_tf32x3")
+    blocks["topk-select"], blocks["topk-compact"] = _topk_select_blocks()
+    blocks["topk-codecs"] = _topk_codec_block()
+    return blocks
+
+
+def atomo_rows() -> list[tuple]:
+    """ATOMO's two decompositions: (svd, timed record, kernels record, the Jacobi solver's kernels in ms)."""
+    recs = _load(CODEC_KERNELS / "atomo" / "codec_kernels.jsonl.gz")
+    timed = {r["params"]["svd"]: r for r in recs if r["kind"] == "bench"}
+    out = []
+    for k in recs:
+        if k["kind"] == "codec_kernels":
+            solver = sum(x["us_median"] for x in k["kernels"] if any(s in x["name"] for s in ATOMO_SOLVER)) / 1e3
+            out.append((k["params"]["svd"], timed[k["params"]["svd"]], k, solver))
+    return out
+
+
+def atomo_block() -> str:
+    """ATOMO's timed call per decomposition beside its kernels and the Jacobi solver's share of them."""
+    rows = ["| svd | timed ms [q25-q75] n | kernels | kernels alone ms | Jacobi solver's kernels ms (share) |",
+            "|---|---:|---:|---:|---:|"]
+    for svd, t, k, solver in atomo_rows():
+        rows.append(f"| {svd} | {_cell(t, 1)} | "
+                    f"{k['n_kernels']} | {k['ms_kernels']:.1f} | {solver:.1f} ({100 * solver / k['ms_kernels']:.0f} %) |")
+    return "\n".join(rows) + "\n"
+
+
+def topk_ddp_medians() -> dict:
+    """The TopK DDP A/B's iteration medians: {(model, mode, compressor): {run: ms}} over :data:`TOPK_DDP_RUNS`."""
+    out = {}
+    for run in TOPK_DDP_RUNS:
+        for r in _load(TOPK_DDP / f"{run}.jsonl"):
+            if r["kind"] == "ddp" and r["status"] == "ok":
+                out.setdefault((r["model"], r["mode"], r["compressor"]), {})[run] = r["ms_median"]
+    return out
+
+
+def topk_ddp_block() -> str:
+    """The TopK DDP A/B: each configuration's iteration medians per run, new / old per pair and old / old."""
+    rows = ["| model | mode | codec | old1 | new1 | old2 | new2 | new1 / old1 | new2 / old2 | old2 / old1 |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (model, mode, comp), m in topk_ddp_medians().items():
+        rows.append(f"| {model} | {mode} | {comp} | " + " | ".join(f"{m[r]:.2f}" for r in TOPK_DDP_RUNS) +
+                    f" | {m['new1'] / m['old1']:.3f} | {m['new2'] / m['old2']:.3f} | {m['old2'] / m['old1']:.3f} |")
+    return "\n".join(rows) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- training
+def tta_block() -> str:
+    """What the time-to-accuracy runs reach, the target, then Han et al.'s table per emulated rate (Han et al.
+    2024, https://arxiv.org/abs/2407.01378; the probe's measured bus bandwidth beside the rate)."""
+    import pandas as pd
+
+    from studykit.train import analysis
+
+    folders = list(TTA_RATES)
+    frames = analysis.load_rates(folders)
+    target, tables = analysis.rate_tables(frames, "val_loss", None, "fp16", level=0.9, interpolate=True)
+    both = pd.concat(frames.values(), ignore_index=True)
+    last = both.sort_values("step").groupby("run_id").last()
+    r0 = analysis.load_runs(folders[0])[0]
+    seen = r0["global_batch"] * r0["dataset"]["seq_len"] * r0["total_steps"]
+    out = [(f"Each run trains on {seen / 1e6:.2f} M bytes ({r0['total_steps']} iterations x {r0['global_batch']} windows "
+           f"x {r0['dataset']['seq_len']} bytes), {seen / r0['dataset']['num_train_tokens']:.2f} of one pass over the "
+           f"{r0['dataset']['num_train_tokens'] / 1e6:.2f} M training bytes. After it, the validation loss of the "
+           f"{len(last)} runs lies between {last['val_loss'].min():.2f} and {last['val_loss'].max():.2f} nats per byte "
+           f"({last['val_loss'].min() / math.log(2):.2f} to {last['val_loss'].max() / math.log(2):.2f} bits per byte; "
+           f"a uniform guess is 8) and the next-byte validation accuracy between {100 * last['val_acc'].min():.0f} and "
+           f"{100 * last['val_acc'].max():.0f} %: far from converged.\n\n"),
+           (f"Target: validation loss {target:.4f} nats per byte, the highest final validation loss of the "
+           f"{(last['method'] == 'fp16').sum()} fp16 runs (both rates), so every fp16 run reaches it. Means over the 3 "
+           f"seeds with 90 % Student-t intervals (times to target: geometric means over the runs that reached it; "
+           f"speed-ups paired by seed); crossings interpolated between evaluations; time is training time, "
+           f"evaluation and profiled iterations excluded.\n")]
+    for folder, (rate, t) in zip(folders, tables.items()):
+        (probe,) = _load(folder / "probe.jsonl")
+        out.append(f"\n**{rate}** (`{folder.name}/`; the 64 MiB all-reduce probe before the runs: "
+                   f"{probe['busbw_gbps']:.2f} Gbit/s bus bandwidth)\n\n")
+        out.append(analysis.han_markdown(t, "val_loss", "fp16"))
+    return "".join(out)
+
+
+def lr_finals(root: Path | str = TTA_LR):
+    """Final validation loss of every run of the learning-rate runs under ``root`` (one ``lrRATE`` folder per peak
+    learning rate): a frame with one row per (learning rate, method, seed)."""
+    import pandas as pd
+
+    from studykit.train import analysis
+
+    rows = []
+    for folder in sorted(Path(root).glob("lr*"), key=lambda f: -float(f.name[2:])):
+        df = analysis.latest_runs(analysis.to_frame(analysis.load_runs(folder)))
+        last = df.sort_values("step").groupby(["method", "seed"])["val_loss"].last()
+        rows += [{"lr": float(folder.name[2:]), "method": m, "seed": s, "val_loss": v} for (m, s), v in last.items()]
+    return pd.DataFrame(rows)
+
+
+def lr_block(root: Path | str = TTA_LR) -> str:
+    """The learning-rate runs under ``root``: final validation loss per method and peak learning rate (means over
+    seeds, 90 % Student-t intervals), then `dynamic` against `none` seed by seed."""
+    from studykit.train import analysis
+
+    root = Path(root)
+    f = lr_finals(root)
+    if f.empty:
+        raise ValueError(f"{root}: no lrRATE folders of training records")
+    lrs = sorted(f["lr"].unique(), reverse=True)
+    methods = analysis.method_order(f["method"].unique())
+    out = ["| method | " + " | ".join(f"peak lr {lr:g}" for lr in lrs) + " |\n",
+           "|---|" + "---:|" * len(lrs) + "\n"]
+    means = {}
+    for m in methods:
+        cells = []
+        for lr in lrs:
+            mid, lo, hi = analysis.seed_interval(f[(f["lr"] == lr) & (f["method"] == m)]["val_loss"], 0.9)
+            means[m, lr] = mid
+            cells.append(f"{mid:.3f} [{lo:.3f}, {hi:.3f}]")
+        out.append(f"| {m} | " + " | ".join(cells) + " |\n")
+    best = min(lrs, key=lambda lr: means["none", lr])
+    out.append(f"\nFinal validation loss (nats per byte) after {int(analysis.load_runs(root / f'lr{lrs[0]:g}')[0]['total_steps'])} "
+               f"iterations, mean over {f['seed'].nunique()} seeds [90 % interval]. `none`'s best peak learning rate "
+               f"here: {best:g}. `dynamic` below `none`, seed by seed: ")
+    per = f.pivot_table(index=["lr", "seed"], columns="method", values="val_loss")
+    out.append(", ".join(f"{int((per.loc[lr, 'dynamic'] < per.loc[lr, 'none']).sum())} of {len(per.loc[lr])} at {lr:g}"
+                         for lr in lrs) + ".\n")
+    return "".join(out)
