@@ -47,7 +47,7 @@ from studykit.perfmodel import Calibration, fit
 src = Path(records) if records else fit.default_records()
 src = src if src.is_absolute() else paths.ROOT / src
 ref = Calibration.load(paths.ROOT / reference_path)
-df = fit.normalize(fit.load_records(src))
+df = fit.normalize(fit.load_frame(src))
 synthetic = "synthetic" in df and df["synthetic"].fillna(False).astype(bool).any()
 print(f"{len(df)} records from {src}" + ("  -- SYNTHETIC demo data, not measurements" if synthetic else ""))
 display(df["kind"].value_counts().rename("records"))

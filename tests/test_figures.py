@@ -53,7 +53,7 @@ def fitted():
     from studykit.perfmodel import fit
 
     def make():
-        df = fit.normalize(fit.load_records(fit.default_records()))
+        df = fit.normalize(fit.load_frame(fit.default_records()))
         c = fit.fit_calibration(df, "fitted", n_boot=20, strict=False)
         return df, c
     return _once("fit", make)

@@ -25,7 +25,7 @@ SLOW = "rate_gbps=10,workers=2"
 @pytest.fixture(scope="module")
 def slow_cal():
     with pytest.warns(UserWarning):  # the probe records carry no schema field; a duplicate profile record
-        df = fit.load_records(H200_P2)
+        df = fit.load_frame(H200_P2)
     return fit.fit_calibration(df, "h200_p2_10g", network=SLOW, n_boot=20, seed=0)
 
 
@@ -167,7 +167,7 @@ def sources(tmp_path_factory):
 
 def test_composition_takes_compute_from_a_and_network_from_b(sources):
     a, b = sources
-    cal = fit.fit_calibration(fit.load_records(a), "composed", network_records=fit.load_records(b), n_boot=20)
+    cal = fit.fit_calibration(fit.load_frame(a), "composed", network_records=fit.load_frame(b), n_boot=20)
     assert cal.bandwidth_gbps.value == pytest.approx(B_TRUTH.bandwidth_gbps, rel=0.05)
     assert cal.alpha_s.value == pytest.approx(B_TRUTH.alpha_s, rel=0.1)
     assert cal.incast_coeff.value == pytest.approx(B_TRUTH.incast_coeff, abs=0.1)
@@ -201,10 +201,10 @@ def test_composition_cli_and_its_refusals(sources, capsys, tmp_path):
         rc = top.main(["fit", *argv, "--out", str(out)])
         assert rc == 2 and needle in capsys.readouterr().err, argv
     # a network source without any network record (a one-GPU file) is refused, naming what it has
-    one_gpu = fit.load_records(a)
+    one_gpu = fit.load_frame(a)
     one_gpu = one_gpu[one_gpu["kind"].isin(["tcomp", "profile"])]
     with pytest.raises(ValueError, match=r"--network-from.*no network records.*\['encode_decode', 'tcomp'\]"):
-        fit.fit_calibration(fit.load_records(a), "x", network_records=one_gpu, n_boot=0)
+        fit.fit_calibration(fit.load_frame(a), "x", network_records=one_gpu, n_boot=0)
 
 
 # ------------------------------------------------------------------ mixed machines

@@ -177,17 +177,17 @@ def test_fit_calibration_strict_and_lenient():
 def test_load_records(tmp_path):
     """fit reads through the kit's one reader: a damaged line is skipped with a warning and reported."""
     p = synthetic.write_jsonl(synthetic.synthetic_records()[:5], tmp_path / "r.jsonl")
-    assert len(fit.load_records(p)) == 5 and len(fit.load_records(tmp_path)) == 5
+    assert len(fit.load_frame(p)) == 5 and len(fit.load_frame(tmp_path)) == 5
     with pytest.raises(FileNotFoundError):
-        fit.load_records(tmp_path / "missing.jsonl")
+        fit.load_frame(tmp_path / "missing.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(p.read_text() + "{not json\n")
     with pytest.warns(UserWarning, match="unparsable"):
-        df = fit.load_records(bad)
+        df = fit.load_frame(bad)
     assert len(df) == 5 and df.attrs["report"].n_damaged == 1 and set(df["source"]) == {str(bad)}
     (tmp_path / "only_bad.jsonl").write_text("{not json\n")
     with pytest.warns(UserWarning), pytest.raises(ValueError, match="no records"):
-        fit.load_records(tmp_path / "only_bad.jsonl")
+        fit.load_frame(tmp_path / "only_bad.jsonl")
 
 
 def test_load_records_checks_schema_and_drops_duplicates(tmp_path):
@@ -195,11 +195,11 @@ def test_load_records_checks_schema_and_drops_duplicates(tmp_path):
     for i, r in enumerate(recs):
         r["config_id"] = f"c{i}"
     p = synthetic.write_jsonl(recs + recs[:1], tmp_path / "dup.jsonl")
-    df = fit.load_records(p)
+    df = fit.load_frame(p)
     assert len(df) == 3 and df.attrs["report"].n_duplicates == 1
     synthetic.write_jsonl([{**recs[0], "schema": 99}], tmp_path / "v99.jsonl")
     with pytest.raises(ValueError, match="schema"):
-        fit.load_records(tmp_path / "v99.jsonl")
+        fit.load_frame(tmp_path / "v99.jsonl")
 
 
 def test_gamma_not_fitted_from_world_size_one_is_said():

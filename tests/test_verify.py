@@ -11,6 +11,7 @@ from studykit import models, paths
 from studykit.nbtools import datacli
 from studykit.perfmodel import verify
 from studykit.perfmodel import collectives as col
+from studykit.perfmodel.model import MIB, ddp_buckets
 
 GPU = paths.MEASUREMENTS / "gpu"
 
@@ -211,13 +212,13 @@ def test_buckets_paper_and_ddp():
     assert verify.paper_buckets(100.0, 30.0) == [30.0, 30.0, 30.0, 10.0]
     assert verify.paper_buckets(10.0, 30.0) == [10.0]
     shapes = models.param_shapes("mlp_small")  # (128,40) (128) (128,128) (128) (10,128) (10)
-    b = verify.ddp_buckets(shapes, 0.01)  # reverse order; a bucket closes once it holds >= 0.01 MiB
+    b = ddp_buckets(shapes, 0.01 * MIB)  # reverse order; a bucket closes once it holds >= 0.01 MiB
     assert [len(x) for x in b] == [4, 2]
     assert b[-1] == [(128,), (128, 40)]  # the first layer goes last
-    assert len(verify.ddp_buckets(shapes, None)) == 1
+    assert len(ddp_buckets(shapes, None)) == 1
     vgg = models.param_shapes("vgg19")
-    assert sum(len(x) for x in verify.ddp_buckets(vgg, 1.0)) == len(vgg)
-    assert len(verify.ddp_buckets(vgg, 1.0)) < len(verify.paper_buckets(4 * models.numel("vgg19"), 2**20))
+    assert sum(len(x) for x in ddp_buckets(vgg, 1.0 * MIB)) == len(vgg)
+    assert len(ddp_buckets(vgg, 1.0 * MIB)) < len(verify.paper_buckets(4 * models.numel("vgg19"), 2**20))
 
 
 # ------------------------------------------------------------------ CLI
@@ -261,7 +262,7 @@ def test_extended_fit_recovers_gamma_delta_and_per_bucket_cost(tmp_path):
                  for i in range(8, 22)]
         for bs, tc in t_comp.items():
             for mb in (None, 0.01, 0.001):
-                sizes = [verify._bucket_bytes(b) for b in verify.ddp_buckets(shapes, mb)]
+                sizes = [verify._bucket_bytes(b) for b in ddp_buckets(shapes, None if mb is None else mb * MIB)]
                 last = float(col.ring_allreduce_s(sizes[-1], 2, alpha, bw))
                 t = o + gamma * tc + delta + per_bucket * (len(sizes) - 1) + last
                 recs.append({"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": bs, "mode": "syncsgd",

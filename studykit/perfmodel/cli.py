@@ -323,8 +323,8 @@ def run_fit(argv: list[str]) -> int:
     except paths.OutputError as exc:
         ap.error(str(exc))
     try:
-        df = fit.load_records(*(a.compute_from or a.records))
-        net_df = fit.load_records(*a.network_from) if composed else None
+        df = fit.load_frame(*(a.compute_from or a.records))
+        net_df = fit.load_frame(*a.network_from) if composed else None
         cal = fit.fit_calibration(df, a.name or Path(a.out).stem, stat=a.stat, n_boot=a.bootstrap, seed=a.seed,
                                   strict=not a.lenient, network=a.network, network_records=net_df,
                                   allow_mixed=a.allow_mixed)

@@ -48,11 +48,11 @@ from studykit.perfmodel.fit.network import (NETWORK_SOURCES, PROBE_KINDS, AlphaB
                                             eq1_bandwidth_from_busbw, fit_alpha_bw, fit_incast, fit_network,
                                             fit_network_from_probe, network_label, network_of, parse_network,
                                             select_network)
-from studykit.perfmodel.fit.records import (KINDS, STATS, UNPRICED_DDP_FIELDS, load_records, normalize, pool_stat,
+from studykit.perfmodel.fit.records import (KINDS, STATS, UNPRICED_DDP_FIELDS, load_frame, normalize, pool_stat,
                                             unpriced_ddp)
 from studykit.perfmodel.model import Hardware  # re-exported: callers reach it as fit.Hardware
 
-__all__ = ["load_records", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
+__all__ = ["load_frame", "normalize", "AlphaBWFit", "fit_alpha_bw", "fit_incast", "fit_gamma", "fit_t_comp",
            "fit_encode_decode", "fit_calibration", "KINDS", "pool_stat", "network_of", "network_label", "Network",
            "fit_network", "RecordInputs", "SyncTerms", "fit_sync_terms", "fit_path_overhead", "fit_path_overheads",
            "fit_overhead",

@@ -15,7 +15,7 @@ from studykit.perfmodel.fit.gamma import (SYNC_CONSTANTS, GammaUndetermined, fit
                                           fit_sync_calibration)
 from studykit.perfmodel.fit.inputs import fit_path_overheads
 from studykit.perfmodel.fit.network import _NETWORK_KINDS, _probe_gbps, fit_alpha_bw, fit_incast, select_network
-from studykit.perfmodel.fit.records import KINDS, load_records, normalize
+from studykit.perfmodel.fit.records import KINDS, load_frame, normalize
 
 
 def default_records() -> Path:
@@ -156,7 +156,7 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
     constant's record files.
     """
     def frame(x):
-        return load_records(x) if isinstance(x, (str, Path)) else x
+        return load_frame(x) if isinstance(x, (str, Path)) else x
 
     df_all = normalize(frame(records))
     if network_records is not None:

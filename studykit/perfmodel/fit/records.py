@@ -15,7 +15,7 @@ STATS = ("ms_median", "ms_mean", "ms_min", "ms_max")
 _SWEEP_OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "ps_gather": "ps", "ps_reduce": "ps"}
 
 
-def load_records(*sources: str | Path) -> pd.DataFrame:
+def load_frame(*sources: str | Path) -> pd.DataFrame:
     """JSON Lines files (or folders searched for ``*.jsonl``) as one DataFrame, read by the kit's one
     reader (:func:`studykit.measure.records.load_records`: damaged lines warned about and skipped,
     schema checked, duplicates kept once). ``df.attrs["report"]`` is its

@@ -102,7 +102,7 @@ from studykit.perfmodel.verify.scoring import (CALIBRATE_MAX_P, DDP_DEFAULT_BUCK
                                                PATH_OVERHEAD_SOURCES, REQUIRED_COLUMNS, VARIANTS, WIRE_TOLERANCE,
                                                _bucket_bytes, _ed_scales, _encode_decode, _extended_compressed,
                                                _predict_record, check_disjoint, check_world_size_holdout,
-                                               ddp_buckets, fit_gamma_loo, leave_one_out, paper_buckets,
+                                               fit_gamma_loo, leave_one_out, paper_buckets,
                                                rel_error, verify_platform)
 from studykit.perfmodel.verify.tables import (SMALL_BATCH, TARGETS, by_batch_size, implied_encode_decode,
                                               implied_encode_decode_markdown, noise_floor, repeatability,
@@ -110,6 +110,6 @@ from studykit.perfmodel.verify.tables import (SMALL_BATCH, TARGETS, by_batch_siz
 
 __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size",
            "implied_encode_decode", "implied_encode_decode_markdown",
-           "small_batch_table", "SMALL_BATCH", "load_platform", "ddp_buckets",
+           "small_batch_table", "SMALL_BATCH", "load_platform",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]

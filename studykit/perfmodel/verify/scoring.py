@@ -53,16 +53,6 @@ def paper_buckets(total_bytes: float, bucket_bytes: float) -> list[float]:
     return paper_bucket_sizes(total_bytes, bucket_bytes)
 
 
-def ddp_buckets(shapes: Sequence[Sequence[int]], bucket_mb: float | None = None,
-                bytes_per_param: int = 4) -> list[list[tuple]]:
-    """PyTorch DDP's bucket assignment with the cap in MB as DDP's ``bucket_cap_mb`` (``None``: DDP's
-    default, 25 MiB with a 1 MiB first bucket): :func:`studykit.perfmodel.model.ddp_buckets`.
-    Returns the buckets (lists of shapes) in the order they are communicated."""
-    from studykit.perfmodel.model import ddp_buckets as _ddp
-
-    return _ddp(shapes, None if bucket_mb is None else float(bucket_mb) * MIB, bytes_per_param=bytes_per_param)
-
-
 def _bucket_bytes(bucket: Sequence[tuple], bytes_per_param: int = 4) -> float:
     return float(sum(math.prod(s) for s in bucket) * bytes_per_param)
 
