@@ -15,6 +15,7 @@ from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit.comm import LocalComm
 from studykit.ddp.hook import CAPTURE_AFTER
+from tests.test_ddp import _Bucket as _DDPBucket
 
 torch.set_num_threads(1)
 
@@ -22,24 +23,12 @@ SHAPES = [(16, 8), (8,), (400,)]
 GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
 
 
-class _Bucket:
-    """What DDP hands a comm hook: one flat buffer that stays the same tensor from call to call (DDP's bucket
-    buffer after its rebuild), its parameters and index."""
-
-    def __init__(self, params, buf, index=0, last=True):
-        self._params, self._buf, self._index, self._last = params, buf, index, last
-
-    def is_last(self):
-        return self._last
-
-    def buffer(self):
-        return self._buf
-
-    def parameters(self):
-        return self._params
-
-    def index(self):
-        return self._index
+def _Bucket(params, buf, index=0, last=True):
+    """What DDP hands a comm hook, with ``buf`` as its buffer: one tensor that stays the same from call to call
+    (DDP's bucket buffer after its rebuild)."""
+    bucket = _DDPBucket(params, index, last)
+    bucket._buf = buf
+    return bucket
 
 
 def _grad(seed, device="cpu"):
