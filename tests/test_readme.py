@@ -6,7 +6,7 @@ import re
 import pytest
 
 from studykit import paths
-from studykit.nbtools import datacli
+from studykit.nbtools import datacli, readme_blocks
 
 README = paths.ROOT / "README.md"
 #: the README's generated blocks, as the manifest names them (block files are relative to data/)
@@ -93,7 +93,7 @@ def test_crossovers_block_by_hand(tmp_path, monkeypatch):
                                   (10, 20.0, 22.0, {"topk": 30.0, "powersgd": 10.0})])
     _campaign(tmp_path / "b", 4, [(1, 100.0, 60.0, {}), (10, 20.0, 15.0, {})])
     monkeypatch.setattr(paths, "DATA", tmp_path)
-    md = datacli.crossovers_block(["a", "b"], ["PyTorch fp16 hook", "topk 1% (post)", "powersgd r4 (post)"])
+    md = readme_blocks.crossovers_block(["a", "b"], ["PyTorch fp16 hook", "topk 1% (post)", "powersgd r4 (post)"])
     lines = md.splitlines()
     assert lines[0] == "| model (batch) | GPUs | PyTorch fp16 hook | topk 1% (post) | powersgd r4 (post) |"
     assert lines[2] == "| m (8) | 2 | 7.0 | 4.9 / 3.7 | > 10 |"
@@ -105,7 +105,7 @@ def test_crossovers_block_refuses_a_method_never_measured(tmp_path, monkeypatch)
     _campaign(tmp_path / "a", 2, [(1, 100.0, 60.0, {"topk": 40.0}), (10, 20.0, 25.0, {"topk": 30.0})])
     monkeypatch.setattr(paths, "DATA", tmp_path)
     with pytest.raises(ValueError, match=r"'topk 5% \(post\)'.*measured: .*'topk 1% \(post\)'"):
-        datacli.crossovers_block(["a"], ["topk 5% (post)"])
+        readme_blocks.crossovers_block(["a"], ["topk 5% (post)"])
 
 
 @pytest.mark.data

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from studykit import models, paths
-from studykit.nbtools import datacli
+from studykit.nbtools import datacli, readme_blocks
 from studykit.perfmodel import verify
 from studykit.perfmodel import collectives as col
 from studykit.perfmodel.model import MIB, ddp_buckets
@@ -369,7 +369,7 @@ def bandwidth_run(sub: str, records: bool = True) -> list[str]:
 
 
 def _hook_errors(sub: str) -> tuple[int, float, float]:
-    return datacli.hook_errors(_VB + sub)
+    return readme_blocks.hook_errors(_VB + sub)
 
 
 def test_the_manifest_lists_every_data_folder_and_names_only_existing_paths():

@@ -1,9 +1,10 @@
-"""Builders of the generated README blocks under ``data/`` that read one fixed set of committed records.
+"""Builders of every generated README block (under ``data/``, the README and ``docs/``).
 
 Each builder returns a block's text, or a dict of texts keyed by marker for a README with several blocks; the
 manifest (``data/campaigns.toml``) names the builder of each block by its name in
-:data:`studykit.nbtools.datacli.BUILDERS`, and ``python -m studykit data regen`` rebuilds them. The records each
-reads are the constants below.
+:data:`studykit.nbtools.datacli.BUILDERS`, with the folders it reads as arguments where they vary, and
+``python -m studykit data regen`` rebuilds them. The first builders read one fixed set of committed records (the
+constants below); the later ones take their folders from the manifest.
 """
 from __future__ import annotations
 
@@ -503,3 +504,247 @@ def lr_block(root: Path | str = TTA_LR) -> str:
     out.append(", ".join(f"{int((per.loc[lr, 'dynamic'] < per.loc[lr, 'none']).sum())} of {len(per.loc[lr])} at {lr:g}"
                          for lr in lrs) + ".\n")
     return "".join(out)
+
+
+# ------------------------------------------------------------------ verification, claims, crossovers, runners
+def _verification(folder: str, name: str = "predictions.csv"):
+    import pandas as pd
+
+    return pd.read_csv(paths.DATA / folder / name)
+
+
+def hook_errors(folder: str) -> tuple[int, float, float]:
+    """``(n, median, max)`` |relative error| of the hook rows (extended variant) in ``folder``'s summary.csv."""
+    s = _verification(folder, "summary.csv")
+    row = s[(s["variant"] == "extended") & (s["group"] == "compressors (hook)")].iloc[0]
+    return int(row["n"]), float(row["median_abs_rel_error"]), float(row["max_abs_rel_error"])
+
+
+def summary_block(rows: list, targets: bool = True) -> str:
+    """Rows ``[label, folder]``: their summary.csv files as one table (``verify.summary_markdown``), with the
+    targets and whether they are met unless ``targets`` is false."""
+    from studykit.perfmodel import verify
+
+    folders = {label: paths.DATA / folder for label, folder in rows}
+    return verify.summary_markdown(folders) if targets else verify.summary_markdown(folders, targets=None)
+
+
+def implied_encode_decode_block(folder: str, worst: int) -> str:
+    """The encode/decode that ``folder``'s post-backward iterations leave room for, its ``worst`` rows."""
+    from studykit.perfmodel import verify
+
+    return verify.implied_encode_decode_markdown(verify.implied_encode_decode(_verification(folder), worst=worst))
+
+
+def hook_budget_block(records: str) -> str:
+    """The hook budget (``measure.hook_times``) of a records file under ``data/``."""
+    from studykit.measure import hook_times
+    from studykit.measure.report import load_frame
+
+    return hook_times.hook_budget_markdown(hook_times.hook_budget_table(load_frame(paths.DATA / records)))
+
+
+def hook_gamma_block(campaigns: list) -> str:
+    """Per campaign folder: the hook rows' median / max error with syncSGD's fitted gamma (``path_model/gamma_fitted``),
+    at gamma 1 (``path_model``) and, where scored, with per-bucket times and the host chain (``buckets/gamma1``)."""
+    def cell(folder):
+        _, med, mx = hook_errors(folder)
+        return f"{100 * med:.1f} % / {100 * mx:.1f} %"
+    lines = ["| campaign | hooks | fitted gamma: median / max | gamma 1: median / max | gamma 1, per-bucket times and "
+             "host chain |", "|---|---:|---:|---:|---:|"]
+    for c in campaigns:
+        extra = cell(f"{c}/buckets/gamma1") if (paths.DATA / c / "buckets").exists() else ""
+        lines.append(f"| `{Path(c).name}` | {hook_errors(f'{c}/path_model')[0]} | {cell(f'{c}/path_model/gamma_fitted')} | "
+                     f"{cell(f'{c}/path_model')} | {extra} |")
+    return "\n".join(lines) + "\n"
+
+
+def hook_variants_block(variants: list, rows_from: str) -> str:
+    """Rows ``[folder, title]`` scoring the same hooks in different ways: each PowerSGD hook measured and predicted
+    (extended variant) in each way, in the order of ``rows_from``'s rows sorted by model and falling rate."""
+    frames = {}
+    for folder in [f for f, _ in variants] + [rows_from]:
+        d = _verification(folder)
+        frames[folder] = d[(d["variant"] == "extended") & (d["mode"] == "hook")].set_index("config")
+    lines = ["| model (batch) | PowerSGD | link | measured ms | " + " | ".join(f"{t} ms (error)" for _, t in variants)
+             + " |", "|---|---|---:|---:|" + "---:|" * len(variants)]
+    for cfg, r in frames[rows_from].sort_values(["model", "rate_gbps"], ascending=[True, False]).iterrows():
+        rank = cfg.split("rank:")[1].split(",")[0]
+        cells = [f"{frames[f].loc[cfg, 'predicted_ms']:.1f} ({100 * frames[f].loc[cfg, 'rel_error']:+.1f} %)"
+                 for f, _ in variants]
+        lines.append(f"| {r['model']} ({int(r['batch_size'])}) | rank {rank} | {r['rate_gbps']:g} Gbit/s | "
+                     f"{r['measured_ms']:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def gamma_measured_block(campaigns: list) -> str:
+    """Per campaign folder and group (extended variant): the errors with syncSGD's gamma fitted (``path_model``) and
+    measured (``path_model/gamma_measured``), then the range of gamma the syncSGD rows used."""
+    def read(folder):
+        d = _verification(folder)
+        return d[d["variant"] == "extended"]
+    lines = ["| campaign | group | n | gamma fitted: median / max error | gamma measured: median / max error |",
+             "|---|---|---:|---:|---:|"]
+    gam = ["| campaign | syncSGD rows' gamma, fitted | measured |", "|---|---:|---:|"]
+    for c in campaigns:
+        a, b = read(f"{c}/path_model"), read(f"{c}/path_model/gamma_measured")
+        name = Path(c).name
+        for g in sorted(a["group"].unique()):
+            x, y = a[a["group"] == g]["abs_rel_error"], b[b["group"] == g]["abs_rel_error"]
+            lines.append(f"| `{name}` | {g} | {len(x)} | {100 * x.median():.1f} % / {100 * x.max():.1f} % | "
+                         f"{100 * y.median():.1f} % / {100 * y.max():.1f} % |")
+        ga, gb = (d[d["mode"] == "syncsgd"]["gamma"] for d in (a, b))
+        gam.append(f"| `{name}` | {ga.min():.3f}-{ga.max():.3f} | {gb.min():.3f}-{gb.max():.3f} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(gam) + "\n"
+
+
+def claims_block() -> str:
+    """The paper's claims as the kit reproduces them (``perfmodel.claims``)."""
+    from studykit.perfmodel import claims
+
+    return claims.markdown_table(claims.reproduce())
+
+
+def folders_block(prefix: str) -> str:
+    """The manifest's entries under ``prefix`` as a table (a README's list of its folders)."""
+    from studykit.nbtools.datacli import _pipe, load_manifest
+
+    m = load_manifest()
+    rows = ["| folder | question | machine, date | status |", "|---|---|---|---|"]
+    for e in m.entries.values():
+        if e.path.startswith(prefix):
+            st = e.status + (f" (by `{'`, `'.join(s.removeprefix(prefix) for s in e.superseded_by)}`)"
+                             if e.superseded_by else "")
+            rows.append(f"| `{e.path.removeprefix(prefix)}/` | {_pipe(e.question)} | {_pipe(e.machine)}, {e.date} | "
+                        f"{st} |")
+    return "\n".join(rows) + "\n"
+
+
+def _both_baselines(rows, texts=None) -> str:
+    """A method's measured crossovers (rows of ``measure.crossover.crossovers``) against syncSGD / the fp16 baseline,
+    one value where both agree; ``texts`` maps a row to its text (default ``format_crossover``)."""
+    from studykit.measure import crossover as X
+
+    texts = texts or X.format_crossover
+    rows = rows.set_index("baseline")
+    return " / ".join(dict.fromkeys(texts(rows.loc[b]) for b in X.BASELINES if b in rows.index))
+
+
+def crossovers_block(campaigns: list, methods: list) -> str:
+    """The measured crossovers (``measure.crossover``) of ``methods`` in the bandwidth campaigns ``campaigns``
+    (folders under ``data/`` holding a ``ddp.jsonl``): one row per model and world size, one column per method, each
+    cell the rate in Gbit/s below which the method was faster than syncSGD / than the fp16 baseline
+    (``format_crossover``, no interval; one value where both agree, and for a baseline itself), then the machines and
+    the rates measured."""
+    import pandas as pd
+
+    from studykit.measure import crossover as X
+    from studykit.measure.records import load_records
+
+    table = pd.concat([X.iteration_table(load_records(paths.DATA / c / "ddp.jsonl", quiet=True)) for c in campaigns],
+                      ignore_index=True)
+    out = X.crossovers(table, n_boot=0)
+    unknown = [m for m in methods if m not in set(out["method"])]
+    if unknown:
+        raise ValueError(f"methods {unknown} are not measured in {campaigns}; measured: {sorted(set(out['method']))}")
+    lines = [f"| model (batch) | GPUs | {' | '.join(methods)} |", "|---|---:|" + "---|" * len(methods)]
+    for (model, batch, p), g in out.groupby(["model", "batch_size", "world_size"], sort=True):
+        cells = []
+        for m in methods:
+            cells.append(_both_baselines(g[g["method"] == m]) or "not measured")
+        lines.append(f"| {model} ({int(batch)}) | {int(p)} | {' | '.join(cells)} |")
+    machines = " and ".join(f"{p} x {gpu}" for p, gpu in sorted(set(zip(table["world_size"], table["gpu"]))))
+    star = any("*" in line for line in lines[2:])
+    return ("\n".join(lines) + "\n\nGbit/s below which each method beat syncSGD / the fp16 baseline (PyTorch fp16 hook), "
+            f"one value where both agree (`> R`: at every rate measured; `< R`: at none"
+            f"{'; `*`: not at some rate below it' if star else ''}). Measured on "
+            f"{machines}, links shaped to {table['rate_gbps'].min():g}-{table['rate_gbps'].max():g} Gbit/s.\n")
+
+
+def crossovers_at_scale_block(campaigns: list, calibration: str, models: list, methods: list, reference: str,
+                              world_sizes: list = (2, 4, 16, 64, 256), mode: str = "post") -> str:
+    """The measured crossovers of ``methods`` (compressor specs) in the bandwidth campaigns ``campaigns`` beside the
+    model's at ``world_sizes`` (``measure.crossover.crossovers_at_scale`` on ``calibration``), one row per model of
+    ``models`` and method; each measured value at the set rate and at the rate the link delivered (the probes'
+    bus bandwidth, ``delivered_gbps``); then one sentence, from the numbers, on where each all-gather method's
+    modelled crossover first falls below the all-reduce method ``reference``'s (``inversions``)."""
+    import pandas as pd
+
+    from studykit import compressors
+    from studykit.measure import crossover as X
+    from studykit.measure.records import load_records
+
+    table = pd.concat([X.iteration_table(load_records(paths.DATA / c / "ddp.jsonl", quiet=True)) for c in campaigns],
+                      ignore_index=True)
+    out = X.crossovers(table, n_boot=0)
+    out = out.assign(delivered=X.delivered_gbps(out, table))
+    measured_p = sorted(int(p) for p in out["world_size"].unique())
+    ref_label = X.method_label(mode, *compressors.parse_spec(reference), None)
+    scale = []
+    for model in models:
+        batch = sorted(int(b) for b in table.loc[table["model"] == model, "batch_size"].unique())
+        if len(batch) != 1:
+            raise ValueError(f"model {model!r}: campaigns {campaigns} hold batch sizes {batch}; need exactly one")
+        scale.append(X.crossovers_at_scale(paths.ROOT / calibration, model, batch[0], list(methods), world_sizes,
+                                           mode))
+    scale = pd.concat(scale, ignore_index=True)
+    head = ([f"measured p = {p}: set (delivered)" for p in measured_p]
+            + [f"model p = {int(p)}" for p in world_sizes])
+    lines = [f"| model (batch) | method | {' | '.join(head)} |", "|---|---|" + "---|" * len(head)]
+    for (model, label), s in scale.groupby(["model", "method"], sort=False):
+        cells = []
+        for p in measured_p:
+            m = out[(out["model"] == model) & (out["world_size"] == p) & (out["method"] == label)]
+            rate = _both_baselines(m)
+            got = _both_baselines(m, lambda r: X.delivered_text(r, r["delivered"]))
+            cells.append(f"{rate} ({got})" if rate else "not measured")
+        cells += [t.removesuffix(" Gbit/s") for t in s.set_index("world_size").loc[list(world_sizes), "text"]]
+        lines.append(f"| {model} ({int(s['batch_size'].iloc[0])}) | {label} | {' | '.join(cells)} |")
+    inv = X.inversions(scale, ref_label)
+    parts = []
+    for label, g in inv.groupby("method", sort=False):
+        where = []
+        for _, r in g.iterrows():
+            p = r["first_p"]
+            when = (f"at no p up to {max(world_sizes)}" if pd.isna(p) else
+                    f"already at p = {int(p)}" if p == min(world_sizes) else f"at p = {int(p)}")
+            where.append(f"{when} on {r['model']}")
+        parts.append(f"{label} {', '.join(where)}")
+    sentence = (f"In the model, an all-gather method's crossover first falls below {ref_label}'s "
+                f"(it beats both baselines only on slower links than {ref_label} does): {'; '.join(parts)}.")
+    return ("\n".join(lines) + "\n\nMeasured: Gbit/s below which each method beat syncSGD / the fp16 baseline, one "
+            "value where both agree (`> R`: at every rate measured; `< R`: at none), at the set rate and, in brackets, "
+            "at the rate the link delivered (median probed bus bandwidth at the set rates, interpolated as the "
+            f"crossover is). Model: Gbit/s below which it beats both syncSGD and the fp16 baseline (`advise`'s "
+            f"crossover, `{calibration}`; `never`: at no bandwidth; `> R`: up to the top of the search).\n\n"
+            f"{sentence}\n")
+
+
+def hook_runners_block(campaigns: list) -> str:
+    """The hook's runners side by side over the ``hook_runner`` campaigns ``campaigns`` (data-relative folders of
+    ``ddp`` records, ``benchmarks/hook_runner.py``'s rows): per compressor, in how many configurations (world size,
+    rate, model) the graph runner beat the thread, the range of graph / thread, graph / post and graph / PyTorch's
+    hook, and whether any graph hook met the kit's target of at most 1.02x post."""
+    from studykit.nbtools.datacli import _module
+
+    from studykit.measure.records import load_records
+
+    bench = _module("benchmarks/hook_runner.py")
+    rows = [r for c in campaigns for r in bench.rows(load_records(paths.DATA / c / "ddp.jsonl", quiet=True))]
+    out = ["| compressor | configurations | graph faster than thread | graph / thread | graph / post | "
+           "graph / PyTorch's hook | graph <= 1.02 x post |", "|---|---:|---:|---:|---:|---:|---:|"]
+
+    def span(xs):
+        return f"{min(xs):.2f}-{max(xs):.2f}" if xs else ""
+
+    for comp in sorted({(r["compressor"], r["params"]) for r in rows}):
+        both = [r for r in rows if (r["compressor"], r["params"]) == comp and r["graph"] and r["thread"]]
+        post = [r["graph"] / r["post"] for r in both if r["post"]]
+        torch_ = [r["graph"] / r["pytorch"] for r in both if r["pytorch"]]
+        out.append(f"| {comp[0]} {comp[1]} | {len(both)} | {sum(r['graph'] < r['thread'] for r in both)} | "
+                   f"{span([r['graph'] / r['thread'] for r in both])} | {span(post)} | {span(torch_)} | "
+                   f"{sum(x <= 1.02 for x in post)} of {len(post)} |")
+    return "\n".join(out) + "\n"
+
+
+#: the builders a block may name
