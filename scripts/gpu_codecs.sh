@@ -14,7 +14,7 @@
 #             before it), not the host's launch gaps (codecs whose host time exceeds their device time);
 # 2. report - the two runs side by side (both medians with IQR and n, their ratio, within 10 %?) and
 #             the codecs' speed-target table with PASS/MISS (the targets are data in
-#             studykit/measure/bench.py, SPEED_TARGETS; the worst of the two runs is judged).
+#             studykit/measure/bench/targets.py, SPEED_TARGETS; the worst of the two runs is judged).
 #
 # Whole-run deadline TOTAL_S (default 500 s): the codecs phase gets what is left after REPORT_S. Records
 # stream to $OUT/codecs.jsonl as measured, so a cut run keeps everything it measured and the report is

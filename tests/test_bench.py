@@ -686,7 +686,7 @@ def test_deferred_kernel_counts_run_after_every_pass(tmp_path, monkeypatch):
     slows every later launch, runs after both, and each count names the timing it belongs to."""
     out = tmp_path / "c.jsonl"
     seen = []  # bench records already written when each count was taken
-    monkeypatch.setattr(bench, "_kernels", lambda fn, device: seen.append(
+    monkeypatch.setattr(bench.codecs, "_kernels", lambda fn, device: seen.append(
         len(load_records(out, kind="bench", quiet=True))) or 5)
     deferred: list = []
     kw = dict(device="cpu", model="mlp_small", policy=bench.RepPolicy(min_reps=2, min_time_s=0.0, n_warmup=1),
@@ -817,7 +817,7 @@ def test_kernel_counts_follow_the_timings_as_their_own_records(tmp_path, fake_cl
     timed configuration, after every timing record, attached back by attach_kernels."""
     from studykit.measure.records import RecordWriter
 
-    monkeypatch.setattr(bench, "_kernels", lambda fn, device: 7)
+    monkeypatch.setattr(bench.codecs, "_kernels", lambda fn, device: 7)
     bench.run_codecs([bench.CompressorSpec("fp16", ()), bench.CompressorSpec("topk", ())],
                      RecordWriter(tmp_path / "c.jsonl"), device="cpu", model="mlp_small",
                      policy=bench.RepPolicy(min_reps=3, min_time_s=0.0, n_warmup=1), copy_bytes=2**20,

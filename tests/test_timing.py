@@ -64,7 +64,7 @@ def test_bench_times_a_synchronising_call_without_the_host_ahead_and_says_so(mon
             raise HostSyncCall("waits for the GPU")
         return Timing.from_times([1.0, 1.0, 1.0], 1)
 
-    monkeypatch.setattr(bench, "time_fn", fake_time_fn)
+    monkeypatch.setattr(bench.calls, "time_fn", fake_time_fn)
     t, timer = bench._time(lambda: None, "cuda:0", bench.RepPolicy(host_ahead=True))
     assert calls == [True, False] and timer == "cuda_events_host_sync" and t.ms_median == 1.0
     calls.clear()

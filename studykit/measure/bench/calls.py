@@ -1,0 +1,194 @@
+"""How ``bench`` times and profiles one call: the repetition policy (:class:`RepPolicy`, over
+:func:`studykit.measure.timing.time_fn`), the settling calls before timing, the host-side time of a call,
+the fused kernels switched on or off (``STUDYKIT_FAST``), and the device kernels of a call from
+``torch.profiler`` (their count, and each kernel's device time: :func:`kernel_times`)."""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, time_fn
+
+#: seconds of timed calls one codec configuration may take at most (ATOMO's exact SVD is slow enough to need a cap)
+BUDGET_S = 30.0
+
+
+@dataclass(frozen=True)
+class RepPolicy:
+    """How many times, and how, each codec is timed: ``n_warmup`` untimed calls,
+    then at least ``min_reps`` repetitions and at least ``min_time_s`` seconds of timed calls,
+    whichever is more, at most ``budget_s`` seconds; ``flush_bytes`` written before each repetition
+    (None: :data:`~studykit.measure.timing.L2_FLUSH_BYTES` on CUDA, none on CPU). ``host_ahead``
+    (CUDA only): each repetition's *device* time with the host ahead of the GPU
+    (:class:`studykit.measure.timing._Clock`): without it, a codec whose host needs longer to launch
+    its kernels than the GPU needs to run them is timed by the host's launch gaps, which vary from run
+    to run on a shared machine."""
+
+    min_reps: int = MIN_REPS
+    min_time_s: float = MIN_TIME_S
+    budget_s: float | None = BUDGET_S
+    n_warmup: int = 10
+    flush_bytes: int | None = None
+    host_ahead: bool = False
+
+    def __post_init__(self):
+        if self.min_reps < 1:
+            raise ValueError(f"RepPolicy: min_reps must be >= 1, got {self.min_reps}")
+        if not self.min_time_s >= 0:
+            raise ValueError(f"RepPolicy: min_time_s must be >= 0, got {self.min_time_s}")
+        if self.budget_s is not None and not self.budget_s >= self.min_time_s:
+            raise ValueError(f"RepPolicy: budget_s ({self.budget_s}) caps the timed seconds of a configuration "
+                             f"and must be >= min_time_s ({self.min_time_s})")
+        if self.n_warmup < 1:
+            raise ValueError(f"RepPolicy: n_warmup must be >= 1 (the per-call estimate), got {self.n_warmup}")
+        if self.flush_bytes is not None and self.flush_bytes < 0:
+            raise ValueError(f"RepPolicy: flush_bytes must be >= 0, got {self.flush_bytes}")
+
+    def flush_for(self, device) -> int:
+        if self.flush_bytes is not None:
+            return int(self.flush_bytes)
+        return L2_FLUSH_BYTES if torch.device(device).type == "cuda" else 0
+
+    def timing_kw(self, device) -> dict:
+        """Keyword arguments of :func:`~studykit.measure.timing.time_fn` for this policy."""
+        return {"n_iter": self.min_reps, "n_warmup": self.n_warmup, "budget_s": self.budget_s,
+                "min_time_s": self.min_time_s, "flush_bytes": self.flush_for(device), "min_iter": 3,
+                "host_ahead": self.host_ahead}
+
+    def fields(self, device) -> dict:
+        """The policy as record fields."""
+        return {"min_reps": self.min_reps, "min_time_s": self.min_time_s, "budget_s": self.budget_s,
+                "l2_flush_bytes": self.flush_for(device),
+                "timer": self.timer(device)}
+
+    def timer(self, device) -> str:
+        """The record's ``timer``: ``cuda_events``, ``cuda_events_host_ahead`` or ``perf_counter``."""
+        if torch.device(device).type != "cuda":
+            return "perf_counter"
+        return "cuda_events_host_ahead" if self.host_ahead else "cuda_events"
+
+    def capped(self, timing) -> bool:
+        """Whether ``timing`` stopped short of the policy (the budget bound it)."""
+        return bool(timing.n_iter < self.min_reps or math.fsum(timing.times_ms) < self.min_time_s * 1e3 * (1 - 1e-9))
+
+
+def policy_text(record: dict) -> str:
+    """The repetition policy a record was timed under, as the generated tables state it."""
+    return (f"at least {record['min_reps']} repetitions and {record['min_time_s']:g} s of timed calls, "
+            f"at most {record['budget_s']:g} s, timer {record['timer']}")
+
+
+@contextlib.contextmanager
+def _fast_paths(on: bool):
+    """``STUDYKIT_FAST`` set for the block (the fused kernels read it on every call)."""
+    old = os.environ.get("STUDYKIT_FAST")
+    os.environ["STUDYKIT_FAST"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("STUDYKIT_FAST", None)
+        else:
+            os.environ["STUDYKIT_FAST"] = old
+
+
+def _host_ms(fn, device: torch.device, reps: int = 20) -> float:
+    """Mean wall time of a call *without* synchronising: the host's side (Python, dispatch,
+    launches). On a GPU, a codec whose host time is close to its device time is launch-bound."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    ms = (time.perf_counter() - t0) / reps * 1e3
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return ms
+
+
+def _settle(fn, device: torch.device) -> None:
+    """Two untimed calls before timing: Triton compiles a kernel on its first launch and
+    :func:`studykit.compressors._fast.pick` times its candidates once, both far longer than a
+    call; left in, they would make ``time_fn``'s per-call estimate far too high."""
+    for _ in range(2):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, device: torch.device, policy: RepPolicy):
+    """``(timing, timer)``: ``fn`` timed by ``policy``. With ``host_ahead``, a call that waits for the GPU
+    (:class:`~studykit.measure.timing.HostSyncCall`: the fused radix top-k reads a count back) cannot have
+    the host ahead of it; it is timed with plain CUDA events instead, and its ``timer`` says so."""
+    try:
+        return time_fn(fn, device=device, **policy.timing_kw(device)), policy.timer(device)
+    except HostSyncCall:
+        return (time_fn(fn, device=device, **dict(policy.timing_kw(device), host_ahead=False)),
+                "cuda_events_host_sync")
+
+
+def _kernels(fn, device: torch.device) -> Optional[int]:
+    """Device kernels (and memsets/copies) one call launches, from torch.profiler; None on CPU."""
+    if device.type != "cuda":
+        return None
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize(device)
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    except Exception:  # noqa: BLE001 - a profiler problem must not stop the benchmark
+        return None
+
+def kernel_times(fn: Callable[[], object], device, *, reps: int = 20, flush_bytes: int = L2_FLUSH_BYTES) -> list[dict]:
+    """What each device kernel of one call of ``fn`` costs: ``reps`` calls under ``torch.profiler`` (CUDA
+    activity), each after a write of ``flush_bytes`` (L2 flushed, as the timings do); per kernel of the call,
+    in launch order, its name and its median and minimum device time over the calls (``us_median``,
+    ``us_min``). The sum of the medians is what the kernels alone cost: a bound below the timed call, whose
+    excess is launch gaps and waits. Memsets and copies count as kernels. CUDA only; raises ValueError
+    when the calls do not launch the same kernels in the same order (a codec that alternates, e.g. PowerSGD
+    with ``reuse``). Profile after every timing: the profiler slows every later launch (see
+    :func:`run_codecs`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"kernel_times needs a CUDA device (the profiler's device times), got {device}")
+    if reps < 1:
+        raise ValueError(f"kernel_times: reps must be >= 1, got {reps}")
+    flush = torch.empty(max(1, flush_bytes // 4), dtype=torch.int32, device=device)
+    _settle(fn, device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.fill_(1)
+            fn()
+        torch.cuda.synchronize(device)
+    events = [(e.time_range.start, e.time_range.elapsed_us(), e.name) for e in prof.events()
+              if e.device_type == torch.autograd.DeviceType.CUDA]
+    return split_calls(events, reps)
+
+
+def split_calls(events: Sequence[tuple], reps: int) -> list[dict]:
+    """:func:`kernel_times`' device events ``(start_us, duration_us, name)`` of ``reps`` rounds of (one flush
+    kernel, one call) -> per kernel of the call, in order: ``{"name", "us_median", "us_min"}``."""
+    import statistics
+
+    ev = sorted(events)
+    if not ev or len(ev) % reps:
+        raise ValueError(f"split_calls: {len(ev)} device events are not {reps} equal rounds of a flush and a call")
+    per = len(ev) // reps
+    rounds = [ev[i * per:(i + 1) * per] for i in range(reps)]
+    names = [e[2] for e in rounds[0]]
+    for i, r in enumerate(rounds[1:], 2):
+        if [e[2] for e in r] != names:
+            raise ValueError(f"split_calls: call {i} launched other kernels than call 1 (a codec whose calls "
+                             f"differ cannot be split into per-kernel times)")
+    return [{"name": names[j], "us_median": statistics.median(r[j][1] for r in rounds),
+             "us_min": min(r[j][1] for r in rounds)} for j in range(1, per)]  # position 0: the flush
