@@ -13,11 +13,9 @@ from studykit import compressors
 from studykit.perfmodel.calibration import normalize_params
 from studykit.perfmodel.model.options import ModelOptions
 from studykit.perfmodel.model.workload import Workload
+from studykit.perfmodel.payload import Plan  # one definition: the payload law's
 
 __all__ = ["Plan", "PlanSummary", "plan_summary", "plan_summaries", "FINITE_FLAG", "guard_collectives"]
-
-
-Plan = tuple  # (op, numel, dtype, nbytes) per collective, in order
 
 
 @dataclass(frozen=True)
