@@ -350,10 +350,13 @@ def _json_difference(a: object, b: object, where: str, ignore: frozenset) -> tup
 
 
 def _records(path: Path) -> object:
-    text = path.read_text(encoding="utf-8")
+    """A generated JSON file's content; a JSONL file's records through the kit's one reader (every line kept, the
+    reader's ``source`` left out: the regenerated and the committed file lie in different folders)."""
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return json.loads(text)
+        from studykit.measure.records import load_records
+
+        return [{k: v for k, v in r.items() if k != "source"} for r in load_records(path, dedupe=False, quiet=True)]
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
