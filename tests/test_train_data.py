@@ -171,3 +171,29 @@ def test_gpt2_small_config_has_gpt2_smalls_parameters():
     assert tiny(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 256)
     with pytest.raises(ValueError, match="seq_len"):
         nets.build("gpt_tiny", (3, 8), 256)
+
+
+def test_text_test_split_is_disjoint_from_validation_and_training():
+    """``test_percent`` holds out a third set of whole files: validation keeps its files, the test stream
+    comes from files neither validation nor training saw, and a bad value names the valid range."""
+    from studykit.train import text
+
+    root = text.stdlib_root()
+    rels = [p.relative_to(root).as_posix() for p in text.stdlib_files()]
+    where = {r: text.split_of(r, test_percent=5) for r in rels}
+    assert {r for r, w in where.items() if w == "val"} == {r for r in rels if text.is_validation_file(r)}
+    assert 0.02 < sum(w == "test" for w in where.values()) / len(rels) < 0.09
+    c = text.load_corpus(limit_train=50_000, limit_val=10_000, test_percent=5)
+    plain = text.load_corpus(limit_train=50_000, limit_val=10_000)
+    assert torch.equal(c.val, plain.val) and len(c.test) == 10_000 and plain.test is None
+    first_test = next(root / r for r in rels if where[r] == "test")
+    assert bytes(c.test[:200].tolist()) == first_test.read_bytes()[:200]
+    s = c.summary()
+    assert s["num_test_tokens"] == 10_000 and s["sha256_test"] != s["sha256_val"] and "test:" in s["split"]
+    assert "num_test_tokens" not in plain.summary()
+    x, y = c.windows("test", 64)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    with pytest.raises(ValueError, match="no 'test' stream"):
+        plain.windows("test", 64)
+    with pytest.raises(ValueError, match="test_percent"):
+        text.load_corpus(limit_train=1000, limit_val=100, test_percent=96)

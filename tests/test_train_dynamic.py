@@ -174,6 +174,9 @@ def test_method_specs():
     ctl = PRESETS["dynamic"].controller(acc_thresholds=(0.1,), stall_epochs=7, eta=3.0)
     assert ctl.triggers[0].acc_thresholds == (0.1,) and ctl.stall_epochs == 7
     assert [x.label for x in parse_methods("none, fp16 dynamic")] == ["none", "fp16", "dynamic"]
+    two = parse_methods("none,topk:ratio=0.05,ef=0")  # a comma before key= continues the spec (commands' k=v,k=v)
+    assert [x.levels[0] for x in two] == [Level.make("none"), Level.make("topk", ratio=0.05, ef=0)]
+    assert parse_method("topk:ratio=0.05;ef=0").levels == two[1].levels
     with pytest.raises(ValueError, match="unknown compressor"):
         parse_method("nosuch:x=1")
     with pytest.raises(ValueError, match="twice"):

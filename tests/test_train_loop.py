@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
 
 from studykit import compressors as C
 from studykit.plots import train as plots
@@ -197,3 +198,50 @@ def test_time_to_target_medians_intervals_and_level_changes_at_their_iteration()
     assert ch["step"].tolist() == [20, 20, 20] and set(ch["to"]) == {"quantize:bits=8"}  # from iteration 20 on
     with pytest.raises(ValueError, match="target metric"):
         analysis.time_to_target(df, "val_perplexity", 2.0)
+
+
+def test_optimizer_state_against_a_hand_computed_adamw_step():
+    """After one AdamW step from g: m_hat = g, sqrt(v_hat) = |g|, so the step's direction is g / (|g| + eps)
+    (about 1 per coordinate); a gradient with noise added raises sqrt(v) and lowers the step's rms."""
+    from studykit.train.loop import optimizer_state
+
+    p = torch.nn.Parameter(torch.zeros(4))
+    opt = torch.optim.AdamW([p], lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    assert optimizer_state(opt) is None
+    g = torch.tensor([0.5, -2.0, 1.0, 4.0])
+    p.grad = g.clone()
+    opt.step()
+    s = optimizer_state(opt)
+    assert s["optimizer"] == "adamw"
+    assert s["m_rms"] == pytest.approx(float(g.pow(2).mean().sqrt()), rel=1e-6)
+    assert s["sqrt_v_mean"] == pytest.approx(float(g.abs().mean()), rel=1e-6)
+    assert s["step_rms"] == pytest.approx(1.0, rel=1e-6)
+    q = torch.nn.Parameter(torch.zeros(4000))
+    noisy = torch.optim.AdamW([q], lr=1e-3, betas=(0.9, 0.95))
+    clean = torch.optim.AdamW([r := torch.nn.Parameter(torch.zeros(4000))], lr=1e-3, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(0)
+    base = torch.full((4000,), 0.1)
+    for _ in range(50):
+        q.grad = base + torch.randn(4000, generator=gen)
+        r.grad = base.clone()
+        noisy.step()
+        clean.step()
+    a, b = optimizer_state(noisy), optimizer_state(clean)
+    assert a["sqrt_v_mean"] > 3 * b["sqrt_v_mean"] and a["step_rms"] < 0.5 * b["step_rms"]
+    sgd = torch.optim.SGD([w := torch.nn.Parameter(torch.zeros(3))], lr=0.1, momentum=0.9)
+    w.grad = torch.tensor([3.0, 0.0, 4.0])
+    sgd.step()
+    assert optimizer_state(sgd) == {"optimizer": "sgd", "momentum_rms": pytest.approx(5 / 3 ** 0.5)}
+
+
+def test_text_test_percent_reports_test_on_held_out_files_and_refuses_other_data_sets():
+    with pytest.raises(ValueError, match="test_percent"):
+        TrainConfig(dataset="mnist1d", test_percent=5)
+    with pytest.raises(ValueError, match="test_percent"):
+        TrainConfig(dataset="text", test_percent=60)
+    cfg = TrainConfig(dataset="text", model="gpt_tiny", steps=2, eval_every=2, seq_len=32, batch_size=4,
+                      limit_train=20_000, limit_test=4_000, optimizer="adamw", lr=3e-3, progress=False,
+                      test_percent=5, profile_steps=0, warmup_steps=0)
+    (r,) = train(cfg, ["none"])
+    assert r["dataset"]["num_test_windows"] > 0 and r["test_loss"] != pytest.approx(r["val_loss"], rel=1e-9)
+    assert r["optimizer_state"]["optimizer"] == "adamw" and r["optimizer_state"]["step_rms"] > 0

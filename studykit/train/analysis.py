@@ -67,6 +67,10 @@ def to_frame(records: Iterable[dict]) -> pd.DataFrame:
         net = r.get("network") or r.get("provenance", {}).get("network") or {}
         row["rate_gbps"] = net.get("rate_gbps", math.nan) if isinstance(net, dict) else math.nan
         row["iter_ms"] = (r.get("iter_ms") or {}).get("ms_median", math.nan)
+        row["peak_lr"] = r.get("params", {}).get("lr", math.nan)
+        opt = r.get("optimizer_state") or {}
+        for k in ("step_rms", "sqrt_v_mean", "m_rms"):
+            row[f"opt_{k}"] = opt.get(k, math.nan)
         split = r.get("split_ms") or {}
         for k in _SPLIT:
             row[f"split_{k}_ms"] = split.get(k, math.nan)

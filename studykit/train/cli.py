@@ -19,7 +19,7 @@ Examples::
         powersgd:rank=4 topk --out $OUT/ --resume
 
 Methods: presets (``--list-methods``), ``dynamic:FAMILY``, ``accordion:FAMILY`` or any compressor
-spec ``name:key=value;key=value``. One JSON line per round (an epoch, or ``--eval-every`` iterations) goes
+spec ``name:key=value,key=value``. One JSON line per round (an epoch, or ``--eval-every`` iterations) goes
 to ``--out`` (a ``.jsonl`` file, or a folder getting ``METHOD.jsonl`` each); a table is printed at the end.
 Iterations are timed whole with DDP's overlap kept; the compute/encode/communicate/decode split comes from
 ``--profile-steps`` separate profiled iterations per round (studykit.train.loop).
@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the first N training examples (text: bytes)")
     g.add_argument("--limit-test", type=argtypes.positive_int, default=None,
                    help="keep the first N test examples (text: validation bytes)")
+    g.add_argument("--test-percent", type=argtypes.int_range(0, 50), default=0,
+                   help="text: percent of the files held out as a test stream, beside validation's 5 %% "
+                        "(0: the validation stream is also the test stream)")
     g.add_argument("--seq-len", type=argtypes.int_range(2, 1 << 20), default=d.seq_len,
                    help="text: tokens per training window (default: %(default)s)")
     g.add_argument("--synthetic-shape", type=argtypes.positive_int, nargs="+", default=list(d.synthetic_shape),
@@ -117,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         dataset=a.dataset, data_root=a.data_root, limit_train=a.limit_train, limit_test=a.limit_test,
+        test_percent=a.test_percent,
         synthetic_shape=tuple(a.synthetic_shape), model=a.model, width=a.width, epochs=a.epochs,
         steps=a.steps, eval_every=a.eval_every, seq_len=a.seq_len, optimizer=a.optimizer,
         batch_size=a.batch_size, lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay,

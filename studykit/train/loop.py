@@ -53,7 +53,7 @@ from studykit.train import text as text_mod
 from studykit.train.dynamic import EpochMetrics, Level
 from studykit.train.methods import Method
 
-__all__ = ["TrainConfig", "run_methods", "RECORD_KIND", "received_bytes", "plan_traffic", "out_path_for",
+__all__ = ["TrainConfig", "run_methods", "RECORD_KIND", "received_bytes", "plan_traffic", "out_path_for", "optimizer_state",
            "completed_runs"]
 
 RECORD_KIND = "train_epoch"
@@ -68,7 +68,8 @@ class TrainConfig:
     dataset: str = "mnist1d"             # one of studykit.train.data.DATASETS, or "text" (studykit.train.text)
     data_root: Optional[str] = None      # CIFAR-10 archive or folder; text: a folder of *.py (default: stdlib)
     limit_train: Optional[int] = None    # keep the first N training examples (text: bytes) (None: all)
-    limit_test: Optional[int] = None     # keep the first N test examples (text: validation bytes)
+    limit_test: Optional[int] = None     # keep the first N test examples (text: validation and test bytes)
+    test_percent: int = 0                # text: % of files held out as a test stream (0: test = validation)
     synthetic_shape: tuple = (64,)       # input shape of the synthetic data set
     model: str = "auto"                  # one of studykit.train.nets.ARCHS
     width: Optional[int] = None          # model width (None: the model's default)
@@ -125,6 +126,11 @@ class TrainConfig:
             v = getattr(self, name)
             if not integer(v) or v < 0:
                 raise bad(name, "an integer >= 0", v)
+        if not integer(self.test_percent) or not 0 <= self.test_percent <= 50:
+            raise bad("test_percent", "an integer in 0..50 (percent of the text corpus's files)", self.test_percent)
+        if self.test_percent and self.dataset != "text":
+            raise bad("test_percent", "0 unless dataset is 'text' (the other data sets have their own test split)",
+                      self.test_percent)
         if not integer(self.seq_len) or self.seq_len < 2:
             raise bad("seq_len", "an integer >= 2", self.seq_len)
         if self.optimizer not in ("sgd", "adamw"):
@@ -322,6 +328,42 @@ def _evaluate(model, x, y, rank, world, device, batch=1024) -> torch.Tensor:
     return acc
 
 
+def optimizer_state(opt: torch.optim.Optimizer) -> Optional[dict]:
+    """What the optimizer's state does to the step, over every coordinate of every parameter.
+
+    AdamW (Loshchilov & Hutter 2019, https://arxiv.org/abs/1711.05101): ``m_rms`` and ``sqrt_v_mean``, the
+    root mean square of the bias-corrected first moment and the mean of the square root of the
+    bias-corrected second moment, and ``step_rms``, the root mean square of ``m_hat / (sqrt(v_hat) + eps)``,
+    the direction the learning rate multiplies. Noise added to the gradient (a coarse quantizer's) raises
+    ``v`` and lowers ``step_rms``: logging them tests that explanation on the real runs. SGD with momentum:
+    ``momentum_rms``. ``None`` before the first step."""
+    sums = None
+    n = 0
+    kind = "adamw" if isinstance(opt, torch.optim.AdamW) else "sgd"
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if not st:
+                continue
+            if sums is None:
+                sums = torch.zeros(3, dtype=torch.float64, device=p.device)
+            n += p.numel()
+            if kind == "adamw":
+                b1, b2 = group["betas"]
+                t = float(st["step"])
+                m = st["exp_avg"].double() / (1 - b1 ** t)
+                sv = (st["exp_avg_sq"].double() / (1 - b2 ** t)).sqrt()
+                sums += torch.stack([(m * m).sum(), sv.sum(), ((m / (sv + group["eps"])) ** 2).sum()])
+            elif st.get("momentum_buffer") is not None:
+                sums[0] += st["momentum_buffer"].double().pow(2).sum()
+    if sums is None or n == 0:
+        return None
+    a, b, c = sums.tolist()
+    if kind == "adamw":
+        return {"optimizer": kind, "m_rms": math.sqrt(a / n), "sqrt_v_mean": b / n, "step_rms": math.sqrt(c / n)}
+    return {"optimizer": kind, "momentum_rms": math.sqrt(a / n)}
+
+
 def _lr_factor(cfg: TrainConfig, step: int, total: int) -> float:
     """Learning-rate multiplier at iteration ``step`` of ``total``: linear warm-up, then constant or a
     cosine down to 1/10 (nanoGPT's schedule)."""
@@ -391,18 +433,23 @@ def prepare_task(cfg: TrainConfig, device: torch.device, rank: int, world: int) 
         raise data_mod.DataError(f"unknown dataset {cfg.dataset!r}; available: {', '.join(DATASETS)}")
     B = cfg.batch_size
     if cfg.dataset == "text":
-        corpus = text_mod.load_corpus(cfg.data_root, limit_train=cfg.limit_train, limit_val=cfg.limit_test)
+        corpus = text_mod.load_corpus(cfg.data_root, limit_train=cfg.limit_train, limit_val=cfg.limit_test,
+                                      test_percent=cfg.test_percent)
         stream = corpus.train.to(device)
         x_val, y_val = corpus.windows("val", cfg.seq_len)
+        x_test, y_test = corpus.windows("test", cfg.seq_len) if corpus.test is not None else (None, None)
         steps = max(1, len(corpus.train) // (world * B * cfg.seq_len))
 
         def lm_batch(step: int):
             starts = text_mod.batch_starts(len(stream), cfg.seq_len, world * B, cfg.seed, step)
             return text_mod.gather_windows(stream, starts[rank * B:(rank + 1) * B], cfg.seq_len)
 
-        return _Task("lm", {**corpus.summary(), "seq_len": cfg.seq_len, "num_val_windows": len(y_val)},
-                     (cfg.seq_len,), corpus.vocab_size, steps, lm_batch, x_val.to(device), y_val.to(device),
-                     None, None, eval_batch=max(1, 65536 // cfg.seq_len))
+        summary = {**corpus.summary(), "seq_len": cfg.seq_len, "num_val_windows": len(y_val)}
+        if x_test is not None:
+            summary["num_test_windows"] = len(y_test)
+            x_test, y_test = x_test.to(device), y_test.to(device)
+        return _Task("lm", summary, (cfg.seq_len,), corpus.vocab_size, steps, lm_batch, x_val.to(device),
+                     y_val.to(device), x_test, y_test, eval_batch=max(1, 65536 // cfg.seq_len))
     ds = data_mod.load(cfg.dataset, root=cfg.data_root, limit_train=cfg.limit_train, limit_test=cfg.limit_test,
                        seed=cfg.seed, synthetic_shape=tuple(cfg.synthetic_shape))
     ds, x_val, y_val = ds.split_validation(cfg.val_fraction, seed=cfg.seed)
@@ -630,6 +677,7 @@ def _train_one(cfg: TrainConfig, method: Method, task: _Task, device, path, resu
                "bits_per_element": 8 * sent / numel,
                "train_loss": train_loss, "train_acc": train_acc, "val_loss": val_loss, "val_acc": val_acc,
                "test_loss": test_loss, "test_acc": test_acc, "grad_norm": grad_norm, "lr": opt.param_groups[0]["lr"],
+               "optimizer_state": optimizer_state(opt) if rank == 0 else None,
                "iterations": n_it, "train_s": train_s, "iter_ms": timing, "split_ms": split, "eval_s": eval_s,
                "time_s": total_train_s,  # cumulative training wall time (evaluation and profiling excluded)
                "bytes_sent": epoch_bytes, "bytes_sent_total": total_sent,

@@ -1,19 +1,22 @@
 """Training methods: a static compressor, or a ladder of levels driven by a controller.
 
-Spec strings (CLI ``--methods``, notebook parameters), comma-free so lists stay simple:
+Spec strings (CLI ``--methods``, notebook parameters):
 
 * a preset from :data:`PRESETS`: ``none``, ``fp16``, ``quantize8``, ``quantize4``, ``topk``,
   ``powersgd``, ``dynamic`` (Tirupati et al.: quantize 4 -> 8 -> 16 bits, step trigger),
   ``dynamic_topk``, ``dynamic_powersgd``, ``accordion`` (PowerSGD rank 1 <-> 4, gradient-norm trigger);
 * ``dynamic:FAMILY`` / ``accordion:FAMILY`` for a ladder family from
   :data:`studykit.train.dynamic.LADDERS`;
-* any compressor spec ``name:key=value;key=value`` (``;`` or ``,`` between parameters),
-  e.g. ``topk:ratio=0.05``.
+* any compressor spec ``name:key=value,key=value`` as every other command writes it (``;`` is accepted
+  too), e.g. ``topk:ratio=0.05``.
+
+In one string of several specs, a comma separates two methods unless ``key=`` follows it.
 
 Error feedback follows each compressor's default in :func:`studykit.compressors.get`.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -111,9 +114,10 @@ def parse_method(spec: "str | Method") -> Method:
 
 
 def parse_methods(specs) -> list[Method]:
-    """A list of specs, or one string of specs separated by commas or whitespace."""
+    """A list of specs, or one string of specs separated by whitespace or by commas (a comma followed by
+    ``key=`` continues the spec before it: ``"none,topk:ratio=0.01,ef=0"`` is two methods)."""
     if isinstance(specs, str):
-        specs = specs.replace(",", " ").split()
+        specs = [s for s in re.split(r"\s+|,(?!\s*\w+=)", specs) if s]
     methods = [parse_method(s) for s in specs]
     labels = [m.label for m in methods]
     dup = sorted({x for x in labels if labels.count(x) > 1})

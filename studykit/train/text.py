@@ -4,7 +4,9 @@ The corpus is every ``*.py`` file under ``sysconfig.get_paths()["stdlib"]`` (``s
 read in sorted relative-path order, as raw bytes: a byte-level tokenizer (256 symbols, token = byte) needs
 no vocabulary file and no download. The split is by **file**: a file goes to validation when the CRC-32 of
 its relative path, modulo 100, is below ``val_percent`` (default 5), so the split is the same on every
-machine for the files they share and never cuts a file in two. Python versions ship different standard
+machine for the files they share and never cuts a file in two. With ``test_percent`` > 0 the files whose
+CRC-32 modulo 100 lies in ``[val_percent, val_percent + test_percent)`` form a third, test stream, so that a
+choice made on validation (a learning rate) is reported on files it never saw. Python versions ship different standard
 libraries, so every record carries :meth:`TextCorpus.summary` (Python version, file and byte counts, a
 SHA-256 of both streams): compare target losses only between runs whose ``sha256`` agree.
 
@@ -30,7 +32,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["TextCorpus", "load_corpus", "stdlib_files", "is_validation_file", "VOCAB_SIZE", "VAL_PERCENT"]
+__all__ = ["TextCorpus", "load_corpus", "stdlib_files", "is_validation_file", "split_of", "VOCAB_SIZE", "VAL_PERCENT"]
 
 VOCAB_SIZE = 256   # byte-level: one token per byte
 VAL_PERCENT = 5    # files whose crc32(relative path) % 100 < this go to validation
@@ -57,23 +59,37 @@ def is_validation_file(relpath: str, val_percent: int = VAL_PERCENT) -> bool:
     return zlib.crc32(relpath.encode()) % 100 < val_percent
 
 
+def split_of(relpath: str, val_percent: int = VAL_PERCENT, test_percent: int = 0) -> str:
+    """``"val"``, ``"test"`` or ``"train"``: the stream the file at ``relpath`` belongs to (module docstring)."""
+    bucket = zlib.crc32(relpath.encode()) % 100
+    if bucket < val_percent:
+        return "val"
+    return "test" if bucket < val_percent + test_percent else "train"
+
+
 @dataclass
 class TextCorpus:
-    """Train and validation byte streams (uint8 CPU tensors) and where they came from."""
+    """Train, validation and (optionally) test byte streams (uint8 CPU tensors) and where they came from."""
 
     train: torch.Tensor
     val: torch.Tensor
     info: dict = field(default_factory=dict)
     vocab_size: int = VOCAB_SIZE
+    test: Optional[torch.Tensor] = None   # None: no test split (the validation stream serves as test)
 
     def summary(self) -> dict:
+        extra = {} if self.test is None else {"num_test_tokens": len(self.test)}
         return {"dataset": "text", "num_train_tokens": len(self.train), "num_val_tokens": len(self.val),
-                "vocab_size": self.vocab_size, **self.info}
+                **extra, "vocab_size": self.vocab_size, **self.info}
 
     def windows(self, which: str, seq_len: int, max_windows: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Non-overlapping ``(x, y)`` windows of ``which`` ("train" or "val"): ``x`` [N, seq_len] int64, ``y``
-        the same shifted by one byte."""
-        stream = {"train": self.train, "val": self.val}[which]
+        """Non-overlapping ``(x, y)`` windows of ``which`` ("train", "val" or "test"): ``x`` [N, seq_len] int64,
+        ``y`` the same shifted by one byte."""
+        streams = {"train": self.train, "val": self.val, "test": self.test}
+        if streams.get(which) is None:
+            raise ValueError(f"text corpus: no {which!r} stream; streams: "
+                             f"{', '.join(k for k, v in streams.items() if v is not None)}")
+        stream = streams[which]
         n = (len(stream) - 1) // seq_len
         if max_windows is not None:
             n = min(n, max_windows)
@@ -106,27 +122,35 @@ _CACHE: dict = {}
 
 
 def load_corpus(root: Optional[str | Path] = None, limit_train: Optional[int] = None,
-                limit_val: Optional[int] = None, val_percent: int = VAL_PERCENT) -> TextCorpus:
+                limit_val: Optional[int] = None, val_percent: int = VAL_PERCENT,
+                test_percent: int = 0) -> TextCorpus:
     """The standard library (or ``root``) as byte streams, split by file (module docstring).
 
-    ``limit_train`` / ``limit_val``: keep the first N bytes of each stream (files are read in order until
-    both are full, so a tiny corpus reads only a few files)."""
+    ``limit_train`` / ``limit_val``: keep the first N bytes of each stream (``limit_val`` bounds the test
+    stream too; files are read in order until every stream is full, so a tiny corpus reads only a few
+    files). ``test_percent``: the share of files held out as a test stream (0: none)."""
     for name, v in (("limit_train", limit_train), ("limit_val", limit_val)):
         if v is not None and (not isinstance(v, int) or v < 2):
             raise ValueError(f"text corpus: {name} must be None or an integer >= 2 (bytes), got {v!r}")
     if not isinstance(val_percent, int) or not 0 < val_percent < 100:
         raise ValueError(f"text corpus: val_percent must be an integer in 1..99, got {val_percent!r}")
+    if (not isinstance(test_percent, int) or isinstance(test_percent, bool) or test_percent < 0
+            or val_percent + test_percent >= 100):
+        raise ValueError(f"text corpus: test_percent must be an integer >= 0 with val_percent + test_percent < 100 "
+                         f"(val_percent is {val_percent}), got {test_percent!r}")
     root = Path(root) if root is not None else stdlib_root()
-    key = (str(root), limit_train, limit_val, val_percent)
+    key = (str(root), limit_train, limit_val, val_percent, test_percent)
     if key in _CACHE:
         return _CACHE[key]
-    parts: dict[str, list[bytes]] = {"train": [], "val": []}
-    size = {"train": 0, "val": 0}
-    files = {"train": 0, "val": 0}
-    limit = {"train": limit_train, "val": limit_val}
+    names = ("train", "val", "test") if test_percent else ("train", "val")
+    parts: dict[str, list[bytes]] = {w: [] for w in names}
+    size = {w: 0 for w in names}
+    files = {w: 0 for w in names}
+    limit = {"train": limit_train, "val": limit_val, "test": limit_val}
+    limit = {w: limit[w] for w in names}
     for p in stdlib_files(root):
         rel = p.relative_to(root).as_posix()
-        which = "val" if is_validation_file(rel, val_percent) else "train"
+        which = split_of(rel, val_percent, test_percent)
         if limit[which] is not None and size[which] >= limit[which]:
             if all(limit[w] is not None and size[w] >= limit[w] for w in limit):
                 break
@@ -136,7 +160,7 @@ def load_corpus(root: Optional[str | Path] = None, limit_train: Optional[int] = 
         size[which] += len(data)
         files[which] += 1
     streams = {}
-    for which in ("train", "val"):
+    for which in names:
         raw = b"".join(parts[which])
         if limit[which] is not None:
             raw = raw[:limit[which]]
@@ -144,10 +168,12 @@ def load_corpus(root: Optional[str | Path] = None, limit_train: Optional[int] = 
             raise ValueError(f"text corpus: no {which} files under {root} (val_percent {val_percent})")
         streams[which] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
     digest = {w: hashlib.sha256(streams[w].numpy().tobytes()).hexdigest()[:16] for w in streams}
+    split = f"crc32(relpath) % 100 < {val_percent}"
+    if test_percent:
+        split = f"val: {split}; test: {val_percent} <= crc32(relpath) % 100 < {val_percent + test_percent}"
     info = {"source": "python stdlib *.py" if root == stdlib_root() else str(root), "root": str(root),
-            "python": sys.version.split()[0], "tokenizer": "bytes", "split": f"crc32(relpath) % 100 < {val_percent}",
-            "train_files": files["train"], "val_files": files["val"], "sha256_train": digest["train"],
-            "sha256_val": digest["val"]}
-    corpus = TextCorpus(streams["train"], streams["val"], info)
+            "python": sys.version.split()[0], "tokenizer": "bytes", "split": split,
+            **{f"{w}_files": files[w] for w in names}, **{f"sha256_{w}": digest[w] for w in names}}
+    corpus = TextCorpus(streams["train"], streams["val"], info, test=streams.get("test"))
     _CACHE[key] = corpus
     return corpus
