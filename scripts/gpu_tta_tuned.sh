@@ -47,6 +47,9 @@ BUCKET_MB=${BUCKET_MB:-5}
 ACC_THRESHOLDS=${ACC_THRESHOLDS:-"0.35 0.45 0.55"}   # dynamic: next-byte validation accuracy steps
 DEVICE=${DEVICE:-auto}
 SWEEP=${SWEEP:-}
+GPUS_A=${GPUS_A:-0,1}                          # the two lanes' GPU pairs; on a 2-GPU machine GPUS_B=0,1 runs both
+GPUS_B=${GPUS_B:-2,3}                          # lanes on one pair (losses do not depend on it; the rates then
+                                               # run one after the other, so their timings stay alone)
 TOTAL_S=${TOTAL_S:-560}
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
@@ -54,7 +57,7 @@ machine_summary gpu_tta_tuned.sh \
   "STAGE=$STAGE LRS=$LRS METHODS_A=$METHODS_A METHODS_B=$METHODS_B SEEDS_MORE=$SEEDS_MORE RATES=$RATES" \
   "RATE_METHODS=$RATE_METHODS MODEL=$MODEL STEPS=$STEPS EVAL_EVERY=$EVAL_EVERY WARMUP_LR=$WARMUP_LR BATCH=$BATCH" \
   "SEQ_LEN=$SEQ_LEN VAL_BYTES=$VAL_BYTES TEST_PERCENT=$TEST_PERCENT BUCKET_MB=$BUCKET_MB ACC_THRESHOLDS=$ACC_THRESHOLDS" \
-  "DEVICE=$DEVICE SWEEP=$SWEEP TOTAL_S=$TOTAL_S"
+  "DEVICE=$DEVICE SWEEP=$SWEEP GPUS_A=$GPUS_A GPUS_B=$GPUS_B TOTAL_S=$TOTAL_S"
 
 workload=(--dataset text --model "$MODEL" --optimizer adamw --lr-warmup-steps "$WARMUP_LR" --lr-schedule cosine
           --batch-size "$BATCH" --seq-len "$SEQ_LEN" --limit-test "$VAL_BYTES" --test-percent "$TEST_PERCENT"
@@ -92,21 +95,21 @@ lane() {
 # shellcheck disable=SC2086
 case "$STAGE" in
   sweep)
-    lane "0,1" "$OUT/sweep" 0 $METHODS_A &
-    lane "2,3" "$OUT/sweep" 0 $METHODS_B &
+    lane "$GPUS_A" "$OUT/sweep" 0 $METHODS_A &
+    lane "$GPUS_B" "$OUT/sweep" 0 $METHODS_B &
     wait ;;
   seeds|rates)
     if [ "$STAGE" = seeds ]; then
       [ -d "$SWEEP" ] || { echo "STAGE=seeds needs SWEEP=<the sweep folder> (its lr*/ folders)" | tee -a "$RUN"; exit 2; }
       LR_OF=$("$PY" -m studykit.train.tuning best-lr "$SWEEP") || { echo "no learning rates chosen" | tee -a "$RUN"; exit 2; }
       echo "$LR_OF" | sed 's/^/chosen lr, method: /' | tee -a "$LOG" >> "$RUN"
-      lane "0,1" "$OUT/seeds" "$SEEDS_MORE" $METHODS_A &
-      lane "2,3" "$OUT/seeds" "$SEEDS_MORE" $METHODS_B &
+      lane "$GPUS_A" "$OUT/seeds" "$SEEDS_MORE" $METHODS_A &
+      lane "$GPUS_B" "$OUT/seeds" "$SEEDS_MORE" $METHODS_B &
       wait
     fi
     i=0
     for rate in $RATES; do
-      gpus=$([ $i -eq 0 ] && echo "0 1" || echo "2 3")
+      gpus=$( ( [ $i -eq 0 ] && echo "$GPUS_A" || echo "$GPUS_B" ) | tr , ' ')
       limit=$(left)
       [ "$limit" -gt 60 ] || { echo "== rates@${rate}G: skipped, deadline reached" | tee -a "$LOG" "$RUN"; continue; }
       ( timeout --signal=TERM --kill-after=20 "$limit" \
@@ -116,6 +119,7 @@ case "$STAGE" in
           --methods $RATE_METHODS --resume 2>&1 | grep --line-buffered -v "NCCL INFO" \
           | sed -u "s/^/[rates@${rate}G] /" >> "$LOG"
         echo "== rates@${rate}G: rc=${PIPESTATUS[0]}" | tee -a "$LOG" >> "$RUN" ) &
+      [ "$GPUS_A" = "$GPUS_B" ] && wait   # one pair: one rate at a time
       i=$((i + 1))
     done
     wait ;;
