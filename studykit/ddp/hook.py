@@ -28,11 +28,18 @@ class HookState:
     ``comm_kind``: how the protocol's collectives cross workers when no ``comm`` is given, a key of
     :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server).
     ``check_finite``, ``start_iter`` and ``runner`` as for :func:`register` (``check_finite`` sets the compressor's
-    ``allow_nonfinite``)."""
+    ``allow_nonfinite``).
+
+    ``find_unused_parameters``: the DDP model was built with it (:func:`register` reads it off the model). DDP then
+    all-reduces a bitmap of the parameters each worker used, on its process group, right after the hook returns for
+    the backward pass's last bucket; the hook's call for that bucket therefore waits until the communication thread
+    has run every bucket's protocol (:meth:`drain`), so that on every worker the bitmap comes after the protocol's
+    collectives instead of between them."""
 
     def __init__(self, compressor: Compressor, comm: Optional[Communicator] = None, process_group=None,
                  overlap: bool = True, comm_kind: str = "collective", coalesce_mb: Optional[float] = None,
-                 check_finite: bool = False, start_iter: int = 0, runner: str = "thread"):
+                 check_finite: bool = False, start_iter: int = 0, runner: str = "thread",
+                 find_unused_parameters: bool = False):
         self.compressor = finite_policy(compressor, check_finite)
         self.check_finite = not compressor.allow_nonfinite
         self.start_iter = _check_start_iter(start_iter)
@@ -57,6 +64,7 @@ class HookState:
         self._comm = comm
         self.process_group = process_group
         self.overlap = overlap
+        self.find_unused_parameters = as_bool(find_unused_parameters, "find_unused_parameters")
         self.bytes_sent = 0
         self.calls = 0
         #: parameters (by id) and shapes of each bucket index, as last seen
@@ -91,6 +99,14 @@ class HookState:
         """Whether the communication thread has finished every job handed to it (the host has issued every
         earlier bucket's collectives, so work issued now comes after them on every rank)."""
         return self._finished == self._submitted
+
+    def drain(self) -> None:
+        """Wait until the communication thread has run every job handed to it (at once when it is idle)."""
+        if self._worker is None or not self._worker.alive or self.idle():
+            return
+        done = threading.Event()
+        self._worker.submit(done.set)  # the thread runs jobs in order: this one comes after every earlier bucket's
+        done.wait()
 
     def side_stream(self, device: torch.device):
         """This state's CUDA stream on ``device`` for the protocol (one per device)."""
@@ -324,7 +340,19 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     A partition-invariant compressor (its result depends only on the concatenated gradient:
     single-round codecs, quantize, THC, global top-k) gets the bucket buffer whole, as one flat
     tensor; layer-wise methods (PowerSGD, ATOMO, layer-scope top-k) the per-parameter views.
+
+    With ``state.find_unused_parameters`` the call for the backward pass's last bucket returns once the
+    communication thread has run every bucket's protocol (:class:`HookState` says why).
     """
+    fut = _launch(state, bucket)
+    if state.find_unused_parameters and bucket.is_last():
+        state.drain()
+    return fut
+
+
+def _launch(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """:func:`compressor_hook` for one bucket: its protocol run here, handed to the communication thread, or
+    chained to an asynchronous all-reduce; returns the bucket's future."""
     buf = bucket.buffer()
     params = bucket.parameters()
     key = bucket.index()
@@ -650,9 +678,12 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     ``CAPTURE_AFTER``-th call with the same parameters and buffer) and from then on replays it from DDP's callback:
     a few microseconds of host work per bucket instead of the protocol's Python and its dozens of launches. A
     protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
-    running on the thread. On CPU both run the thread's way."""
+    running on the thread. On CPU both run the thread's way.
+
+    A model built with ``find_unused_parameters=True`` works: the hook's call for the backward
+    pass's last bucket then waits for the communication thread (:class:`HookState` says why)."""
     state = HookState(build(compressor, params, "register"), process_group=process_group, overlap=overlap,
                       comm_kind=comm_kind, coalesce_mb=coalesce_mb, check_finite=check_finite, start_iter=start_iter,
-                      runner=runner)
+                      runner=runner, find_unused_parameters=bool(getattr(ddp_model, "find_unused_parameters", False)))
     ddp_model.register_comm_hook(state, compressor_hook)
     return state
