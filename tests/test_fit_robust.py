@@ -52,7 +52,7 @@ def test_committed_slow_link_round_trips_its_warnings(slow_cal, tmp_path):
 def test_fit_cli_prints_the_warnings_loudly(capsys, tmp_path):
     out = tmp_path / "slow.json"
     with pytest.warns(UserWarning):
-        rc = top.main(["fit", str(H200_P2), "--network", SLOW, "--out", str(out), "--bootstrap", "0"])
+        rc = top.main(["fit", str(H200_P2), "--network", SLOW, "--out", str(out), "--bootstrap", "0", "--json"])
     cap = capsys.readouterr()
     assert rc == 0
     assert "WARNING" in cap.err and "bandwidth_gbps" in cap.err

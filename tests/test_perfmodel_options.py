@@ -170,7 +170,7 @@ def test_fit_cli_names_the_networks(tmp_path, capsys):
     rec = synthetic.write_jsonl(_sweep(1.0) + _sweep(5.0), tmp_path / "r.jsonl")
     assert top.main(["fit", str(rec), "--out", str(tmp_path / "c.json")]) == 2
     assert "rate_gbps=1,workers=2, rate_gbps=5,workers=2" in capsys.readouterr().err
-    assert top.main(["fit", str(rec), "--out", str(tmp_path / "c.json"), "--network", "rate_gbps=5"]) == 0
+    assert top.main(["fit", str(rec), "--out", str(tmp_path / "c.json"), "--network", "rate_gbps=5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["network"] == {"rate_gbps": 5.0, "workers": 2}
 
 

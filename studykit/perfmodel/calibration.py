@@ -152,7 +152,22 @@ class Calibration:
     MINIMUM = {"alpha_s": (0.0, False), "bandwidth_gbps": (0.0, True), "gamma": (0.0, True),
                "incast_coeff": (0.0, False), "gamma_extended": (0.0, True), "sync_delta_s": (0.0, False),
                "per_bucket_s": (0.0, False), "per_tensor_s": (0.0, False), "t_comp": (0.0, True),
-               "t_encode_decode": (0.0, False)}
+               "t_encode_decode": (0.0, False), "overhead": (-3600.0, False), "path_overhead": (-3600.0, False)}
+    #: the largest plausible value of each constant (in its unit): above it a file is a typo or in another unit
+    #: (a latency per ring step of a second, a backward pass or an encode/decode of an hour, gamma of 100)
+    MAXIMUM = {"alpha_s": 1.0, "bandwidth_gbps": 1e6, "gamma": 100.0, "incast_coeff": 1000.0, "gamma_extended": 100.0,
+               "sync_delta_s": 3600.0, "per_bucket_s": 3600.0, "per_tensor_s": 3600.0, "t_comp": 3600.0,
+               "t_encode_decode": 3600.0, "overhead": 3600.0, "path_overhead": 3600.0}
+    #: the unit each constant is stored in (what the model reads; any other is refused, not converted)
+    UNITS = {"alpha_s": "s", "bandwidth_gbps": "Gbit/s", "gamma": "ratio", "incast_coeff": "ratio",
+             "gamma_extended": "ratio", "sync_delta_s": "s", "per_bucket_s": "s", "per_tensor_s": "s", "t_comp": "s",
+             "t_encode_decode": "s", "overhead": "s", "path_overhead": "s"}
+    #: the fields that say what a list entry is for, and which fields make two entries the same configuration
+    KEYS = {"t_comp": ("model", "batch_size"), "overhead": ("model", "batch_size"),
+            "path_overhead": ("model", "batch_size", "mode"), "t_encode_decode": ("compressor", "model", "params")}
+    REQUIRED = {"t_comp": ("model",), "overhead": ("model",), "path_overhead": ("model",),
+                "t_encode_decode": ("compressor", "model")}
+    PATH_MODES = ("post", "hook", "hook_blocking")
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict:
@@ -178,7 +193,8 @@ class Calibration:
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
         """The calibration of ``d`` (as :meth:`to_dict` writes it), checked: required fields present, types
-        right, values finite and positive where the model needs them; ValueError naming the field."""
+        right, values and interval ends finite and within :data:`MINIMUM` / :data:`MAXIMUM`, units those of
+        :data:`UNITS`, one list entry per configuration (:data:`KEYS`); ValueError naming the field."""
         if not isinstance(d, dict):
             raise ValueError(f"a calibration must be a JSON object, got {type(d).__name__}")
         known = {"name", "description", "provenance", "world_size", "network", "warnings", "models", *cls.SCALARS,
@@ -195,6 +211,12 @@ class Calibration:
                    world_size=d.get("world_size"), network=d.get("network"), warnings=list(d.get("warnings", [])),
                    models=dict(d.get("models") or {}),
                    **lists, **kw)
+
+    def check(self) -> "Calibration":
+        """This calibration, checked as :meth:`from_dict` checks a file (for one built in memory); ValueError
+        naming the first field that fails."""
+        _check(type(self), self.to_dict())
+        return self
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -340,15 +362,19 @@ class Calibration:
         return out
 
 
-def _number(where: str, v, minimum: float | None = None, strict: bool = False, *, nan: bool = False) -> None:
+def _number(where: str, v, minimum: float | None = None, strict: bool = False, *, nan: bool = False,
+            maximum: float | None = None) -> None:
     """ValueError unless ``v`` is a finite number (NaN too with ``nan``) above ``minimum`` (or at it, unless
-    ``strict``)."""
+    ``strict``) and at most ``maximum``."""
     bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
+    if maximum is not None:
+        bound += f"{' and' if bound else ''} <= {maximum:g}"
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"field {where!r} must be a number{bound}, got {v!r}")
     if nan and math.isnan(v):
         return
-    if not math.isfinite(v) or (minimum is not None and (v <= minimum if strict else v < minimum)):
+    if not math.isfinite(v) or (minimum is not None and (v <= minimum if strict else v < minimum)) or (
+            maximum is not None and v > maximum):
         raise ValueError(f"field {where!r} must be a number{bound}, got {v!r}")
 
 
@@ -357,21 +383,31 @@ def _integer(where: str, v, minimum: int) -> None:
         raise ValueError(f"field {where!r} must be an integer >= {minimum} or null, got {v!r}")
 
 
-def _check_constant(where: str, c, minimum: tuple[float, bool] | None) -> None:
-    """The checks of one constant's fields (``where`` names it: ``gamma``, ``t_comp[1]``)."""
+def _check_constant(where: str, c, name: str, cls) -> None:
+    """The checks of one constant's fields (``where`` names it: ``gamma``, ``t_comp[1]``; ``name`` is its
+    field of ``cls``, whose ``MINIMUM``, ``MAXIMUM``, ``UNITS`` and ``REQUIRED`` apply)."""
     if not isinstance(c, dict):
         raise ValueError(f"field {where!r} must be an object with value, unit and source, got {c!r}")
-    for k in ("value", "unit", "source"):
+    for k in ("value", "unit", "source", *cls.REQUIRED.get(name, ())):
         if k not in c:
             raise ValueError(f"field {where!r} lacks required field {k!r}")
-    lo, strict = minimum if minimum is not None else (None, False)
-    _number(f"{where}.value", c["value"], lo, strict)
+    lo, strict = cls.MINIMUM.get(name, (None, False))
+    hi = cls.MAXIMUM.get(name)
+    _number(f"{where}.value", c["value"], lo, strict, maximum=hi)
     for k in ("unit", "source", "note", "model", "compressor", "mode"):
         if k in c and not isinstance(c[k], str):
             raise ValueError(f"field {where + '.' + k!r} must be a string, got {c[k]!r}")
-    for k in ("low", "high", "per_worker_s"):
+    unit = cls.UNITS.get(name)
+    if unit is not None and c["unit"] != unit:
+        raise ValueError(f"field {where + '.unit'!r} must be {unit!r} (the unit the model reads; convert the value "
+                         f"and its interval), got {c['unit']!r}")
+    for k in ("low", "high"):
         if c.get(k) is not None:
-            _number(f"{where}.{k}", c[k])
+            _number(f"{where}.{k}", c[k], lo, strict, maximum=hi)
+    if c.get("per_worker_s") is not None:
+        _number(f"{where}.per_worker_s", c["per_worker_s"], -3600.0, maximum=3600.0)
+    if name == "path_overhead" and c.get("mode", "post") not in cls.PATH_MODES:
+        raise ValueError(f"field {where + '.mode'!r} must be one of {list(cls.PATH_MODES)}, got {c['mode']!r}")
     if c.get("low") is not None and c.get("high") is not None and c["low"] > c["high"]:
         raise ValueError(f"field {where + '.low'!r} {c['low']:g} is above {where + '.high'!r} {c['high']:g}")
     if c.get("r2") is not None:
@@ -403,14 +439,21 @@ def _check(cls, d: dict) -> None:
         _integer("world_size", d["world_size"], 1)
     for k in cls.SCALARS:
         if d.get(k) is not None:
-            _check_constant(k, d[k], cls.MINIMUM.get(k))
+            _check_constant(k, d[k], k, cls)
     for k in cls.LISTS:
         if k not in d:
             continue
         if not isinstance(d[k], list):
             raise ValueError(f"field {k!r} must be a list of constants, got {type(d[k]).__name__}")
+        first: dict[str, int] = {}  # configuration -> index of its first entry
         for i, c in enumerate(d[k]):
-            _check_constant(f"{k}[{i}]", c, cls.MINIMUM.get(k))
+            _check_constant(f"{k}[{i}]", c, k, cls)
+            key = json.dumps([normalize_params(c.get(f)) if f == "params" else c.get(f) for f in cls.KEYS[k]],
+                             sort_keys=True, default=str)
+            if key in first:
+                raise ValueError(f"field '{k}[{i}]' repeats '{k}[{first[key]}]' (same {', '.join(cls.KEYS[k])}); "
+                                 "keep one entry per configuration")
+            first[key] = i
 
 
 def _match(cands: list[TEncodeDecode], q: dict, compressor: str | None = None):
@@ -426,6 +469,10 @@ def _match(cands: list[TEncodeDecode], q: dict, compressor: str | None = None):
         line = sorted((e for e in cands if isinstance(e.params.get(key), (int, float))
                        and {k: v for k, v in normalize_params(e.params, compressor).items() if k != key} == rest),
                       key=lambda e: e.params[key])
+        distinct: dict[float, TEncodeDecode] = {}  # one entry per parameter value: two at one value span no line
+        for e in line:
+            distinct.setdefault(float(e.params[key]), e)
+        line = list(distinct.values())
         if len(line) >= 2:
             xs = [float(e.params[key]) for e in line]
             # the two nearest points: interpolation inside, linear extrapolation outside

@@ -33,7 +33,8 @@ Records may use the measurement module's schema (``kind`` = sweep / profile / tc
 The package holds one module per job: :mod:`.records` (loading, canonical kinds), :mod:`.network` (alpha, BW,
 incast, probes, :class:`Network`), :mod:`.compute` (``T_comp``, ``T_encode_decode``, the overhead ``O``),
 :mod:`.gamma` (gamma and the syncSGD terms), :mod:`.inputs` (the extended model's :class:`RecordInputs` and
-fits) and :mod:`.calibration` (:func:`fit_calibration`, its composition, warnings and provenance).
+fits), :mod:`.calibration` (:func:`fit_calibration`, its composition, warnings and provenance) and :mod:`.report`
+(what ``python -m studykit fit`` prints about it).
 """
 from studykit.perfmodel.fit.calibration import (BANDWIDTH_TOLERANCE, COMPUTE_KINDS, MAX_INTERVAL_RATIO, MIN_R2,
                                                 bandwidth_warnings, check_one_machine, compute_side, default_records,

@@ -41,15 +41,23 @@ def compute_side(df: pd.DataFrame) -> pd.Series:
     return df["kind"].isin(COMPUTE_KINDS) | ((df["kind"] == "ddp") & (ws == 1))
 
 
-def check_one_machine(df: pd.DataFrame, allow_mixed: bool = False) -> list[str]:
-    """Refuse (ValueError) records of different machines in one fit of the compute constants (``T_comp``,
-    ``T_encode_decode``, the overhead O, gamma): the single-device records (:func:`compute_side`) must share one
-    ``gpu`` and one ``host``, and the syncSGD DDP records that gamma may come from their ``gpu``. With
-    ``allow_mixed`` the same finding is returned as a warning instead."""
-    comp = df[compute_side(df)]
-    sync = df[(df["kind"] == "ddp") & ~compute_side(df)]
+def check_one_machine(df: pd.DataFrame, allow_mixed: bool = False, composed: bool = False) -> list[str]:
+    """Refuse (ValueError) records of different machines in one fit: every record must share one ``gpu`` (as
+    ``verify --pool`` refuses folders of two card kinds), and the single-device records (:func:`compute_side`:
+    ``T_comp``, ``T_encode_decode``, the overhead O) one ``host``. ``composed`` (``--compute-from`` /
+    ``--network-from``): each side shares one ``gpu``, and the syncSGD DDP records that gamma may come from
+    that of the single-device records. With ``allow_mixed`` the same finding is returned as a warning instead."""
+    side = compute_side(df)
+    comp = df[side]
+    compute_text = "compute constants (T_comp, T_encode_decode, overhead O, gamma)"
+    if composed:
+        checks = [(compute_text, "gpu", pd.concat([comp, df[(df["kind"] == "ddp") & ~side]])),
+                  ("network constants (alpha, BW, incast, gamma from DDP iterations)", "gpu", df[~side])]
+    else:
+        checks = [("constants", "gpu", df)]
+    checks.append((compute_text, "host", comp))
     found = []
-    for col_name, frame in (("gpu", pd.concat([comp, sync])), ("host", comp)):
+    for what, col_name, frame in checks:
         if col_name not in frame.columns:
             continue
         frame = frame[frame[col_name].notna()]
@@ -57,12 +65,11 @@ def check_one_machine(df: pd.DataFrame, allow_mixed: bool = False) -> list[str]:
         if by.ngroups > 1:
             files = {v: sorted({_rel(str(x)) for x in g["source"].dropna()}) if "source" in g.columns else []
                      for v, g in by}
-            found.append(f"{col_name} " + ", ".join(f"{v!r} ({', '.join(f) or 'records given in memory'})"
-                                                    for v, f in files.items()))
+            found.append(f"{what} from records of different machines: {col_name} "
+                         + ", ".join(f"{v!r} ({', '.join(f) or 'records given in memory'})" for v, f in files.items()))
     if not found:
         return []
-    text = ("compute constants (T_comp, T_encode_decode, overhead O, gamma) from records of different machines: "
-            + "; ".join(found))
+    text = "; ".join(found)
     if not allow_mixed:
         raise ValueError(text + "; fit one machine at a time, or pass --allow-mixed (allow_mixed=True) to pool them")
     return [text + " (pooled: --allow-mixed)"]
@@ -170,7 +177,7 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
                 raise ValueError(f"{flag}: no {what}; have kinds {sorted(map(str, set(want['kind'])))}")
         df_all = pd.concat([df_all[mine], other[theirs]], ignore_index=True)
     df, net = select_network(df_all, network)
-    pooled = check_one_machine(df, allow_mixed)
+    pooled = check_one_machine(df, allow_mixed, composed=network_records is not None)
     kinds = set(df["kind"])
     cal = Calibration(name=name, description=description or f"fitted by studykit.perfmodel.fit from {len(df)} records")
     fitted: list[str] = []
@@ -266,8 +273,8 @@ def fit_calibration(records: pd.DataFrame | str | Path, name: str, *, stat: str 
     if cal.gamma is None and cal.t_comp:
         # a calibration that predicts iterations (it has T_comp) but whose records cannot give gamma: the backward
         # pass is taken as not slowed by the overlap, said in the constant and in the notes, never left unknown
-        notes.setdefault("gamma", "not fitted: no bucket stamps (ddp --bucket-times) and no syncSGD DDP records at "
-                                  "world size >= 2; gamma = 1 assumed")
+        notes["gamma"] = notes.get("gamma", "not fitted: no bucket stamps (ddp --bucket-times) and no syncSGD DDP "
+                                            "records at world size >= 2") + "; gamma = 1 assumed"
         cal.gamma = Constant(1.0, "ratio", "assumed: the records do not determine gamma",
                              note="no bucket stamps or DDP records; 1 (the backward pass not slowed) assumed")
         gamma_from = gamma_from or "assumed"

@@ -101,6 +101,7 @@ def fit_encode_decode(records: pd.DataFrame, *, stat: str = "ms_median", n_boot:
                 if len(np.unique(ws[i])) >= 2:
                     boot.append(np.linalg.lstsq(A[i], t[i], rcond=None)[0][0])
             lo, hi = _interval(boot)
+            lo = None if lo is None else max(lo, 0.0)  # a time: resampled intercepts below 0 bound it at 0
             out.append(TEncodeDecode(value=float(coef[0]), unit="s", low=lo, high=hi, r2=_r2(t, A @ coef), n=len(t),
                                      source=f"profile records ({stat}); linear in {wcol}", compressor=str(c),
                                      params=params, model=str(m), per_worker_s=float(coef[1])))

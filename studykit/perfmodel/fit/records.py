@@ -16,23 +16,18 @@ _SWEEP_OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "ps_gather":
 
 
 def load_frame(*sources: str | Path) -> pd.DataFrame:
-    """JSON Lines files (or folders searched for ``*.jsonl``) as one DataFrame, read by the kit's one
-    reader (:func:`studykit.measure.records.load_records`: damaged lines warned about and skipped,
-    schema checked, duplicates kept once). ``df.attrs["report"]`` is its
+    """JSON Lines files (or folders searched for ``*.jsonl`` and ``*.jsonl.gz``) as one DataFrame, read by the
+    kit's one reader in one call (:func:`studykit.measure.records.load_records`: damaged lines warned about and
+    skipped, schema checked, duplicates kept once across all the files). ``df.attrs["report"]`` is its
     :class:`~studykit.measure.records.LoadReport`; each row's ``source`` is its file."""
     from studykit.measure.records import LoadReport
     from studykit.measure.records import load_records as read
 
-    report = LoadReport()
-    rows = []
     for s in sources:
-        p = Path(s)
-        if not p.exists():
-            raise FileNotFoundError(f"records file {p} not found")
-        for f in (sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]):
-            for rec in read(f, report=report):
-                rec.setdefault("source", str(f))
-                rows.append(rec)
+        if not Path(s).exists():
+            raise FileNotFoundError(f"records file {s} not found")
+    report = LoadReport()
+    rows = list(read(*sources, report=report))
     if not rows:
         raise ValueError(f"no records in {report.files or list(map(str, sources))} ({report.summary()})")
     df = pd.DataFrame(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -14,7 +14,7 @@ from studykit.perfmodel.verify.platform import STATS, _inputs, _isnull, load_pla
 from studykit.perfmodel.verify.scoring import (CALIBRATE_MAX_P, ENCODE_DECODE_SOURCES, GAMMA_SOURCES,
                                                HOOK_GAMMA_SOURCES, PATH_OVERHEAD_SOURCES, VARIANTS,
                                                verify_platform)
-from studykit.perfmodel.verify.tables import by_batch_size, summarize
+from studykit.perfmodel.verify.tables import TARGETS, by_batch_size, summarize, within_target
 
 
 # ------------------------------------------------------------------ all platforms
@@ -34,19 +34,26 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            network_from: str = "sweep", overlap: str | None = None, hook_gamma: str = "one",
            gamma_from: str = "fit", sweep_from: str | Path | None = None, pool: str | None = None,
            encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
-           path_overhead_from: str = "identity") -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           path_overhead_from: str = "identity",
+           progress: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
     constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
     its own sweep would give (``used`` False). ``sweep_from``, ``inputs_from``: see :func:`load_platform`. ``pool``: every
-    source is one platform of that name (folders of one machine kind, :func:`load_platform`)."""
+    source is one platform of that name (folders of one machine kind, :func:`load_platform`). ``progress``: called
+    with a line of text as each platform is read and scored."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
         raise ValueError("no records to verify: give --records folders")
     frames, nets, notes = [], [], []
-    for s in ([sources] if pool else sources):
+    groups = [sources] if pool else sources
+    say = progress or (lambda text: None)
+    for i, s in enumerate(groups, 1):
+        step = f"verify: platform {i}/{len(groups)}"
+        say(f"{step}: reading {pool or _shown(s)} ...")
         plat = load_platform(s, stat, name=pool, sweep_from=sweep_from, inputs_from=inputs_from)
+        say(f"{step}: {plat.name} ({plat.device or 'device not stated'}): scoring {len(plat.ddp)} DDP record(s) ...")
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap, hook_gamma=hook_gamma,
@@ -83,11 +90,32 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
     return pred, pd.DataFrame(nets), notes
 
 
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory where it is inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def _fmt_summary(s: pd.DataFrame) -> str:
-    lines = [f"{'platform':<10} {'group':<20} {'variant':<9} {'n':>4} {'median|e|':>10} {'max|e|':>8}  worst"]
+    """``verify``'s table (a :func:`summarize` frame): one aligned row per platform, group and variant with its
+    median and max |relative error|, the group's target (:data:`~studykit.perfmodel.verify.tables.TARGETS`) and
+    whether the row is within it, then a line saying how to read it."""
+    rows = [["platform", "group", "variant", "n", "median|e|", "max|e|", "target", "within", "worst"]]
     for r in s.itertuples():
-        lines.append(f"{r.platform:<10} {r.group:<20} {r.variant:<9} {r.n:>4} {r.median_abs_rel_error:>9.1%} "
-                     f"{r.max_abs_rel_error:>8.1%}  {r.worst_config}")
+        t = TARGETS.get(r.group)
+        rows.append([str(r.platform), str(r.group), str(r.variant), str(r.n), f"{r.median_abs_rel_error:.1%}",
+                     f"{r.max_abs_rel_error:.1%}", "-" if t is None else f"{t[0]:.0%} / {t[1]:.0%}",
+                     within_target(r.group, r.median_abs_rel_error, r.max_abs_rel_error) or "-",
+                     str(r.worst_config)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {3, 4, 5, 6}  # numbers: right-aligned under their headers
+    lines = ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+             for r in rows]
+    lines.append("|e| = |predicted - measured| / measured per DDP configuration, scored leave-one-out (median and max "
+                 "over the row's configurations); within: 'yes' rows are within the model's stated error (target: "
+                 "median / max), 'median only' rows miss it at their worst configuration, 'no' rows miss it")
     return "\n".join(lines)
 
 
@@ -175,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                                    overlap=args.overlap, hook_gamma=args.hook_gamma, gamma_from=args.gamma_from,
                                    sweep_from=args.sweep_from, pool=args.pool,
                                    encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from,
-                                   path_overhead_from=args.path_overhead_from)
+                                   path_overhead_from=args.path_overhead_from,
+                                   progress=None if args.quiet else lambda text: print(text, file=sys.stderr,
+                                                                                         flush=True))
     except (ValueError, FileNotFoundError) as exc:
         print(f"verify: {exc}", file=sys.stderr)
         return 2
@@ -203,12 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             print("note:", n)
         if len(notes) > 20:
             print(f"note: ... {len(notes) - 20} more")
-        shown = out.resolve()
-        try:
-            shown = shown.relative_to(Path.cwd())
-        except ValueError:
-            pass
-        print(f"wrote {shown / 'predictions.csv'} ({len(pred)} rows), summary.csv, by_batch.csv, networks.csv")
+        print(f"wrote {_shown(out) / 'predictions.csv'} ({len(pred)} rows), summary.csv, by_batch.csv, networks.csv")
     return 0
 
 

@@ -16,6 +16,16 @@ TARGETS = {"syncSGD": (0.03, 0.10), "compressors (post)": (0.03, 0.10), "compres
            "compressors (blocking hook)": (0.05, 0.15)}
 
 
+def within_target(group: str, median: float, maximum: float, targets: dict | None = None) -> str:
+    """Whether a group's median and max |relative error| are within its target (``targets``, default
+    :data:`TARGETS`): ``"yes"`` (both), ``"median only"``, ``"no"``, or ``""`` for a group without a target."""
+    t = (TARGETS if targets is None else targets).get(group)
+    if t is None:
+        return ""
+    ok = (median <= t[0], maximum <= t[1])
+    return "yes" if all(ok) else ("median only" if ok[0] else "no")
+
+
 def implied_encode_decode(predictions: pd.DataFrame, *, variant: str = "extended", mode: str = "post",
                           worst: int | None = None) -> pd.DataFrame:
     """The encode/decode time the measured iterations leave room for, beside the profiled one the model used.
@@ -87,11 +97,8 @@ def summary_markdown(folders: dict[str, Path | str], targets: dict | None = TARG
             row = f"| {name} | {group[1]} | {int(v['n'].max())} | {cells['paper']} | {cells['extended']} |"
             if targets is not None:
                 t = targets.get(group[1])
-                met = ""
-                if t is not None and "extended" in v.index:
-                    ok = (v.loc["extended", "median_abs_rel_error"] <= t[0],
-                          v.loc["extended", "max_abs_rel_error"] <= t[1])
-                    met = "yes" if all(ok) else ("median only" if ok[0] else "no")
+                met = within_target(group[1], v.loc["extended", "median_abs_rel_error"],
+                                    v.loc["extended", "max_abs_rel_error"], targets) if "extended" in v.index else ""
                 row += f" {'' if t is None else f'{pct(t[0])} / {pct(t[1])}'} | {met} |"
             lines.append(row)
     return "\n".join(lines) + "\n"
