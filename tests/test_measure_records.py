@@ -118,3 +118,46 @@ def test_gzip_compressed_records_read_as_their_jsonl(tmp_path):
     bad.write_bytes(b"not gzip at all")
     with pytest.raises(RecordError, match="bad.jsonl.gz: cannot be read"):
         load_records(bad)
+
+
+def _gzip_lines(path, n):
+    import gzip
+
+    path.write_bytes(gzip.compress(b"".join(b'{"schema":1,"kind":"bench","config_id":"c%d"}\n' % i
+                                            for i in range(n))))
+    return path
+
+
+def test_gzip_records_are_read_up_to_a_decompressed_size_cap(tmp_path, monkeypatch):
+    """A gzip bomb stops at records.MAX_GZIP_BYTES (streamed, never decompressed whole): a RecordError naming
+    the file and the cap; a file under the cap reads in full."""
+    import gzip
+
+    from studykit.measure import records
+
+    assert records.MAX_GZIP_BYTES >= 2**30
+    ok = _gzip_lines(tmp_path / "ok.jsonl.gz", 100)
+    monkeypatch.setattr(records, "MAX_GZIP_BYTES", len(gzip.decompress(ok.read_bytes())))
+    assert len(load_records(ok)) == 100  # exactly at the cap
+    bomb = tmp_path / "bomb.jsonl.gz"
+    bomb.write_bytes(gzip.compress(b"\0" * (8 << 20)))  # 8 MiB of zeros, no newline: one huge line
+    monkeypatch.setattr(records, "MAX_GZIP_BYTES", 1 << 20)
+    with pytest.raises(RecordError, match=r"bomb\.jsonl\.gz: decompresses to more than 1048576 bytes.*MAX_GZIP"):
+        load_records(bomb)
+    monkeypatch.setattr(records, "MAX_GZIP_BYTES", 100)
+    with pytest.raises(RecordError, match=r"ok\.jsonl\.gz: decompresses to more than 100 bytes"):
+        load_records(ok)
+
+
+def test_a_corrupt_gzip_stream_is_a_record_error_naming_the_file(tmp_path):
+    """A damaged compressed stream (zlib.error, bad CRC, cut short) is a RecordError naming the file, as a file
+    that is not gzip at all is: unlike a damaged plain line, nothing after the damage can be read."""
+    good = _gzip_lines(tmp_path / "good.jsonl.gz", 2000).read_bytes()
+    cases = {"deflate": bytearray(good), "crc": bytearray(good), "cut": bytearray(good[: len(good) // 2])}
+    cases["deflate"][20] ^= 0x55  # an invalid deflate block header: zlib.error
+    cases["crc"][-6] ^= 0xFF  # the trailer's CRC-32
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.jsonl.gz"
+        path.write_bytes(bytes(data))
+        with pytest.raises(RecordError, match=rf"{name}\.jsonl\.gz: cannot be read"):
+            load_records(path)

@@ -15,7 +15,10 @@ import html
 import io
 import json
 import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,40 +51,75 @@ def discover(directory: Path = paths.NOTEBOOKS) -> list[Path]:
     return sorted(nbs, key=lambda p: (p.stem != "tour", p.stem))
 
 
+class _ProfileLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``, merge keys ``<<: *name``): a few hundred bytes of
+    nested aliases ("billion laughs") stand for billions of values once the parameters are printed or injected."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ValueError(f"YAML aliases are refused in a parameter profile (alias *{event.anchor} at line "
+                             f"{event.start_mark.line + 1}); write each value out")
+        return super().compose_node(parent, index)
+
+
 def load_profile(path: Path | str) -> dict[str, dict]:
-    """Read a profile: ``{notebook_stem: {parameter: value}}``."""
+    """Read a profile: ``{notebook_stem: {parameter: value}}``. Invalid YAML or an alias raises ``ValueError``
+    naming the file."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"parameter profile {path} not found; profiles: "
+    if not path.is_file():
+        raise FileNotFoundError(f"parameter profile {path} not found (or not a file); profiles: "
                                 f"{', '.join(str(p) for p in sorted(paths.PARAMS.glob('*.yaml')))}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_ProfileLoader) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    except (ValueError, OSError) as exc:  # an alias, text that is not UTF-8
+        raise ValueError(f"{path}: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"{path}: expected a mapping of notebook name -> mapping of parameters")
     return data
 
 
 class ParameterError(ValueError):
-    """A profile sets a parameter a notebook does not have, or one of the wrong type."""
+    """A profile sets a parameter a notebook does not have, or one of the wrong type; or a notebook's
+    parameters cannot be read (not a notebook, a ``parameters`` cell that does not parse)."""
 
 
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}
+
+
+def _cells(nb: Path | str) -> list[dict]:
+    """The cells of a notebook file; :class:`ParameterError` naming it where it is not a readable notebook."""
+    try:
+        cells = json.loads(Path(nb).read_text(encoding="utf-8"))["cells"]
+        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+            raise TypeError("'cells' is not a list of cells")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ParameterError(f"{nb}: not a notebook ({type(exc).__name__}: {exc})") from None
+    return cells
 
 
 def parameters(nb: Path | str) -> dict[str, str]:
     """The notebook's ``parameters`` cell as ``{name: type name}`` (read with ``ast``; no kernel).
 
     Each line is a typed literal (STYLE item 2): ``name: type = value  # comment``; a bare
-    ``name = value`` takes its value's type.
+    ``name = value`` takes its value's type. A file that is not a notebook, or a cell that does not
+    parse, raises :class:`ParameterError` naming the notebook.
     """
     import ast
 
-    cells = json.loads(Path(nb).read_text()).get("cells", [])
-    src = next(("".join(c.get("source", "")) for c in cells
+    src = next(("".join(c.get("source", "")) for c in _cells(nb)
                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
     if src is None:
         return {}
+    try:
+        body = ast.parse(src).body
+    except SyntaxError as exc:
+        raise ParameterError(f"{nb}: its parameters cell does not parse (line {exc.lineno}: {exc.msg}); "
+                             "fix the notebook") from None
     out: dict[str, str] = {}
-    for node in ast.parse(src).body:
+    for node in body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             out[node.target.id] = ast.unparse(node.annotation)
         elif isinstance(node, ast.Assign):
@@ -137,8 +175,13 @@ class NotebookFailed(RuntimeError):
 
 
 def title(nb: Path) -> str:
-    """The notebook's first markdown heading (its title), or its file name."""
-    for cell in json.loads(Path(nb).read_text()).get("cells", []):
+    """The notebook's first markdown heading (its title), or its file name (also for a file that is not a
+    notebook)."""
+    try:
+        cells = _cells(nb)
+    except ParameterError:
+        return Path(nb).stem
+    for cell in cells:
         if cell.get("cell_type") == "markdown":
             for line in "".join(cell.get("source", "")).splitlines():
                 if line.startswith("#"):
@@ -154,34 +197,54 @@ def question(nb: Path) -> str:
 _ADDED_TAGS = ("injected-parameters", "papermill-error-cell-tag")  # cells papermill adds to the executed copy
 
 
-def _failed_cell(out: Path, exc) -> tuple[int | None, int, str]:
+def _failed_cell(out: Path) -> tuple[int | None, int, str]:
     """(1-based cell number in the *source* notebook, its number of cells, first source line) of the failing cell.
 
-    The executed copy marks the failing cell (``metadata.papermill.exception``); the cells papermill added
-    (injected parameters, error banners) are not counted, so the number matches the notebook you edit.
+    The executed copy marks the cell that raised (``metadata.papermill.exception``); a cell that timed out or
+    killed its kernel is the last one papermill started (``start_time``). The cells papermill added (injected
+    parameters, error banners) are not counted, so the number matches the notebook you edit (``None`` where
+    the failing cell is one of those, or there is no executed copy).
     """
-    source = (exc.source or "").strip()
-    first = source.splitlines()[0] if source else ""
     try:
-        cells = json.loads(out.read_text())["cells"]
-    except (OSError, ValueError, KeyError):
-        return (exc.cell_index + 1 if exc.cell_index is not None else None), 0, first
-    own = [c for c in cells if not set(c.get("metadata", {}).get("tags", [])) & set(_ADDED_TAGS)]
-    for i, c in enumerate(own):
-        if c.get("metadata", {}).get("papermill", {}).get("exception"):
-            return i + 1, len(own), first
-    return (exc.cell_index + 1 if exc.cell_index is not None else None), len(own), first
+        cells = json.loads(out.read_text(encoding="utf-8"))["cells"]
+        numbered, n = [], 0
+        for c in cells:
+            added = bool(set(c.get("metadata", {}).get("tags", [])) & set(_ADDED_TAGS))
+            n += not added
+            numbered.append((None if added else n, c, c.get("metadata", {}).get("papermill", {})))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, 0, ""
+    hit = (next((x for x in numbered if x[2].get("exception")), None)
+           or next((x for x in reversed(numbered) if x[2].get("start_time")), None))
+    if hit is None:
+        return None, n, ""
+    source = "".join(hit[1].get("source", "")).strip()
+    return hit[0], n, (source.splitlines()[0] if source else "")
+
+
+def _failure(nb: Path, out: Path, what: str, exec_count=None) -> NotebookFailed:
+    """:class:`NotebookFailed` for ``nb``, naming the failing cell of its executed copy ``out`` and ``what``."""
+    cell, n_cells, first = _failed_cell(out)
+    where = (f"cell {cell} of {n_cells}" if cell else "the parameters cell papermill injected" if first
+             else "before its first cell")
+    prompt = f"In [{exec_count}]: {first!r}" if exec_count is not None else repr(first)
+    return NotebookFailed(f"notebook {nb.name} failed in {where} ({prompt}): {what}; executed copy: {out}",
+                          notebook=nb.stem, cell=cell, output=str(out))
 
 
 def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, timeout_s: int = 1800) -> dict:
-    """Execute one notebook; returns a summary dict. Raises :class:`NotebookFailed` naming the cell, or
-    :class:`ParameterError` (before a kernel starts) for a parameter ``nb`` lacks or of the wrong type."""
+    """Execute one notebook; returns a summary dict. Raises :class:`NotebookFailed` naming the cell (an
+    exception, a cell that ran past ``timeout_s`` seconds, a kernel that died or did not start), or
+    :class:`ParameterError` (before a kernel starts) for a parameter ``nb`` lacks or of the wrong type. The
+    kernel's connection file goes to a private temporary folder, removed however the run ends (Ctrl-C too)."""
     import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     from studykit.nbtools import jupyter_fix
 
     nb = Path(nb)
-    check_profile({nb.stem: parameters or {}}, [nb], f"parameters of {nb.name}")  # before a kernel starts
+    if parameters:  # before a kernel starts (without any, a parameters cell that does not parse fails in the run)
+        check_profile({nb.stem: parameters}, [nb], f"parameters of {nb.name}")
     jupyter_fix.apply()  # nbclient#312: an interact cell can otherwise wait for ever for its reply
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / nb.name
@@ -189,16 +252,24 @@ def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, t
     # the kernel inherits the environment: a non-inline MPLBACKEND (tests set Agg) would leave no figures
     saved = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = INLINE_BACKEND
+    private = tempfile.TemporaryDirectory(prefix="studykit-notebook-")
+    saved_tmp, tempfile.tempdir = tempfile.tempdir, private.name  # jupyter_client's mkstemp connection file
     try:
         pm.execute_notebook(str(nb), str(out), parameters=parameters, cwd=str(nb.parent),
                             kernel_name="python3", progress_bar=False, execution_timeout=timeout_s)
     except pm.PapermillExecutionError as exc:
-        cell, n_cells, first = _failed_cell(out, exc)
-        where = f"cell {cell} of {n_cells}" if n_cells else f"cell {cell}"
-        raise NotebookFailed(f"notebook {nb.name} failed in {where} (In [{exc.exec_count}]: {first!r}): "
-                             f"{exc.ename}: {exc.evalue}; executed copy with the traceback: {out}",
-                             notebook=nb.stem, cell=cell, output=str(out)) from None
+        raise _failure(nb, out, f"{exc.ename}: {exc.evalue} (the executed copy has the traceback)",
+                       exc.exec_count) from None
+    except CellTimeoutError:
+        raise _failure(nb, out, f"timed out after {timeout_s} s (--timeout)") from None
+    except DeadKernelError:
+        raise _failure(nb, out, "the kernel died (out of memory, os._exit, a crash in native code)") from None
+    except Exception as exc:  # a kernel that does not start, a notebook papermill cannot read, ...
+        raise NotebookFailed(f"notebook {nb.name} could not run: {type(exc).__name__}: {exc}",
+                             notebook=nb.stem, output=str(out)) from exc
     finally:
+        tempfile.tempdir = saved_tmp
+        private.cleanup()
         if saved is None:
             os.environ.pop("MPLBACKEND", None)
         else:
@@ -328,9 +399,22 @@ class DirtyTreeError(ValueError):
 def markdown_table(summary: dict | Path | str, allow_dirty: bool = False) -> str:
     """The README's notebook table from a ``summary.json`` (or its loaded dict). A run from a working
     tree with uncommitted changes is refused (its footer would name a commit the notebooks did not run
-    at) unless ``allow_dirty``, which marks it in the footer."""
+    at) unless ``allow_dirty``, which marks it in the footer. A file that is not such a summary raises
+    ``ValueError`` naming it."""
+    where = "summary"
     if not isinstance(summary, dict):
-        summary = json.loads(Path(summary).read_text())
+        where = str(summary)
+        try:
+            summary = json.loads(Path(summary).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{where}: cannot be read as a summary.json ({type(exc).__name__}: {exc})") from None
+    entries = summary.get("notebooks") if isinstance(summary, dict) else None
+    if (not isinstance(entries, list) or not isinstance(summary.get("provenance", {}), dict)
+            or not all(isinstance(s, dict) and isinstance(s.get("notebook"), str)
+                       and (s.get("status") != "ok" or isinstance(s.get("seconds"), (int, float))) for s in entries)):
+        raise ValueError(f"{where}: not a summary.json written by `python -m studykit notebooks` (expected "
+                         "{'notebooks': [{'notebook': name, 'status': 'ok', 'seconds': number, ...}, ...], "
+                         "'provenance': {...}})")
     dirty = bool(summary.get("provenance", {}).get("git_dirty"))
     if dirty and not allow_dirty:
         raise DirtyTreeError("the notebooks ran in a working tree with uncommitted changes, so the table's footer "
@@ -340,7 +424,7 @@ def markdown_table(summary: dict | Path | str, allow_dirty: bool = False) -> str
     lines = ["| notebook | the question it answers | smoke run (s) |", "|---|---|---:|"]
     for s in summary["notebooks"]:
         secs = f"{s['seconds']:.1f}" if s.get("status") == "ok" else "failed"
-        q = s.get("question", "").replace("|", "\\|")
+        q = str(s.get("question", "")).replace("|", "\\|")
         lines.append(f"| [`{s['notebook']}`](notebooks/{s['notebook']}.ipynb) | {q} | {secs} |")
     prov = summary.get("provenance", {})
     lines.append("")
@@ -351,11 +435,19 @@ def markdown_table(summary: dict | Path | str, allow_dirty: bool = False) -> str
     return "\n".join(lines)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that a killed run cleans up as an interrupted one."""
+
+
+def _terminate(signum, frame):
+    raise Terminated(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studykit notebooks", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default=str(paths.PARAMS / "smoke.yaml"), help="profile YAML (default: smoke)")
-    ap.add_argument("--only", nargs="*", default=None, help="notebook names to run (default: all)")
+    ap.add_argument("--only", nargs="+", default=None, metavar="NAME", help="notebook names to run (default: all)")
     ap.add_argument("--out", default=str(paths.REPORTS), help="output folder (default: reports/)")
     ap.add_argument("--notebooks-dir", default=str(paths.NOTEBOOKS), help="folder of notebooks (default: notebooks/)")
     ap.add_argument("--no-html", action="store_true", help="skip the HTML copies")
@@ -378,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             print(markdown_table(src, allow_dirty=args.allow_dirty))
-        except DirtyTreeError as exc:
+        except ValueError as exc:  # a dirty tree, a file that is not a summary.json
             print(f"python -m studykit notebooks --table: {exc}", file=sys.stderr)
             return 2
         return 0
@@ -388,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     except paths.OutputError as exc:
         ap.error(str(exc))
     nb_dir = Path(args.notebooks_dir)
+    out_abs, nb_abs = out_dir.expanduser().resolve(), nb_dir.expanduser().resolve()
+    if out_abs.is_relative_to(nb_abs) or nb_abs.is_relative_to(out_abs):
+        ap.error(f"--out {out_dir} and --notebooks-dir {nb_dir} overlap: the executed copies would overwrite or "
+                 f"sit among the source notebooks; give an --out that is neither inside nor above {nb_dir} "
+                 "(default: reports/)")
     nbs = discover(nb_dir) if nb_dir.is_dir() else []
     if not nbs:  # a misspelt folder must not replace summary.json with an empty one
         ap.error(f"--notebooks-dir {nb_dir}: no notebooks (*.ipynb) there")
@@ -410,24 +507,37 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     bar = tqdm(nbs, desc="notebooks", unit="nb")
-    for nb in bar:
-        bar.set_postfix_str(nb.stem)
-        t0 = time.perf_counter()
-        try:
-            summaries.append(run_one(nb, profile.get(nb.stem, {}), out_dir, html_copy=not args.no_html,
-                                     timeout_s=args.timeout))
-        except NotebookFailed as exc:
-            bar.write(f"studykit notebooks: {exc}", file=sys.stderr)
-            failures.append(str(exc))
-            summaries.append({"notebook": nb.stem, "title": title(nb), "question": question(nb), "output": nb.name,
-                              "html": None, "seconds": round(time.perf_counter() - t0, 2),
-                              "parameters": profile.get(nb.stem, {}), "status": "failed", "error": str(exc),
-                              "failed_cell": exc.cell, "figures": 0})
-            if not args.keep_going:
-                break
-    bar.close()
-    write_summary(summaries, out_dir, args.params, prov)
-    index = write_index(summaries, out_dir, args.params, prov)
+    nb = nbs[0]
+    on_main = threading.current_thread() is threading.main_thread()  # signal handlers: main thread only
+    previous = signal.signal(signal.SIGTERM, _terminate) if on_main else None
+    try:
+        for nb in bar:
+            bar.set_postfix_str(nb.stem)
+            t0 = time.perf_counter()
+            try:
+                summaries.append(run_one(nb, profile.get(nb.stem, {}), out_dir, html_copy=not args.no_html,
+                                         timeout_s=args.timeout))
+            except NotebookFailed as exc:
+                bar.write(f"studykit notebooks: {exc}", file=sys.stderr)
+                failures.append(str(exc))
+                summaries.append({"notebook": nb.stem, "title": title(nb), "question": question(nb),
+                                  "output": nb.name, "html": None, "seconds": round(time.perf_counter() - t0, 2),
+                                  "parameters": profile.get(nb.stem, {}), "status": "failed", "error": str(exc),
+                                  "failed_cell": exc.cell, "figures": 0})
+                if not args.keep_going:
+                    break
+        bar.close()
+        write_summary(summaries, out_dir, args.params, prov)
+        index = write_index(summaries, out_dir, args.params, prov)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (_terminate); run_one has removed its temporary files
+        bar.close()
+        print(f"python -m studykit notebooks: interrupted while running {nb.stem} ({len(summaries)} of {len(nbs)} "
+              f"notebooks done); summary.json and index.html were not updated; executed copies so far are in "
+              f"{out_dir}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     ok = sum(s["status"] == "ok" for s in summaries)
     print(f"ran {ok}/{len(nbs)} notebooks in {sum(s['seconds'] for s in summaries):.1f} s; index: {index}")
     if failures:
