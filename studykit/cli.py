@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("studykit.perfmodel.verify", "score the performance model against measurements"),
     "notebooks": ("studykit.nbtools.runner", "run every notebook with papermill -> reports/"),
     "data": ("studykit.nbtools.datacli", "the index of data/ (list, show) and regen [--check] of its generated files"),
+    "env": ("studykit.measure.envinfo", "what a bug report needs: versions, git commit, GPUs, platform"),
 }
 
 

@@ -115,3 +115,18 @@ def test_the_readme_blocks_are_the_generated_ones():
     assert [b.marker for b in manifest.blocks if b.file == README_BLOCKS] == ["crossovers"]
     outcomes = datacli.check(manifest, only=[README_BLOCKS], progress=False)
     assert [o.verdict for o in outcomes] == ["identical"], datacli.report(outcomes)
+
+
+def test_pip_install_puts_cpu_torch_before_the_wheel():
+    """docs/usage.md's pip section (the README links it) installs the CPU build of torch before the wheel, from the
+    index scripts/setup_env.sh names, so a CPU machine does not pull a CUDA torch through the kit's requirement."""
+    usage = (paths.ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    section = usage.split("## Installing the kit with pip", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    torch_at = next(i for i, line in enumerate(lines) if line.startswith("pip install torch "))
+    wheel_at = next(i for i, line in enumerate(lines) if line.startswith("pip install dist/"))
+    url = re.search(r"--index-url (\S+)", lines[torch_at]).group(1)
+    assert torch_at < wheel_at and url == "https://download.pytorch.org/whl/cpu"
+    assert url in (paths.ROOT / "scripts" / "setup_env.sh").read_text(encoding="utf-8")
+    assert "docs/usage.md#installing-the-kit-with-pip" in _text()

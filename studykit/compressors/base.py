@@ -21,6 +21,7 @@ import torch
 
 from studykit.comm import Collective, Communicator, LocalComm, RecordingComm
 from studykit.compressors.memory import ResidualMemory
+from studykit.compressors.registry import CompressorError  # defined where the registry needs it (no torch there)
 
 __all__ = ["Compressor", "CompressorError", "FLOAT_DTYPES", "MAX_WORLD_SIZE", "views", "copy_back"]
 
@@ -28,10 +29,6 @@ __all__ = ["Compressor", "CompressorError", "FLOAT_DTYPES", "MAX_WORLD_SIZE", "v
 MAX_WORLD_SIZE = 2**18
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-class CompressorError(ValueError):
-    """Bad input or parameter for a compressor; the message names compressor and problem."""
 
 
 class Compressor:

@@ -1,4 +1,5 @@
-"""``python -m studykit compressors``: every compressor, its parameters, and wire bytes for a model."""
+"""``python -m studykit compressors``: every compressor, its parameters (with their defaults), and its wire bytes
+for a model."""
 from __future__ import annotations
 
 import argparse
@@ -35,10 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
         return 0
-    print(f"{args.model}, {args.world_size} workers, fp32 gradient {models.size_bytes(args.model) / 2**20:.1f} MiB")
-    print(f"{'compressor':<14}{'all-reduce':<12}{'EF':<5}{'wire MiB':>10}{'ratio':>9}  collectives")
-    for r in rows:
-        ops = ", ".join(f"{c['op']}({c['dtype']})" for c in r["collectives"])
-        print(f"{r['compressor']:<14}{str(r['allreduce_compatible']):<12}{'yes' if r['error_feedback'] else '':<5}"
-              f"{r['wire_bytes'] / 2**20:>10.2f}{r['ratio']:>9.1f}  {ops}")
+    print(format_table(rows, args.model, args.world_size))
     return 0
+
+
+def format_table(rows: list[dict], model: str, world_size: int) -> str:
+    """:func:`table` as text: one line per compressor with its wire MiB, ratio, collectives and parameters
+    (``name=default``; ``python -m studykit predict --param NAME=VALUE`` and specs ``name:k=v`` set them)."""
+    w = max(len("compressor"), *(len(r["compressor"]) for r in rows)) + 2
+    ops = [", ".join(f"{c['op']}({c['dtype']})" for c in r["collectives"]) for r in rows]
+    wo = max(len("collectives"), *map(len, ops)) + 2
+    lines = [f"{model}, {world_size} workers, fp32 gradient {models.size_bytes(model) / 2**20:.1f} MiB",
+             f"{'compressor':<{w}}{'all-reduce':<12}{'EF':<5}{'wire MiB':>10}{'ratio':>9}  {'collectives':<{wo}}"
+             "parameters (defaults)"]
+    for r, op in zip(rows, ops):
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
+        lines.append(f"{r['compressor']:<{w}}{'yes' if r['allreduce_compatible'] else 'no':<12}"
+                     f"{'yes' if r['error_feedback'] else '':<5}{r['wire_bytes'] / 2**20:>10.2f}{r['ratio']:>9.1f}  "
+                     f"{op:<{wo}}{params}")
+    return "\n".join(lines)

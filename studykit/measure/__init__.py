@@ -23,8 +23,26 @@ Record schema (``schema: 1``; also in ``data/measurements/README.md``):
 
 Times are milliseconds; bandwidths GB/s = 1e9 bytes/s (nccl-tests' unit).
 """
-from studykit.measure.records import FIELDS, KIND_FIELDS, RecordWriter, load_records, provenance
-from studykit.measure.timing import PAPER_DISCARDED, PAPER_ITERATIONS, Timing, time_fn
+import importlib
+
+#: exported name -> its module, imported on first use (reading records needs no torch; timing does)
+_EXPORTS = {"FIELDS": "records", "KIND_FIELDS": "records", "RecordWriter": "records", "load_records": "records",
+            "provenance": "records", "PAPER_DISCARDED": "timing", "PAPER_ITERATIONS": "timing", "Timing": "timing",
+            "time_fn": "timing"}
 
 __all__ = ["time_fn", "Timing", "PAPER_ITERATIONS", "PAPER_DISCARDED", "RecordWriter", "load_records",
            "provenance", "FIELDS", "KIND_FIELDS"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in ("records", "timing"):  # the submodules importing this package used to import
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})

@@ -19,12 +19,11 @@ import socket
 import subprocess
 import sys
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Optional
-
-import torch
 
 from studykit import paths
 
@@ -263,6 +262,8 @@ def nvidia_driver() -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def _static_provenance(device_str: str) -> dict:
+    import torch  # here, not at the top: reading records needs no torch
+
     device = torch.device(device_str)
     cpu = cpu_name()
     prov = {"gpu": cpu, "driver": None, "cpu": cpu, "torch": torch.__version__,
@@ -306,6 +307,8 @@ def provenance(device="cpu", /, **extra) -> dict:
     ``driver``, ``cpu``), versions (``torch``, ``cuda``, ``nccl``, ``python``), ``host``, ``git_commit``,
     ``git_dirty``, ``num_threads``, ``timestamp`` (now, UTC, ISO 8601), ``argv``, ``network``, plus
     ``extra`` (a caller's own keys: backend, world size, ...)."""
+    import torch
+
     prov = dict(_static_provenance(str(torch.device(device))))
     prov["git_commit"], prov["git_dirty"] = _commit()
     prov["num_threads"] = torch.get_num_threads()
@@ -426,6 +429,35 @@ class RecordError(ValueError):
     """Records that must not be read as they are (missing source, unknown schema); names file and line."""
 
 
+#: the most bytes a ``*.jsonl.gz`` record file may decompress to (far above any real one; stops a gzip bomb)
+MAX_GZIP_BYTES = 1 << 30
+
+
+def _lines(f: Path) -> Iterable[tuple[int, str]]:
+    """``(line number, text)`` of a JSON Lines file, streamed; ``*.gz`` decompressed on the fly up to
+    :data:`MAX_GZIP_BYTES`. Only ``\n`` ends a line (not ``\r``, ``\x85``, ``\u2028``); invalid UTF-8 is
+    replaced (the line then fails to parse and is skipped as damaged). A file that cannot be read, or a gzip
+    stream that is damaged or too large, raises :class:`RecordError` naming it."""
+    gz = f.name.endswith(".gz")
+    cap = MAX_GZIP_BYTES
+    total = 0
+    try:
+        with (gzip.open(f, "rb") if gz else open(f, "rb")) as fh:
+            i = 0
+            while True:
+                line = fh.readline(cap + 1 - total) if gz else fh.readline()
+                if not line:
+                    return
+                total += len(line)
+                if gz and total > cap:
+                    raise RecordError(f"{f}: decompresses to more than {cap} bytes (records.MAX_GZIP_BYTES); "
+                                      "a gzip bomb or not a record file")
+                i += 1
+                yield i, line.rstrip(b"\n").decode("utf-8", errors="replace")
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise RecordError(f"{f}: cannot be read ({type(exc).__name__}: {exc})") from None
+
+
 #: kinds whose records predate the ``schema`` field and are read as schema 1 without one
 UNVERSIONED_KINDS = ("train_epoch",)
 
@@ -519,14 +551,7 @@ def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, re
     unversioned: dict[str, list[int]] = {}
     for f in _files(sources, missing_ok):
         rep.files.append(str(f))
-        try:
-            raw = f.read_bytes()
-            if f.name.endswith(".gz"):  # a large file committed compressed (e.g. a profile of tens of thousands of kernels)
-                raw = gzip.decompress(raw)
-            text = raw.decode("utf-8", errors="replace")  # no newline translation: \r is not a line end
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise RecordError(f"{f}: cannot be read ({exc})") from None
-        for i, line in enumerate(text.split("\n"), 1):  # JSON Lines: only \n ends a line (not \x85, \u2028)
+        for i, line in _lines(f):  # *.gz: a large file committed compressed (e.g. a profile of many kernels)
             if not line.strip():
                 continue
             try:

@@ -11,9 +11,10 @@ the nccl-tests conventions (PERFORMANCE.md there):
   sum) and ``ps_reduce`` (reduce to rank 0, broadcast): algbw = S / t and
   busbw = algbw (nccl-tests' factor for reduce and broadcast).
 
-The records' ``algbw_GBps`` / ``busbw_GBps`` are GB/s (1e9 bytes per second, nccl-tests' unit); what the
-command prints is Gbit/s (x 8), the unit of the rest of the kit. Each iteration starts after a barrier (untimed);
-its time is the max over ranks.
+The records' ``algbw_GBps`` / ``busbw_GBps`` are GB/s (1e9 bytes per second, nccl-tests' unit); the command
+prints each bandwidth in both GB/s (to compare with nccl-tests' tables) and Gbit/s (x 8, the unit of the rest of
+the kit: ``--bandwidth-gbps``, calibrations). Each iteration starts after a barrier (untimed); its time is the max
+over ranks.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from studykit.measure.records import RecordWriter, config_id, make_record
 from studykit.measure.runtime import Dist, format_size, note, progress
 from studykit.measure.timing import time_fn
 
-__all__ = ["OPS", "bus_factor", "sizes_between", "run_sweep"]
+__all__ = ["OPS", "bus_factor", "sizes_between", "run_sweep", "result_line"]
 
 OPS = ("all_reduce", "all_gather", "ps_gather", "ps_reduce")
 
@@ -57,6 +58,14 @@ def sizes_between(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
         out.append(s)
         s *= factor
     return out
+
+
+def result_line(op: str, nbytes: int, time_us: float, algbw_gbytes_s: float, busbw_gbytes_s: float) -> str:
+    """What ``sweep`` prints per measurement: op, size, mean time (us), then algbw and busbw each in GB/s
+    (nccl-tests' unit, as the records hold them) and in Gbit/s (x 8, the kit's ``--bandwidth-gbps`` unit)."""
+    return (f"{op:>10} {format_size(nbytes):>6} {time_us:10.1f} us  "
+            f"algbw {algbw_gbytes_s:8.3f} GB/s = {8 * algbw_gbytes_s:8.2f} Gbit/s  "
+            f"busbw {busbw_gbytes_s:8.3f} GB/s = {8 * busbw_gbytes_s:8.2f} Gbit/s")
 
 
 def _collective(op: str, d: Dist, numel: int, dtype: torch.dtype):
@@ -123,8 +132,6 @@ def run_sweep(d: Dist, ops: Sequence[str], sizes: Sequence[int], writer: RecordW
                           bus_factor=factor, busbw_GBps=algbw * factor)
         writer.write(rec)
         written += 1
-        # printed in Gbit/s, the kit's one bandwidth unit; the record's *_GBps fields keep nccl-tests' GB/s
-        note(f"{op:>10} {format_size(nbytes):>6} {t.ms_mean * 1e3:10.1f} us  algbw {8 * algbw:8.2f} Gbit/s  "
-             f"busbw {8 * algbw * factor:8.2f} Gbit/s", verbose and d.is_main)
+        note(result_line(op, nbytes, t.ms_mean * 1e3, algbw, algbw * factor), verbose and d.is_main)
         fn = None
     return written

@@ -1,7 +1,8 @@
 """``python -m studykit predict ...``, ``python -m studykit fit ...`` and ``python -m studykit advise ...``.
 
 predict: iteration times of syncSGD (Sec. 4.1) and of a compressor (App. B) over a
-(GPUs x bandwidth) grid, as JSON on stdout::
+(GPUs x bandwidth) grid, with their intervals and the compressor's crossover bandwidth, as a table
+(``--json``: everything)::
 
     python -m studykit predict --model resnet101 --batch-size 64 --gpus 8 16 64 \\
         --bandwidth-gbps 1 10 25 --compressor powersgd --param rank=4
@@ -62,7 +63,8 @@ def predict_parser() -> argparse.ArgumentParser:
                          "terms with their own gamma, the path overhead; collectives by Eq. 1 with the calibration's "
                          "incast term)")
     ap.add_argument("--compressor", choices=compressors.available(), default=None,
-                    help="compressor to compare with syncSGD (default: syncSGD only)")
+                    help="compressor to compare with syncSGD; its speed-up is syncSGD's iteration time over its own, "
+                         "and its crossover bandwidth is advise's (default: syncSGD only)")
     ap.add_argument("--param", type=param_arg, action="append", default=[], metavar="KEY=VALUE",
                     help="compressor parameter (repeatable), e.g. rank=4")
     ap.add_argument("--calibration", default=str(DEFAULT_CALIBRATION),
@@ -108,6 +110,7 @@ def fit_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lenient", action="store_true",
                     help="leave out constants the records cannot determine (reasons in provenance.not_fitted) "
                          "instead of failing")
+    ap.add_argument("--json", action="store_true", help="the summary as JSON instead of a table")
     return ap
 
 
@@ -238,6 +241,9 @@ def run_predict(argv: list[str]) -> int:
     else:
         gpus_list, how_p = DEFAULT_GPUS, "default (the calibration states no world size)"
     opts = TERMS[a.terms]
+    extended_gamma = (opts.sync_terms or opts.per_tensor) and cal.gamma_extended is not None
+    if a.gamma is None and cal.gamma is None and not extended_gamma:
+        ap.error(f"no gamma: calibration {cal.name!r} has none; pass --gamma")  # as advise refuses it
     hw = Hardware.from_calibration(cal, opts, bandwidth_gbps=np.asarray(bws, dtype=float)[:, None], alpha_s=a.alpha_s,
                                    gamma=a.gamma, compute_speedup=a.compute_speedup, allreduce=a.allreduce)
     w = Workload(a.model, a.batch_size, t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3,
@@ -266,15 +272,22 @@ def run_predict(argv: list[str]) -> int:
                                 "allgather_ms": r["compressed_allgather_s"] * 1e3,
                                 "wire_bytes": int(r["wire_bytes"]),
                                 "scaling_speedup": r["world_size"] * r["linear_s"] / r["compressed_total_s"]}
-            pt["speedup_over_syncsgd"] = r["speedup"]
+            # the ratio of the two iteration times shown beside it (what a user measures); T_obs's ratio apart
+            pt["speedup_over_syncsgd"] = r["sync_iteration_s"] / r["compressed_iteration_s"]
+            pt["t_obs_speedup_over_syncsgd"] = r["speedup"]
         points.append(pt)
+    interval, crossover = _intervals(a, cal, opts, gpus_list, params, points)
     out = {"model": a.model, "batch_size": a.batch_size, "compressor": a.compressor, "params": params,
            "calibration": {"name": cal.name, "path": a.calibration},
            "hardware": {"alpha_s": float(np.max(hw.alpha_s)), "gamma": float(np.max(hw.gamma)),
                         "compute_speedup": a.compute_speedup, "allreduce": a.allreduce, "bucket_mb": a.bucket_mb},
            "inputs": {**pr.notes, "bandwidth": how_bw, "world_size": how_p},
            "columns": {"iteration_ms": "what a user measures: O (forward, optimizer step) + T_obs",
-                       "total_ms": "T_obs: backward + synchronization (the paper's Figs. 6-11)"},
+                       "total_ms": "T_obs: backward + synchronization (the paper's Figs. 6-11)",
+                       "interval_ms": "iteration_ms at both ends of every calibrated interval (as advise prices it)",
+                       "speedup_over_syncsgd": "syncSGD's iteration_ms / the compressor's iteration_ms",
+                       "t_obs_speedup_over_syncsgd": "syncSGD's total_ms / the compressor's total_ms"},
+           "interval": interval, "crossover": crossover,
            "plans": {str(k): v for k, v in pr.plans.items()},
            "model_equations": {"syncsgd": "Sec. 4.1 with Eq. 1 of Agarwal et al. 2022 (arXiv 2103.00543)",
                                "compressed": "App. B of Agarwal et al. 2022, collectives from compressor.plan()",
@@ -284,32 +297,112 @@ def run_predict(argv: list[str]) -> int:
     return 0
 
 
+def _label(compressor: str, params: dict) -> str:
+    return compressor if not params else f"{compressor} " + " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _intervals(a, cal, opts, gpus_list, params: dict, points: list[dict]) -> tuple[dict, dict | None]:
+    """The interval of every iteration time (``interval_ms`` added to ``points``) and the compressor's crossover
+    per world size, both from one :func:`~studykit.perfmodel.advise.advise` call on predict's setting (the
+    calibration's intervals; the crossover search of :meth:`~studykit.perfmodel.advise.Advice.crossover_gbps`).
+    Returns (how the interval was found, the crossover or None without a compressor); where advise cannot price
+    predict's question, the first says why and no interval is added."""
+    from studykit.perfmodel import advise as adv_mod
+
+    label = None if a.compressor is None else _label(a.compressor, params)
+    why = ("--allreduce tree (advise prices the ring all-reduce of Eq. 1)" if a.allreduce != "ring" else
+           "--t-encode-decode-ms (advise takes T_encode_decode from the calibration)"
+           if a.t_encode_decode_ms is not None else None)
+    adv = None
+    if why is None:
+        cands = [] if label is None else [adv_mod.Candidate(label, "compressor", a.compressor,
+                                                             tuple(sorted(params.items())))]
+        try:
+            adv = adv_mod.advise(cal, a.model, a.batch_size, gpus_list, a.bandwidth_gbps, candidate_list=cands,
+                                 options=opts, model_error=0.0, evidence=False,
+                                 t_comp_s=None if a.t_comp_ms is None else a.t_comp_ms / 1e3, alpha_s=a.alpha_s,
+                                 gamma=a.gamma, compute_speedup=a.compute_speedup, bucket_bytes=a.bucket_mb * MIB)
+        except (adv_mod.AdviseError, ValueError) as exc:
+            why = str(exc)
+        else:
+            why = adv.unranked.get(label)
+    if why is not None:
+        return {"shown": False, "why": why}, None
+    kinds = [c.kind for c in adv.candidates]
+    rows = {"syncsgd": kinds.index("syncsgd"), "compressed": 0}
+    for pt in points:
+        i, j = adv.index(pt["world_size"], pt["bandwidth_gbps"])
+        for key, k in rows.items():
+            if key in pt:
+                t = adv.time_s[k, i, j] * 1e3
+                if not np.isclose(t, pt[key]["iteration_ms"], rtol=1e-6):  # one model: never, unless a term differs
+                    return {"shown": False, "why": f"advise prices {key} at {t:.6g} ms, predict at "
+                                                   f"{pt[key]['iteration_ms']:.6g} ms here"}, None
+                pt[key]["interval_ms"] = [float(adv.low_s[k, i, j] * 1e3), float(adv.high_s[k, i, j] * 1e3)]
+    interval = {"shown": True, "how": adv.inputs["interval"], "exact_constants": adv.exact_constants}
+    if label is None:
+        return interval, None
+    cross = [float(adv.crossover_gbps(int(p))[0]) for p in adv.world_sizes]
+    return interval, {"compressor": label, "baseline": "the faster of syncSGD and the fp16 baseline at each bandwidth",
+                      "search": "advise's (Advice.crossover_gbps): central constants, a log grid of bandwidths up to "
+                                f"{adv.crossover_top_gbps:g} Gbit/s",
+                      "world_sizes": [{"world_size": int(p), "gbps": v if np.isfinite(v) else None,
+                                       "text": adv.crossover_text(v)} for p, v in zip(adv.world_sizes, cross)]}
+
+
 def format_prediction(out: dict) -> str:
-    """``predict``'s answer as a table: per world size and bandwidth, syncSGD's and the compressor's
-    iteration time (what a user measures) and T_obs, and the speed-up (``--json`` gives everything)."""
+    """``predict``'s answer as a table: per world size and bandwidth, syncSGD's and the compressor's iteration
+    time (what a user measures) with its interval and T_obs, and the speed-up over syncSGD (the ratio of the two
+    iteration times shown); then the compressor's crossover bandwidth per world size (``--json`` gives
+    everything)."""
     comp = out["compressor"]
-    label = comp if not out["params"] else f"{comp} " + " ".join(f"{k}={v}" for k, v in out["params"].items())
+    label = None if comp is None else _label(comp, out["params"])
+    shown = out["interval"]["shown"]
+    names = {"syncsgd": "syncSGD ms", **({} if label is None else {"compressed": f"{label} ms"})}
+
+    def cells(t: dict, name: str) -> str:
+        """One method's cells: iteration time, its interval (where shown), T_obs."""
+        iv = f" {'[{:.1f}, {:.1f}]'.format(*t['interval_ms']):>20}" if shown else ""
+        return f"  {t['iteration_ms']:>{len(name)}.1f}{iv} {t['total_ms']:>9.1f}"
+
+    head = f"{'GPUs':>6} {'Gbit/s':>7}" + "".join(f"  {n}" + (f" {'interval ms':>20}" if shown else "")
+                                                  + f" {'(T_obs)':>9}" for n in names.values())
     lines = [f"{out['model']}, batch {out['batch_size']} per GPU, calibration {out['calibration']['name']!r}",
-             f"iteration = O (forward, optimizer step) + T_obs (backward + synchronization); O: {out['inputs'].get('overhead', '')}",
-             "",
-             f"{'GPUs':>6} {'Gbit/s':>7}  {'syncSGD ms':>11} {'(T_obs)':>9}" +
-             (f"  {label[:24]:>24} {'(T_obs)':>9} {'speed-up':>9}" if comp and comp != "none" else "")]
+             "iteration = O (forward, optimizer step) + T_obs (backward + synchronization); "
+             f"O: {out['inputs'].get('overhead', '')}", "",
+             head + ("" if label is None else f" {'x syncSGD':>10}")]
     for pt in out["points"]:
-        row = (f"{pt['world_size']:>6} {pt['bandwidth_gbps']:>7g}  {pt['syncsgd']['iteration_ms']:>11.1f} "
-               f"{pt['syncsgd']['total_ms']:>9.1f}")
-        if "compressed" in pt:
-            c = pt["compressed"]
-            row += f"  {c['iteration_ms']:>24.1f} {c['total_ms']:>9.1f} {pt['speedup_over_syncsgd']:>8.2f}x"
+        row = f"{pt['world_size']:>6} {pt['bandwidth_gbps']:>7g}" + "".join(cells(pt[k], n) for k, n in names.items())
+        if label is not None:
+            row += f" {pt['speedup_over_syncsgd']:>9.2f}x"
         lines.append(row)
-    lines += ["", "speed-up above 1: the compressor is faster. --json: inputs, plans and every term."]
+    lines.append("")
+    if label is not None:
+        lines.append(f"x syncSGD: syncSGD's iteration time over {label}'s, as printed (> 1: {label} is faster).")
+    iv = out["interval"]
+    lines.append("interval: the model at both ends of every calibrated interval, as advise prices it"
+                 + (f" (taken as exact: {', '.join(iv['exact_constants'])})" if iv.get("exact_constants") else "")
+                 if shown else f"interval: not shown: {iv['why']}")
+    cross = out.get("crossover")
+    if cross:
+        def above(c: dict) -> str:  # advise's crossover_text: "4.16 Gbit/s", "> 1000 Gbit/s" or "never"
+            if c["gbps"] is not None:
+                return c["text"]
+            return "never ahead" if c["text"] == "never" else f"none (still ahead at {c['text'][2:]}, the search's top)"
+
+        lines.append(f"crossover (advise's search): the bandwidth above which {label} no longer beats the faster of "
+                     "syncSGD and the fp16 baseline: "
+                     + "; ".join(f"{c['world_size']} GPUs: {above(c)}" for c in cross["world_sizes"]) + ".")
+    lines.append("--json: inputs, plans and every term.")
     return "\n".join(lines)
 
 
 def run_fit(argv: list[str]) -> int:
-    from studykit.perfmodel import fit
-
     ap = fit_parser()
-    a = ap.parse_args(argv)
+    a = ap.parse_args(argv)  # before the fit's imports (pandas, scipy): --help and bad arguments answer at once
+    from studykit.perfmodel import fit
+    from studykit.perfmodel.fit import report
+
     composed = bool(a.compute_from or a.network_from)
     if composed and a.records:
         ap.error("give RECORDS (every constant from them) or --compute-from and --network-from, not both")
@@ -332,24 +425,10 @@ def run_fit(argv: list[str]) -> int:
         print(f"python -m studykit fit: error: {exc}", file=sys.stderr)
         return 2
     path = cal.save(out_path)
-    summary = {k: v for k, v in cal.to_dict().items() if k in ("name", *Calibration.SCALARS)}
-    summary["t_comp"] = len(cal.t_comp)
-    summary["t_encode_decode"] = len(cal.t_encode_decode)
-    summary["overhead"] = len(cal.overhead)
-    summary["world_size"] = cal.world_size
-    summary["network"] = cal.network
-    summary["not_fitted"] = cal.provenance.get("not_fitted", {})
-    summary["warnings"] = cal.warnings
     reports = {"records_read": df.attrs.get("report")}
     if composed:
-        reports = {"records_read": reports["records_read"], "network_records_read": net_df.attrs.get("report")}
-    for key, rep in reports.items():
-        if rep is not None:  # what the one record reader read, skipped and merged
-            summary[key] = {"summary": rep.summary(), "files": len(rep.files), "records": rep.records,
-                            "damaged_lines": [f"{f}:{i}: {why}" for f, i, why in rep.damaged],
-                            "duplicates_dropped": rep.n_duplicates, "superseded": rep.superseded,
-                            "unversioned": rep.unversioned}
-    for k, why in summary["not_fitted"].items():
+        reports["network_records_read"] = net_df.attrs.get("report")
+    for k, why in cal.provenance.get("not_fitted", {}).items():
         print(f"python -m studykit fit: note: {k} {why}" if why.startswith("not fitted")
               else f"python -m studykit fit: note: {k} not fitted: {why}", file=sys.stderr)
     if cal.warnings:  # loud: a calibration a prediction should not trust as it is
@@ -357,8 +436,8 @@ def run_fit(argv: list[str]) -> int:
         print("\n".join([bar, f"python -m studykit fit: WARNING: {len(cal.warnings)} problem(s) with this calibration "
                                 "(also saved in its 'warnings'):"]
                          + [f"  ! {w}" for w in cal.warnings] + [bar]), file=sys.stderr)
-    summary["written"] = str(path)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(report.summary(cal, path, reports), indent=2) if a.json
+          else report.format_summary(cal, path, reports))
     return 0
 
 

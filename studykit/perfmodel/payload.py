@@ -25,83 +25,51 @@ smallest dtype that cannot overflow for ``p`` workers). :class:`PayloadLaw` uses
 * error feedback adds no collective (it only keeps a residual), so ``Compressor.plan`` leaves the
   error-feedback memory out;
 * plans are kept on disk per fingerprint of the code that decides them (the sources of
-  ``studykit/compressors/`` and ``studykit/comm.py``, and the torch version) in
-  ``reports/cache/payload-<fingerprint>.json`` (git-ignored; ``STUDYKIT_CACHE=off`` disables it,
-  ``STUDYKIT_CACHE=DIR`` moves it): a change to any compressor starts a new file, so a stale plan
-  is never read.
+  ``studykit/compressors/`` and ``studykit/comm.py``, and the torch version:
+  :func:`studykit.compressors.registry.fingerprint`) in ``reports/cache/payload-<fingerprint>.json``
+  (git-ignored; ``STUDYKIT_CACHE=off`` disables it, ``STUDYKIT_CACHE=DIR`` moves it): a change to any
+  compressor starts a new file, so a stale plan is never read. A law that finds on disk the plans it is
+  asked for (or, for a compressor whose payload has no steps in ``p``, any one plan) builds no compressor
+  and imports no torch: what the law needs to know of the compressor (partition-invariant, steps in ``p``)
+  comes from the registry's own cache (:func:`studykit.compressors.check`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from studykit import compressors, paths
+from studykit import compressors
+from studykit.compressors import registry
 
 __all__ = ["PayloadLaw", "law", "step_key", "fingerprint", "cache_path", "clear"]
 
 Plan = tuple  # of (op, numel, dtype, nbytes) tuples, in the order issued
 
-_FINGERPRINT: str | None = None
 _DISK: dict[str, dict[str, list]] | None = None  # key -> {str(p): plan as lists}
 _LAWS: dict[tuple, "PayloadLaw"] = {}
 
-
-def fingerprint() -> str:
-    """Hash of what decides a plan: the compressors' and communicators' sources, and torch's version."""
-    global _FINGERPRINT
-    if _FINGERPRINT is None:
-        import torch
-
-        pkg = Path(compressors.__file__).resolve().parent
-        h = hashlib.sha256(torch.__version__.encode())
-        for f in sorted(pkg.glob("*.py")) + [pkg.parent / "comm.py"]:
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-        _FINGERPRINT = h.hexdigest()[:16]
-    return _FINGERPRINT
+#: hash of what decides a plan (the compressors' and communicators' sources, torch's version): the registry's
+fingerprint = registry.fingerprint
 
 
 def cache_path() -> Path | None:
     """The on-disk plan cache of this code (None when ``STUDYKIT_CACHE=off``)."""
-    where = os.environ.get("STUDYKIT_CACHE", "")
-    if where.lower() in ("off", "0", "no", "false"):
-        return None
-    folder = Path(where) if where else paths.REPORTS / "cache"
-    return folder / f"payload-{fingerprint()}.json"
+    return registry.cache_path("payload")
 
 
 def _disk() -> dict:
     global _DISK
     if _DISK is None:
-        _DISK = {}
-        path = cache_path()
-        if path is not None and path.is_file():
-            try:
-                data = json.loads(path.read_text())
-                if isinstance(data, dict) and data.get("fingerprint") == fingerprint():
-                    _DISK = data.get("plans", {})
-            except (OSError, ValueError):
-                _DISK = {}  # a damaged cache is only a slower start: plans are recomputed
+        _DISK = registry.read_cache("payload")  # {} when absent or damaged: plans are recomputed
     return _DISK
 
 
 def _save() -> None:
-    path = cache_path()
-    if path is None or _DISK is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".payload-", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"fingerprint": fingerprint(), "plans": _DISK}, fh)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # read-only checkout: the cache is an optimisation only
+    if _DISK is not None:
+        registry.write_cache("payload", _DISK)
 
 
 def clear(memory: bool = True, disk: bool = False) -> None:
@@ -118,8 +86,13 @@ def clear(memory: bool = True, disk: bool = False) -> None:
 
 
 def _planner(compressor, params: dict | None):
-    return compressor if isinstance(compressor, compressors.Compressor) else \
-        compressors.get(compressor, **(params or {}))
+    return compressor if compressors.is_compressor(compressor) else compressors.get(compressor, **(params or {}))
+
+
+def _partition_invariant(compressor, params: dict | None) -> bool:
+    if compressors.is_compressor(compressor):
+        return compressor.partition_invariant
+    return compressors.check(compressor, **(params or {}))["partition_invariant"]
 
 
 def _registered(comp) -> bool:
@@ -183,6 +156,12 @@ class PayloadLaw:
             return {}
         before = self.plan_calls
         keys = None
+        facts = compressors.check(self._compressor, **self._params) if isinstance(self._compressor, str) else None
+        if self.known and not all(q in self.known for q in want) and facts is not None and \
+                not facts["world_size_steps"] and want[-1] <= facts["max_world_size"]:
+            # the contract: the same collectives at every p (step_key is () throughout); no compressor to build
+            plan = next(iter(self.known.values()))
+            return {q: self.known.get(q, plan) for q in want}
         if not all(q in self.known for q in want):
             comp = self._planner()
             if step_key(comp, want[0]) is not None:
@@ -238,7 +217,7 @@ class PayloadLaw:
 
 
 def _disk_key(compressor, params, shapes) -> str | None:
-    if isinstance(compressor, compressors.Compressor):
+    if compressors.is_compressor(compressor):
         return None
     shapes_t = [list(map(int, s)) for s in shapes]
     digest = hashlib.sha1(json.dumps(shapes_t).encode()).hexdigest()[:16]
@@ -251,7 +230,7 @@ def law(compressor, params: dict | None, shapes: Sequence, key: Any) -> PayloadL
     by name are also kept on disk."""
     hit = _LAWS.get(key)
     if hit is None:
-        if len(shapes) > 1 and _planner(compressor, params).partition_invariant:
+        if len(shapes) > 1 and _partition_invariant(compressor, params):
             shapes = [(sum(math.prod(int(d) for d in s) for s in shapes),)]  # the same plan, by definition
         hit = _LAWS[key] = PayloadLaw(compressor, params, shapes, _disk_key(compressor, params, shapes))
     return hit

@@ -45,8 +45,9 @@ def summarize(records: Iterable[dict]) -> pandas.DataFrame:
     (median), ``floor_ms``, ``x_floor`` (ms / floor), ``host_ms``, ``kernels``; for DDP
     ``world_size``, ``batch_size``, ``mode``, ``syncsgd_ms``, ``x_syncsgd`` (ms / syncSGD of
     the same model, batch and world size), ``peer``, ``peer_ms``, ``x_peer`` (kit hook / the
-    PyTorch hook it competes with); then ``target``, ``limit`` and ``passed`` (None where no
-    target applies or it cannot be judged).
+    PyTorch hook it competes with); then ``target``, ``limit``, ``limit_unit`` (the column the limit bounds:
+    ``ms``, ``x_floor``, ``x_syncsgd`` or ``x_peer``) and ``passed`` (None where no target applies or it cannot
+    be judged).
     """
     import pandas as pd
 
@@ -65,7 +66,7 @@ def summarize(records: Iterable[dict]) -> pandas.DataFrame:
         row = dict(section="codec", source=kind, gpu=r.get("gpu"), torch=r.get("torch"), model=r.get("model"),
                    compressor=name, params=_params_str(params), phase=phase, layout=layout, impl=impl,
                    ms=r.get("ms_median"), floor_ms=r.get("floor_ms"), host_ms=r.get("host_ms"),
-                   kernels=r.get("kernels"), target=None, limit=None, passed=None)
+                   kernels=r.get("kernels"), target=None, limit=None, limit_unit=None, passed=None)
         row["x_floor"] = row["ms"] / row["floor_ms"] if row["ms"] is not None and row["floor_ms"] else None
         key, limit, unit = _codec_target(name or "", params)
         judged = (name and r.get("model") == "resnet50" and phase == ("encdec" if kind == "bench" else "reduce")
@@ -78,7 +79,7 @@ def summarize(records: Iterable[dict]) -> pandas.DataFrame:
         elif key is not None:
             judged = judged and (layout == "flat" or kind == "profile")
         if key is not None and judged:
-            row.update(target=TARGETS[key], limit=limit)
+            row.update(target=TARGETS[key], limit=limit, limit_unit=unit)
             value = row["x_floor"] if unit == "x_floor" else row["ms"]
             row["passed"] = bool(value is not None and value <= limit) if unit == "x_floor" else \
                 bool(value is not None and value < limit)
@@ -106,24 +107,24 @@ def summarize(records: Iterable[dict]) -> pandas.DataFrame:
                    layout=None, impl=mode, mode=mode, world_size=r.get("world_size"),
                    batch_size=r.get("batch_size"), ms=r["ms_median"], syncsgd_ms=sync,
                    x_syncsgd=r["ms_median"] / sync if sync else None, peer=None, peer_ms=None, x_peer=None,
-                   target=None, limit=None, passed=None)
+                   target=None, limit=None, limit_unit=None, passed=None)
         multi = (r.get("world_size") or 1) >= 2
         if mode == "hook" and name == "powersgd" and params.get("rank") == 4 and _is_default(name, params):
             row.update(target=TARGETS["ddp_powersgd"] + ("" if r.get("model") == "resnet50" else " (reported)"),
-                       limit=1.2)
+                       limit=1.2, limit_unit="x_syncsgd")
             if multi and row["x_syncsgd"] is not None and r.get("model") == "resnet50":
                 row["passed"] = bool(row["x_syncsgd"] <= 1.2)
         if mode == "hook" and name in ("fp16", "bf16"):
             peer = "torch_" + name
             pm = peers.get(k + (peer,))
             row.update(peer=peer, peer_ms=pm, x_peer=r["ms_median"] / pm if pm else None,
-                       target=TARGETS["ddp_half"], limit=1.0)
+                       target=TARGETS["ddp_half"], limit=1.0, limit_unit="x_peer")
             if multi and pm:
                 row["passed"] = bool(r["ms_median"] <= pm)
         rows.append(row)
     cols = ["section", "source", "gpu", "torch", "model", "compressor", "params", "phase", "layout", "impl",
             "world_size", "batch_size", "ms", "floor_ms", "x_floor", "host_ms", "kernels", "syncsgd_ms",
-            "x_syncsgd", "peer", "peer_ms", "x_peer", "target", "limit", "passed"]
+            "x_syncsgd", "peer", "peer_ms", "x_peer", "target", "limit", "limit_unit", "passed"]
     df = pd.DataFrame(rows)
     for c in cols:
         if c not in df:
@@ -131,19 +132,28 @@ def summarize(records: Iterable[dict]) -> pandas.DataFrame:
     return df[cols]
 
 
+#: the measured columns of :func:`summary_markdown`, each followed by its limit in the same unit: (column, header)
+MARKDOWN_COLUMNS = (("ms", "ms"), ("x_floor", "x floor"), ("x_syncsgd", "x syncSGD"), ("x_peer", "x PyTorch hook"))
+
+
 def summary_markdown(df) -> str:
-    """The target rows of :func:`summarize` as a Markdown table (plus the counts)."""
+    """The target rows of :func:`summarize` as a Markdown table (plus the counts): each measured column (ms, x
+    floor, x syncSGD, x PyTorch hook) followed by the limit a target sets on it, so every column has one unit."""
     t = df[df["target"].notna()]
-    lines = ["| model | compressor | phase / mode | impl | ms | x floor | x syncSGD | x PyTorch hook | limit | passed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    head = " | ".join(f"{h} | {h} limit" for _, h in MARKDOWN_COLUMNS)
+    lines = [f"| model | compressor | phase / mode | impl | {head} | passed |",
+             "|---|---|---|---|" + "---|" * (2 * len(MARKDOWN_COLUMNS)) + "---|"]
 
     def f(x, d=3):
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
 
+    digits = {"ms": 3, "x_floor": 1, "x_syncsgd": 3, "x_peer": 3}
     for _, r in t.iterrows():
-        lines.append(f"| {r['model']} | {r['compressor']} {r['params']} | {r['phase']}"
-                     f"{'' if r['section'] == 'codec' else ' ws' + str(int(r['world_size']))} | {r['impl']} | {f(r['ms'])} | "
-                     f"{f(r['x_floor'], 1)} | {f(r['x_syncsgd'], 3)} | {f(r['x_peer'], 3)} | {r['limit']} | "
+        unit = r.get("limit_unit")
+        cells = " | ".join(f"{f(r[c], digits[c])} | {f'{r.limit:g}' if unit == c else ''}"
+                           for c, _ in MARKDOWN_COLUMNS)
+        where = "" if r["section"] == "codec" else f" ws{int(r['world_size'])}"
+        lines.append(f"| {r['model']} | {r['compressor']} {r['params']} | {r['phase']}{where} | {r['impl']} | {cells} | "
                      f"{'' if r['passed'] is None else ('yes' if r['passed'] else 'NO')} |")
     judged = t[t["passed"].notna()]
     lines.append("")

@@ -47,8 +47,7 @@ class Candidate:
 
 
 def _main_parameter(name: str):
-    cls = compressors.registry._lookup(name)
-    own = getattr(cls, "main_parameter", None)
+    own = compressors.registry.main_parameter(name)
     return own if own is not None else MAIN_PARAMETER.get(name)
 
 
@@ -64,7 +63,7 @@ def candidates(names: Sequence[str] | None = None, sweep: dict | None = None) ->
         main = (sweep or {}).get(n) or _main_parameter(n)
         settings = [{}] if main is None else [{main[0]: v} for v in main[1]]
         for ps in settings:
-            compressors.get(n, **ps)  # refuses a bad value, naming it
+            compressors.check(n, **ps)  # refuses a bad value, naming it
             label = n + ("" if not ps else " " + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                           for k, v in ps.items()))
             out.append(Candidate(label, "compressor", n, tuple(sorted(ps.items()))))

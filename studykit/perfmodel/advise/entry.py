@@ -52,6 +52,11 @@ def answer(model, *, gpus, bandwidth_gbps, calibration=None, batch_size: int | N
             calibration = Calibration.load(where)
         except (FileNotFoundError, ValueError) as exc:
             raise AdviseError(f"calibration: {exc}") from None
+    else:  # built in memory: the checks a file gets when it is loaded (a NaN or a negative T_comp ranks nonsense)
+        try:
+            calibration.check()
+        except ValueError as exc:
+            raise AdviseError(f"calibration {calibration.name!r}: {exc}") from None
     if batch_size is None:
         batch_size = calibration.batch_size_of(model)
     gpus = [gpus] if np.ndim(gpus) == 0 else list(gpus)

@@ -105,7 +105,7 @@ def cast_bytes_scale(compressor: str, params: dict, workload: Workload) -> float
     """For a one-round all-reduce codec whose payload is the gradient cast to a narrower type (fp16, bf16:
     ``Compressor.one_round_allreduce`` and a plan of all-reduces of every gradient element): its bytes over
     the fp32 gradient's (0.5 for a 2-byte type). None for any other compressor."""
-    if not compressors.get(compressor, **params).one_round_allreduce:
+    if not compressors.check(compressor, **params)["one_round_allreduce"]:
         return None
     s = plan_summary(compressor, params, workload.shapes(), 2, shapes_key=workload.model or workload.param_shapes)
     numel = sum(int(c["numel"]) for c in s.collectives)

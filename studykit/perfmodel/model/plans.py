@@ -34,7 +34,7 @@ class PlanSummary:
 
 
 def _plan_key(compressor, params) -> tuple:
-    if isinstance(compressor, compressors.Compressor):
+    if compressors.is_compressor(compressor):
         if params:
             raise ValueError("pass either a compressor instance or a name with params, not both")
         return ("instance", compressor.name, repr(compressor))
@@ -52,7 +52,7 @@ def _summary(plan) -> PlanSummary:
 def _checked(compressor, plan) -> PlanSummary:
     other = sorted({c[0] for c in plan} - {"all_reduce", "all_gather"})
     if other:
-        name = compressor.name if isinstance(compressor, compressors.Compressor) else compressor
+        name = compressor.name if compressors.is_compressor(compressor) else compressor
         raise ValueError(f"compressor {name!r} issues collectives {other} the model has no cost for")
     return _summary(plan)
 

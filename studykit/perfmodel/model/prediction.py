@@ -158,8 +158,8 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
                       sync=sync, notes=notes)
     if compressor is None:
         return pred
-    name = compressor.name if isinstance(compressor, compressors.Compressor) else compressor
-    eff_params = compressor.params() if isinstance(compressor, compressors.Compressor) else dict(params or {})
+    name = compressor.name if compressors.is_compressor(compressor) else compressor
+    eff_params = compressor.params() if compressors.is_compressor(compressor) else dict(params or {})
     ar_n, ar_b, ag_n, ag_b, sums = _per_p(compressor, params, workload, p)
     # T_encode_decode: explicit > calibration > 0 for "none"
     if t_encode_decode_s is not None:
