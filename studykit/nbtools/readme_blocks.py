@@ -460,6 +460,13 @@ def tta_block() -> str:
     return "".join(out)
 
 
+def tta_tuned_block(root: Path | str) -> str:
+    """The tables of a tuned time-to-accuracy campaign (:func:`studykit.train.tuning.tuned_markdown`)."""
+    from studykit.train import tuning
+
+    return tuning.tuned_markdown(paths.ROOT / root if not Path(root).is_absolute() else root)
+
+
 def lr_finals(root: Path | str = TTA_LR):
     """Final validation loss of every run of the learning-rate runs under ``root`` (one ``lrRATE`` folder per peak
     learning rate): a frame with one row per (learning rate, method, seed)."""

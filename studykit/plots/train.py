@@ -15,7 +15,7 @@ from studykit.plots.style import finish, theme
 from studykit.train.analysis import method_order
 
 __all__ = ["accuracy_curves", "accuracy_vs_time", "bits_over_epochs", "bytes_bars", "colors", "curves", "loss_curves",
-           "metric_bands_by_rate", "metric_vs_time", "time_split_bars", "tta_bars"]
+           "metric_bands_by_rate", "metric_vs_time", "time_split_bars", "tta_bars", "tuned_speedups"]
 
 def colors(methods) -> dict:
     """One colour per method (seaborn's colorblind palette in :func:`method_order`), so a method
@@ -30,8 +30,13 @@ def colors(methods) -> dict:
 
 
 _LABELS = {"train_acc": "training accuracy (%)", "test_acc": "test accuracy (%)", "val_acc": "validation accuracy (%)",
-           "train_loss": "training cross-entropy loss (nats)", "test_loss": "test cross-entropy loss (nats)",
-           "val_loss": "validation cross-entropy (nats per token)"}
+           "train_loss": "training cross-entropy (nats per prediction)",
+           "test_loss": "test cross-entropy (nats per prediction)",
+           "val_loss": "validation cross-entropy (nats per prediction)"}
+#: the smallest accuracy span an axis shows (percentage points): a narrower one would draw noise as a trend
+MIN_ACC_SPAN = 1.0
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_DASHES = ("-", "--", "-.", ":")
 
 
 def curves(df: pd.DataFrame, metric: str, ax=None, x: str = "epoch"):
@@ -40,10 +45,17 @@ def curves(df: pd.DataFrame, metric: str, ax=None, x: str = "epoch"):
     fig, ax = plt.subplots(figsize=(6, 4)) if ax is None else (ax.figure, ax)
     scale = 100 if metric.endswith("_acc") else 1
     col = colors(df["method"])
-    for m in method_order(df["method"]):
+    for i, m in enumerate(method_order(df["method"])):
         d = df[df["method"] == m].sort_values("epoch")
         xs = d[x] + (1 if x == "epoch" else 0)  # epoch 1 is the first trained epoch
-        ax.plot(xs, scale * d[metric], marker="o", ms=3, label=m, color=col[m])
+        # marker and dash differ per method, so a line drawn exactly over another stays visible
+        ax.plot(xs, scale * d[metric], marker=_MARKERS[i % len(_MARKERS)], ms=4, ls=_DASHES[i % len(_DASHES)],
+                label=m, color=col[m], markerfacecolor="none" if i % 2 else col[m])
+    if metric.endswith("_acc"):
+        lo, hi = ax.get_ylim()
+        if hi - lo < MIN_ACC_SPAN:
+            mid = (lo + hi) / 2
+            ax.set_ylim(mid - MIN_ACC_SPAN / 2, mid + MIN_ACC_SPAN / 2)
     ax.set_xlabel("epoch (count)" if x == "epoch" else "training time (s)")
     ax.set_ylabel(_LABELS.get(metric, metric))
     ax.set_title(f"How does the {_LABELS.get(metric, metric).split(' (')[0]} change as training goes on?",
@@ -230,8 +242,10 @@ def bytes_bars(summary: pd.DataFrame, column: str = "sent_per_worker_mb", ax=Non
 
 def time_split_bars(split: pd.DataFrame, ax=None):
     """Per-iteration time (ms) stacked (``analysis.time_split``): compute, encode, communicate, decode from the
-    profiled (blocking) iterations, and the median timed (overlapped) iteration as a black marker; the gap
-    between bar top and marker is what overlap hides (optimizer step aside). Older records stack compute,
+    profiled (blocking) iterations, and the median timed (overlapped) iteration as a black marker. The timed
+    iteration also holds the optimizer step and the batch's preparation, which the profiled phases leave out:
+    the marker sits below the bar by what overlap hides, less that extra work, and above it where the extra
+    work is larger (small models on CPU). Older records stack compute,
     compression and communication of one synchronised timing."""
     theme()
     fig, ax = plt.subplots(figsize=(6, 3.5)) if ax is None else (ax.figure, ax)
@@ -250,5 +264,51 @@ def time_split_bars(split: pd.DataFrame, ax=None):
     ax.set_title("Where does each method's iteration time go?", fontsize="medium")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right", rotation_mode="anchor")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    finish(fig)
+    return fig, ax
+
+
+def tuned_speedups(tables: dict, baseline: str = "fp16", ax=None):
+    """Speed-up over ``baseline`` in time to the strictest target, per method and emulated rate
+    (:func:`studykit.train.tuning.tuned_tables`): the geometric mean over seeds with its interval as a whisker,
+    on a log axis with 1 (no gain) marked; a method that did not reach the target in every run is marked so."""
+    theme()
+    fig, ax = plt.subplots(figsize=(7, 3.8)) if ax is None else (ax.figure, ax)
+    rates = sorted({r for r, _ in tables}, reverse=True)
+    strict = {r: min(t for rr, t in tables if rr == r) for r in rates}
+    methods = [m for m in tables[(rates[0], strict[rates[0]])].index if m != baseline]
+    width = 0.8 / len(rates)
+    x = np.arange(len(methods))
+    for i, r in enumerate(rates):
+        t = tables[(r, strict[r])].reindex(methods)
+        ok = (t["reached"] == t["runs"]).to_numpy()
+        mid = t["speedup_vs_baseline"].where(ok).to_numpy(dtype=float)
+        lo = np.clip(mid - t["speedup_lo"].to_numpy(dtype=float), 0, None)
+        hi = np.clip(t["speedup_hi"].to_numpy(dtype=float) - mid, 0, None)
+        xs = x + (i - (len(rates) - 1) / 2) * width
+        ax.errorbar(xs, mid, yerr=[np.nan_to_num(lo), np.nan_to_num(hi)], fmt="o", capsize=3,
+                    label=f"{r:g} Gbit/s (target {strict[r]:.3f})")
+    # the runs (and so whether they reach the target) are the same at every rate: one note per method
+    t = tables[(rates[0], strict[rates[0]])].reindex(methods)
+    for xx, (k, n) in zip(x, zip(t["reached"], t["runs"])):
+        if k < n:
+            ax.text(xx, 1, f"reached in\n{int(k)} of {int(n)} runs", fontsize=7, ha="center", va="top", color="dimgray")
+    ax.axhline(1, ls="--", c="gray", lw=1)
+    ax.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter
+
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(min(lo, 0.7), max(hi, 1.5))
+    lo, hi = ax.get_ylim()
+    ax.set_yticks([v for v in (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10) if lo <= v <= hi])
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
+    ax.set_xlim(-0.7, len(methods) - 0.3)
+    ax.set_xticks(x, methods)
+    ax.set_ylabel(f"speed-up over {baseline}\n(time to target, log scale)")
+    ax.set_xlabel("method (each at its own best learning rate)")
+    ax.set_title(f"Tuned: which method reaches the loss sooner than {baseline}?", fontsize="medium")
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+    ax.legend(fontsize=7)
     finish(fig)
     return fig, ax
