@@ -245,3 +245,22 @@ def test_text_test_percent_reports_test_on_held_out_files_and_refuses_other_data
     (r,) = train(cfg, ["none"])
     assert r["dataset"]["num_test_windows"] > 0 and r["test_loss"] != pytest.approx(r["val_loss"], rel=1e-9)
     assert r["optimizer_state"]["optimizer"] == "adamw" and r["optimizer_state"]["step_rms"] > 0
+
+
+def test_resume_after_an_interrupted_write_keeps_the_resumed_runs_first_record(tmp_path, recwarn):
+    """A run killed mid-write leaves a cut last line; the resumed run's first record must start on a line of its
+    own (not be glued to the cut one and lost), and the cut line is dropped with a warning."""
+    cfg = TrainConfig(dataset="text", model="gpt_tiny", steps=2, eval_every=1, seq_len=16, batch_size=2,
+                      limit_train=5_000, limit_test=1_000, optimizer="adamw", lr=3e-3, progress=False,
+                      profile_steps=0, warmup_steps=0)
+    out = tmp_path / "none.jsonl"
+    first = train(cfg, ["none"], out=out)
+    whole = out.read_text()
+    out.write_text(whole[: whole.index("\n") + 1] + whole[whole.index("\n") + 1:][:40])  # the second record cut
+    loop._REPAIRED.clear()
+    again = train(cfg, ["none"], out=out, resume=True)
+    assert len(again) == len(first) == 2
+    lines = out.read_text().splitlines()
+    recs = [json.loads(line) for line in lines]  # every line parses: nothing glued
+    assert len(recs) == 3 and recs[1]["run_id"] == again[0]["run_id"]
+    assert any("partial last line" in str(w.message) for w in recwarn)

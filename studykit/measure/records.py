@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 
 from studykit import paths
 
-__all__ = ["SCHEMA_VERSION", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "loadavg_1m", "make_record",
+__all__ = ["SCHEMA_VERSION", "repair", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "loadavg_1m", "make_record",
            "RecordWriter", "load_records", "done_ids", "LoadReport", "Records", "RecordError"]
 
 SCHEMA_VERSION = 1
@@ -396,6 +396,12 @@ class RecordWriter:
                 os.fsync(f.fileno())
             self.written += 1
         return rec
+
+
+def repair(path: Path | str) -> None:
+    """Make appends to ``path`` start on a fresh line after a run killed mid-write (what :class:`RecordWriter`
+    does when it opens a file): a cut last line is removed with a warning, a whole one gets its newline."""
+    _repair(Path(path))
 
 
 def _repair(path: Path) -> None:

@@ -376,12 +376,23 @@ def _lr_factor(cfg: TrainConfig, step: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+_REPAIRED: set = set()
+
+
 def _append(path: Optional[Path], rec: dict) -> None:
+    """Append one record as a line; the first append to a file in this process first removes a last line an
+    interrupted run left cut short (:func:`studykit.measure.records.repair`), so the new line is not glued to it."""
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.resolve() not in _REPAIRED:
+        from studykit.measure.records import repair
+
+        repair(path)
+        _REPAIRED.add(path.resolve())
     with open(path, "a") as f:
         f.write(json.dumps(rec) + "\n")
+        f.flush()
 
 
 def out_path_for(out: Optional[str | Path], label: str) -> Optional[Path]:
