@@ -41,6 +41,7 @@ from pathlib import Path
 from IPython.display import display
 
 from studykit import paths
+from studykit.nbtools.display import short_path
 from studykit.plots import measure as figures
 from studykit.perfmodel import Calibration, fit
 
@@ -49,7 +50,7 @@ src = src if src.is_absolute() else paths.ROOT / src
 ref = Calibration.load(paths.ROOT / reference_path)
 df = fit.normalize(fit.load_frame(src))
 synthetic = "synthetic" in df and df["synthetic"].fillna(False).astype(bool).any()
-print(f"{len(df)} records from {src}" + ("  -- SYNTHETIC demo data, not measurements" if synthetic else ""))
+print(f"{len(df)} records from {short_path(src)}" + ("  -- SYNTHETIC demo data, not measurements" if synthetic else ""))
 display(df["kind"].value_counts().rename("records"))
 
 # %% [markdown]

@@ -255,7 +255,8 @@ def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, t
     private = tempfile.TemporaryDirectory(prefix="studykit-notebook-")
     saved_tmp, tempfile.tempdir = tempfile.tempdir, private.name  # jupyter_client's mkstemp connection file
     try:
-        pm.execute_notebook(str(nb), str(out), parameters=parameters, cwd=str(nb.parent),
+        source = _with_setup_cell(nb, Path(private.name))
+        pm.execute_notebook(str(source), str(out), parameters=parameters, cwd=str(nb.parent),
                             kernel_name="python3", progress_bar=False, execution_timeout=timeout_s)
     except pm.PapermillExecutionError as exc:
         raise _failure(nb, out, f"{exc.ename}: {exc.evalue} (the executed copy has the traceback)",
@@ -280,6 +281,27 @@ def run_one(nb: Path, parameters: dict, out_dir: Path, html_copy: bool = True, t
     return {"notebook": nb.stem, "title": title(nb), "question": question(nb), "output": out.name,
             "html": out.with_suffix(".html").name if html_copy else None, "seconds": round(elapsed, 2),
             "parameters": parameters, "status": "ok", "figures": len(images(out))}
+
+
+def _with_setup_cell(nb: Path, folder: Path) -> Path:
+    """A copy of ``nb`` in ``folder`` whose first cell runs :data:`studykit.nbtools.display.SETUP_SOURCE` (plain
+    numbers, whole tables, short paths in warnings), its source hidden in the report; ``nb`` itself if it cannot
+    be read as a notebook (papermill then says why)."""
+    import nbformat
+
+    from studykit.nbtools.display import SETUP_SOURCE
+
+    try:
+        book = nbformat.read(str(nb), as_version=4)
+    except Exception:  # papermill reports an unreadable notebook itself
+        return nb
+    cell = nbformat.v4.new_code_cell(SETUP_SOURCE)
+    cell.metadata.update({"tags": ["studykit-setup"], "jupyter": {"source_hidden": True}})
+    cell.pop("id", None)
+    book.cells.insert(0, cell)
+    copy = folder / nb.name
+    nbformat.write(book, str(copy))
+    return copy
 
 
 def _to_html(ipynb: Path) -> None:
