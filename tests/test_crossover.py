@@ -81,6 +81,30 @@ def test_crossovers_recover_a_known_crossing():
     assert not ((out["baseline"] == "syncSGD") & (out["method"] == "syncSGD")).any()
 
 
+def test_run_to_run_drift_widens_the_interval_and_keeps_the_centre():
+    """With drift (a rerun moves a median by up to ~20 %), the interval is wider than iterations alone give and
+    still holds the crossover; rerun_drift reads both signs of each rerun's log ratio, per mode."""
+    import math
+
+    import pandas as pd
+
+    table = _table([1, 2, 5, 10, 25], lambda r: 10 + 100 / r, lambda r: 30 + 10 / r, noise=0.01)
+    spread = pd.DataFrame({"mode": ["post", "syncsgd", "builtin"], "ms_first": [10.0, 10.0, 10.0],
+                           "ms_second": [12.0, 9.0, 10.5]})
+    drift = X.rerun_drift([spread])
+    assert sorted(drift) == ["builtin", "post", "syncsgd"]
+    assert sorted(drift["post"]) == pytest.approx([-math.log(1.2), math.log(1.2)])
+    plain = X.crossovers(table, n_boot=300)
+    wide = X.crossovers(table, n_boot=300, drift=drift)
+    pick = (plain["baseline"] == "syncSGD") & (plain["method"] == "powersgd r4 (post)")
+    a, b = plain[pick].iloc[0], wide[pick].iloc[0]
+    assert b["crossover_gbps"] == pytest.approx(a["crossover_gbps"])  # the centre is the measured one
+    assert b["high_gbps"] - b["low_gbps"] > 2 * (a["high_gbps"] - a["low_gbps"])
+    assert b["low_gbps"] <= b["crossover_gbps"] <= b["high_gbps"]
+    with pytest.raises(ValueError, match="no configuration measured twice"):
+        X.rerun_drift([spread.iloc[:0]])
+
+
 def test_iteration_table_keeps_the_latest_duplicate_and_skips_real_networks():
     base = {"kind": "ddp", "status": "ok", "gpu": "G", "world_size": 2, "model": "m", "batch_size": 8,
             "mode": "syncsgd", "compressor": None, "params": {}, "bucket_mb": None, "times_ms": [1.0], "n_iter": 1}

@@ -13,8 +13,9 @@ syncSGD. This module finds both crossovers in DDP records measured at several em
   between the two measured rates that bracket the sign change of log(speed-up), linear in
   log(rate);
 * :func:`crossovers`: that for every method against syncSGD and against the fp16 baseline, with
-  a bootstrap interval over the timed iterations (measurement noise only: the bracket between
-  the two measured rates is reported beside it).
+  a bootstrap interval over the timed iterations and, given ``drift`` (:func:`rerun_drift`: how far the
+  same configuration's median moved between repeated campaigns), over run-to-run drift as well; the
+  bracket between the two measured rates is reported beside it.
 
 The speed-up of a method is the baseline's iteration time over the method's (above 1: faster).
 """
@@ -31,7 +32,7 @@ import pandas as pd
 __all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossovers", "speedup_table",
            "format_crossover", "crossover_summary", "predicted_table", "beside_paper", "markdown_table",
            "paper_crossovers", "delivered_gbps", "delivered_text", "SCALE_COLUMN",
-           "crossovers_at_scale", "inversions"]
+           "crossovers_at_scale", "inversions", "rerun_drift"]
 
 #: the baselines a compressor must beat: DDP's syncSGD at its default 25 MB bucket, and the FP16
 #: baseline of Han et al. 2024 (PyTorch's own ``fp16_compress_hook``, what a user would turn on)
@@ -188,14 +189,42 @@ def _median_resample(times: list[float], fallback: float, rng: np.random.Generat
     return float(np.median(rng.choice(times, size=len(times), replace=True)))
 
 
-def crossovers(table: pd.DataFrame, n_boot: int = 500, seed: int = 0, level: float = 0.9) -> pd.DataFrame:
+def rerun_drift(spreads: Iterable[pd.DataFrame]) -> dict[str, np.ndarray]:
+    """Run-to-run drift per DDP mode ("syncsgd", "builtin", "post", "hook"): the log ratios
+    ``log(ms_second / ms_first)`` of every configuration measured in two campaigns
+    (:func:`studykit.measure.report.rerun_spread` tables), with both signs (which run came first is arbitrary).
+    :func:`crossovers` draws one run's deviation from them as ``ratio / sqrt(2)`` (the ratio of two runs has
+    twice one run's variance)."""
+    logs: dict[str, list[float]] = {}
+    for t in spreads:
+        for mode, first, second in zip(t["mode"], t["ms_first"], t["ms_second"]):
+            d = math.log(float(second) / float(first))
+            logs.setdefault(str(mode), []).extend((d, -d))
+    if not logs:
+        raise ValueError("rerun_drift: no configuration measured twice in the tables given")
+    return {m: np.asarray(v) for m, v in logs.items()}
+
+
+def _drifted(ms: float, mode: str, drift: Optional[dict], rng: np.random.Generator) -> float:
+    if not drift:
+        return ms
+    pool = drift.get(mode)
+    if pool is None or not len(pool):
+        pool = np.concatenate(list(drift.values()))  # a mode never rerun: the drift of every mode
+    return ms * math.exp(float(rng.choice(pool)) / math.sqrt(2))
+
+
+def crossovers(table: pd.DataFrame, n_boot: int = 500, seed: int = 0, level: float = 0.9,
+               drift: Optional[dict] = None) -> pd.DataFrame:
     """Every method's crossover against each of :data:`BASELINES`, per GPU, world size, model and batch.
 
     The interval (``low``, ``high``, central ``level``) resamples each record's timed iterations
     (medians of bootstrap samples) and recomputes the crossover; it says how much measurement noise
-    moves the crossover, within or across the measured rates. Censored crossovers have no interval.
-    Each (group, baseline, method) draws from its own generator, seeded by ``seed`` and its labels, so a
-    crossover's interval does not change when other campaigns join the table.
+    moves the crossover, within or across the measured rates. With ``drift`` (:func:`rerun_drift`), each
+    resampled median is also moved by one draw of its mode's run-to-run drift, so the interval holds what a
+    repeated campaign could give, not only the noise of one run's iterations. Censored crossovers have no
+    interval. Each (group, baseline, method) draws from its own generator, seeded by ``seed`` and its labels, so
+    a crossover's interval does not change when other campaigns join the table.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
@@ -227,8 +256,10 @@ def crossovers(table: pd.DataFrame, n_boot: int = 500, seed: int = 0, level: flo
                     rng = np.random.default_rng([seed, zlib.crc32(label)])
                     boots = []
                     for _ in range(n_boot):
-                        tb_b = [_median_resample(base.loc[x, "times_ms"], base.loc[x, "ms"], rng) for x in rates]
-                        tm_b = [_median_resample(m.loc[x, "times_ms"], m.loc[x, "ms"], rng) for x in rates]
+                        tb_b = [_drifted(_median_resample(base.loc[x, "times_ms"], base.loc[x, "ms"], rng),
+                                         base.loc[x, "mode"], drift, rng) for x in rates]
+                        tm_b = [_drifted(_median_resample(m.loc[x, "times_ms"], m.loc[x, "ms"], rng),
+                                         m.loc[x, "mode"], drift, rng) for x in rates]
                         cb = crossover(rates, tb_b, tm_b)
                         # censored resamples sit at the edge of the measured range
                         boots.append(cb["gbps"] if cb["gbps"] is not None else

@@ -204,15 +204,25 @@ def rerun_spread_block() -> str:
 
 
 def measured_crossovers_block() -> str:
-    """The measured crossovers with bootstrap intervals (``crossover.markdown_table``) of
-    :data:`CROSSOVER_METHODS` in the bandwidth campaigns :data:`CROSSOVER_CAMPAIGNS`."""
+    """The measured crossovers with bootstrap intervals over the timed iterations and the run-to-run drift of
+    :func:`rerun_drift` (``crossover.markdown_table``) of :data:`CROSSOVER_METHODS` in the bandwidth campaigns
+    :data:`CROSSOVER_CAMPAIGNS`."""
     import pandas as pd
 
     from studykit.measure import crossover as X
 
     table = pd.concat([X.iteration_table(_load(BANDWIDTH / c / "ddp.jsonl")) for c in CROSSOVER_CAMPAIGNS],
                       ignore_index=True)
-    return X.markdown_table(X.crossovers(table, n_boot=200, seed=0), list(CROSSOVER_METHODS))
+    return X.markdown_table(X.crossovers(table, n_boot=200, seed=0, drift=rerun_drift()), list(CROSSOVER_METHODS))
+
+
+def rerun_drift() -> dict:
+    """Run-to-run drift per DDP mode (``crossover.rerun_drift``) from every campaign pair of :data:`RERUN_PAIRS`."""
+    from studykit.measure import crossover as X
+    from studykit.measure import report as R
+
+    return X.rerun_drift([R.rerun_spread(_load(BANDWIDTH / a / "ddp.jsonl"), _load(BANDWIDTH / b / "ddp.jsonl"))
+                          for a, b in RERUN_PAIRS])
 
 
 # ---------------------------------------------------------------------------------------------------- the hook's host time
