@@ -294,6 +294,43 @@ def test_hook_prediction_takes_per_bucket_device_shares_and_the_host_chain():
                                                                float(twice.compressed["host_end_s"])])
 
 
+def test_coalesce_groups_follow_the_hooks_rule_by_hand():
+    """register(coalesce_mb=): buckets wait until those waiting hold coalesce_bytes, or the last arrives; 0: one
+    group; None: each bucket alone."""
+    from studykit.perfmodel.model.bucketing import coalesce_groups
+
+    assert coalesce_groups([10, 10, 10, 10, 5], 25) == [[0, 1, 2], [3, 4]]
+    assert coalesce_groups([10, 10, 10], 0) == [[0, 1, 2]]
+    assert coalesce_groups([10, 10], None) == [[0], [1]]
+    assert coalesce_groups([30, 1], 25) == [[0], [1]]
+    with pytest.raises(ValueError, match="coalesce_bytes"):
+        coalesce_groups([1], -1)
+
+
+def test_a_coalescing_hook_runs_one_protocol_per_group_once_its_last_bucket_is_ready():
+    """hook_coalesce_mb=0 (every bucket in one group): one protocol run (k = 1) that starts when the backward pass
+    ends, so nothing of it hides under the backward pass: T_obs >= C + encode/decode + its collectives; the same
+    encode/decode in total as per bucket; refused outside the hook timeline."""
+    import dataclasses
+
+    from studykit.perfmodel.model import Hardware, Workload, predict
+
+    opts = dataclasses.replace(ModelOptions.extended(), overlap="timeline")
+    w = Workload("resnet50", 64, t_comp_s=0.05)
+    hw = Hardware(bandwidth_gbps=10.0, alpha_s=1e-5, gamma=1.0)
+    kw = dict(t_encode_decode_s=0.004, options=opts, mode="hook")
+    per = predict(w, hw, 2, "powersgd", {"rank": 4}, **kw).compressed
+    one = predict(w, hw, 2, "powersgd", {"rank": 4}, hook_coalesce_mb=0, **kw).compressed
+    assert float(one["k"]) == 1 and float(per["k"]) == len(w.ddp_bucket_shapes())
+    assert float(one["encode_decode_s"]) == pytest.approx(float(per["encode_decode_s"]))
+    assert float(one["total_s"]) >= 0.05 + 0.004 + float(one["comm_s"]) - 1e-12
+    assert float(one["total_s"]) > float(per["total_s"])
+    big = predict(w, hw, 2, "powersgd", {"rank": 4}, hook_coalesce_mb=1e6, **kw).compressed  # waits for the last
+    assert float(big["total_s"]) == pytest.approx(float(one["total_s"]))
+    with pytest.raises(ValueError, match="hook_coalesce_mb prices a coalescing hook"):
+        predict(w, hw, 2, "powersgd", {"rank": 4}, t_encode_decode_s=0.004, mode="post", hook_coalesce_mb=25)
+
+
 # ------------------------------------------------------------------ the kit's inf/NaN flag
 FLAG_HW = Hardware(bandwidth_gbps=8.0, alpha_s=1e-3, gamma=1.0)  # every collective pays 1 ms latency
 

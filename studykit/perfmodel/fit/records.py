@@ -38,18 +38,20 @@ def load_frame(*sources: str | Path) -> pd.DataFrame:
 #: identity fields of DDP variants that no model term prices (A/B runs beside the defaults): a ``ddp`` record
 #: with one of them set is left out of every fit and score (:func:`normalize`, :func:`unpriced_ddp`)
 UNPRICED_DDP_FIELDS = {
-    "hook_coalesce_mb": "a hook that coalesced buckets (the model's hook runs a protocol per bucket)",
+    "hook_coalesce_mb": "a hook that coalesced buckets (priced by the hook timeline's coalesced groups, but only "
+                        "scored on request: `verify --score-coalesced`)",
     "broadcast_buffers": "DDP without its buffer broadcast (`ddp --no-broadcast-buffers`)",
     "hook_runner": "a hook run another way than on its communication thread (`ddp --hook-runner graph`; the model's "
                    "host chain is the thread's)",
 }
 
 
-def unpriced_ddp(df: pd.DataFrame) -> pd.Series:
+def unpriced_ddp(df: pd.DataFrame, priced: Iterable[str] = ()) -> pd.Series:
     """Per row of a records frame: a ``ddp`` variant of :data:`UNPRICED_DDP_FIELDS` (one of the fields set),
-    which fits and scores leave out (the one rule of ``normalize`` and ``verify.load_platform``)."""
+    which fits and scores leave out (the one rule of ``normalize`` and ``verify.load_platform``); fields in
+    ``priced`` are not held against a record (``verify --score-coalesced`` prices ``hook_coalesce_mb``)."""
     out = pd.Series(False, index=df.index)
-    for f in UNPRICED_DDP_FIELDS:
+    for f in set(UNPRICED_DDP_FIELDS) - set(priced):
         if f in df.columns:
             out |= df[f].notna()
     return out & (df["kind"].astype(str) == "ddp")

@@ -9,7 +9,8 @@ import numpy as np
 
 from studykit.perfmodel.model.options import DDP_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_BYTES
 
-__all__ = ["buckets", "paper_bucket_sizes", "ddp_buckets", "ddp_bucket_sizes", "bucket_ready_fractions"]
+__all__ = ["buckets", "paper_bucket_sizes", "ddp_buckets", "ddp_bucket_sizes", "bucket_ready_fractions",
+           "coalesce_groups"]
 
 
 def buckets(total_bytes, bucket_bytes):
@@ -88,3 +89,23 @@ def bucket_ready_fractions(bucket_sizes: Sequence[float]) -> np.ndarray:
     if sz.size == 0 or np.any(sz < 0) or sz.sum() <= 0:
         raise ValueError(f"bucket sizes must be >= 0 with a positive sum, got {bucket_sizes!r}")
     return np.cumsum(sz) / sz.sum()
+
+
+def coalesce_groups(bucket_bytes: Sequence[float], coalesce_bytes: float | None) -> list[list[int]]:
+    """Which DDP buckets (indices, in communication order) a hook that coalesces them (``register(...,
+    coalesce_mb=)``) runs its protocol over at once: buckets wait until those waiting hold at least
+    ``coalesce_bytes`` (``> 0``), or until the last bucket arrives; ``0`` puts every bucket of the iteration in one
+    group; ``None`` leaves each bucket alone."""
+    n = len(bucket_bytes)
+    if coalesce_bytes is None:
+        return [[i] for i in range(n)]
+    if not (isinstance(coalesce_bytes, (int, float)) and math.isfinite(coalesce_bytes) and coalesce_bytes >= 0):
+        raise ValueError(f"coalesce_bytes must be None or a finite number >= 0, got {coalesce_bytes!r}")
+    groups, waiting, size = [], [], 0.0
+    for i, b in enumerate(bucket_bytes):
+        waiting.append(i)
+        size += float(b)
+        if i == n - 1 or 0 < coalesce_bytes <= size:
+            groups.append(waiting)
+            waiting, size = [], 0.0
+    return groups

@@ -99,7 +99,8 @@ MODES = ("post", "hook", "hook_blocking")
 def predict(workload: Workload, hardware: Hardware, world_size, compressor=None, params: dict | None = None, *,
             calibration: Calibration | None = None, t_encode_decode_s=None, bytes_scale=1.0,
             encode_decode_scale=1.0, options: ModelOptions | None = None, mode: str = "post",
-            sync_bytes_scale: float = 1.0, bucket_encode_decode_s=None, bucket_host_s=None) -> Prediction:
+            sync_bytes_scale: float = 1.0, bucket_encode_decode_s=None, bucket_host_s=None,
+            hook_coalesce_mb: float | None = None) -> Prediction:
     """Predict syncSGD (Sec. 4.1) and, with ``compressor``, compressed training (App. B).
 
     ``world_size`` and any :class:`Hardware` field may be arrays; the result
@@ -115,7 +116,8 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
     ``bucket_encode_decode_s`` / ``bucket_host_s`` (``mode="hook"`` with the timeline overlap): each DDP
     bucket's device and host time of the protocol (``profile --bucket-times``), for
     :func:`hook_timeline_s`'s per-bucket shares and host chain (the host times, like ``T_encode_decode``, times
-    ``hardware.cpu_slowdown`` under ``options.cpu_contention``).
+    ``hardware.cpu_slowdown`` under ``options.cpu_contention``). ``hook_coalesce_mb`` (``mode="hook"`` with the
+    timeline overlap): the hook coalesces buckets (``register(..., coalesce_mb=)``; :func:`hook_timeline_s`).
 
     ``options`` (default :class:`ModelOptions`: the paper's model plus ``hardware.incast_coeff``)
     chooses the terms; ``mode`` is how the compressor runs (``"post"``: after the backward pass,
@@ -184,6 +186,9 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
             mode == "hook" and opts.overlap == "timeline"):
         raise ValueError("bucket_encode_decode_s and bucket_host_s are inputs of the hook timeline: they need "
                          f"mode='hook' and ModelOptions.overlap='timeline', got mode={mode!r}, overlap={opts.overlap!r}")
+    if hook_coalesce_mb is not None and not (mode == "hook" and opts.overlap == "timeline"):
+        raise ValueError("hook_coalesce_mb prices a coalescing hook on the per-bucket timeline: it needs mode='hook' "
+                         f"and ModelOptions.overlap='timeline', got mode={mode!r}, overlap={opts.overlap!r}")
     per_bucket = mode == "hook_blocking" or (mode == "hook" and (opts.hook_buckets or opts.overlap == "timeline"))
     measured = opts.collectives == "measured" and hardware.collective_table is not None
     if mode == "hook" and opts.overlap == "timeline":
@@ -194,7 +199,8 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
         if host_s is not None and opts.cpu_contention:  # the hook thread's work slows as T_encode_decode does
             host_s = [np.asarray(h, dtype=float) * hardware.cpu_slowdown for h in host_s]
         comp = hook_timeline_s(t_comp, t_ed, workload, compressor, params, q, hardware, opts, bytes_scale,
-                               bucket_encode_decode_s, host_s)
+                               bucket_encode_decode_s, host_s,
+                               None if hook_coalesce_mb is None else float(hook_coalesce_mb) * 2**20)
         notes["compressed_plans"] = "per DDP bucket, timeline"
     elif per_bucket or measured:
         if p.size != 1:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from studykit.perfmodel.model.bucketing import bucket_ready_fractions
+from studykit.perfmodel.model.bucketing import bucket_ready_fractions, coalesce_groups
 from studykit.perfmodel.model.costs import collective_s
 from studykit.perfmodel.model.options import Hardware, ModelOptions
 from studykit.perfmodel.model.plans import _nbytes, guard_collectives, plan_summary
@@ -87,7 +87,7 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
 
 def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor, params, world_size: int,
                     hw: Hardware, options: ModelOptions, bytes_scale=1.0, bucket_encode_decode_s=None,
-                    bucket_host_s=None) -> dict:
+                    bucket_host_s=None, coalesce_bytes: float | None = None) -> dict:
     """A compressor run as a DDP communication hook, bucket by bucket (BEYOND THE PAPER; App. A only
     shows hooks are slower): :func:`bucket_timeline_s` with
 
@@ -100,7 +100,10 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
       together: an assumption); with ``bucket_encode_decode_s`` (each bucket's device time, ``profile
       --bucket-times``) shared in those proportions instead;
     * with ``bucket_host_s`` (each bucket's host time) and the workload's ``bucket_ready_host_s``, the host
-      chain of :func:`bucket_timeline_s`.
+      chain of :func:`bucket_timeline_s`;
+    * with ``coalesce_bytes`` (a hook that coalesces buckets, ``register(..., coalesce_mb=)``), the buckets of
+      each :func:`coalesce_groups` group as one: ready when its last bucket is, its collectives from ``plan()``
+      of all their shapes at once, its encode/decode and host time the sum of its buckets'.
 
     Same keys as :func:`compressed_s`, plus ``k``, ``exposed_s`` (the part not hidden under the
     backward pass) and ``host_end_s``."""
@@ -109,8 +112,10 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
     fr = workload.ready_fractions("ddp")
     if len(fr) != len(groups):
         fr = bucket_ready_fractions(sizes)
+    merge = coalesce_groups(sizes, coalesce_bytes)
     t_ar, t_ag, per = 0.0, 0.0, []
-    for g in groups:
+    merged = [[shape for i in m for shape in groups[i]] for m in merge]
+    for g in merged:
         ci = 0.0
         for c in plan_summary(compressor, params, g, world_size).collectives + guard_collectives(compressor, options):
             t = np.asarray(collective_s(c["op"], _nbytes(c, bytes_scale), world_size, hw, options), dtype=float)
@@ -127,7 +132,8 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
         if len(share) != len(groups) or share.sum() <= 0:
             raise ValueError(f"bucket_encode_decode_s: one positive time per DDP bucket ({len(groups)}) expected, "
                              f"got {list(bucket_encode_decode_s)}")
-    half = [ed * (s / share.sum()) / 2.0 for s in share]
+    half = [ed * (sum(share[i] for i in m) / share.sum()) / 2.0 for m in merge]
+    fr = [fr[m[-1]] for m in merge]
     host_ready, host = None, None
     if bucket_host_s is not None:
         if workload.bucket_ready_host_s is None:
@@ -135,11 +141,12 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
         if not (len(bucket_host_s) == len(workload.bucket_ready_host_s) == len(groups)):
             raise ValueError(f"the host chain needs one host time and one host ready time per DDP bucket "
                              f"({len(groups)}), got {len(bucket_host_s)} and {len(workload.bucket_ready_host_s)}")
-        host_ready, host = workload.bucket_ready_host_s, bucket_host_s
+        host_ready = [workload.bucket_ready_host_s[m[-1]] for m in merge]
+        host = [sum(np.asarray(bucket_host_s[i], dtype=float) for i in m) for m in merge]
     comp = np.asarray(t_comp_s, dtype=float) / hw.compute_speedup
     gamma = hw.gamma if options.hook_gamma else 1.0
     tl = bucket_timeline_s(gamma * comp, fr, per, half, half, host_ready, host)
     z = 0 * tl["total_s"]
     return {"compute_s": gamma * comp + z, "encode_decode_s": ed + z, "allreduce_s": np.asarray(t_ar) + z,
             "allgather_s": np.asarray(t_ag) + z, "comm_s": tl["comm_s"] + z, "exposed_s": tl["exposed_s"] + z,
-            "total_s": tl["total_s"], "k": np.asarray(float(len(groups))), "host_end_s": tl["host_end_s"] + z}
+            "total_s": tl["total_s"], "k": np.asarray(float(len(merge))), "host_end_s": tl["host_end_s"] + z}

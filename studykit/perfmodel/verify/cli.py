@@ -34,14 +34,14 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            network_from: str = "sweep", overlap: str | None = None, hook_gamma: str = "one",
            gamma_from: str = "fit", sweep_from: str | Path | None = None, pool: str | None = None,
            encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
-           path_overhead_from: str = "identity",
+           path_overhead_from: str = "identity", score_coalesced: bool = False,
            progress: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
     constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
-    its own sweep would give (``used`` False). ``sweep_from``, ``inputs_from``: see :func:`load_platform`. ``pool``: every
-    source is one platform of that name (folders of one machine kind, :func:`load_platform`). ``progress``: called
+    its own sweep would give (``used`` False). ``sweep_from``, ``inputs_from``, ``score_coalesced``: see
+    :func:`load_platform`. ``pool``: every source is one platform of that name (folders of one machine kind, :func:`load_platform`). ``progress``: called
     with a line of text as each platform is read and scored."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
@@ -52,7 +52,8 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
     for i, s in enumerate(groups, 1):
         step = f"verify: platform {i}/{len(groups)}"
         say(f"{step}: reading {pool or _shown(s)} ...")
-        plat = load_platform(s, stat, name=pool, sweep_from=sweep_from, inputs_from=inputs_from)
+        plat = load_platform(s, stat, name=pool, sweep_from=sweep_from, inputs_from=inputs_from,
+                             score_coalesced=score_coalesced)
         say(f"{step}: {plat.name} ({plat.device or 'device not stated'}): scoring {len(plat.ddp)} DDP record(s) ...")
         frames.append(verify_platform(plat, variants=variants, holdout=holdout, include_hook=include_hook,
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
@@ -182,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folders whose single-device records (tcomp, profile, copy_bw) fill in for those --records "
                          "lacks (a campaign that measured only DDP iterations, or only its hooks' profiles); a "
                          "configuration --records measured itself keeps its own record; same card kind only")
+    ap.add_argument("--score-coalesced", action="store_true",
+                    help="also score hooks that coalesced buckets (ddp --hook-coalesce-mb), priced by the hook "
+                         "timeline's coalesced groups (needs --overlap timeline); left out by default")
     ap.add_argument("--quiet", action="store_true")
     return ap
 
@@ -204,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                                    sweep_from=args.sweep_from, pool=args.pool,
                                    encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from,
                                    path_overhead_from=args.path_overhead_from,
+                                   score_coalesced=args.score_coalesced,
                                    progress=None if args.quiet else lambda text: print(text, file=sys.stderr,
                                                                                          flush=True))
     except (ValueError, FileNotFoundError) as exc:

@@ -51,7 +51,7 @@ class Platform:
 
 def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_median", name: str | None = None,
                   sweep_from: str | Path | None = None,
-                  inputs_from: Sequence[str | Path] | None = None) -> Platform:
+                  inputs_from: Sequence[str | Path] | None = None, score_coalesced: bool = False) -> Platform:
     """Read a records folder (or file) into a :class:`Platform` (ok records only).
 
     ``source`` may be several folders of one machine kind (campaigns of the same cards, world size and
@@ -64,7 +64,10 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     this one's (a campaign that measured only DDP iterations, e.g. ``LOCAL=0``, or only its hooks' per-bucket
     times, ``gpu_bandwidth.sh``'s ``HOOK_PROFILE``); where ``source`` measured a configuration itself (the same
     ``config_id``), its own records are kept and the borrowed ones skipped, as the notes say; refused when a
-    folder's GPUs differ."""
+    folder's GPUs differ.
+    ``score_coalesced``: keep the hooks that coalesced buckets (``hook_coalesce_mb``), each coalescing its own
+    configuration, priced by the hook timeline's coalesced groups; left out by default.
+    """
     from studykit.measure.records import load_records
 
     if stat not in STATS:
@@ -105,7 +108,8 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     df.loc[(df["mode"] == "hook") & (ov != True), "mode"] = "hook_blocking"  # noqa: E712 (None/NaN are not True)
     if "comm" in df.columns:  # the model prices the backend's collectives; a parameter server's runs are not scored
         df = df[df["comm"].isna() | (df["kind"] != "ddp")]
-    df = df[~unpriced_ddp(df)]  # variants no model term prices (coalesced hooks, no buffer broadcast): not scored
+    # variants no model term prices (no buffer broadcast; coalesced hooks unless asked): not scored
+    df = df[~unpriced_ddp(df, ("hook_coalesce_mb",) if score_coalesced else ())]
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or (src.name if src.is_dir() else src.stem), stat=stat,
                     tcomp=df[df["kind"] == "tcomp"].copy(), ddp=df[df["kind"] == "ddp"].copy(),
@@ -165,6 +169,8 @@ def _label(r) -> str:
         pk = r.get("params_key", "{}")
         if pk not in ("{}", None):
             parts.append(pk.replace('"', "").replace(" ", ""))
+    if not _isnull(r.get("hook_coalesce_mb")):  # a coalescing hook is its own configuration
+        parts.append(f"coalesce={float(r['hook_coalesce_mb']):g}MB")
     parts.append(f"p={int(r['world_size'])}")
     parts.append(_net_label(r.get("rate_gbps"), r["world_size"]) if not _isnull(r.get("rate_gbps")) else "native")
     return " ".join(parts)

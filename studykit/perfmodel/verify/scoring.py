@@ -145,6 +145,10 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
     if r["mode"] == "hook" and opts.overlap == "timeline" and not opts.hook_gamma:
         how_ed += "; backward pass at gamma 1 (--hook-gamma one, the default)"
     scale, how_wire = _wire_scale(r, w)
+    coalesce = r.get("hook_coalesce_mb")
+    if coalesce is not None and not pd.isna(coalesce) and r["mode"] == "hook" and opts.overlap == "timeline":
+        per_bucket["hook_coalesce_mb"] = float(coalesce)
+        how_ed += f"; buckets coalesced to {float(coalesce):g} MB"
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
                  mode=r["mode"], bytes_scale=scale, **per_bucket)
     c = {k: float(np.asarray(v)) for k, v in pr.compressed.items()}
