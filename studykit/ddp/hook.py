@@ -680,8 +680,14 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
     running on the thread. On CPU both run the thread's way.
 
+    ``process_group`` None: the group DDP averages over (``ddp_model.process_group``; a DDP model on a subgroup,
+    e.g. of one process, gets the protocol on that subgroup, not on the world).
+
     A model built with ``find_unused_parameters=True`` works: the hook's call for the backward
     pass's last bucket then waits for the communication thread (:class:`HookState` says why)."""
+    ddp_group = getattr(ddp_model, "process_group", None)
+    if process_group is None and ddp_group is not None and ddp_group != dist.group.WORLD:
+        process_group = ddp_group  # the world stays None: a state without a group pickles with its DDP model
     state = HookState(build(compressor, params, "register"), process_group=process_group, overlap=overlap,
                       comm_kind=comm_kind, coalesce_mb=coalesce_mb, check_finite=check_finite, start_iter=start_iter,
                       runner=runner, find_unused_parameters=bool(getattr(ddp_model, "find_unused_parameters", False)))
