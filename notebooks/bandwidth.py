@@ -78,6 +78,13 @@ probes.groupby(["campaign", "rate_gbps"]).agg(measured_gbps=("measured_gbps", "m
 
 # %% [markdown]
 # ## Iteration time and speed-up against bandwidth (Figs. 3 and 19, measured)
+#
+# The x-axis is the rate the link delivered (the probe's bus bandwidth above, median per set rate), not the
+# rate it was set to: at p = 4 the bridge gives less than the set rate at the highest rates, so those points
+# sit left of 20 and 25. The model's lines are drawn at the same delivered rates. Bars: the quartiles of each
+# record's timed iterations (these campaigns ran each configuration once; a speed-up's bars are the method's
+# quartiles at syncSGD's median). Between runs a hook moves more than within one (the repeat campaigns of
+# `data/measurements/bandwidth/README.md`), so read differences of a few percent as noise.
 
 # %%
 def predictions_of(campaign):
@@ -146,7 +153,8 @@ Markdown(hook_budget_markdown(hook_budget_table(load_records(paths.MEASUREMENTS 
 # A hook can overlap a bucket's communication with the rest of the backward pass; post cannot, so every kit
 # hook should be at most as slow as post at every rate. The hook campaign (`hook_campaign`) ran
 # each compressor both ways at each rate: below 1 the hook wins (`report.hook_vs_post`; its README has the
-# same numbers as a table).
+# same numbers as a table). Bars: the hook's iteration quartiles over post's median; x: the set rate (at p = 2
+# the link delivers close to it, the probe table above).
 
 # %%
 from studykit.measure.report import hook_vs_post

@@ -23,6 +23,9 @@
 # (`data/calibrations/paper_v100.json`), puts the numbers the paper states beside the kit's (open black
 # diamonds, dashed lines; `data/paper/claims.csv`, `data/paper/figure_statements.csv`), and adds the kit's own
 # measured points where it has them (filled circles: `data/measurements/`, H200 GPUs, a tc-shaped network).
+# Every measured point carries its spread as bars: the quartiles of the record's timed iterations (one run per
+# point; a speed-up's bars at syncSGD's median), or, where the title says "min-max", the fastest and slowest
+# timed call. Where the spread is smaller than the marker, only the bars' caps show beside it.
 #
 # Two cautions. The measured points are other hardware (H200, 2 and 4 GPUs): compare their *shape* and
 # ratios, not their milliseconds. And the paper states few numbers for these figures; most of what it says
@@ -97,9 +100,10 @@ draw.batch_plot(frames, figures.paper_points("fig9"),
 # ## Fig. 10: how much time is there for a compressor to win?
 #
 # syncSGD's time above linear scaling is the whole budget a compressor has for encoding, decoding and
-# communicating (Sec. 3.2: about 200 ms for BERT at 96 GPUs). PowerSGD rank 4's own time above linear is
-# drawn beside it: where it is above syncSGD's, compression cannot pay. Measured: the kit's syncSGD
-# iteration minus the same GPU's single-GPU forward and backward.
+# communicating (Sec. 3.2: about 200 ms for BERT at 96 GPUs; dashed on BERT's panel only, the one model it
+# was stated for). PowerSGD rank 4's own time above linear is drawn beside it: where it is above syncSGD's,
+# compression cannot pay. Measured: the kit's syncSGD iteration minus the same GPU's single-GPU forward and
+# backward.
 
 # %%
 g = figures.gap(world_sizes=p, bandwidth_gbps=bw, calibration=cal)
@@ -113,7 +117,8 @@ draw.gap_plot(g, figures.paper_points("fig10"), measured,
 # then a parameter server. Left: that comparison from the paper's own equations (Table 1, Eq. 1, App. B) on
 # its V100 inputs, for ResNet-50's fp32 gradient and for SignSGD's payload routed through a parameter server
 # (`model.parameter_server_plan_s`). Right: the kit's measured NCCL collectives and its two parameter-server
-# emulations (gather or reduce to one rank, then broadcast), on other hardware (see the panel's title).
+# emulations (gather or reduce to one rank, then broadcast), on other hardware (see the panel's title); bars:
+# min-max of the timed calls.
 
 # %%
 col = figures.collectives(bandwidth_gbps=bw, calibration=cal)
@@ -146,7 +151,8 @@ if ps_dir or ps_gpu_files:
 # The paper ran each compressor as a DDP hook, overlapped with the backward pass, and found it slower than
 # compressing afterwards: both compete for the GPU (App. A, Fig. 13). The kit's model runs a hook bucket by
 # bucket; the x-axis is the fraction of encode/decode that would hide under the backward pass. The table
-# gives the fraction at which the hook breaks even; the right panel, the kit's measured hook / post ratio.
+# gives the fraction at which the hook breaks even; the right panel, the kit's measured hook / post ratio per
+# model and GPU count (bars: the hook's iteration quartiles over post's median).
 
 # %%
 ov = figures.overlap(bandwidth_gbps=bw, calibration=cal)

@@ -174,6 +174,10 @@ print("not ranked (no T_encode_decode in the paper's inputs):", ", ".join(sorted
 # the wrong size `partly`, the wrong sign `disagrees`. `input` rows were used to derive unstated inputs, so
 # they agree by construction. The "measured" rows compare the model with the paper's hardware results, at
 # the cluster's one effective bandwidth (a model-error absorber: above the ~10 Gbit/s link).
+#
+# The plot draws what the verdict scores: each dot is the row's `rel_diff` (a speed-up's on its gain), each
+# grey bar the range its verdict accepts on the same scale (`claims.accepted`: the paper's value, or its
+# stated range such as "at most 4x", widened by the row's tolerance). Rows are named as in the table.
 
 # %%
 table = claims.reproduce(cal)

@@ -1,7 +1,9 @@
 """Every figure of studykit.plots against the checkable part of the figure checklist (docs/CONTRIBUTING.md):
 a title (one asks the question), x and y labels with units where numeric, legends of at most 6 entries
 that fit in the figure and cover at most a bounded share of their axes, no text outside the figure, no
-overprinted labels. Each figure is drawn from committed data or small inputs computed by the package."""
+overprinted labels, reference lines on their own panels, measured data with its spread. Each figure is drawn
+from committed data or small inputs computed by the package; the last tests pin what the reviewed figures
+show (delivered bandwidth, quartile bars, the claims' accepted ranges)."""
 import importlib
 import inspect
 
@@ -181,6 +183,10 @@ def _train(name):
         return T.metric_bands_by_rate({r: analysis.curve_band(f) for r, f in frames.items()}, "val_loss", target)
     if name == "time_split_bars":
         return T.time_split_bars(analysis.time_split(df))
+    if name == "tuned_speedups":  # the time_to_accuracy notebook's tuned campaign
+        from studykit.train import tuning
+
+        return T.tuned_speedups(tuning.load_campaign(paths.DATA / "training" / "tta_tuned")["tables"])
     raise KeyError(name)
 
 
@@ -346,3 +352,69 @@ def test_checker_sees_a_figure_legend_over_an_axis_label():
     found = "\n".join(check.problems(fig))
     plt.close(fig)
     assert "figure legend covers axis text" in found, found
+
+
+# ------------------------------------------------------------------ what the reviewed figures must show
+def test_bandwidth_points_sit_at_the_rate_the_link_delivered():
+    """p = 4 on a bridge delivers less than the set rate at the top rates: points and model lines are drawn at the
+    probe's median per set rate, with the iteration quartiles as bars."""
+    from studykit.measure import crossover as X
+    from studykit.measure.records import load_records
+    from studykit.plots import measure as M
+
+    t = X.iteration_table(load_records(paths.MEASUREMENTS / "bandwidth" / "h200_p4" / "ddp.jsonl"))
+    t = t[t["model"] == t["model"].iloc[0]]
+    fig, ax = M.measured_bandwidth_plot(t, ["syncSGD"], title="p = 4")
+    (bars,) = [c for c in ax.containers if hasattr(c, "has_yerr")]
+    x = np.sort(bars.lines[0].get_xdata())
+    found = check.problems(fig)
+    plt.close(fig)
+    probe = t.groupby("rate_gbps")["measured_gbps"].median()
+    assert x == pytest.approx(np.sort(probe.to_numpy(float)))
+    assert x[-1] < 0.85 * t["rate_gbps"].max()  # the set 25 Gbit/s is drawn where the link delivered it
+    assert bars.lines[0].get_gid() == "measured" and found == []
+
+
+def test_hook_vs_post_carries_the_hooks_iteration_quartiles():
+    from studykit.measure import report
+    from studykit.measure.records import load_records
+
+    t = report.hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / "h200_p2c" / "ddp.jsonl", quiet=True))
+    assert t["hook_q25"].notna().all()
+    assert (t["hook_q25"] <= t["hook_ms"] + 1e-9).all() and (t["hook_ms"] <= t["hook_q75"] + 1e-9).all()
+
+
+def test_claims_accepted_range_is_what_score_calls_reproduced():
+    from studykit.perfmodel import claims
+
+    table = claims.reproduce(cal())
+    for r in table.itertuples():
+        low, high = (None if pd.isna(v) else float(v) for v in (r.paper_low, r.paper_high))
+        gain = r.scored_on == "gain"
+        lo, hi = claims.accepted(r.paper_value, low, high, r.tolerance, gain=gain)
+        for kit in np.linspace(lo - 0.5 * abs(lo) - 0.1, hi + 0.5 * abs(hi) + 0.1, 41):
+            inside = lo - 1e-12 <= kit <= hi + 1e-12
+            verdict = claims.score(kit, r.paper_value, low, high, r.tolerance, gain=gain)[1]
+            assert (verdict == "reproduced") == inside, (r.claim_id, kit, lo, hi, verdict)
+
+
+def test_claims_plot_draws_what_the_verdict_scores():
+    """Each dot inside its row's accepted range exactly when the verdict says reproduced (or input), labels named
+    as in the claims table (whole claim ids, one label per row)."""
+    from studykit.perfmodel import claims
+    from studykit.plots import perfmodel as P
+
+    table = claims.reproduce(cal())
+    fig, ax = P.claims_plot(table)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    bands = [np.asarray(s)[:, 0] for s in ax.collections[0].get_segments()]
+    dots = ax.collections[1].get_offsets()[:, 0]
+    plt.close(fig)
+    assert len(set(labels)) == len(table)
+    where = [f if isinstance(f, str) and f else s for f, s in zip(table["figure"], table["section"])]
+    assert all(lab.startswith(f"{c} ({w})") for lab, c, w in zip(labels, table["claim_id"], where))
+    for r, band, x in zip(table.itertuples(), bands, dots):
+        if r.verdict == "not scored":
+            continue
+        inside = min(band) - 1e-9 <= x <= max(band) + 1e-9
+        assert inside == (r.verdict in ("reproduced", "input")), (r.claim_id, r.verdict, band, x)

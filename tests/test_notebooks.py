@@ -1,10 +1,12 @@
-"""Every notebook runs headless with the smoke parameters; committed notebooks carry no outputs."""
+"""Every notebook runs headless with the smoke parameters, and every figure it shows passes the figure checker
+(studykit.plots.check); committed notebooks carry no outputs."""
 import json
 
 import pytest
 
 from studykit import paths
 from studykit.nbtools import runner as notebooks
+from studykit.plots import check
 
 NOTEBOOKS = notebooks.discover()
 SMOKE = notebooks.load_profile(paths.PARAMS / "smoke.yaml")
@@ -27,7 +29,10 @@ def test_notebook_has_a_parameters_cell(nb):
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_on_smoke_parameters(nb, tmp_path):
     assert nb.stem in SMOKE, f"params/smoke.yaml has no section for {nb.stem}"
-    notebooks.run_one(nb, SMOKE[nb.stem], tmp_path, html_copy=False)
+    with check.checking_kernels(tmp_path / "figure-check") as report:
+        notebooks.run_one(nb, SMOKE[nb.stem], tmp_path, html_copy=False)
+    found = check.kernel_problems(report)
+    assert not found, f"{nb.name}: figures break the checklist (docs/CONTRIBUTING.md):\n  " + "\n  ".join(found)
 
 
 def _cells(nb) -> list[tuple]:

@@ -176,3 +176,68 @@ def test_plots_have_questions_units_and_few_series(runs):
 
     plt.close("all")
     assert isinstance(pts, pd.DataFrame)
+
+
+def test_measured_points_carry_their_iteration_quartiles(runs):
+    pts = figures.measured_points(runs, 10.0).dropna(subset=["ms_q25"])
+    assert len(pts) and (pts["ms_q25"] <= pts["ms"] + 1e-9).all() and (pts["ms"] <= pts["ms_q75"] + 1e-9).all()
+    ov = figures.measured_overlap(runs, 10.0).dropna(subset=["hook_q25"])
+    assert len(ov) and (ov["hook_q25"] <= ov["hook_ms"] + 1e-9).all() and (ov["hook_ms"] <= ov["hook_q75"] + 1e-9).all()
+
+
+def _yerr_spans(ax) -> list:
+    """(gid, drawn y-spans) of each errorbar of an axes: whiskers as data-space lengths."""
+    out = []
+    for c in ax.containers:
+        if hasattr(c, "has_yerr") and c.lines[0] is not None:
+            spans = [np.ptp(np.asarray(seg)[:, 1]) for lc in c.lines[2] for seg in lc.get_segments()]
+            out.append((c.lines[0].get_gid(), spans))
+    return out
+
+
+def test_measured_points_are_drawn_with_their_quartiles(runs):
+    """Figs. 6 and 10: every measured point is an errorbar marked gid="measured", whiskers from the quartiles."""
+    import matplotlib.pyplot as plt
+
+    from studykit.plots import paper as draw
+
+    pts = figures.measured_points(runs, 10.0)
+    fig, axes = draw.scaling_plot(figures.scaling("fig6", world_sizes=(8, 96), calibration=CAL),
+                                  figures.paper_points("fig6"), pts, figures.MEASURED_METHODS["fig6"],
+                                  title="Does PowerSGD beat syncSGD?")
+    bars = [b for ax in axes for b in _yerr_spans(ax)]
+    plt.close(fig)
+    assert bars and all(gid == "measured" and max(spans) > 0 for gid, spans in bars)
+
+
+def test_fig10s_paper_line_is_on_its_models_panel_only(runs):
+    """The 200 ms the paper states for BERT is drawn on BERT's panel, marked for it (gid ref:bert_base)."""
+    import matplotlib.pyplot as plt
+
+    from studykit.plots import check
+    from studykit.plots import paper as draw
+
+    pp = figures.paper_points("fig10")
+    fig, axes = draw.gap_plot(figures.gap(world_sizes=(8, 96), calibration=CAL), pp,
+                              figures.measured_points(runs, 10.0), title="How far above linear scaling?")
+    refs = {ax.get_title(): [ln.get_gid() for ln in ax.get_lines() if (ln.get_gid() or "").startswith("ref:")]
+            for ax in axes}
+    found = check.problems(fig)
+    plt.close(fig)
+    model = pp["model"].iloc[0]
+    assert refs == {t: ([f"ref:{model}"] if t == model else []) for t in refs}, refs
+    assert found == []
+
+
+def test_fig5s_measured_panel_has_one_row_per_model_and_world_size(runs):
+    import matplotlib.pyplot as plt
+
+    from studykit.plots import paper as draw
+
+    ov = figures.measured_overlap(runs, 10.0)
+    fig, axes = draw.overlap_plot(figures.overlap(hidden_fractions=[0, 1], calibration=CAL), ov, title="Does it?")
+    rows = [t.get_text() for t in axes[1].get_yticklabels()]
+    xbars = [c for c in axes[1].containers if hasattr(c, "has_xerr") and c.has_xerr]
+    plt.close(fig)
+    assert rows == [f"{m}, p={p}" for m, p in dict.fromkeys(zip(ov["model"], ov["world_size"]))]
+    assert len(xbars) == ov["method"].nunique() and all(c.lines[0].get_gid() == "measured" for c in xbars)

@@ -387,8 +387,10 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     (``hook_coalesce_mb``) or ran without DDP's buffer broadcast (``broadcast_buffers`` false) is a row of its
     own beside the per-bucket hook, its label saying so (post runs the plain model either way). Columns: gpu,
     world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, broadcast_buffers,
-    hook_ms, hook_n, post_ms, post_n, ratio, verdict."""
+    hook_ms, hook_n, post_ms, post_n, ratio, verdict, hook_q25, hook_q75 (quartiles of the hook's timed
+    iterations, ms; NaN where the record kept none)."""
     from studykit.measure.crossover import buffers_text, coalesce_text, method_label
+    from studykit.measure.timing import quartiles
 
     by: dict[tuple, dict] = {}
     for r in _latest(records):
@@ -413,15 +415,18 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
         # per bucket first (DDP's buffer broadcast, then without), then coalesced by MB
         for mb, bb, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0, not x[1])):
             ratio = h["ms_median"] / p["ms_median"]
+            q25, _, q75 = quartiles(h["times_ms"]) if h.get("times_ms") else (math.nan,) * 3
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
                          "label": method_label("post", key[5], json.loads(key[6]), None).removesuffix(" (post)")
                          + coalesce_text(mb) + buffers_text(None if bb else False), "hook_coalesce_mb": mb,
                          "broadcast_buffers": None if bb else False,
                          "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
-                         "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS"})
+                         "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS",
+                         "hook_q25": q25, "hook_q75": q75})
     cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label",
-            "hook_coalesce_mb", "broadcast_buffers", "hook_ms", "hook_n", "post_ms", "post_n", "ratio", "verdict"]
+            "hook_coalesce_mb", "broadcast_buffers", "hook_ms", "hook_n", "post_ms", "post_n", "ratio", "verdict",
+            "hook_q25", "hook_q75"]
     return pd.DataFrame(rows, columns=cols)
 
 

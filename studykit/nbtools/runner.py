@@ -297,7 +297,8 @@ def _with_setup_cell(nb: Path, folder: Path) -> Path:
         return nb
     cell = nbformat.v4.new_code_cell(SETUP_SOURCE)
     cell.metadata.update({"tags": ["studykit-setup"], "jupyter": {"source_hidden": True}})
-    cell.pop("id", None)
+    if (book.nbformat, book.nbformat_minor) < (4, 5):  # cell ids came with nbformat 4.5
+        cell.pop("id", None)
     book.cells.insert(0, cell)
     copy = folder / nb.name
     nbformat.write(book, str(copy))

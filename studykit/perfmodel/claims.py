@@ -33,7 +33,7 @@ from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import DEFAULT_BUCKET_BYTES, Workload, allreduce_s, buckets, predict
 
 __all__ = ["TOLERANCE", "GAIN_QUANTITIES", "SMALL_BATCH", "EXPLANATIONS", "reproduce", "fig3_cap", "score",
-           "compression_ratios", "markdown_table"]
+           "accepted", "compression_ratios", "markdown_table"]
 
 #: relative tolerance for every quantitative claim (paper's max model error: 13.7 %, Fig. 11)
 TOLERANCE = 0.15
@@ -115,6 +115,17 @@ def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+def accepted(value: float, low=None, high=None, tol: float = TOLERANCE, *, gain: bool = False) -> tuple[float, float]:
+    """The kit values :func:`score` calls ``reproduced``: ``[low, high]`` (``value`` where one is missing)
+    widened by ``tol``; with ``gain``, on the gain ``value - 1`` and returned as speed-ups."""
+    lo = value if _missing(low) else low
+    hi = value if _missing(high) else high
+    if not gain:
+        return lo * (1 - tol), hi * (1 + tol)
+    glo, ghi = lo - 1.0, hi - 1.0
+    return 1.0 + glo - tol * abs(glo), 1.0 + ghi + tol * abs(ghi)
+
+
 def score(kit: float, value: float, low=None, high=None, tol: float = TOLERANCE, *,
           gain: bool = False) -> tuple[float, str]:
     """``(relative difference, verdict)`` of a kit value against a paper value or range ``[low, high]``
@@ -125,19 +136,17 @@ def score(kit: float, value: float, low=None, high=None, tol: float = TOLERANCE,
     ``tol``), "partly" when only its sign agrees, "disagrees" when the sign differs; the difference is
     ``(g_kit - g_paper) / |g_paper|`` (``g_kit`` itself where the paper's gain is 0, a bound).
     Otherwise "reproduced" or "disagrees" and ``(kit - value) / value``."""
-    lo = value if _missing(low) else low
-    hi = value if _missing(high) else high
+    kit_lo, kit_hi = accepted(value, low, high, tol, gain=gain)
     if not gain:
         rel = (kit - value) / value
-        ok = lo * (1 - tol) <= kit <= hi * (1 + tol)
-        return rel, "reproduced" if ok else "disagrees"
+        return rel, "reproduced" if kit_lo <= kit <= kit_hi else "disagrees"
     # "x % faster" states x, so x is scored: tol of x is the relative rule every other claim gets, applied to
     # what the sentence says. On the ratio 1 + x the same 15 % would accept x +- 0.15 (1 + x): for Sec. 3.3's
     # "6.3 % slower" every gain from -20 % to +8 %, either sign. The sign is the claim's substance (does
     # compression pay?), so the right sign at the wrong size is "partly", the wrong sign "disagrees".
-    g, g0, glo, ghi = kit - 1.0, value - 1.0, lo - 1.0, hi - 1.0
+    g, g0 = kit - 1.0, value - 1.0
     rel = (g - g0) / abs(g0) if g0 else g
-    if glo - tol * abs(glo) <= g <= ghi + tol * abs(ghi):
+    if kit_lo - 1.0 <= g <= kit_hi - 1.0:
         return rel, "reproduced"
     return rel, "partly" if g0 and math.copysign(1.0, g) == math.copysign(1.0, g0) else "disagrees"
 

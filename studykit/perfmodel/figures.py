@@ -316,7 +316,8 @@ def break_even(df: pd.DataFrame) -> pd.DataFrame:
 def measured_overlap(records, rate_gbps: float = 10.0, methods=FIG5_METHODS) -> pd.DataFrame:
     """Fig. 5 measured: the kit's DDP iterations at one emulated rate with each compressor as an overlapped
     hook and after the backward pass (``data/measurements/bandwidth/``). One row per (model, world size,
-    method): hook_ms, post_ms, ratio (hook / post), blocking_ms (the blocking hook, where measured)."""
+    method): hook_ms, post_ms, ratio (hook / post), blocking_ms (the blocking hook, where measured), hook_q25 and
+    hook_q75 (quartiles of the hook's timed iterations, ms; NaN where the record has none)."""
     from studykit.measure.crossover import iteration_table
 
     t = iteration_table(records)
@@ -324,15 +325,24 @@ def measured_overlap(records, rate_gbps: float = 10.0, methods=FIG5_METHODS) -> 
     rows = []
     for (model, p, gpu), g in t.groupby(["model", "world_size", "gpu"]):
         ms = dict(zip(g["method"], g["ms"]))
+        times = dict(zip(g["method"], g["times_ms"]))
         for _, _, label in methods:
             hook, post = ms.get(f"{label} (hook)"), ms.get(f"{label} (post)")
             if hook is None or post is None:
                 continue
+            q25, _, q75 = _quartiles(times[f"{label} (hook)"])
             rows.append({"model": model, "world_size": int(p), "gpu": gpu, "rate_gbps": rate_gbps, "method": label,
                          "hook_ms": hook, "post_ms": post, "ratio": hook / post,
-                         "blocking_ms": ms.get(f"{label} (blocking hook)", np.nan)})
+                         "blocking_ms": ms.get(f"{label} (blocking hook)", np.nan), "hook_q25": q25, "hook_q75": q75})
     return pd.DataFrame(rows, columns=["model", "world_size", "gpu", "rate_gbps", "method", "hook_ms", "post_ms",
-                                       "ratio", "blocking_ms"])
+                                       "ratio", "blocking_ms", "hook_q25", "hook_q75"])
+
+
+def _quartiles(times_ms) -> tuple[float, float, float]:
+    """(q25, median, q75) of a record's timed iterations (ms; NaN where it kept none)."""
+    from studykit.measure.timing import quartiles
+
+    return quartiles(times_ms) if len(times_ms) else (np.nan, np.nan, np.nan)
 
 
 # ------------------------------------------------------------------ points beside the lines
@@ -385,7 +395,8 @@ def measured_points(records, rate_gbps: float = 10.0, single_gpu_records=None) -
     above one GPU (``ms - fwd_bwd``, the single-GPU forward + backward of the ``tcomp`` records, the
     measured counterpart of Fig. 10; the DDP iteration has no optimizer step either).
 
-    Columns: model, batch_size, world_size, gpu, rate_gbps, method, ms, speedup, gap_ms."""
+    Columns: model, batch_size, world_size, gpu, rate_gbps, method, ms, speedup, gap_ms, ms_q25 and ms_q75
+    (quartiles of the record's timed iterations; NaN where it kept none)."""
     from studykit.measure.crossover import iteration_table
 
     recs = list(records)
@@ -399,11 +410,12 @@ def measured_points(records, rate_gbps: float = 10.0, single_gpu_records=None) -
         sync = g.loc[g["method"] == "syncSGD", "ms"]
         base = float(sync.iloc[0]) if len(sync) else np.nan
         for r in g.itertuples():
+            q25, _, q75 = _quartiles(r.times_ms)
             rows.append({"model": model, "batch_size": int(bs), "world_size": int(p), "gpu": gpu,
                          "rate_gbps": rate_gbps, "method": r.method, "ms": float(r.ms), "speedup": base / float(r.ms),
-                         "gap_ms": float(r.ms) - one.get((model, bs, gpu), np.nan)})
+                         "gap_ms": float(r.ms) - one.get((model, bs, gpu), np.nan), "ms_q25": q25, "ms_q75": q75})
     return pd.DataFrame(rows, columns=["model", "batch_size", "world_size", "gpu", "rate_gbps", "method", "ms",
-                                       "speedup", "gap_ms"])
+                                       "speedup", "gap_ms", "ms_q25", "ms_q75"])
 
 
 # ------------------------------------------------------------------ statements

@@ -8,10 +8,11 @@ from typing import Optional
 import pandas as pd
 
 from studykit.measure.report import _with_paper, backward_ms, encode_decode_table
+from studykit.plots.check import MEASURED
 from studykit.plots.style import PAPER_STYLE, finish, new, ref_line, theme, titled
 
-__all__ = ["allreduce_fit_plot", "bandwidth_grid_plot", "calibration_compare_plot", "measured_bandwidth_plot",
-           "plot_encode_decode", "plot_overheads"]
+__all__ = ["allreduce_fit_plot", "bandwidth_grid_plot", "calibration_compare_plot", "hook_vs_post_plot",
+           "measured_bandwidth_plot", "plot_encode_decode", "plot_overheads"]
 
 
 def allreduce_fit_plot(data: pd.DataFrame, alpha_s: float, bandwidth_gbps: float,
@@ -105,14 +106,43 @@ def calibration_compare_plot(fitted: pd.DataFrame, reference: pd.DataFrame | Non
     return fig, (ax, axg)
 
 
+#: the legend title of the measured-bandwidth figures: what markers, bars and lines are
+_BANDWIDTH_KEY = "markers: measured median\nbars: iteration quartiles\nthick lines: model"
+
+
+def _delivered_rates(df: pd.DataFrame) -> dict[float, float]:
+    """Set rate -> the rate the shaped link delivered there (Gbit/s): the median of the records' probed bus
+    bandwidth (``measured_gbps`` of :func:`studykit.measure.crossover.iteration_table`); the set rate itself where
+    no probe was recorded."""
+    rates = {float(r): float(r) for r in df["rate_gbps"].unique()}
+    if "measured_gbps" in df:
+        probed = df.dropna(subset=["measured_gbps"]).astype({"measured_gbps": float})
+        rates.update({float(r): float(v) for r, v in probed.groupby("rate_gbps")["measured_gbps"].median().items()})
+    return rates
+
+
+def _quartile_err(d: pd.DataFrame, y: str) -> list:
+    """``yerr`` of a measured time (``y="ms"``) or speed-up (``base_ms / ms``) from each row's timed iterations
+    (``times_ms``): their quartiles, a speed-up's at the baseline's median; no bar where a row kept none."""
+    from studykit.measure.timing import quartiles
+
+    q = np.array([quartiles(t)[::2] if len(t) else (np.nan, np.nan) for t in d["times_ms"]], float).reshape(-1, 2)
+    v = d[y].to_numpy(float)
+    lo, hi = (q[:, 0], q[:, 1]) if y == "ms" else (d["base_ms"].to_numpy(float) / q[:, 1],
+                                                    d["base_ms"].to_numpy(float) / q[:, 0])
+    return [np.nan_to_num(np.clip(v - lo, 0, None)), np.nan_to_num(np.clip(hi - v, 0, None))]
+
+
 def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms", predicted: pd.DataFrame | None = None,
                             baseline: str | None = None, title: str | None = None, legend: bool = True, ax=None):
     """Figs. 3 / 19 measured: iteration time (``y="ms"``) or speed-up (``y="speedup"``, from
-    :func:`studykit.measure.crossover.speedup_table`) against the emulated bandwidth, one model.
+    :func:`studykit.measure.crossover.speedup_table`) against the bandwidth the shaped link delivered, one model.
 
-    Measured points are markers (joined by a thin line to guide the eye); ``predicted`` (columns
-    method, rate_gbps, predicted_ms, and base_ms for speed-ups) draws the model as solid lines in the
-    same colour. At most 6 methods per panel (docs/STYLE.md item 14).
+    The x-axis is the probed rate (:func:`_delivered_rates`; the set rate where nothing was probed): at p = 4 the
+    link gives less than it is set to. Measured points are medians (markers joined by a thin line to guide the
+    eye) with the quartiles of their timed iterations as bars (``gid="measured"``); ``predicted`` (columns
+    method, rate_gbps, predicted_ms, and base_ms for speed-ups) draws the model as thick lines in the same
+    colour, at the same delivered rates. At most 6 methods per panel (docs/STYLE.md item 14).
     """
     if len(methods) > 6:
         raise ValueError(f"at most 6 methods per panel, got {len(methods)}: facet instead")
@@ -122,50 +152,54 @@ def measured_bandwidth_plot(df: pd.DataFrame, methods: list[str], y: str = "ms",
 
     standalone = ax is None
     fig, ax = (ax.figure, ax) if ax is not None else new(width=8.5 if legend else 6)
+    at = _delivered_rates(df)
     for i, method in enumerate(methods):
         d = df[df["method"] == method].sort_values("rate_gbps")
         if d.empty:
             continue
         colour = f"C{i}"
-        ax.plot(d["rate_gbps"], d[y], marker="o", linestyle="-", linewidth=0.6, alpha=0.9, color=colour,
-                label=f"{method} (measured)" if predicted is not None else method)
+        ax.errorbar(d["rate_gbps"].map(at), d[y], yerr=_quartile_err(d, y), marker="o", linestyle="-", linewidth=0.6,
+                    alpha=0.9, color=colour, capsize=4, elinewidth=1.0, gid=MEASURED,
+                    label=f"{method} (measured)" if predicted is not None else method)
         if predicted is not None:
             pm = predicted[predicted["method"] == method].sort_values("rate_gbps")
             if not pm.empty:
                 vals = pm["predicted_ms"] if y == "ms" else pm["base_ms"] / pm["predicted_ms"]
-                ax.plot(pm["rate_gbps"], vals, linestyle="-", linewidth=2.0, alpha=0.45, color=colour)
+                ax.plot(pm["rate_gbps"].map(lambda r: at.get(float(r), float(r))), vals, linestyle="-", linewidth=2.0,
+                        alpha=0.45, color=colour)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ticks = sorted(df["rate_gbps"].unique())
+    ticks = sorted(set(at.values()))
     ax.set_xticks(ticks)
-    ax.set_xticklabels(_sparse_log_labels(ticks))
+    ax.set_xticklabels(_sparse_log_labels(ticks, min_decades=0.07, digits=2))
     ax.minorticks_off()
     # 1-2-5 steps, plain numbers: a decade alone (10^2, 10^3) leaves most of the axis unreadable
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    ax.set_xlabel("emulated bandwidth per GPU (Gbit/s)")
+    probed = any(at[r] != r for r in at)
+    ax.set_xlabel("bandwidth the link delivered (Gbit/s, probed)" if probed else "emulated bandwidth per GPU (Gbit/s)")
     if y == "ms":
         ax.set_ylabel("iteration time (ms)")
     else:
         ref_line(ax, 1.0, f"{baseline or 'baseline'} (speed-up 1)", color="0.4", inline=True)
         ax.set_ylabel(f"speed-up over {baseline or 'the baseline'} (x)")
-    if predicted is not None:
-        ax.plot([], [], color="0.5", linewidth=2.0, alpha=0.45, label="model (thick lines)")
     ax.set_title(titled("Below which bandwidth does each method beat syncSGD?", title) if standalone else title or "",
                  fontsize="medium")
     if legend:
-        ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  title=_BANDWIDTH_KEY if predicted is not None else _BANDWIDTH_KEY.rsplit("\n", 1)[0],
+                  title_fontsize="x-small")
     finish(fig)
     return fig, ax
 
 
-def _sparse_log_labels(ticks, min_decades: float = 0.12) -> list[str]:
+def _sparse_log_labels(ticks, min_decades: float = 0.12, digits: int | None = None) -> list[str]:
     """Tick labels for a log axis, blank where a tick sits closer than ``min_decades`` to the last labelled
-    one (15, 20 and 25 Gbit/s would overprint)."""
+    one (15, 20 and 25 Gbit/s would overprint); ``digits`` significant digits (default: as ``:g`` gives)."""
     out, last = [], None
     for t in ticks:
         keep = last is None or t <= 0 or np.log10(t / last) >= min_decades
-        out.append(f"{t:g}" if keep else "")
+        out.append((f"{t:.{digits}g}" if digits else f"{t:g}") if keep else "")
         last = t if keep else last
     return out
 
@@ -188,9 +222,11 @@ def bandwidth_grid_plot(table: pd.DataFrame, speedups: pd.DataFrame, methods: li
                                 predicted=pm, ax=axes[1, j], legend=False, title=f"{model}: speed-up")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, [lab.replace(" (measured)", "") for lab in labels], loc="center right", fontsize="small",
-               title="markers: measured\nthick lines: model", title_fontsize="x-small")
+               title=_BANDWIDTH_KEY if predicted is not None else _BANDWIDTH_KEY.rsplit("\n", 1)[0],
+               title_fontsize="x-small")
     ps = ", ".join(map(str, sorted(table["world_size"].unique())))
-    fig.suptitle(f"Below which bandwidth does each method beat {baseline}?\n(measured, p = {ps})", fontsize="medium")
+    fig.suptitle(f"Below which bandwidth does each method beat {baseline}?\n(measured, p = {ps}; x: the rate the "
+                 "link delivered)", fontsize="medium")
     fig.tight_layout(rect=(0, 0, 1 - 2.4 / fig.get_figwidth(), 1))
     return fig, axes
 
@@ -198,7 +234,8 @@ def bandwidth_grid_plot(table: pd.DataFrame, speedups: pd.DataFrame, methods: li
 def hook_vs_post_plot(table: pd.DataFrame):
     """Is the kit's overlapped DDP hook faster than its own post-backward path? Per model
     (panels), the ratio hook / post of the median iteration times (:func:`studykit.measure.report.hook_vs_post`)
-    against the emulated bandwidth, one line per compressor setting (at most 6), below 1 where the hook wins.
+    against the emulated bandwidth (the set rate), one line per compressor setting (at most 6), below 1 where the
+    hook wins; bars: the hook's iteration quartiles over post's median (``hook_q25``, ``hook_q75``).
     Returns ``(fig, axes)``."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
@@ -215,7 +252,10 @@ def hook_vs_post_plot(table: pd.DataFrame):
         t = table[table["model"] == model]
         for i, lab in enumerate(labels):
             d = t[t["label"] == lab].sort_values("rate_gbps")
-            ax.plot(d["rate_gbps"], d["ratio"], marker="o", linewidth=0.8, color=f"C{i}", label=lab)
+            lo, hi = d["hook_q25"] / d["post_ms"], d["hook_q75"] / d["post_ms"]
+            ax.errorbar(d["rate_gbps"], d["ratio"], yerr=[np.nan_to_num(np.clip(d["ratio"] - lo, 0, None)),
+                                                          np.nan_to_num(np.clip(hi - d["ratio"], 0, None))],
+                        marker="o", linewidth=0.8, color=f"C{i}", capsize=4, elinewidth=1.0, gid=MEASURED, label=lab)
         ref_line(ax, 1.0, "hook = post", color="0.4", inline=True)
         ax.set_xscale("log")
         ticks = sorted(t["rate_gbps"].unique())
@@ -223,11 +263,12 @@ def hook_vs_post_plot(table: pd.DataFrame):
         ax.set_xticklabels(_sparse_log_labels(ticks))
         ax.minorticks_off()
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-        ax.set_xlabel("emulated bandwidth per GPU (Gbit/s)")
+        ax.set_xlabel("emulated bandwidth per GPU (Gbit/s, set rate)")
         ax.set_title(f"{model} (batch {int(t['batch_size'].iloc[0])})", fontsize="medium")
     axes[0, 0].set_ylabel("hook / post iteration time (x)")
     handles, labs = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labs, loc="center right", fontsize="small", title="compressor", title_fontsize="x-small")
+    fig.legend(handles, labs, loc="center right", fontsize="small",
+               title="compressor\n(median; bars: hook's\niteration quartiles / post)", title_fontsize="x-small")
     ps = ", ".join(map(str, sorted(table["world_size"].unique())))
     fig.suptitle(f"Is the kit's hook faster than its own post-backward path? (below 1: yes; measured, p = {ps})",
                  fontsize="medium")

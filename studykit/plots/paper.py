@@ -1,12 +1,14 @@
 """Figures 4-10 of Agarwal et al. 2022 (https://arxiv.org/abs/2103.00543), redrawn: the kit's model as
 lines, the paper's stated values dashed or as open black markers (named with their section), the kit's
-measured points as filled markers. The data come from :mod:`studykit.perfmodel.figures`; each function
-returns ``(fig, axes)`` and computes nothing."""
+measured points as filled markers with their spread as bars (``gid="measured"``, :mod:`studykit.plots.check`).
+The data come from :mod:`studykit.perfmodel.figures`; each function returns ``(fig, axes)`` and computes nothing
+beyond moving a record's quartiles into the drawn quantity."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from studykit.plots.check import MEASURED, ref_gid
 from studykit.plots.style import PAPER_STYLE, new, ref_line
 
 __all__ = ["batch_plot", "collectives_plot", "gap_plot", "overlap_plot", "ps_iterations_plot", "scaling_plot"]
@@ -14,6 +16,23 @@ __all__ = ["batch_plot", "collectives_plot", "gap_plot", "overlap_plot", "ps_ite
 _PAPER_MARK = {"marker": "D", "markersize": 8, "markerfacecolor": "none", "markeredgecolor": PAPER_STYLE["color"],
                "markeredgewidth": 1.5, "linestyle": "none"}
 _MEASURED_MARK = {"marker": "o", "markersize": 7, "linestyle": "none", "markeredgecolor": "black"}
+#: a measured point's bars: dark, drawn over the marker, with caps wider than it (a short bar stays visible)
+_MEASURED_BARS = {"ecolor": "0.15", "elinewidth": 1.2, "capsize": 5, "barsabove": True, "gid": MEASURED}
+
+
+def _quartile_bars(h: pd.DataFrame, col: str) -> list:
+    """``yerr`` of a measured column from its records' iteration quartiles (``ms_q25``, ``ms_q75`` of
+    :func:`studykit.perfmodel.figures.measured_points`): a time as they are, a gap above one GPU shifted by the
+    same milliseconds, a speed-up over syncSGD (its median / this one's) at the syncSGD median."""
+    v = h[col].to_numpy(float)
+    q25, q75, ms = (h[c].to_numpy(float) for c in ("ms_q25", "ms_q75", "ms"))
+    if col == "speedup":
+        lo, hi = v * ms / q75, v * ms / q25
+    elif col == "gap_ms":
+        lo, hi = v + q25 - ms, v + q75 - ms
+    else:
+        lo, hi = q25, q75
+    return [np.clip(v - lo, 0, None), np.clip(hi - v, 0, None)]
 
 
 def _gpu_axis(ax, world_sizes):
@@ -97,8 +116,8 @@ def _legend_below(fig, entries: dict, x: float, max_px: float, ncol: int, render
 def _finish(fig, axes, title: str, ncol: int = 3, per_panel: bool = False):
     """Legends below the panels (labels never cover data): one for all panels, or (``per_panel``) one under
     each panel, each in as many of ``ncol`` columns as fit (the figure widens if one column does not); the
-    question as the title and the axis labels wrapped to fit; log y-axes ticked by :func:`_log_ticks` once
-    laid out."""
+    question as the title, the panels' titles and axis labels wrapped to fit; log y-axes ticked by
+    :func:`_log_ticks` once laid out."""
     groups = []
     for ax in axes:
         entries = dict(zip(*ax.get_legend_handles_labels()[::-1]))
@@ -123,13 +142,15 @@ def _finish(fig, axes, title: str, ncol: int = 3, per_panel: bool = False):
     for ax in log_axes:
         ax.get_ylim()  # autoscale now, before the layout
     fig.tight_layout(rect=(0, bottom, 1, 1))
-    for ax in axes:  # labels longer than their laid-out axes get a second line
-        box = ax.get_window_extent(renderer)
-        _wrap(ax.xaxis.label, renderer, box.width)
-        _wrap(ax.yaxis.label, renderer, box.height, vertical=True)
-    for ax in log_axes:  # ticks chosen for the laid-out height
-        _log_ticks(ax)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    for _ in range(2):  # a second pass for the axes the first one's layout narrowed
+        for ax in axes:  # titles and labels longer than their laid-out axes get a second line
+            box = ax.get_window_extent(renderer)
+            _wrap(ax.title, renderer, box.width)
+            _wrap(ax.xaxis.label, renderer, box.width)
+            _wrap(ax.yaxis.label, renderer, box.height, vertical=True)
+        for ax in log_axes:  # ticks chosen for the laid-out height
+            _log_ticks(ax)
+        fig.tight_layout(rect=(0, bottom, 1, 1))
     if per_panel:
         for ax, leg in legends:
             box = ax.get_position()
@@ -160,9 +181,11 @@ def scaling_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: 
             ax.plot([], [], **_PAPER_MARK, label=paper_label)
         if measured is not None and len(mm := measured[(measured["model"] == m) & measured["method"].isin(measured_methods)]):
             for j, (method, h) in enumerate(mm.groupby("method")):
-                ax.plot(h["world_size"], h[y if y in h else "ms"], **_MEASURED_MARK, color=f"C{5 + j}",
-                        label=f"measured {method}, {h['gpu'].iloc[0].replace('NVIDIA ', '')}, "
-                              f"{h['rate_gbps'].iloc[0]:g} Gbit/s")
+                col = y if y in h else "ms"
+                device = h["gpu"].iloc[0].replace("NVIDIA ", "")
+                ax.errorbar(h["world_size"], h[col], yerr=_quartile_bars(h, col), **_MEASURED_MARK, **_MEASURED_BARS,
+                            color=f"C{5 + j}", label=f"measured {method}, {device}, {h['rate_gbps'].iloc[0]:g} Gbit/s "
+                                                     "(median, bars: iteration quartiles)")
         _gpu_axis(ax, list(df["world_size"]) + (list(mm["world_size"]) if measured is not None and len(mm) else []))
         ax.set_yscale("log")  # measured H200 speed-ups and V100 model ratios span a decade
         ax.set_ylabel("speed-up over syncSGD (x, log scale)" if y == "speedup"
@@ -194,21 +217,22 @@ def batch_plot(frames: dict[str, pd.DataFrame], paper: pd.DataFrame | None = Non
 def gap_plot(df: pd.DataFrame, paper: pd.DataFrame | None = None, measured: pd.DataFrame | None = None,
              title: str = ""):
     """Fig. 10: time above linear scaling (ms, log) against GPUs, syncSGD and each compressor, one panel per
-    model; the paper's 200 ms dashed; measured syncSGD gaps (iteration minus one GPU's) as markers."""
+    model; the paper's value dashed on the panel of the model it was stated for (``gid="ref:<model>"``);
+    measured syncSGD gaps (iteration minus one GPU's) as markers with their iteration quartiles."""
     model_names = list(dict.fromkeys(df["model"]))
     fig, axes = _panels(len(model_names))
     for ax, m in zip(axes, model_names):
         for i, (method, h) in enumerate(df[df["model"] == m].groupby("method", sort=False)):
             ax.plot(h["world_size"], h["gap_ms"], marker=".", color=f"C{i}", label=f"{method} (kit model)")
-        if paper is not None and len(paper):
-            r = paper.iloc[0]
-            ref_line(ax, float(r["value"]), f"paper: {r['value']:g} ms ({r['model']}, {r['section']})")
-            if r["model"] == m:
-                ax.plot(r["world_size"], r["value"], **_PAPER_MARK)
+        for _, r in (paper[paper["model"] == m] if paper is not None else pd.DataFrame()).iterrows():
+            ref_line(ax, float(r["value"]), f"paper: {r['value']:g} ms ({r['model']}, {r['section']})", gid=ref_gid(m))
+            ax.plot(r["world_size"], r["value"], **_PAPER_MARK)
         if measured is not None and len(mm := measured[(measured["model"] == m) & (measured["method"] == "syncSGD")]):
-            ax.plot(mm["world_size"], mm["gap_ms"], **_MEASURED_MARK, color="C5",
-                    label=f"measured syncSGD, {mm['gpu'].iloc[0].replace('NVIDIA ', '')}, "
-                          f"{mm['rate_gbps'].iloc[0]:g} Gbit/s, batch {int(mm['batch_size'].iloc[0])}")
+            ax.errorbar(mm["world_size"], mm["gap_ms"], yerr=_quartile_bars(mm, "gap_ms"), **_MEASURED_MARK,
+                        **_MEASURED_BARS, color="C5",
+                        label=f"measured syncSGD, {mm['gpu'].iloc[0].replace('NVIDIA ', '')}, "
+                              f"{mm['rate_gbps'].iloc[0]:g} Gbit/s, batch {int(mm['batch_size'].iloc[0])} "
+                              "(median, bars: iteration quartiles)")
         _gpu_axis(ax, list(df["world_size"]) + (list(mm["world_size"]) if measured is not None and len(mm) else []))
         ax.set_yscale("log")
         ax.set_ylabel("time above linear scaling (ms, log scale)")
@@ -238,7 +262,7 @@ def collectives_plot(model_df: pd.DataFrame, measured: pd.DataFrame | None = Non
         for i, (scheme, g) in enumerate(measured.groupby("scheme", sort=False)):
             c = colors.get(same.get(scheme, "parameter server (Table 1)"), f"C{i}")
             ax.errorbar(g["world_size"], g["ms"], yerr=[g["ms"] - g["ms_min"], g["ms_max"] - g["ms"]], color=c,
-                        **{**_MEASURED_MARK, "marker": "osv^"[i % 4]}, label=f"{scheme} (measured)")
+                        **{**_MEASURED_MARK, "marker": "osv^"[i % 4]}, **_MEASURED_BARS, label=f"{scheme} (measured)")
         _gpu_axis(ax, measured["world_size"])
         ax.set_yscale("log")
         ax.set_ylabel("measured time (ms, log scale)")
@@ -266,7 +290,7 @@ def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
             s = g[(g["payload"] == payload) & (g["scheme"] == scheme)]
             dodge = 2 ** (0.035 * (i - (len(series) - 1) / 2))  # spread the series at each p (log2 x-axis)
             ax.errorbar(s["world_size"] * dodge, s["ms"], yerr=[s["ms"] - s["ms_min"], s["ms_max"] - s["ms"]],
-                        color=_SCHEME_COLOR.get(scheme, "C4"),
+                        color=_SCHEME_COLOR.get(scheme, "C4"), **_MEASURED_BARS,
                         **{**_MEASURED_MARK, "marker": "osv^D"[payloads.index(payload) % 5]},
                         label=f"{payload} via {scheme}")
         _gpu_axis(ax, g["world_size"])
@@ -285,7 +309,8 @@ def ps_iterations_plot(df: pd.DataFrame, title: str = ""):
 def overlap_plot(df: pd.DataFrame, measured: pd.DataFrame | None = None, title: str = ""):
     """Fig. 5 / App. A. Left: the kit's model, hook time over post time against the fraction of encode/decode
     that hides under the backward pass (above 1: overlapping is slower, as the paper measured). Right: the
-    kit's measured hook / post ratios (bars: a ratio, linear axis)."""
+    kit's measured hook / post ratios, one row per model and world size, one marker per compressor (in the left
+    panel's colours), bars from the hook's iteration quartiles over post's median; each panel has its legend."""
     fig, axes = _panels(2 if measured is not None and len(measured) else 1, width=5.2)
     ax = axes[0]
     for i, (method, g) in enumerate(df.groupby("method", sort=False)):
@@ -298,12 +323,21 @@ def overlap_plot(df: pd.DataFrame, measured: pd.DataFrame | None = None, title: 
                  f"{r['bandwidth_gbps']:g} Gbit/s", fontsize="small")
     if len(axes) > 1:
         ax = axes[1]
-        labels = [f"{m}\n{mo} p={p}" for m, mo, p in zip(measured["method"], measured["model"], measured["world_size"])]
-        ax.bar(range(len(measured)), measured["ratio"], color=[f"C{i % 3}" for i in range(len(measured))])
-        ax.set_xticks(range(len(measured)), labels, fontsize="x-small", rotation=45, ha="right")
-        ref_line(ax, 1.0, "hook as fast as post")
-        ax.set_xlabel("compressor, model, GPUs")
-        ax.set_ylabel("measured hook / post (x)")
+        rows = list(dict.fromkeys(zip(measured["model"], measured["world_size"])))
+        methods = list(dict.fromkeys(measured["method"]))
+        for j, method in enumerate(methods):
+            d = measured[measured["method"] == method]
+            y = [rows.index(k) + 0.22 * (j - (len(methods) - 1) / 2) for k in zip(d["model"], d["world_size"])]
+            lo, hi = d["hook_q25"] / d["post_ms"], d["hook_q75"] / d["post_ms"]
+            ax.errorbar(d["ratio"], y, xerr=[np.clip(d["ratio"] - lo, 0, None), np.clip(hi - d["ratio"], 0, None)],
+                        **{**_MEASURED_MARK, "marker": "osD^v"[j % 5], "markersize": 6}, **_MEASURED_BARS,
+                        color=f"C{j}", label=f"{method} (median; bars: hook's quartiles / post)")
+        ax.set_yticks(range(len(rows)), [f"{m}, p={p}" for m, p in rows], fontsize="small")
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ref_line(ax, 1.0, "hook as fast as post", axis="x")
+        ax.set_xlabel("measured hook / post iteration time (x)")
+        ax.set_ylabel("model, GPUs")
         r = measured.iloc[0]
-        ax.set_title(f"measured by the kit: {r['gpu']}, {r['rate_gbps']:g} Gbit/s emulated", fontsize="small")
-    return _finish(fig, axes, title, ncol=2)
+        ax.set_title(f"measured by the kit: {str(r['gpu']).replace('NVIDIA ', '')}, {r['rate_gbps']:g} Gbit/s "
+                     "emulated", fontsize="small")
+    return _finish(fig, axes, title, ncol=1, per_panel=True)

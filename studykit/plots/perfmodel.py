@@ -148,30 +148,56 @@ def speedup_curve_plot(curve: pd.DataFrame, current: tuple[float, float] | None 
     return fig, ax
 
 
+def _claim_labels(df: pd.DataFrame) -> list[str]:
+    """Each row as the claims table names it (``claim_id (figure or section)``, :func:`studykit.perfmodel.claims.
+    markdown_table`), with the setting's first clause (the model) where a claim has several rows, and the verdict
+    where that still leaves two alike. Whole words only."""
+    where = [f if isinstance(f, str) and f else s for f, s in zip(df.get("figure", [""] * len(df)), df["section"])]
+    labels = [f"{c} ({w})" for c, w in zip(df["claim_id"], where)]
+    counts = pd.Series(labels).value_counts()
+    labels = [lab + (f": {str(s).split(',')[0]}" if counts[lab] > 1 else "") for lab, s in zip(labels, df["setting"])]
+    counts = pd.Series(labels).value_counts()
+    return [lab + (f" [{v}]" if counts[lab] > 1 else "") for lab, v in zip(labels, df["verdict"])]
+
+
+#: verdict -> (colour, legend text)
+_VERDICTS = {"reproduced": ("tab:green", "reproduced"), "partly": ("tab:orange", "partly (right direction, wrong size)"),
+             "disagrees": ("tab:red", "disagrees"), "input": ("0.6", "input (by construction)"),
+             "not scored": ("tab:blue", "not scored (a reading the paper rules out)")}
+
+
 def claims_plot(df: pd.DataFrame, ax=None):
-    """Every claim: the kit's scored difference from the paper (``rel_diff``: relative, speed-ups on their
-    gain; 0 = agreement), tolerance band dashed, colour by verdict."""
-    fig, ax = (ax.figure, ax) if ax is not None else new(width=10, height=0.35 * len(df) + 2.0)
-    y = np.arange(len(df))
-    diff = (df["rel_diff"] if "rel_diff" in df else df["kit_value"] / df["paper_value"] - 1).to_numpy(float)
-    palette = {"reproduced": "tab:green", "partly": "tab:orange", "disagrees": "tab:red", "input": "0.6"}
-    colors = df["verdict"].map(palette).fillna("C0")
-    ax.scatter(100 * diff, y, c=list(colors))
-    ax.set_yticks(y, [f"{c} ({s[:38]})" for c, s in zip(df["claim_id"], df["setting"])], fontsize="x-small")
-    ax.axvline(0.0, color="0.3", linewidth=0.8)
-    tol = float(df["tolerance"].max())
-    for v in (-tol, tol):
-        ref_line(ax, 100 * v, None, axis="x", color="0.5")
-    ax.set_xlabel("kit vs paper (%, relative; speed-ups: of the gain)")
-    ax.set_ylabel("claim (setting)")
+    """Every claim as its verdict scores it (:func:`studykit.perfmodel.claims.reproduce`): the kit's difference
+    from the paper on the scored quantity (``rel_diff``: relative; a speed-up on its gain, ``speed-up - 1``)
+    as a dot coloured by verdict, beside the range that verdict accepts for the row, on the same scale (a grey
+    bar: the paper's value or stated range widened by the row's tolerance, :func:`studykit.perfmodel.claims.
+    accepted`). Rows are labelled as the claims table labels them."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="o", linestyle="none", color=c, label=v)
-               for v, c in (("reproduced", "tab:green"), ("partly (right direction, wrong size)", "tab:orange"),
-                            ("disagrees", "tab:red"), ("input (by construction)", "0.6"))]
-    handles.append(Line2D([], [], color="0.5", linestyle="--", label=f"tolerance ±{tol:.0%}"))
-    ax.legend(handles=handles, fontsize="x-small", loc="lower right", framealpha=0.9)
-    ax.set_title("Does the kit reproduce the paper's model-based claims?", fontsize="medium")
-    ax.invert_yaxis()
+    from studykit.perfmodel import claims
+
+    fig, ax = (ax.figure, ax) if ax is not None else new(width=10, height=0.35 * len(df) + 2.0)
+    y = np.arange(len(df))
+    edges = []
+    for r in df.itertuples():
+        gain = r.scored_on == "gain"
+        low, high = (None if pd.isna(v) else float(v) for v in (r.paper_low, r.paper_high))
+        band = claims.accepted(float(r.paper_value), low, high, float(r.tolerance), gain=gain)
+        edges.append([claims.score(k, float(r.paper_value), low, high, float(r.tolerance), gain=gain)[0] for k in band])
+    edges = 100 * np.array(edges, float).reshape(-1, 2)
+    ax.hlines(y, edges[:, 0], edges[:, 1], color="0.82", linewidth=7, zorder=1)
+    colors = [_VERDICTS.get(v, ("C0", v))[0] for v in df["verdict"]]
+    ax.scatter(100 * df["rel_diff"].to_numpy(float), y, c=colors, zorder=3, edgecolors="white", linewidths=0.5)
+    ax.set_yticks(y, _claim_labels(df), fontsize="x-small")
+    ax.axvline(0.0, color="0.3", linewidth=0.8)
+    ax.set_xlabel("kit vs paper as scored (%, relative; speed-ups: of the gain)")
+    ax.set_ylabel("claim (as in the claims table)")
+    handles = [Line2D([], [], marker="o", linestyle="none", color=c, label=text)
+               for v, (c, text) in _VERDICTS.items() if v in set(df["verdict"])]
+    handles.append(Line2D([], [], color="0.82", linewidth=7, label="accepted: paper's value or range ± tolerance"))
+    ax.legend(handles=handles, fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.08 - 2.0 / fig.dpi),
+              ncol=2, frameon=False)
+    ax.set_title("Does the kit reproduce the paper's claims?", fontsize="medium")
+    ax.set_ylim(len(df) - 0.5, -0.5)
     finish(fig)
     return fig, ax
