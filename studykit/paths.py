@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Iterable, Mapping
 
 ROOT = Path(os.environ.get("STUDYKIT_ROOT", Path(__file__).resolve().parent.parent))
 #: a clone (or STUDYKIT_ROOT) has data/ beside the package; an installed wheel does not
@@ -51,13 +52,21 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def check_writable_output(path: Path | str, allow_committed: bool = False, *, what: str = "--out",
-                          file: bool = False) -> Path:
+                          file: bool = False, sources: Mapping[str, Iterable[Path | str | None]] | None = None) -> Path:
     """Refuse an output inside the repository's committed ``data/`` or ``notebooks/`` unless
-    ``allow_committed`` (the command's ``--overwrite-committed``), and a ``file`` output that is
-    not a regular file (``/dev/stdout``, a FIFO, a folder: appends there would hang or be lost).
-    Returns the path, resolved."""
+    ``allow_committed`` (the command's ``--overwrite-committed``), a ``file`` output that is
+    not a regular file (``/dev/stdout``, a FIFO, a folder: appends there would hang or be lost), and
+    an output equal to or inside one of the command's inputs: ``sources`` maps each input's option
+    (``--records``) to its files or folders (None entries skipped). Returns the path, resolved."""
     p = Path(path).expanduser()
     resolved = p.resolve()
+    for option, given in (sources or {}).items():
+        for src in (s for s in given if s is not None):
+            source = Path(src).expanduser().resolve()
+            if _inside(resolved, source):
+                how = "is" if resolved == source else "is inside"
+                raise OutputError(f"{what} {path} {how} the input {option} {src}: it would overwrite or sit among "
+                                  f"what the command reads; give a {what} outside every input")
     if not allow_committed:
         for folder in COMMITTED:
             if _inside(resolved, folder.resolve()):

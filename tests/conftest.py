@@ -21,10 +21,10 @@ def grads():
 
 
 #: the committed campaign folders under data/: a test that reads them is marked ``data``
-CAMPAIGN_FOLDERS = ("measurements", "verification", "training", "benchmarks")
+CAMPAIGN_FOLDERS = ("measurements", "verification", "training", "benchmarks", "archive")
 #: those a bare name (or a path relative to data/) names without doubt: the repository's benchmark scripts
 #: live in a top-level benchmarks/ too
-BARE_CAMPAIGN_NAMES = ("measurements", "verification", "training")
+BARE_CAMPAIGN_NAMES = ("measurements", "verification", "training", "archive")
 
 
 def _names_campaign(value) -> bool:

@@ -730,13 +730,16 @@ def test_kernel_counts_written_after_the_timings_are_attached_to_them():
     assert [r.get("kernels") for r in out] == [12, 7, 12] and timed["kernels"] is None  # the input is not changed
 
 
-@pytest.mark.parametrize("run,device", [("codec_repeat_cpu", "cpu"), ("codec_repeat_h200", "cuda:0"),
-                                        ("codec_repeat_h200b", "cuda:0"), ("codec_repeat_h200b/events", "cuda:0")])
+@pytest.mark.data
+@pytest.mark.parametrize("run,device", [("archive/measurements/codec_repeat_cpu", "cpu"),
+                                        ("archive/measurements/codec_repeat_h200", "cuda:0"),
+                                        ("measurements/codec_repeat_h200b", "cuda:0"),
+                                        ("archive/measurements/codec_repeat_h200b/events", "cuda:0")])
 def test_the_committed_rerun_tables_are_generated_from_their_records(tmp_path, run, device):
-    """data/measurements/<run>/codecs.md is what --report-only makes of codecs.jsonl (no hand edits)."""
+    """data/<run>/codecs.md is what --report-only makes of codecs.jsonl (no hand edits)."""
     import shutil
 
-    folder = os.path.join(ROOT, "data", "measurements", run)
+    folder = os.path.join(ROOT, "data", run)
     shutil.copy(os.path.join(folder, "codecs.jsonl"), tmp_path / "codecs.jsonl")
     _codec_repeat().report(tmp_path / "codecs.jsonl", verbose=False)
     with open(os.path.join(folder, "codecs.md"), encoding="utf-8") as f:
@@ -745,13 +748,14 @@ def test_the_committed_rerun_tables_are_generated_from_their_records(tmp_path, r
     assert {r["device"] for r in recs} == {device} and {r["repeat"] for r in recs} == {1, 2}
 
 
-@pytest.mark.parametrize("run", ["codec_repeat_h200", "codec_repeat_h200b"])
+@pytest.mark.data
+@pytest.mark.parametrize("run", ["archive/measurements/codec_repeat_h200", "measurements/codec_repeat_h200b"])
 def test_the_h200_rerun_readme_summary_is_generated_from_its_records(tmp_path, run):
-    """The summary block of data/measurements/<run>/README.md is what --report-only writes there
+    """The summary block of data/<run>/README.md is what --report-only writes there
     (the closing lines of codecs.md's tables, verbatim, and the settings behind them), not a hand edit."""
     import shutil
 
-    folder = os.path.join(ROOT, "data", "measurements", run)
+    folder = os.path.join(ROOT, "data", run)
     for name in ("codecs.jsonl", "README.md"):
         shutil.copy(os.path.join(folder, name), tmp_path / name)
     cr = _codec_repeat()

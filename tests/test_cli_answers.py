@@ -97,7 +97,7 @@ def test_bench_summary_has_one_unit_per_column():
     from studykit.measure import bench
     from studykit.measure.records import load_records
 
-    df = bench.summarize(load_records(paths.DATA / "benchmarks" / "h200x2", quiet=True))
+    df = bench.summarize(load_records(paths.DATA / "archive" / "benchmarks" / "h200x2", quiet=True))
     judged = df[df["target"].notna()]
     assert set(judged["limit_unit"]) == {"x_floor", "ms", "x_syncsgd", "x_peer"}
     md = bench.summary_markdown(df).splitlines()

@@ -315,7 +315,8 @@ def test_bandwidth_readme_reading_of_the_two_round_calls_holds():
         assert (v["topk 1%"] == "PASS").all()
         assert (v["powersgd r32"].drop(25.0) == "PASS").all() and v["powersgd r32"][25.0] == "MISS"
     (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
-    ratio = {sub: R.hook_targets(load_records(paths.MEASUREMENTS / "bandwidth" / sub / "ddp.jsonl", quiet=True),
+    archived = paths.DATA / "archive" / "measurements" / "bandwidth"
+    ratio = {sub: R.hook_targets(load_records(archived / sub / "ddp.jsonl", quiet=True),
                                  (fp16,), shaped=True).set_index(["model", "rate_gbps"])["ratio"]
              for sub in ("h200_p2j", "h200_p2j_repeat")}
     assert "1.35x PyTorch's in round 1 and 0.88x in round 2" in text
@@ -331,12 +332,12 @@ def test_verification_readme_reading_of_the_hooks_rerun_after_the_warmup_fix_hol
     h200_p2j's."""
     text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text(encoding="utf-8").split())
 
-    def hooks(a):
-        t = R.rerun_spread(*(load_records(paths.MEASUREMENTS / "bandwidth" / c / "ddp.jsonl", quiet=True)
-                             for c in (a, f"{a}_repeat")))
+    def hooks(a, folder=paths.MEASUREMENTS / "bandwidth"):
+        t = R.rerun_spread(*(load_records(folder / c / "ddp.jsonl", quiet=True) for c in (a, f"{a}_repeat")))
         return t[t["group"] == "compressors (hook)"]["spread"]
 
-    assert f"moved by up to {100 * hooks('h200_p2j').max():.0f} % between its rounds" in text
+    archived = paths.DATA / "archive" / "measurements" / "bandwidth"
+    assert f"moved by up to {100 * hooks('h200_p2j', archived).max():.0f} % between its rounds" in text
     k, l_ = hooks("h200_p2k"), hooks("h200_p2l")
     assert (f"moved by {100 * k.median():.1f} % (ResNet-50) and {100 * l_.median():.1f} % (BERT-base) at the median, "
             f"at most {100 * max(k.max(), l_.max()):.1f} %") in text

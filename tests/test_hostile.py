@@ -1,4 +1,4 @@
-"""Issue 17: the kit under careless or hostile input.
+"""The kit under careless or hostile input.
 
 Every case ends in a clear error (non-zero exit and a message naming the problem, never a Python
 traceback or a hang) or in a correct result. Commands are driven through ``studykit.cli.main``
@@ -7,10 +7,10 @@ the real entry point in a subprocess to show the error path prints no traceback 
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tarfile
@@ -487,3 +487,164 @@ def test_every_command_refuses_an_unknown_flag(name, capsys):
 ])
 def test_commands_on_bad_values(argv, needle, capsys):
     refused(argv, capsys, needle)
+
+
+# ---------------------------------------------------------------- --out never an input
+def _one_error_line(err: str, needle: str) -> None:
+    """The refusal is one line (after argparse's usage, where argparse says it), and it names the problem."""
+    lines = [ln for ln in err.splitlines() if "error:" in ln]
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    """A folder of records and a file in it."""
+    from studykit.perfmodel import synthetic
+
+    folder = tmp_path / "recs"
+    return folder, synthetic.write_jsonl(synthetic.synthetic_records(), folder / "r.jsonl")
+
+
+def test_check_writable_output_refuses_an_input_or_a_place_inside_one(inputs, tmp_path):
+    folder, f = inputs
+    for out, how in ((f, "is inside the input --records"), (folder, "is the input --records"),
+                     (folder / "v" / "x", "is inside the input --records"),
+                     (tmp_path / "x" / ".." / "recs", "is the input --records")):
+        with pytest.raises(paths.OutputError, match=re.escape(f"--out {out} {how} {folder}:")):
+            paths.check_writable_output(out, sources={"--records": [None, folder]})
+    with pytest.raises(paths.OutputError, match="is the input RECORDS"):
+        paths.check_writable_output(f, file=True, sources={"RECORDS": [f]})
+    # beside an input, or in a folder above it: nothing there is read back
+    for ok in (tmp_path / "v", tmp_path, folder.parent / "recs2"):
+        assert paths.check_writable_output(ok, sources={"--records": [folder]}) == ok.resolve()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["fit", "{f}", "--out", "{f}"], "is the input RECORDS"),
+    (["fit", "{d}", "--out", "{d}/c.json"], "is inside the input RECORDS"),
+    (["fit", "--compute-from", "{f}", "--network-from", "{d}", "--out", "{d}/c.json"], "input --network-from"),
+    (["verify", "--records", "{d}", "--out", "{d}"], "is the input --records"),
+    (["verify", "--records", "{d}", "--out", "{d}/verification"], "is inside the input --records"),
+    (["verify", "--records", "{t}/other", "--sweep-from", "{d}", "--out", "{d}/v"], "input --sweep-from"),
+    (["verify", "--records", "{t}/other", "--inputs-from", "{t}/x", "{d}", "--out", "{d}"], "input --inputs-from"),
+], ids=["fit-file", "fit-folder", "fit-network-from", "verify-same", "verify-inside", "verify-sweep-from",
+        "verify-inputs-from"])
+def test_commands_refuse_an_out_that_is_an_input(inputs, tmp_path, capsys, argv, needle):
+    folder, f = inputs
+    argv = [a.format(f=f, d=folder, t=tmp_path) for a in argv]
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    _one_error_line(refused(argv, capsys, needle), needle)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+def test_data_regen_refuses_an_out_inside_data_but_rebuilds_data_in_place(capsys):
+    from studykit.nbtools import datacli
+
+    before = {p: p.stat().st_mtime_ns for p in paths.CALIBRATIONS.rglob("*")}
+    err = refused(["data", "regen", "--out", str(paths.CALIBRATIONS), paths.OVERWRITE_FLAG, "--quiet"], capsys,
+                  "is inside the input folder data/", "leave out --out")
+    _one_error_line(err, "--out")
+    assert {p: p.stat().st_mtime_ns for p in paths.CALIBRATIONS.rglob("*")} == before
+    # data/ itself is the in-place rebuild: refused only for want of the flag
+    with pytest.raises(paths.OutputError, match=paths.OVERWRITE_FLAG):
+        datacli.regen(out=paths.DATA, progress=False)
+
+
+@pytest.mark.skipif(not paths.MEASUREMENTS.is_dir(), reason="no committed records")
+def test_verify_refuses_an_out_among_its_default_records(capsys):
+    from studykit.perfmodel import verify
+
+    default = verify.cli.default_sources()
+    if not default:
+        pytest.skip("no committed records to verify by default")
+    refused(["verify", "--out", str(default[0]), paths.OVERWRITE_FLAG], capsys, "is the input --records")
+
+
+# ---------------------------------------------------------------- calibrations through predict and advise
+from tests import test_calibration_hostile as CH  # noqa: E402  (its calibration mutators; its cases not repeated)
+
+
+@pytest.mark.parametrize("cmd, field, value, needle", [
+    (CH.PREDICT, "gamma.value", float("nan"), "'gamma.value' must be a number"),
+    (CH.PREDICT, "alpha_s.value", -1e-5, "'alpha_s.value' must be a number >= 0"),
+    (CH.ADVISE, "alpha_s.value", -1e-5, "'alpha_s.value' must be a number >= 0"),
+    (CH.ADVISE, "bandwidth_gbps.value", -10.0, "'bandwidth_gbps.value' must be a number > 0"),
+    (CH.PREDICT, "bandwidth_gbps.unit", "Mbit/s", "'bandwidth_gbps.unit' must be 'Gbit/s'"),
+    (CH.ADVISE, "bandwidth_gbps.unit", "Mbit/s", "'bandwidth_gbps.unit' must be 'Gbit/s'"),
+    (CH.ADVISE, "t_comp.0.unit", "ms", "'t_comp[0].unit' must be 's'"),
+], ids=["predict-nan", "predict-negative", "advise-negative", "advise-negative-bw", "predict-unit", "advise-unit",
+        "advise-tcomp-unit"])
+def test_predict_and_advise_refuse_a_bad_calibration_naming_the_field(tmp_path, capsys, cmd, field, value, needle):
+    f = CH._write(tmp_path, CH._mutated(field, value))
+    rc, err = run_cli([*cmd, "--calibration", str(f)], capsys)
+    assert rc == 2 and needle in err and str(f) in err, err
+    _one_error_line(err, needle)
+
+
+def test_advise_on_a_mixed_machine_fit_says_so(tmp_path, capsys):
+    from studykit.perfmodel import synthetic
+
+    recs = synthetic.synthetic_records()
+    for name, gpu in (("a", "GPU A"), ("b", "GPU B")):
+        synthetic.write_jsonl([{**r, "gpu": gpu} for r in recs], tmp_path / name / "r.jsonl")
+    cal = tmp_path / "mixed.json"
+    fit = ["fit", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(cal), "--bootstrap", "0"]
+    refused(fit, capsys, "different machines", "--allow-mixed")
+    assert run_cli([*fit, "--allow-mixed"], capsys)[0] == 0
+    for cmd in (CH.ADVISE, CH.PREDICT):
+        rc, err = run_cli([*cmd, "--calibration", str(cal)], capsys)
+        assert rc == 0 and "warning" in err and "different machines" in err and "'GPU A'" in err, (cmd[0], err)
+
+
+# ---------------------------------------------------------------- the notebooks runner from the command line
+def test_notebooks_refuses_its_sources_as_out_and_an_empty_only(tmp_path, capsys):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    nb = _nb(src / "tiny.ipynb", "n: int = 1  # n\n")
+    before = nb.read_bytes()
+    err = refused(["notebooks", "--notebooks-dir", str(src), "--out", str(src), "--no-html"], capsys,
+                  "--notebooks-dir", "overlap")
+    _one_error_line(err, "--out")
+    assert nb.read_bytes() == before and sorted(p.name for p in src.iterdir()) == ["tiny.ipynb"]
+    refused(["notebooks", "--notebooks-dir", str(src), "--out", str(tmp_path / "out"), "--only"], capsys,
+            "--only: expected at least one argument")
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- studykit.ddp.register
+@pytest.fixture()
+def ddp_model():
+    """A one-process gloo group and a DDP model on it (removed afterwards)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"runner": "fast"}, "runner must be one of thread, graph, got 'fast'"),
+    ({"runner": "graph", "overlap": False}, "runner='graph' needs overlap=True"),
+])
+def test_register_refuses_a_bad_runner_and_installs_nothing(ddp_model, kw, needle):
+    from studykit import ddp
+
+    with pytest.raises(ValueError, match=needle):
+        ddp.register(ddp_model, "topk", **kw)
+    ddp.register(ddp_model, "topk").close()  # DDP takes one hook only: the refused call left none
+
+
+@pytest.mark.parametrize("model", ["linear", "none"])
+def test_register_refuses_a_model_that_is_not_ddp_naming_it(model):
+    import torch
+
+    from studykit import ddp
+
+    obj = torch.nn.Linear(4, 2) if model == "linear" else None
+    with pytest.raises(TypeError, match="DistributedDataParallel"):
+        ddp.register(obj, "topk")

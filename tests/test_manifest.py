@@ -257,3 +257,54 @@ def test_check_fails_naming_a_file_that_differs(tmp_path, monkeypatch, capsys):
     assert cli.main(["data", "regen", "--check", "--only", "measurements/synthetic", "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "DIFFERS: measurements/synthetic/demo.jsonl" in out and "ms_median" in out
+
+
+# ------------------------------------------------------------------ data/archive/
+#: superseded entries left outside data/archive/ because something current still reads them (entry -> the reader)
+NOT_ARCHIVED = {
+    "verification/bandwidth/h200_p2_all": "notebooks/bandwidth.py (its predictions.csv, the implied encode/decode)",
+    "verification/bandwidth/h200_p4": "notebooks/bandwidth.py (predictions_of: the model lines of campaign h200_p4)",
+    "training/tta_gpu2/tta_10g": "notebooks/time_to_accuracy.py (gpu_runs)",
+    "training/tta_gpu2/tta_2.5g": "notebooks/time_to_accuracy.py (gpu_runs)",
+}
+
+
+def test_superseded_and_archived_entries_live_under_data_archive_and_current_ones_do_not():
+    for p, e in MANIFEST.entries.items():
+        if e.status == "current":
+            assert not datacli.archived(e), f"{p} is current but lies under data/{datacli.ARCHIVE}"
+        elif p not in NOT_ARCHIVED:
+            assert datacli.archived(e), f"{p} is {e.status}: move it to data/{datacli.ARCHIVE}{p}"
+    assert all(MANIFEST.entries[p].status != "current" for p in NOT_ARCHIVED)  # an exception that no longer applies
+
+
+def test_no_current_entry_reads_an_archived_folder():
+    for e in MANIFEST.entries.values():
+        g = e.generator or {}
+        inputs = [*g.get("records", ()), *g.get("args", ()), *g.get("argv", ())]
+        if e.status == "current":
+            assert not [a for a in inputs if f"/{datacli.ARCHIVE}" in f"/{a}"], e.path
+
+
+def test_list_shows_where_each_entry_lies(capsys):
+    assert cli.main(["data", "list"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()[2:] if line.startswith("| `")]
+    assert len(rows) == len(MANIFEST.entries)
+    for row in rows:
+        e = MANIFEST.entries[row.split("`")[1]]
+        assert (paths.DATA / e.path).exists(), e.path
+        where = row.split(" | ")[1]
+        if datacli.archived(e):
+            assert where.endswith("; in data/archive/"), row
+        elif e.status != "current":
+            assert where.endswith("; not in data/archive/"), row
+        else:
+            assert where == "current", row
+
+
+def test_table_says_whether_a_superseded_entry_is_archived(tmp_path):
+    m = _load(tmp_path, GOOD + "\n" + GOOD.split("\n\n")[1].replace('"runs/old"', '"archive/runs/older"'))
+    rows = datacli.table(m).splitlines()[2:]
+    assert rows[0].startswith("| `runs/a` | current |")
+    assert rows[1].startswith("| `runs/old` | superseded by runs/a; not in data/archive/ |")
+    assert rows[2].startswith("| `archive/runs/older` | superseded by runs/a; in data/archive/ |")

@@ -685,6 +685,9 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
 
     A model built with ``find_unused_parameters=True`` works: the hook's call for the backward
     pass's last bucket then waits for the communication thread (:class:`HookState` says why)."""
+    if not hasattr(ddp_model, "register_comm_hook"):
+        raise TypeError(f"register() needs a torch.nn.parallel.DistributedDataParallel model (wrap yours in DDP "
+                        f"first), got {type(ddp_model).__name__}")
     ddp_group = getattr(ddp_model, "process_group", None)
     if process_group is None and ddp_group is not None and ddp_group != dist.group.WORLD:
         process_group = ddp_group  # the world stays None: a state without a group pickles with its DDP model

@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                            phases=args.phases, seq_len=args.seq_len, verbose=verbose, **_timing(args))
     else:
         from studykit.measure.runtime import finish_dist, init_dist
+        from studykit.measure.workers import die_with_launcher
 
         if args.cmd == "sweep":
             sizes = args.sizes
@@ -268,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                     sizes = sizes_between(args.min_bytes, max_bytes, args.factor)
                 except ValueError as exc:
                     parser.error(str(exc))
+        die_with_launcher()  # a torchrun worker exits when torchrun does
         try:
             d = init_dist(args.backend, getattr(args, "device", None), require_group=args.cmd == "ddp",
                           timeout_s=args.timeout_s)

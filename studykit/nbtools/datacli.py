@@ -240,14 +240,26 @@ def _pipe(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+#: where superseded and archived entries live: ``data/archive/`` + their path below ``data/``
+ARCHIVE = "archive/"
+
+
+def archived(entry: Entry) -> bool:
+    """Whether ``entry`` lies under ``data/archive/``."""
+    return entry.path.startswith(ARCHIVE)
+
+
 def table(manifest: Manifest, status: Optional[str] = None, prefix: str = "") -> str:
-    """The entries (of ``status``, under ``prefix``) as a Markdown table."""
+    """The entries (of ``status``, under ``prefix``) as a Markdown table: each entry is its path below ``data/``, and
+    the status of one that is not current says whether it lies in ``data/archive/``."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
     rows = ["| entry | status | date | machine | question |", "|---|---|---|---|---|"]
     for e in manifest.entries.values():
         if (status is None or e.status == status) and e.path.startswith(prefix):
             st = e.status + (f" by {', '.join(e.superseded_by)}" if e.superseded_by else "")
+            if e.status != "current" or archived(e):
+                st += f"; {'in' if archived(e) else 'not in'} data/{ARCHIVE}"
             rows.append(f"| `{e.path}` | {st} | {e.date} | {_pipe(e.machine)} | {_pipe(e.question)} |")
     return "\n".join(rows) + "\n"
 
@@ -536,7 +548,10 @@ def regen(manifest: Optional[Manifest] = None, only: Optional[Iterable[str]] = N
     """Rebuild the selected entries and blocks into ``out`` (default ``data/``, refused there without
     ``overwrite_committed``); returns the files written, relative to ``out``."""
     manifest = manifest or load_manifest()
-    root = paths.check_writable_output(out or paths.DATA, overwrite_committed, what="--out")
+    # data/ itself is rebuilt in place; elsewhere inside it, the rebuilt tree would land among its own records
+    in_place = out is None or Path(out).expanduser().resolve() == paths.DATA.resolve()
+    inputs = None if in_place else {"folder data/ (to rebuild it in place, leave out --out)": [paths.DATA]}
+    root = paths.check_writable_output(out or paths.DATA, overwrite_committed, what="--out", sources=inputs)
     entries, blocks = select(manifest, only)
     written = []
     for item in _progress(entries + blocks, "data regen", progress):

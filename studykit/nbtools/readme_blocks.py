@@ -28,10 +28,12 @@ TTA = paths.DATA / "training" / "tta_gpu2"
 #: where the collective path of each parameter-server configuration is looked for, in order
 COLLECTIVE_SOURCES = {"gpu_checks_h200/hooks.jsonl": GPU_CHECKS / "hooks.jsonl",
                       "bandwidth/h200_p2/ddp.jsonl": BANDWIDTH / "h200_p2" / "ddp.jsonl"}
-#: the fp16-vs-PyTorch blocks of the bandwidth README: marker -> the rounds' campaigns
-FP16_VS_TORCH = {"fp16-vs-torch-p2j": ("h200_p2j", "h200_p2j_repeat"),
+#: the fp16-vs-PyTorch blocks of the bandwidth README: marker -> the rounds' campaigns (see :func:`bandwidth_folder`)
+FP16_VS_TORCH = {"fp16-vs-torch-p2j": ("archive/measurements/bandwidth/h200_p2j",
+                                       "archive/measurements/bandwidth/h200_p2j_repeat"),
                  "fp16-vs-torch-p2kl": ("h200_p2k", "h200_p2k_repeat", "h200_p2l", "h200_p2l_repeat")}
-#: bandwidth campaigns that measured the same configurations (another machine, another day, or a second round)
+#: bandwidth campaigns that measured the same configurations (another machine, another day, or a second round; see
+#: :func:`bandwidth_folder`)
 RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "h200_p2d"), ("h200_p2", "h200_p2d"),
                ("h200_p2d", "h200_p2e"),
                # another machine: the Gram-Schmidt rows of h200_p2d, the CholeskyQR2 rows of h200_p2e
@@ -39,7 +41,8 @@ RERUN_PAIRS = (("h200_p2", "h200_p2c"), ("h200_p2b", "h200_p2c"), ("h200_p2c", "
                # the same machine, minutes apart
                ("h200_p2f", "h200_p2f_repeat"), ("h200_p2g", "h200_p2g_repeat"),
                # the same call, gpu_bandwidth.sh ROUNDS=2
-               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"), ("h200_p2j", "h200_p2j_repeat"),
+               ("h200_p2h", "h200_p2h_repeat"), ("h200_p2i", "h200_p2i_repeat"),
+               ("archive/measurements/bandwidth/h200_p2j", "archive/measurements/bandwidth/h200_p2j_repeat"),
                ("h200_p2k", "h200_p2k_repeat"), ("h200_p2l", "h200_p2l_repeat"),
                # BERT-base's PowerSGD hooks: two calls on another machine (h200_p2n, then h200_p2q: 10 before 25 Gbit/s),
                # and the same call's 25 before 10 Gbit/s (h200_p2q / h200_p2q_reversed)
@@ -61,6 +64,12 @@ TTA_RATES = (TTA / "tta_10g", TTA / "tta_2.5g")
 #: the learning-rate runs (AdamW) and their SGD control, one ``lrRATE`` folder per peak learning rate
 TTA_LR = TTA / "lr"
 TTA_LR_SGD = TTA / "lr_sgd"
+
+
+def bandwidth_folder(campaign: str) -> Path:
+    """A bandwidth campaign's folder: a name of :data:`BANDWIDTH`, or an archived one's path below ``data/``
+    (``archive/measurements/bandwidth/NAME``)."""
+    return paths.DATA / campaign if campaign.startswith("archive/") else BANDWIDTH / campaign
 
 
 def _load(path: Path | str, **kw) -> list[dict]:
@@ -175,7 +184,7 @@ def fp16_vs_torch_table(campaign: str):
     from studykit.measure import report as R
 
     (fp16,) = [t for t in R.HOOK_TARGETS if t.key == "fp16 vs PyTorch's"]
-    recs = _load(BANDWIDTH / campaign / "ddp.jsonl")
+    recs = _load(bandwidth_folder(campaign) / "ddp.jsonl")
     return R.hook_targets(recs, (fp16,), shaped=True).sort_values(["model", "rate_gbps"], ascending=[True, False])
 
 
@@ -189,7 +198,7 @@ def fp16_vs_torch_block(marker: str) -> str:
     parts = []
     for sub in FP16_VS_TORCH[marker]:
         label = "round 2" if sub.endswith("_repeat") else "round 1"
-        parts.append(f"`{sub}/` ({label}):\n\n" + R.hook_targets_markdown(fp16_vs_torch_table(sub)))
+        parts.append(f"`{Path(sub).name}/` ({label}):\n\n" + R.hook_targets_markdown(fp16_vs_torch_table(sub)))
     return "\n".join(parts)
 
 
@@ -199,8 +208,9 @@ def rerun_spread_block() -> str:
     from studykit.measure import report as R
 
     def recs(c):
-        return _load(BANDWIDTH / c / "ddp.jsonl")
-    return R.rerun_spread_markdown({f"`{a}` / `{b}`": R.rerun_spread(recs(a), recs(b)) for a, b in RERUN_PAIRS})
+        return _load(bandwidth_folder(c) / "ddp.jsonl")
+    return R.rerun_spread_markdown({f"`{Path(a).name}` / `{Path(b).name}`": R.rerun_spread(recs(a), recs(b))
+                                    for a, b in RERUN_PAIRS})
 
 
 def measured_crossovers_block() -> str:
@@ -221,7 +231,7 @@ def rerun_drift() -> dict:
     from studykit.measure import crossover as X
     from studykit.measure import report as R
 
-    return X.rerun_drift([R.rerun_spread(_load(BANDWIDTH / a / "ddp.jsonl"), _load(BANDWIDTH / b / "ddp.jsonl"))
+    return X.rerun_drift([R.rerun_spread(_load(bandwidth_folder(a) / "ddp.jsonl"), _load(bandwidth_folder(b) / "ddp.jsonl"))
                           for a, b in RERUN_PAIRS])
 
 
@@ -562,8 +572,9 @@ def hook_budget_block(records: str) -> str:
 
 
 def hook_gamma_block(campaigns: list) -> str:
-    """Per campaign folder: the hook rows' median / max error with syncSGD's fitted gamma (``path_model/gamma_fitted``),
-    at gamma 1 (``path_model``) and, where scored, with per-bucket times and the host chain (``buckets/gamma1``)."""
+    """Per campaign folder: the hook rows' median / max error with syncSGD's fitted gamma (``path_model/gamma_fitted``,
+    archived: under ``data/archive/``), at gamma 1 (``path_model``) and, where scored, with per-bucket times and the
+    host chain (``buckets/gamma1``). A campaign archived whole is named by its path under ``archive/``."""
     def cell(folder):
         _, med, mx = hook_errors(folder)
         return f"{100 * med:.1f} % / {100 * mx:.1f} %"
@@ -571,7 +582,8 @@ def hook_gamma_block(campaigns: list) -> str:
              "host chain |", "|---|---:|---:|---:|---:|"]
     for c in campaigns:
         extra = cell(f"{c}/buckets/gamma1") if (paths.DATA / c / "buckets").exists() else ""
-        lines.append(f"| `{Path(c).name}` | {hook_errors(f'{c}/path_model')[0]} | {cell(f'{c}/path_model/gamma_fitted')} | "
+        fitted = f"{c}/path_model/gamma_fitted" if c.startswith("archive/") else f"archive/{c}/path_model/gamma_fitted"
+        lines.append(f"| `{Path(c).name}` | {hook_errors(f'{c}/path_model')[0]} | {cell(fitted)} | "
                      f"{cell(f'{c}/path_model')} | {extra} |")
     return "\n".join(lines) + "\n"
 

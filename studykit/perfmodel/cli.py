@@ -159,10 +159,7 @@ def run_advise(argv: list[str]) -> int:
 
     ap = advise_parser()
     a = ap.parse_args(argv)
-    try:
-        cal = Calibration.load(a.calibration)
-    except (FileNotFoundError, ValueError) as exc:
-        ap.error(f"--calibration: {exc}")
+    cal = _load_calibration(ap, a.calibration)
     _check_model(ap, a.model)
     if a.batch_size is None:
         a.batch_size = cal.batch_size_of(a.model)
@@ -196,6 +193,25 @@ def format_advice(adv, top: int | None = None) -> str:
     return adv.format(top)
 
 
+def _load_calibration(ap: argparse.ArgumentParser, path: str) -> Calibration:
+    """``--calibration``, refused with a message when it is unreadable or invalid; the warnings it carries are said
+    on stderr: records of different machines pooled, each on its own line; constants the records determine poorly,
+    named on one line (the calibration file's ``warnings`` and ``fit``'s summary have each in full)."""
+    try:
+        cal = Calibration.load(path)
+    except (FileNotFoundError, ValueError) as exc:
+        ap.error(f"--calibration: {exc}")
+    poor = [w for w in cal.warnings if "determine" in w and "poorly" in w]
+    for w in cal.warnings:
+        if w not in poor:
+            print(f"{ap.prog}: warning: calibration {cal.name!r}: {w}", file=sys.stderr)
+    if poor:
+        names = ", ".join(w.split(" ", 1)[0].rstrip(":") for w in poor)
+        print(f"{ap.prog}: note: calibration {cal.name!r}: its records determine {len(poor)} constant(s) poorly "
+              f"({names}); their intervals carry it (the file's \"warnings\" say how)", file=sys.stderr)
+    return cal
+
+
 def _check_model(ap: argparse.ArgumentParser, model: str) -> None:
     """``--model`` must name a model (after the calibration is loaded: its models' shapes count)."""
     try:
@@ -219,10 +235,7 @@ def run_predict(argv: list[str]) -> int:
             params = coerce_params(a.compressor, params)
         except compressors.CompressorError as exc:
             ap.error(f"--param: {exc}")
-    try:
-        cal = Calibration.load(a.calibration)
-    except (FileNotFoundError, ValueError) as exc:
-        ap.error(f"--calibration: {exc}")
+    cal = _load_calibration(ap, a.calibration)
     _check_model(ap, a.model)
     if a.batch_size is None:
         a.batch_size = cal.batch_size_of(a.model)
@@ -412,7 +425,8 @@ def run_fit(argv: list[str]) -> int:
     if not composed and not a.records:
         ap.error("no records: give record files or folders, or --compute-from and --network-from")
     try:
-        out_path = paths.check_writable_output(a.out, a.overwrite_committed, file=True)
+        out_path = paths.check_writable_output(a.out, a.overwrite_committed, file=True, sources={
+            "RECORDS": a.records, "--compute-from": a.compute_from, "--network-from": a.network_from})
     except paths.OutputError as exc:
         ap.error(str(exc))
     try:

@@ -100,7 +100,7 @@ def calibration_compare_plot(fitted: pd.DataFrame, reference: pd.DataFrame | Non
         axg.legend(fontsize="x-small")
     axg.set_xticks([0], ["gamma"])
     axg.set_xlabel("constant")
-    axg.set_ylabel("gamma (x, backward slowdown under overlap)")
+    axg.set_ylabel("gamma (x, backward slowdown\nunder overlap)")
     axg.set_title("gamma", fontsize="medium")
     finish(fig)
     return fig, (ax, axg)

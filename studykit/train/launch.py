@@ -9,7 +9,10 @@ from __future__ import annotations
 import datetime
 import gc
 import os
+import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -18,20 +21,19 @@ import torch.distributed as dist
 
 from studykit.train.loop import TrainConfig, run_methods
 from studykit.train.methods import Method, parse_methods
+from studykit.measure.workers import die_with_launcher, die_with_parent, under_torchrun
 
 __all__ = ["train", "under_torchrun", "init_from_env", "shutdown", "read_records"]
 
 _TIMEOUT = datetime.timedelta(minutes=10)
-
-
-def under_torchrun() -> bool:
-    """Whether torchrun (or another launcher) set RANK / WORLD_SIZE / MASTER_ADDR."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+#: seconds stopped workers get to exit on SIGTERM before they are killed
+_GRACE_S = 5.0
 
 
 def init_from_env(device: str = "auto") -> str:
     """Initialise the default group from torchrun's environment: NCCL when CUDA is available
-    (and ``device`` is not ``cpu``), else gloo. Returns the backend."""
+    (and ``device`` is not ``cpu``), else gloo; the process exits when its launcher does. Returns the backend."""
+    die_with_launcher()
     use_cuda = torch.cuda.is_available() and device != "cpu"
     backend = "nccl" if use_cuda else "gloo"
     if use_cuda:
@@ -48,8 +50,23 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def _spawn_worker(rank: int, world_size: int, init_file: str, cfg: TrainConfig, methods: list[Method],
-                  out, overwrite: bool, results: str, seeds=None, resume: bool = False) -> None:
+def _exit_on_sigterm(parent_pid: int, tmp: str) -> None:
+    """A spawned worker's signals: SIGINT is the parent's to handle (it stops the workers); SIGTERM (the parent
+    stopping the run, or the kernel saying the parent died) ends the run: the worker removes the run's temporary
+    folder ``tmp`` (a dead parent cannot) and exits at once."""
+    def stop(signum, frame):
+        shutil.rmtree(tmp, ignore_errors=True)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, stop)
+    die_with_parent(parent_pid)
+
+
+def _spawn_worker(rank: int, parent_pid: int, tmp: str, world_size: int, cfg: TrainConfig, methods: list[Method],
+                  out, overwrite: bool, seeds=None, resume: bool = False) -> None:
+    _exit_on_sigterm(parent_pid, tmp)
+    init_file, results = os.path.join(tmp, "init"), os.path.join(tmp, "records.jsonl")
     torch.set_num_threads(cfg.threads or 1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
                             timeout=_TIMEOUT)
@@ -101,15 +118,35 @@ def train(cfg: TrainConfig, methods: "Sequence[str | Method] | str", world_size:
 
     cfg = dataclasses.replace(cfg, device="cpu")
     with tempfile.TemporaryDirectory(prefix="studykit-train-") as tmp:
-        results = os.path.join(tmp, "records.jsonl")
+        ctx = mp.start_processes(_spawn_worker, args=(os.getpid(), tmp, world_size, cfg, methods,
+                                                      None if out is None else str(out), overwrite, seeds, resume),
+                                 nprocs=world_size, join=False, start_method="spawn")
         try:
-            mp.spawn(_spawn_worker, args=(world_size, os.path.join(tmp, "init"), cfg, methods,
-                                          None if out is None else str(out), overwrite, results, seeds, resume),
-                     nprocs=world_size, join=True)
+            while not ctx.join():
+                pass
         except mp.ProcessRaisedException as exc:
             last = [ln for ln in str(exc).strip().splitlines() if ln.strip()][-1]
             if last.split(":", 1)[0].rsplit(".", 1)[-1] in ("DataError", "ValueError", "CompressorError",
                                                              "FileNotFoundError"):
                 raise ValueError(f"a training worker stopped: {last}") from None  # bad input: a message
             raise
+        finally:  # KeyboardInterrupt, an error: no worker outlives this call, no file of its stays behind
+            _stop(ctx)
+        results = os.path.join(tmp, "records.jsonl")
         return read_records(results) if os.path.exists(results) else []
+
+
+def _stop(ctx) -> None:
+    """Terminate the spawned workers still running (SIGTERM, then SIGKILL after :data:`_GRACE_S`), join them and
+    remove the error files torch's spawn leaves in the system's temporary folder."""
+    alive = [p for p in ctx.processes if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + _GRACE_S
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+    for f in ctx.error_files:
+        Path(f).unlink(missing_ok=True)

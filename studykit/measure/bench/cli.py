@@ -165,10 +165,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         ap.error(str(exc))
 
     from studykit.measure.runtime import finish_dist, init_dist, pick_device
+    from studykit.measure.workers import die_with_launcher
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     d = None
     if args.ddp or world > 1:
+        die_with_launcher()  # a torchrun worker exits when torchrun does
         d = init_dist("auto", None, require_group=True)
     rank = d.rank if d is not None else 0
     main_rank = rank == 0

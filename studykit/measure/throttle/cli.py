@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from .netns import (
     unowned_namespaces,
     use_iproute2,
 )
-from .probe import _probe_main, nccl_transports
+from .probe import _probe_main, append_record, nccl_transports
 
 
 # ---- records ----------------------------------------------------------------------------------
@@ -97,9 +96,7 @@ def _run_probe(cluster: ThrottledCluster, probe_path: Path, size_mb: float, back
     else:
         rec["nccl_transport"] = None
         rec["transport_ok"] = True
-    probe_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(probe_path, "a") as f:
-        f.write(json.dumps(rec) + "\n")
+    append_record(probe_path, rec)
     return rec
 
 

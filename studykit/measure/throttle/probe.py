@@ -10,6 +10,24 @@ import time
 from pathlib import Path
 
 
+def append_record(path: Path | str, rec: dict) -> None:
+    """Append ``rec`` to the JSON Lines file ``path`` as one flushed, fsync'ed line, after the kit's repair of a last
+    line an interrupted run cut short (:func:`studykit.measure.records.repair`).
+
+    Probe records bypass :class:`~studykit.measure.records.RecordWriter`, whose records need a ``config_id`` and a
+    ``status``: a probe measures the link rather than a configuration to resume, and with a ``config_id`` the reader
+    would keep only one of two probes of the same link on the same host."""
+    from studykit.measure.records import repair
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repair(path)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(rec) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _stamped(rec: dict, device) -> dict:
     """A probe's record with the kit's schema version and provenance (:func:`studykit.measure.records.provenance`:
     hardware, versions, host, commit, also ``STUDYKIT_GIT_COMMIT`` on machines without ``.git``, time, network)."""
@@ -213,7 +231,5 @@ def _probe_main(argv: list[str], stream: bool = False) -> int:
         line = json.dumps(rec)
         print(line, flush=True)
         if a.out:
-            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-            with open(a.out, "a") as f:
-                f.write(line + "\n")
+            append_record(a.out, rec)
     return 0

@@ -197,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
-        paths.check_writable_output(args.out, args.overwrite_committed)
+        paths.check_writable_output(args.out, args.overwrite_committed, sources={
+            "--records": args.records or default_sources(), "--sweep-from": [args.sweep_from],
+            "--inputs-from": args.inputs_from or []})
     except paths.OutputError as exc:
         ap.error(str(exc))
     try:
