@@ -23,12 +23,16 @@
 #
 # Under the bars, a table ranks syncSGD, the fp16 baseline and every compressor (its main parameter at three
 # values) at the same setting: `python -m studykit advise`'s ranking (`studykit.perfmodel.advise`), with each
-# time's interval from the calibration, whether it is within the model's error of the best, and whether the
-# kit has accuracy evidence for it.
+# time's interval from the calibration (moved with the T_comp, alpha and gamma sliders), whether it is within
+# the model's error of the best, and whether the kit has accuracy evidence for it.
 #
-# Every figure comes from one pure function, `studykit.lessons.explore.explore`, and the table from
-# `studykit.lessons.explore.ranking`, so the first cell renders without a live kernel; the sliders need one
-# (`continuous_update=False`: the figure and the table redraw on release).
+# `T_comp` starts at the calibration's backward time for the chosen model and batch; change it after
+# changing the model. Encode/decode times missing from the calibration are interpolated in the main
+# parameter, or scaled from another model by parameter count (the right panel's title says which).
+#
+# One call, `studykit.lessons.explore.app`, draws the figure and the table once and puts the sliders over
+# them; they redraw both on release (`continuous_update=False`) and need a live kernel. With
+# `interactive = False` the figure and table are drawn once, without sliders.
 
 # %% tags=["parameters"]
 calibration_path: str = "data/calibrations/paper_v100.json"  # calibration JSON (repo-relative): T_comp, T_encode_decode, alpha, gamma
@@ -38,7 +42,7 @@ compressor: str = "powersgd"  # a compressor with an encode/decode time in the c
 param_value: float = 4.0  # the compressor's main parameter (rank / ratio / bits)
 bandwidth_gbps: float = 10.0  # network bandwidth (Gbit/s)
 world_size: int = 64  # number of GPUs
-interactive: bool = True  # also build the sliders (they move only with a live kernel)
+interactive: bool = True  # sliders over the figure and table (they move only with a live kernel); False: drawn once
 
 # %%
 from studykit import paths
@@ -46,19 +50,4 @@ from studykit.lessons import explore
 from studykit.perfmodel import Calibration
 
 cal = Calibration.load(paths.ROOT / calibration_path)
-explore.explore(cal, model, batch_size, bandwidth_gbps, world_size, compressor=compressor, param_value=param_value);
-explore.ranking(cal, model, batch_size, bandwidth_gbps, world_size)
-
-# %% [markdown]
-# ## Sliders
-#
-# `T_comp` starts at the calibration's backward time for the chosen model and batch; change it after
-# changing the model. Encode/decode times missing from the calibration are interpolated in the main
-# parameter, or scaled from another model by parameter count (the right panel's title says which).
-
-# %%
-if interactive:
-    from ipywidgets import interact
-
-    widgets = explore.controls(cal, model, batch_size, bandwidth_gbps, world_size, compressor, param_value)
-    interact(explore.bind(cal), **widgets);
+explore.app(cal, model, batch_size, bandwidth_gbps, world_size, compressor, param_value, interactive=interactive)

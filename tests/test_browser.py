@@ -1,5 +1,6 @@
 """The explorer in a real browser: Voila serves ``notebooks/explorer.ipynb`` on localhost, Playwright drives
-Debian's Chromium, two sliders move, and the figure and the reported speed-up change as the package predicts.
+Debian's Chromium, two sliders move, and the figure, the reported speed-up and the ranking table change as the
+package predicts; the page holds one figure and one table (the sliders' own), the table with intervals.
 
 Nothing leaves the machine: every request to another host is aborted (and must not be a script, so the
 widget JavaScript is served by Voila itself), Chromium runs with background networking off in a fresh
@@ -103,8 +104,9 @@ def _defaults() -> dict:
             if isinstance(n, ast.AnnAssign)}
 
 
-def _expected_speedup(**moved) -> float:
-    """What the explorer should report: the same pure function on the sliders' values (``explore.controls``)."""
+def _expected(**moved) -> tuple[float, list[str]]:
+    """What the explorer should report: the same pure functions on the sliders' values (``explore.controls``):
+    the speed-up and the ranking's candidates, fastest first."""
     from studykit.lessons import explore
     from studykit.perfmodel import Calibration
 
@@ -114,7 +116,16 @@ def _expected_speedup(**moved) -> float:
                                d["compressor"], d["param_value"])
     values = {k: w.value for k, w in widgets.items()}
     values.update(moved)
-    return explore.explore_data(cal, **values)["speedup"]
+    return explore.explore_data(cal, **values)["speedup"], list(explore.ranking(cal, **values)["candidate"])
+
+
+def _expected_speedup(**moved) -> float:
+    return _expected(**moved)[0]
+
+
+#: the ranking table's rows as cell texts (the explorer's one table: ``explore._ranking_html``)
+TABLE_ROWS = ("() => Array.from(document.querySelectorAll('table.studykit-ranking tbody tr'))"
+              ".map(r => Array.from(r.cells).map(c => c.innerText.trim()))")
 
 
 def test_explorer_sliders_move_figure_and_speedup(voila_server, tmp_path):
@@ -152,6 +163,16 @@ def test_explorer_sliders_move_figure_and_speedup(voila_server, tmp_path):
             def state():
                 return out.locator("img").first.get_attribute("src"), float(SPEEDUP.search(out.inner_text()).group(1))
 
+            def one_live_view(**moved):
+                """One figure and one table on the page, both in the sliders' output; the table's candidates are
+                the package's ranking at the sliders' values, each time with an interval (low < high)."""
+                assert page.locator("img").count() == 1 and out.locator("img").count() == 1
+                assert page.locator("table.studykit-ranking").count() == 1
+                assert out.locator("table.studykit-ranking").count() == 1
+                rows = page.evaluate(TABLE_ROWS)  # rank, candidate, iteration_ms, low_ms, high_ms, ...
+                assert [r[1] for r in rows] == _expected(**moved)[1]
+                assert all(float(r[3]) < float(r[4]) for r in rows), rows
+
             def shoot(name: str):
                 """The sliders and the figure they drive (Voila's page scrolls inside a container)."""
                 box = page.locator(".widget-interact")
@@ -177,6 +198,7 @@ def test_explorer_sliders_move_figure_and_speedup(voila_server, tmp_path):
             shoot("explorer_0_initial.png")
             src0, speed0 = state()
             assert speed0 == pytest.approx(_expected_speedup(), abs=0.006)
+            one_live_view()
 
             gpus, _, _ = move("GPUs", "End", "explorer_1_gpus_end.png")
             src1, speed1 = state()
@@ -184,6 +206,7 @@ def test_explorer_sliders_move_figure_and_speedup(voila_server, tmp_path):
             assert src1 != src0
             assert speed1 == pytest.approx(expect1, abs=0.006), (gpus, speed1, expect1)
             assert round(expect1, 2) != round(speed0, 2)  # the move shows in the text
+            one_live_view(world_size=int(gpus))
 
             bw, _, _ = move("bandwidth (Gbit/s)", "End", "explorer_2_bandwidth_end.png")
             src2, speed2 = state()
@@ -191,6 +214,7 @@ def test_explorer_sliders_move_figure_and_speedup(voila_server, tmp_path):
             assert src2 != src1
             assert speed2 == pytest.approx(expect2, abs=0.006), (bw, speed2, expect2)
             assert speed2 < speed1  # more bandwidth: syncSGD gains, compression's edge shrinks (Fig. 3)
+            one_live_view(world_size=int(gpus), bandwidth_gbps=bw)
 
             # widget JavaScript came from Voila itself; only non-script assets (icon fonts CSS) were refused
             scripts = [u for t, u in local if t == "script"]

@@ -83,8 +83,10 @@ def test_plot_helpers_return_fig_ax(cal):
         plots.required_ratio_plot(whatif.required_ratio_sweep(("resnet50",), (16,), 64, bw, calibration=cal), 4, 10),
         plots.compute_speedup_plot(whatif.compute_speedup_sweep(factors=[1, 2], calibration=cal), (3.5, 1.75)),
         plots.tradeoff_plot(whatif.tradeoff_grid(calibration=cal)),
-        plots.claims_plot(pd.DataFrame({"claim_id": ["a"], "setting": ["s"], "kit_value": [2.0], "paper_value": [1.0],
-                                        "verdict": ["disagrees"], "tolerance": [0.15]})),
+        plots.claims_plot(pd.DataFrame({"claim_id": ["a"], "section": ["Sec. 4"], "setting": ["s"], "kit_value": [2.0],
+                                        "paper_value": [1.0], "paper_low": [None], "paper_high": [None],
+                                        "rel_diff": [1.0], "scored_on": ["value"], "verdict": ["disagrees"],
+                                        "tolerance": [0.15]})),
         mplots.calibration_compare_plot(cal.to_frame(), cal.to_frame()),
     ]
     for fig, ax in checks:
@@ -118,3 +120,63 @@ def test_explorer_callback_shows_the_table_under_the_caption(cal):
     html = explore._FigureWithCaption(fig, axes[0].get_title(), table)._repr_mimebundle_()["text/html"]
     plt.close(fig)
     assert html.index("studykit-speedup") < html.index("studykit-ranking") and table["candidate"].iloc[0] in html
+
+
+def _slider_values(cal, **moved) -> dict:
+    """What the interact passes the explorer's callback: every widget's value (``explore.controls``), some moved."""
+    return {**{k: w.value for k, w in explore.controls(cal).items()}, **moved}
+
+
+def test_explorer_table_keeps_the_calibrations_intervals(cal):
+    """With every slider where it starts, the table's intervals are advise's own (the calibration's), not low == high."""
+    from studykit.perfmodel import advise
+
+    df = explore.ranking(cal, top=None, **_slider_values(cal)).set_index("candidate")
+    want = {r["candidate"]: r for r in advise.advise(cal, "resnet101", 64, [64], [10.0]).ranking(64, 10.0)}
+    assert (df["high_ms"] > df["low_ms"]).all(), df[df["high_ms"] <= df["low_ms"]]
+    for name in ("syncSGD", "fp16 baseline", "powersgd rank=4"):
+        assert df.loc[name, "low_ms"] == pytest.approx(want[name]["low_ms"], rel=1e-3)
+        assert df.loc[name, "high_ms"] == pytest.approx(want[name]["high_ms"], rel=1e-3)
+
+
+def test_explorer_table_intervals_move_with_the_sliders(cal):
+    """A moved alpha / gamma keeps the calibration's relative interval: the table still shows one."""
+    df = explore.ranking(cal, top=None, **_slider_values(cal, alpha_us=50.0, gamma=1.2)).set_index("candidate")
+    assert (df["high_ms"] > df["low_ms"]).all()
+    assert (df["low_ms"] <= df["iteration_ms"]).all() and (df["iteration_ms"] <= df["high_ms"]).all()
+    moved = whatif.moved(cal, "resnet101", 64, alpha_s=50e-6, gamma=1.2, t_comp_s=0.3)
+    f = 50e-6 / cal.alpha_s.value
+    assert (moved.alpha_s.value, moved.alpha_s.low, moved.alpha_s.high) == pytest.approx(
+        (50e-6, cal.alpha_s.low * f, cal.alpha_s.high * f))
+    assert moved.gamma.high / moved.gamma.value == pytest.approx(cal.gamma.high / cal.gamma.value)
+    assert moved.t_comp_s("resnet101", 64)[0] == pytest.approx(0.3) and cal.t_comp_s("resnet101", 64)[0] != 0.3
+    assert whatif.moved(cal, "resnet101", 64) == cal
+    with pytest.raises(ValueError, match="gamma.*> 0"):
+        whatif.moved(cal, "resnet101", 64, gamma=-1.0)
+
+
+def test_explorer_table_agrees_with_the_figure(cal):
+    """The figure's compressor and syncSGD take the same times in the table, compute speed-up included (App. D:
+    it divides T_comp and T_encode_decode in both)."""
+    for moved in ({}, {"compute_speedup": 2.0, "alpha_us": 30.0, "bandwidth_gbps": 3.0}):
+        settings = _slider_values(cal, **moved)
+        d = explore.explore_data(cal, **settings)
+        df = explore.ranking(cal, top=None, **settings).set_index("candidate")
+        assert df.loc["syncSGD", "iteration_ms"] == pytest.approx(d["sync"]["total_ms"], rel=1e-9)
+        assert df.loc["powersgd rank=4", "iteration_ms"] == pytest.approx(d["compressed"]["total_ms"], rel=1e-9)
+
+
+def test_explorer_app_draws_one_figure_and_one_table(cal):
+    """The notebook's one call: sliders over one output that the callback fills at once (figure, caption, table)."""
+    import matplotlib.pyplot as plt
+
+    open_before = set(plt.get_fignums())
+    w = explore.app(cal, "resnet101", 64, 10.0, 64, "powersgd", 4.0)
+    view = w.result
+    assert view is not None and view.png.startswith(b"\x89PNG") and "speed-up over syncSGD" in view.caption
+    assert list(view.table["candidate"]) == list(explore.ranking(cal, **_slider_values(cal))["candidate"])
+    assert [c for c in w.children if "Output" in type(c).__name__] == [w.out]
+    assert all(getattr(c, "continuous_update", False) is False for c in w.children if hasattr(c, "continuous_update"))
+    still = explore.app(cal, interactive=False)
+    assert still.png.startswith(b"\x89PNG") and still.table is not None
+    assert set(plt.get_fignums()) == open_before  # every figure closed: nothing left for the inline backend to show

@@ -4,9 +4,11 @@
 setting plus the speed-up curve over GPU counts; :func:`explore` draws it.
 Under the bars, :func:`ranking` ranks syncSGD, the fp16 baseline and every compressor at the same
 setting (:func:`studykit.perfmodel.whatif.ranking_at`, i.e. ``advise.advise(...).ranking(...)``, the
-function ``python -m studykit advise`` and the what_if notebook use). The notebook calls :func:`explore`
-and :func:`ranking` once (so a headless run renders) and then wraps them with ``ipywidgets.interact``
-using :func:`controls` (every slider has ``continuous_update=False``). No logic lives in the widget callback.
+function ``python -m studykit advise`` and the what_if notebook use), each time with its interval from the
+calibration. The notebook makes one call, :func:`app`: the sliders of :func:`controls` (every one with
+``continuous_update=False``) over one output that :func:`bind`'s callback fills with the figure and the table,
+when the sliders are built (so the page shows them before any slider moves) and again after every move. No
+logic lives in the widget callback.
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from studykit import compressors, models
 from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import MIB, Hardware, Workload, predict
 
-__all__ = ["main_param", "compressor_choices", "explore_data", "explore", "ranking", "bind", "controls", "CURVE_GPUS",
-           "RANKING_TOP"]
+__all__ = ["main_param", "compressor_choices", "explore_data", "explore", "ranking", "bind", "controls", "app",
+           "CURVE_GPUS", "RANKING_TOP"]
 
 #: rows of the ranking table under the bars
 RANKING_TOP = 8
@@ -125,18 +127,19 @@ def ranking(calibration: Calibration, model: str = "resnet101", batch_size: int 
             bucket_mb: float = 25.0, alpha_us: float | None = None, gamma: float | None = None,
             top: int | None = RANKING_TOP, **_ignored):
     """The advise ranking at the sliders' setting (:func:`studykit.perfmodel.whatif.ranking_at`): a DataFrame,
-    fastest first. ``compute_speedup`` divides ``T_comp`` (the ranking's encode/decode times stay as
-    calibrated, said in ``df.attrs["note"]``); the compressor sliders do not change it."""
+    fastest first, each time with the calibration's interval (moved with the ``T_comp`` / alpha / gamma
+    sliders: :func:`studykit.perfmodel.whatif.moved`). ``compute_speedup`` divides ``T_comp`` and
+    ``T_encode_decode``, as in :func:`explore`; the compressor sliders do not change it."""
     from studykit.perfmodel import whatif
 
-    t = t_comp_ms / 1e3 if t_comp_ms is not None else calibration.t_comp_s(model, batch_size)[0]
-    df = whatif.ranking_at(model, batch_size, world_size, bandwidth_gbps, calibration, t_comp_s=t / compute_speedup,
+    df = whatif.ranking_at(model, batch_size, world_size, bandwidth_gbps, calibration,
+                           t_comp_s=None if t_comp_ms is None else t_comp_ms / 1e3,
                            alpha_s=None if alpha_us is None else alpha_us * 1e-6, gamma=gamma,
-                           bucket_bytes=bucket_mb * MIB, top=top)
-    df.attrs["note"] = (f"{model}, batch {batch_size}, {world_size} GPUs, {bandwidth_gbps:.3g} Gbit/s: fastest first; "
-                        "iteration time (ms) with its interval from the calibration; within the model's error of the best: "
-                        "the model cannot tell them apart" + ("; compute speed-up applied to T_comp only"
-                                                             if compute_speedup != 1 else ""))
+                           compute_speedup=compute_speedup, bucket_bytes=bucket_mb * MIB, top=top)
+    df.attrs["note"] = (f"{model}, batch {batch_size}, {world_size} GPUs, {bandwidth_gbps:.3g} Gbit/s"
+                        + (f", compute x{compute_speedup:g}" if compute_speedup != 1 else "")
+                        + ": fastest first; iteration time (ms) with its interval from the calibration; within the "
+                        "model's error of the best: the model cannot tell them apart")
     return df
 
 
@@ -151,23 +154,22 @@ def _ranking_html(df) -> str:
 
 
 def bind(calibration: Calibration):
-    """:func:`explore` with the calibration fixed: the callback ``ipywidgets.interact`` wraps.
+    """:func:`explore` and :func:`ranking` with the calibration fixed: the callback the explorer's sliders wrap.
 
-    The figure is displayed explicitly and closed, so nothing is left for the inline
-    backend to flush after the cell (headless runs with widgets can otherwise stall).
+    Returns one object that displays as the figure (PNG), its speed-up as text and the ranking table, so that
+    ``ipywidgets.interactive(..., auto_display=True)`` sends them in one display message (every output into
+    the interact's Output widget is another chance for nbclient's lost wake-up in headless runs:
+    :mod:`studykit.nbtools.jupyter_fix`). The figure is closed, so nothing is left for the inline backend
+    to flush after the cell.
     """
     def explore_with(**settings):
         import matplotlib.pyplot as plt
-        from IPython.display import display
 
         fig, axes = explore(calibration, **settings)
-        table = ranking(calibration, **settings)
-        # one display message carrying the figure, the speed-up as text (breakdown_plot's title), for
-        # screen readers and browser tests, and the ranking under them; one message, since every output into
-        # the interact's Output widget is another chance for nbclient's lost wake-up in headless runs
-        # (studykit.nbtools.jupyter_fix)
-        display(_FigureWithCaption(fig, axes[0].get_title() or "syncSGD only", table))
-        plt.close(fig)
+        try:
+            return _FigureWithCaption(fig, axes[0].get_title() or "syncSGD only", ranking(calibration, **settings))
+        finally:
+            plt.close(fig)
 
     explore_with.__name__ = explore_with.__qualname__ = "explore"
     explore_with.__doc__ = explore.__doc__
@@ -228,3 +230,17 @@ def controls(calibration: Calibration, model: str = "resnet101", batch_size: int
         "param_value": W.FloatLogSlider(value=param_value, base=2, min=-10, max=6, step=1,
                                         description="main parameter (rank / ratio / bits)", **kw),
     }
+
+
+def app(calibration: Calibration, model: str = "resnet101", batch_size: int = 64, bandwidth_gbps: float = 10.0,
+        world_size: int = 64, compressor: str = "powersgd", param_value: float = 4.0, interactive: bool = True):
+    """The explorer: with ``interactive``, the sliders of :func:`controls` over one output holding the figure and
+    the ranking (``ipywidgets.interactive`` of :func:`bind`, drawn when built and after every move; its
+    ``result`` is what it shows); without, the same figure and table once, for a run with no live kernel."""
+    if not interactive:
+        return bind(calibration)(model=model, batch_size=batch_size, bandwidth_gbps=bandwidth_gbps,
+                                 world_size=world_size, compressor=compressor, param_value=param_value)
+    import ipywidgets as W
+
+    widgets = controls(calibration, model, batch_size, bandwidth_gbps, world_size, compressor, param_value)
+    return W.interactive(bind(calibration), {"auto_display": True}, **widgets)

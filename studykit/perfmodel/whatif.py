@@ -10,24 +10,27 @@ Each function is one figure of Agarwal et al. 2022, computed by :func:`studykit.
 * :func:`tradeoff_grid`: Fig. 21 (encode/decode time vs compression ratio);
 * :func:`ranking`: which of syncSGD, the fp16 baseline and every compressor is fastest
   (:func:`studykit.perfmodel.advise.advise`, what ``python -m studykit advise`` prints);
-  :func:`ranking_at`: the same at one setting, as a table (the explorer's and what_if's).
+  :func:`ranking_at`: the same at one setting, as a table (the explorer's and what_if's), with the
+  calibration's constants moved to the sliders' values by :func:`moved`.
 
 App. D uses PowerSGD rank 4 as the baseline compressor throughout.
 """
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from studykit import paths
-from studykit.perfmodel.calibration import Calibration
+from studykit.perfmodel.calibration import Calibration, Constant, TComp
 from studykit.perfmodel.model import (DEFAULT_BUCKET_BYTES, Hardware, Workload, crossover_bandwidth_gbps, predict,
                                       required_ratio)
 
 __all__ = ["paper_calibration", "hardware", "bandwidth_sweep", "required_ratio_sweep", "compute_speedup_sweep",
-           "tradeoff_grid", "tradeoff_all_help", "crossover", "ranking", "ranking_at", "BASELINE"]
+           "tradeoff_grid", "tradeoff_all_help", "crossover", "ranking", "ranking_at", "moved", "BASELINE"]
 
 #: App. D: "we use PowerSGD with Rank-4 as the baseline for these what-if analyses"
 BASELINE = ("powersgd", {"rank": 4})
@@ -181,18 +184,59 @@ def ranking(model: str = "resnet50", batch_size: int = 64, world_sizes=(8, 16, 3
 RANKING_COLUMNS = ["rank", "candidate", "iteration_ms", "low_ms", "high_ms", "within_error_of_best", "accuracy_evidence"]
 
 
+def moved(calibration: Calibration, model: str, batch_size: int, *, t_comp_s: float | None = None,
+          alpha_s: float | None = None, gamma: float | None = None) -> Calibration:
+    """``calibration`` with ``T_comp`` (s) of ``model`` at ``batch_size``, ``alpha`` (s) and ``gamma`` set to the
+    given values (None: as calibrated), each interval scaled by the same factor as its value.
+
+    A what-if value keeps the calibration's relative uncertainty, so :func:`ranking_at` shows intervals at any
+    slider setting (advise's own ``t_comp_s`` / ``alpha_s`` / ``gamma`` overrides are exact: an explorer passing
+    every slider through them would show ``low == high``). A ``T_comp`` the calibration only finds by a fallback
+    (another batch size, a batch size the source does not state) becomes an entry without an interval, as the
+    look-up's was. ValueError naming the value when one is not finite or out of range."""
+    given = {"t_comp_s": (t_comp_s, True), "alpha_s": (alpha_s, False), "gamma": (gamma, True)}
+    for name, (v, strict) in given.items():
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 if strict else v >= 0)):
+            raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} 0, got {v!r}")
+
+    def move(c, value: float):
+        f = value / c.value if c.value else None  # a zero value has no relative interval to keep
+        scale = (lambda end: None if end is None or f is None else end * f)  # noqa: E731
+        return replace(c, value=float(value), low=scale(c.low), high=scale(c.high),
+                       source=f"{c.source}; moved to {value:g} (interval scaled with it)")
+
+    changes = {}
+    for name in ("alpha_s", "gamma"):
+        value = given[name][0]
+        if value is not None:
+            c = getattr(calibration, name)
+            changes[name] = (move(c, value) if c is not None
+                             else Constant(float(value), Calibration.UNITS[name], "given (no interval)"))
+    if t_comp_s is not None:
+        i = next((i for i, c in enumerate(calibration.t_comp) if c.model == model and c.batch_size == batch_size), None)
+        entries = list(calibration.t_comp)
+        if i is None:
+            entries.append(TComp(float(t_comp_s), "s", "given (no interval)", model=model, batch_size=batch_size))
+        else:
+            entries[i] = move(entries[i], t_comp_s)
+        changes["t_comp"] = entries
+    return replace(calibration, **changes) if changes else calibration
+
+
 def ranking_at(model: str = "resnet50", batch_size: int = 64, world_size: int = 64, bandwidth_gbps: float = 10.0,
                calibration: Calibration | None = None, *, t_comp_s: float | None = None, alpha_s: float | None = None,
-               gamma: float | None = None, bucket_bytes: float = DEFAULT_BUCKET_BYTES, top: int | None = None,
-               mode: str = "post") -> pd.DataFrame:
+               gamma: float | None = None, compute_speedup: float = 1.0, bucket_bytes: float = DEFAULT_BUCKET_BYTES,
+               top: int | None = None, mode: str = "post") -> pd.DataFrame:
     """The ranking at one setting: ``advise.advise(...).ranking(world_size, bandwidth_gbps)`` as a DataFrame
     (:data:`RANKING_COLUMNS`, fastest first, ``top`` rows; ``df.attrs["unranked"]``: candidates the
-    calibration cannot price, with why). ``t_comp_s`` / ``alpha_s`` / ``gamma`` override the calibration's."""
+    calibration cannot price, with why). ``t_comp_s`` / ``alpha_s`` / ``gamma`` move the calibration's values,
+    keeping their intervals' relative width (:func:`moved`); ``compute_speedup`` divides ``T_comp`` and
+    ``T_encode_decode`` (App. D), as :func:`studykit.perfmodel.model.predict` does."""
     from studykit.perfmodel import advise as _advise
 
-    adv = _advise.advise(calibration or paper_calibration(), model, batch_size, [int(world_size)],
-                         [float(bandwidth_gbps)], t_comp_s=t_comp_s, alpha_s=alpha_s, gamma=gamma,
-                         bucket_bytes=bucket_bytes, mode=mode)
+    cal = moved(calibration or paper_calibration(), model, batch_size, t_comp_s=t_comp_s, alpha_s=alpha_s, gamma=gamma)
+    adv = _advise.advise(cal, model, batch_size, [int(world_size)], [float(bandwidth_gbps)],
+                         compute_speedup=compute_speedup, bucket_bytes=bucket_bytes, mode=mode)
     rows = adv.ranking(int(world_size), float(bandwidth_gbps))
     df = pd.DataFrame(rows[:top] if top else rows, columns=RANKING_COLUMNS + ["compressor", "params", "kind"])[RANKING_COLUMNS]
     df.attrs["unranked"] = dict(adv.unranked)
