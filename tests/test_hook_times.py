@@ -224,7 +224,7 @@ def test_budget_splits_the_hooked_iteration_against_syncsgd_by_hand():
     assert r.syncsgd_outside_ms == 8.0            # 48 - 40
     assert r.extra_outside_ms == 8.0
     md = mht.hook_budget_markdown(t)
-    assert "| m b8 | 2 | 10.0 | topk 0.01 | 48.0 | 27.0 | 30.0 | 3.0 | 10.0 | 2.0 | 3.0 | 8.0 | 8.0 |" in md
+    assert "| m b8 | 2 | 10.0 | topk 1% | 48.0 | 27.0 | 30.0 | 3.0 | 10.0 | 2.0 | 3.0 | 8.0 | 8.0 |" in md
 
 
 def test_budget_reads_a_frame_and_leaves_what_was_not_measured_nan():

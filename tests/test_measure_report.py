@@ -48,7 +48,7 @@ PAPER = pd.DataFrame({"compressor": ["powersgd", "powersgd", "mstopk", "signsgd"
 
 def test_table2_matches_paper_rows_by_compressor_and_params(frame):
     t = R.table2(frame, "resnet50", PAPER)
-    assert list(t["method"]) == ["mstopk 1%", "signsgd", "powersgd rank 4", "powersgd rank 8"]  # paper's families
+    assert list(t["method"]) == ["mstopk 1%", "signsgd", "powersgd r4", "powersgd r8"]  # paper's families
     assert list(t["paper_v100_ms"]) == [103, 16.34, 45, 64]
     assert t.loc[t["method"] == "signsgd", "ms_mean"].item() == pytest.approx(15.5)
 
@@ -72,7 +72,7 @@ def test_the_committed_paper_csvs_match_when_present(frame):
     if paper is None:
         pytest.skip("data/paper/table2_encode_decode.csv not written yet")
     t = R.table2(frame, "resnet50", paper)
-    assert t.loc[t["method"] == "powersgd rank 4", "paper_v100_ms"].item() == 45
+    assert t.loc[t["method"] == "powersgd r4", "paper_v100_ms"].item() == 45
 
 
 def test_ddp_table_and_plots(frame):
@@ -87,5 +87,5 @@ def test_ddp_table_and_plots(frame):
 
 def test_label():
     assert R.label("topk", {"ratio": 0.001}) == "topk 0.1%"
-    assert R.label("powersgd", json.dumps({"rank": 4})) == "powersgd rank 4"
+    assert R.label("powersgd", json.dumps({"rank": 4})) == "powersgd r4"
     assert R.label("signsgd", {}) == "signsgd"

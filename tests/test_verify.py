@@ -357,25 +357,35 @@ _VB = "verification/bandwidth/"
 HOOK_FITTED = ["--hook-gamma", "fitted"]
 #: the inputs of data/verification/bandwidth/README.md's hook-gamma, gamma-measured and p2m-hooks blocks
 _BLOCK_ARGS = {m: MANIFEST.block(_VB + "README.md", m).kwargs for m in ("hook-gamma", "gamma-measured", "p2m-hooks")}
-HOOK_GAMMA_CAMPAIGNS = tuple(c.removeprefix(_VB) for c in _BLOCK_ARGS["hook-gamma"]["campaigns"])
+HOOK_GAMMA_CAMPAIGNS = tuple(c.removeprefix(datacli.ARCHIVE).removeprefix(_VB)
+                             for c in _BLOCK_ARGS["hook-gamma"]["campaigns"])
 GAMMA_MEASURED_CAMPAIGNS = tuple(c.removeprefix(_VB) for c in _BLOCK_ARGS["gamma-measured"]["campaigns"])
-P2M_VARIANTS = {f.removeprefix(_VB): title for f, title in _BLOCK_ARGS["p2m-hooks"]["variants"]}
+P2M_VARIANTS = {f.removeprefix(datacli.ARCHIVE).removeprefix(_VB): title
+                for f, title in _BLOCK_ARGS["p2m-hooks"]["variants"]}
+
+
+def _vb(sub: str) -> str:
+    """The entry of data/verification/bandwidth/<sub>: there, or archived under data/archive/ (data/campaigns.toml)."""
+    archived = datacli.ARCHIVE + _VB + sub
+    return archived if archived in MANIFEST.entries else _VB + sub
 
 
 def bandwidth_run(sub: str, records: bool = True) -> list[str]:
-    """verify's arguments that wrote data/verification/bandwidth/<sub> (data/campaigns.toml), ``--records ...``
-    first unless ``records`` is false."""
-    return datacli.verify_args(MANIFEST.entries[_VB + sub], records=records)
+    """verify's arguments that wrote data/verification/bandwidth/<sub> (or its archived copy; data/campaigns.toml),
+    ``--records ...`` first unless ``records`` is false."""
+    return datacli.verify_args(MANIFEST.entries[_vb(sub)], records=records)
 
 
 def _hook_errors(sub: str) -> tuple[int, float, float]:
-    return readme_blocks.hook_errors(_VB + sub)
+    return readme_blocks.hook_errors(_vb(sub))
 
 
 def test_the_manifest_lists_every_data_folder_and_names_only_existing_paths():
     assert datacli.unlisted(MANIFEST) == [], "give each of these an entry in data/campaigns.toml"
     assert datacli.dangling(MANIFEST) == []
-    on_disk = {str(p.parent.relative_to(paths.DATA)) for p in (paths.DATA / "verification").rglob("summary.csv")}
+    on_disk = {str(p.parent.relative_to(paths.DATA)) for top in (paths.DATA / "verification",
+                                                                 paths.DATA / "archive" / "verification")
+               for p in top.rglob("summary.csv")}
     assert on_disk == {p for p, e in MANIFEST.entries.items() if e.generator and e.generator["kind"] == "verify"}
 
 
@@ -779,7 +789,7 @@ def test_vgg19_hooks_without_the_gamma_rule_are_what_the_readme_says(tmp_path, m
     assert hooks["abs_rel_error"].median() > 0.25
     assert hooks["gamma"].min() == fit.GAMMA_GRID[0] and hooks["gamma"].max() >= 1.7
     monkeypatch.setattr(fit.inputs, "GAMMA_MIN_SENSITIVITY", 0.02)
-    committed = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2i" / "path_model" / "predictions.csv")
+    committed = pd.read_csv(paths.DATA / _vb("h200_p2i/path_model") / "predictions.csv")
     ch = committed[(committed["variant"] == "extended") & (committed["mode"] == "hook")]
     assert ch["inputs"].str.contains("gamma=1.000 (not identifiable", regex=False).all()
     moved = ch["inputs"].str.extract(r"at most ([0-9.]+)%")[0].astype(float)
@@ -881,7 +891,7 @@ def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
     assert f"by at most {worst:.1f} points" in text
     assert one["h200_p2h_pooled"][1] <= 0.05 and one["h200_p2h_pooled"][2] <= 0.15
     assert fitted["h200_p2i_pooled"] == one["h200_p2i_pooled"]
-    p2m = {s: pd.read_csv(paths.DATA / "verification" / "bandwidth" / s / "predictions.csv") for s in P2M_VARIANTS}
+    p2m = {s: pd.read_csv(paths.DATA / _vb(s) / "predictions.csv") for s in P2M_VARIANTS}
     chain = p2m["h200_p2m/buckets/gamma1"]
     chain = chain[(chain["variant"] == "extended") & (chain["mode"] == "hook")]
     whole = p2m["h200_p2m/path_model/gamma_fitted"]
@@ -896,7 +906,7 @@ def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
     # the four-rate campaigns: gamma's swing on ResNet-101, the host chain per model
     pct = lambda e: f"{100 * e[1]:.1f} % / {100 * e[2]:.1f} %"  # noqa: E731
     assert f"{pct(fitted['h200_p2p'])} with the fitted gamma, {pct(one['h200_p2p'])} at gamma 1" in text
-    g = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2p" / "path_model" / "gamma_fitted" / "predictions.csv")
+    g = pd.read_csv(paths.DATA / _vb("h200_p2p/path_model/gamma_fitted") / "predictions.csv")
     g = g[(g["variant"] == "extended") & (g["mode"] == "hook")].groupby("rate_gbps")["gamma"].first()
     assert g.idxmin() == 25.0 and g.idxmax() == 2.5
     assert f"swings from {g.min():.2f} (25 Gbit/s held out) to {g.max():.2f} (2.5 Gbit/s held out)" in text

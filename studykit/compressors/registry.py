@@ -377,8 +377,70 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 
 def spec_string(name: str, params: dict) -> str:
-    """Inverse of :func:`parse_spec`."""
-    return name + (":" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) if params else "")
+    """Inverse of :func:`parse_spec`: :func:`setting_label` in its ``"spec"`` style."""
+    return setting_label(name, params, "spec")
+
+
+# ---------------------------------------------------------------- the one text of a compressor setting
+#: the styles of :func:`setting_label`
+LABEL_STYLES = ("spec", "kv", "short", "key")
+#: ``"short"`` labels: the prefix of a key parameter's value ('r4'; a ratio is a percentage instead: '1%')
+_SHORT_PREFIX = {"rank": "r", "bits": "b", "levels": "s"}
+#: ``"short"`` labels: options named after the key parameter where they differ from the class's default
+#: (PowerSGD's CholeskyQR2: 'powersgd r32 cholesky')
+LABEL_OPTIONS = {"powersgd": ("orthogonalize",)}
+
+
+def setting_label(name: str, params: dict | None = None, style: str = "spec", *, params_only: bool = False) -> str:
+    """The text people read for compressor ``name`` with ``params``: every place that names a setting calls this.
+
+    * ``"spec"``: ``powersgd:rank=4``, ``topk:ratio=0.01,scope=layer`` (keys sorted): what commands take;
+      :func:`parse_spec` reads it back.
+    * ``"kv"``: ``powersgd rank=4``, ``topk ratio=0.01,scope=layer`` (the order given, floats by ``%g``): a
+      setting spelled out (advise's candidates, predict, the explorer's bars, verify's figures).
+    * ``"short"``: ``powersgd r4``, ``topk 1%``, ``powersgd r32 cholesky``: the class's key parameter
+      (:attr:`Metadata.key_param`, a ratio as a percentage), then the options of :data:`LABEL_OPTIONS` that
+      differ from their default; other parameters are not shown (tables and figures; the measured crossovers'
+      method names). A name the registry does not know shows no parameter.
+    * ``"key"``: ``powersgd {rank:4}``: the parameters as sorted JSON without quotes or spaces (verify's
+      configuration names).
+
+    ``params_only``: the parameters' text alone (``rank=4``, ``r4``; '' where none shows). No parameters: the name.
+    """
+    if style not in LABEL_STYLES:
+        raise ValueError(f"setting_label: unknown style {style!r}; valid: {', '.join(LABEL_STYLES)}")
+    params = dict(params or {})
+    if style == "spec":
+        text = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    elif style == "kv":
+        text = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+    elif style == "key":
+        text = json.dumps(params, sort_keys=True).replace('"', "").replace(" ", "") if params else ""
+    else:
+        text = _short_text(name, params)
+    if params_only:
+        return text
+    return f"{name}" + ("" if not text else (":" if style == "spec" else " ") + text)
+
+
+def _short_text(name: str, params: dict) -> str:
+    """The parameters of a ``"short"`` label (:func:`setting_label`): 'r4', '1%', 'r32 cholesky' or ''."""
+    if not params or not isinstance(name, str):
+        return ""
+    try:
+        key = metadata(name).key_param
+        defaults = parameters(name)
+    except CompressorError:  # a name no class registers (an old record's, PyTorch's own hooks'): no parameter
+        return ""
+    parts = []
+    if key in params:
+        v = params[key]
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            parts.append(f"{_SHORT_PREFIX.get(key, key)}{v}")
+        else:
+            parts.append(f"{v * 100:g}%" if key == "ratio" else f"{_SHORT_PREFIX.get(key, key)}{v:g}")
+    parts += [str(params[k]) for k in LABEL_OPTIONS.get(name, ()) if params.get(k, defaults.get(k)) != defaults.get(k)]
+    return " ".join(parts)
 
 
 NONE_WORDS = ("none", "null")

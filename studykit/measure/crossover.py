@@ -29,6 +29,8 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from studykit.compressors.registry import setting_label
+
 __all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossovers", "speedup_table",
            "format_crossover", "crossover_summary", "predicted_table", "beside_paper", "markdown_table",
            "paper_crossovers", "delivered_gbps", "delivered_text", "SCALE_COLUMN",
@@ -38,47 +40,23 @@ __all__ = ["BASELINES", "method_label", "iteration_table", "crossover", "crossov
 #: baseline of Han et al. 2024 (PyTorch's own ``fp16_compress_hook``, what a user would turn on)
 BASELINES = {"syncSGD": ("syncsgd", None), "fp16": ("builtin", "torch_fp16")}
 
-_SHORT = {"ratio": "", "rank": "r", "bits": "b", "levels": "s", "chunk": "chunk "}
-
-
-#: options named in a label where they differ from the default (PowerSGD's CholeskyQR2: 'powersgd r32 cholesky')
-_NAMED_OPTIONS = {"powersgd": {"orthogonalize": "twice"}}
-
-
-def _params_text(compressor: Optional[str], params: dict) -> str:
-    """The main parameter of a compressor, short: rank 4 -> 'r4', ratio 0.01 -> '1%'; then the options of
-    :data:`_NAMED_OPTIONS` that differ from their default ('r32 cholesky')."""
-    if not params:
-        return ""
-    keep = {"powersgd": ["rank"], "topk": ["ratio"], "topk_chunked": ["ratio"], "randomk": ["ratio"],
-            "dgc": ["ratio"], "mstopk": ["ratio"], "quantize": ["bits"], "thc": ["bits"], "qsgd": ["levels"],
-            "torch_powersgd": ["rank"]}.get(compressor or "", [])
-    parts = []
-    for k in keep:
-        if k in params:
-            v = params[k]
-            parts.append(f"{v * 100:g}%" if k == "ratio" else f"{_SHORT.get(k, k)}{v:g}")
-    parts += [str(params[k]) for k, default in _NAMED_OPTIONS.get(compressor or "", {}).items()
-              if params.get(k, default) != default]
-    return " ".join(parts)
-
 
 def method_label(mode: str, compressor: Optional[str], params: dict | None, bucket_mb: Optional[float],
                  hook_overlap: Optional[bool] = True) -> str:
     """A short human name of a DDP configuration: 'syncSGD', 'syncSGD 100 MB', 'PyTorch fp16 hook',
-    'powersgd r4 (post)', 'topk 1% (hook)', 'topk 1% (blocking hook)' (``hook_overlap`` false or unknown)."""
+    'powersgd r4 (post)', 'topk 1% (hook)', 'topk 1% (blocking hook)' (``hook_overlap`` false or unknown); the
+    compressor's part is its ``"short"`` label (:func:`~studykit.compressors.registry.setting_label`)."""
     params = params or {}
     if mode == "hook_blocking" or (mode == "hook" and not hook_overlap):
         mode = "blocking hook"
     if mode == "syncsgd":
         return "syncSGD" if bucket_mb is None else f"syncSGD {bucket_mb:g} MB"
     if mode == "builtin":
-        name = (compressor or "").replace("torch_", "")
-        name = {"fp16": "fp16", "bf16": "bf16", "powersgd": "PowerSGD"}.get(name, name)
-        p = _params_text(compressor, params)
+        kit = (compressor or "").replace("torch_", "")  # PyTorch's hook of the kit's compressor of that name
+        p = setting_label(kit, params, "short", params_only=True)
+        name = {"powersgd": "PowerSGD"}.get(kit, kit)
         return f"PyTorch {name}{' ' + p if p else ''} hook"
-    p = _params_text(compressor, params)
-    return f"{compressor}{' ' + p if p else ''} ({mode})"
+    return f"{setting_label(compressor, params, 'short')} ({mode})"
 
 
 def _switch_text(r: dict) -> str:

@@ -26,8 +26,8 @@ every record written before the field existed) and ``ps``, one parameter server 
 
 With ``bucket_times`` (``--bucket-times``) every syncSGD configuration also writes a record of
 kind ``buckets``: when each DDP bucket became ready during the backward pass, measured by a comm
-hook that stamps its entry (``time.perf_counter()`` on the host, and a CUDA event on GPUs) relative
-to the start of ``loss.backward()`` and then all-reduces as DDP does (:func:`measure_bucket_times`).
+hook that stamps its entry (the host clock, and a CUDA event on GPUs: :mod:`studykit.measure.timing`)
+relative to the start of ``loss.backward()`` and then all-reduces as DDP does (:func:`measure_bucket_times`).
 The performance model reads them as the buckets' ready fractions
 (``studykit.perfmodel.model.Workload.bucket_ready``, ``ModelOptions.overlap = "timeline"``).
 
@@ -62,7 +62,7 @@ from studykit.measure.hook_times import measure_hook_times
 from studykit.measure.profile import effective_params
 from studykit.measure.records import RecordWriter, _network, config_id, done_ids, make_record
 from studykit.measure.runtime import CompressorSpec, Dist, note, progress
-from studykit.measure.timing import time_fn
+from studykit.measure.timing import StampClock, host_clock, host_ms, time_fn
 
 __all__ = ["BUILTIN_HOOKS", "MODES", "measure_bucket_times", "run_ddp"]
 
@@ -264,9 +264,9 @@ def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *,
 
     A DDP comm hook stamps each bucket at hook entry, i.e. when DDP hands the bucket over because all
     its gradients are ready (and every earlier bucket has been handed over), relative to the call of
-    ``loss.backward()``: ``time.perf_counter()`` on the host, a CUDA event on the current stream on
-    GPUs (the device clock: the host runs ahead of the kernels), then all-reduces the bucket as DDP's
-    default hook does. ``n_warmup`` iterations first (DDP rebuilds its buckets after the first), then
+    ``loss.backward()``: the host clock, and a CUDA event on the current stream on GPUs (the device clock: the
+    host runs ahead of the kernels; :class:`~studykit.measure.timing.StampClock`), then all-reduces the bucket
+    as DDP's default hook does. ``n_warmup`` iterations first (DDP rebuilds its buckets after the first), then
     ``n_iter`` timed ones; each list holds the per-bucket median over them, in bucket index order
     (communication order). ``ready_fraction`` is ``ready / ready of the last bucket`` on the device
     clock where there is one (the last bucket is ready when the backward pass's compute ends)."""
@@ -277,13 +277,11 @@ def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *,
     kw = {} if cfg.bucket_mb is None else {"bucket_cap_mb": cfg.bucket_mb}
     fwd = DDP(net, device_ids=[d.device.index] if cuda else None, **kw)
     st = {"t0": 0.0, "ev0": None, "marks": []}
+    device_clock = StampClock(cuda=True)
 
     def hook(_state, bucket):
-        t = time.perf_counter() - st["t0"]
-        ev = None
-        if cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+        t = host_ms(st["t0"], host_clock())
+        ev = device_clock.now() if cuda else None
         buf = bucket.buffer()
         st["marks"].append((bucket.index(), t, ev, buf.numel() * buf.element_size()))
         return default_hooks.allreduce_hook(None, bucket)
@@ -299,21 +297,20 @@ def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *,
         loss = M.loss(cfg.model, fwd, batch)
         st["marks"] = []
         if cuda:
-            st["ev0"] = torch.cuda.Event(enable_timing=True)
-            st["ev0"].record()
-        st["t0"] = time.perf_counter()
+            st["ev0"] = device_clock.now()
+        st["t0"] = host_clock()
         loss.backward()
         if cuda:
             torch.cuda.synchronize(d.device)
-        bwd_ms.append((time.perf_counter() - st["t0"]) * 1e3) if it >= n_warmup else None
+        bwd_ms.append(host_ms(st["t0"], host_clock())) if it >= n_warmup else None
         opt.step()
         if it < n_warmup:
             continue
         for idx, t, ev, nb in st["marks"]:
-            host.setdefault(idx, []).append(t * 1e3)
+            host.setdefault(idx, []).append(t)
             nbytes[idx] = nb
             if ev is not None:
-                dev.setdefault(idx, []).append(st["ev0"].elapsed_time(ev))
+                dev.setdefault(idx, []).append(device_clock.span_ms(st["ev0"], ev))
     order = sorted(host)
     ready_host = [statistics.median(host[i]) for i in order]
     ready_dev = [statistics.median(dev[i]) for i in order] if cuda and dev else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,8 +20,9 @@ from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit import models as M
 from studykit.comm import make_comm
+from studykit.compressors.registry import setting_label
 from studykit.measure.runtime import Dist
-from studykit.measure.timing import another_iteration
+from studykit.measure.timing import StampClock, another_iteration, host_clock, host_ms
 
 if TYPE_CHECKING:  # pandas is imported where the table is built
     import pandas as pd
@@ -35,29 +35,11 @@ __all__ = ["HOOK_TIMES_HOST_STAMPS", "HOOK_TIMES_STAMPS", "hook_budget_markdown"
 # ------------------------------------------------------------------ hook_times: per-bucket stamps of the kit's hook
 #: per-bucket lists of a ``hook_times`` record (besides ``bucket_index`` and ``bucket_bytes``), in bucket index order
 HOOK_TIMES_STAMPS = ("ready_ms", "encode_end_ms", "comm_ms", "decode_end_ms", "n_collectives")
-#: the same moments on the host clock (``time.perf_counter``, ms since just before ``loss.backward()``): when the
-#: host calls the hook, issues the bucket's first collective, and completes the bucket's future (the hook's host
-#: work for the bucket done: the host chain of :func:`studykit.perfmodel.model.bucket_timeline_s`, measured)
+#: the same moments on the host clock (:data:`~studykit.measure.timing.host_clock`, ms since just before
+#: ``loss.backward()``): when the host calls the hook, issues the bucket's first collective, and completes the
+#: bucket's future (the hook's host work for the bucket done: the host chain of
+#: :func:`studykit.perfmodel.model.bucket_timeline_s`, measured)
 HOOK_TIMES_HOST_STAMPS = ("ready_host_ms", "issue_host_ms", "done_host_ms")
-
-
-class _Clock:
-    """Time stamps on one clock: a CUDA event (``enable_timing``) recorded on the calling thread's current
-    stream on GPUs (device time: when that stream reaches the stamp), ``time.perf_counter()`` on CPU."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-
-    def now(self):
-        if not self.cuda:
-            return time.perf_counter()
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    def span_ms(self, a, b) -> float:
-        """ms from stamp ``a`` to stamp ``b`` (on CUDA once both events have completed)."""
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
 
 class _StampComm:
@@ -88,14 +70,14 @@ class _StampComm:
 
     def _bracket(self, op, tensor):
         t = self._timer
-        pos, host, start = t.position(), time.perf_counter(), t.clock.now()
+        pos, host, start = t.position(), host_clock(), t.clock.now()
         out = op(tensor)
         t.collective(pos, start, t.clock.now(), host)
         return out
 
     def _all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
         t = self._timer
-        pos, host, start = t.position(), time.perf_counter(), t.clock.now()
+        pos, host, start = t.position(), host_clock(), t.clock.now()
         fut = self.inner.all_reduce_async(tensor)
         # added before the hook's own decode callback: torch runs a future's callbacks in the order added
         t.pending.append(fut.then(lambda _: t.collective(pos, start, t.clock.now(), host)))
@@ -113,7 +95,7 @@ class _HookTimer:
     other in the order DDP calls the hook."""
 
     def __init__(self, cuda: bool):
-        self.clock = _Clock(cuda)
+        self.clock = StampClock(cuda)
         self.state: sk_ddp.HookState | None = None  # whose ``calls`` place the collectives (set once built)
         self.buckets: list[dict] = []
         self.pending: list = []
@@ -124,7 +106,7 @@ class _HookTimer:
         self.pending: list = []
         self.backward_end = None
         self._calls0 = self.state.calls
-        self.zero_host = time.perf_counter()
+        self.zero_host = host_clock()
         self.zero = self.clock.now()
 
     def position(self) -> int:
@@ -132,7 +114,7 @@ class _HookTimer:
 
     def collective(self, pos: int, start, end, host: float | None = None) -> None:
         """File a collective under the bucket at ``pos``: its ``start`` and ``end`` stamps, and the host time
-        (``perf_counter``) it was issued."""
+        (:data:`~studykit.measure.timing.host_clock`) it was issued."""
         if not 0 <= pos < len(self.buckets):
             raise RuntimeError(f"hook_times: a collective of bucket position {pos}, but the hook has been called "
                                f"for {len(self.buckets)} buckets in this backward pass")
@@ -141,7 +123,7 @@ class _HookTimer:
     def hook(self, state, bucket):  # no annotations: DDP compares them with real types, these are strings here
         """The DDP comm hook: stamp *ready*, run :func:`studykit.ddp.compressor_hook`, stamp *done* in a
         callback on its future (DDP gets that future itself, so it waits for nothing extra)."""
-        ready_host, ready = time.perf_counter(), self.clock.now()
+        ready_host, ready = host_clock(), self.clock.now()
         if not self.buckets:  # runs when the autograd engine has run every node, before DDP's own wait
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
         buf = bucket.buffer()
@@ -151,7 +133,7 @@ class _HookTimer:
         fut = sk_ddp.compressor_hook(state, bucket)
 
         def done(_):
-            b["done_host"] = time.perf_counter()
+            b["done_host"] = host_clock()
             b["done"] = self.clock.now()
         self.pending.append(fut.then(done))
         return fut
@@ -166,16 +148,16 @@ class _HookTimer:
         if self.clock.cuda:
             torch.cuda.synchronize(device)
         ms = lambda s: None if s is None else self.clock.span_ms(self.zero, s)
-        host_ms = lambda t: None if t is None else (t - self.zero_host) * 1e3
+        since_zero_host = lambda t: None if t is None else host_ms(self.zero_host, t)
         out = {}
         for b in self.buckets:
             colls = b["colls"]
             out[b["index"]] = {"bytes": b["bytes"], "ready_ms": ms(b["ready"]), "decode_end_ms": ms(b["done"]),
                                "encode_end_ms": ms(colls[0][0]) if colls else None,
                                "comm_ms": sum(self.clock.span_ms(s, e) for s, e, _ in colls) if colls else None,
-                               "n_collectives": len(colls), "ready_host_ms": host_ms(b["ready_host"]),
-                               "issue_host_ms": host_ms(colls[0][2]) if colls else None,
-                               "done_host_ms": host_ms(b["done_host"])}
+                               "n_collectives": len(colls), "ready_host_ms": since_zero_host(b["ready_host"]),
+                               "issue_host_ms": since_zero_host(colls[0][2]) if colls else None,
+                               "done_host_ms": since_zero_host(b["done_host"])}
         return {"buckets": out, "backward_end_ms": ms(self.backward_end)}
 
 
@@ -195,7 +177,8 @@ def measure_hook_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n
     its buckets after the first), then ``n_iter`` stamped ones, fewer (never below ``min_iter``) once another
     would pass ``budget_s`` at the slowest rank's pace so far (:func:`studykit.measure.timing.another_iteration`). Every stamp is in ms since
     the start of ``loss.backward()``: on GPUs the time from a CUDA event recorded on the main stream just
-    before it to an event recorded as below (device time); on CPU ``time.perf_counter()`` (``clock``). Per
+    before it to an event recorded as below (device time); on CPU the host clock (``clock``;
+    :class:`~studykit.measure.timing.StampClock`). Per
     bucket, in bucket index order (DDP's, the communication order), the median over the stamped iterations of
 
     * ``ready_ms``: DDP calls the hook (all the bucket's gradients are computed and every earlier bucket
@@ -480,9 +463,7 @@ def hook_budget_markdown(table: pd.DataFrame) -> str:
     fmt = lambda x: "—" if pd.isna(x) else f"{x:.1f}"
     lines = []
     for r in table.sort_values(["model", "rate_gbps", "compressor", "params"]).itertuples():
-        p = json.loads(r.params)
-        label = r.compressor + (f" rank {p['rank']}" if "rank" in p else "") + \
-            (f" {p['ratio']:g}" if "ratio" in p else "")
+        label = setting_label(r.compressor, json.loads(r.params), "short")
         lines.append(f"| {r.model} b{r.batch_size} | {r.world_size} | {fmt(r.rate_gbps)} | {label} | "
                      + " | ".join(fmt(x) for x in (r.syncsgd_ms, r.post_ms, r.hook_ms, r.hook_minus_post_ms,
                                                    r.backward_compute_ms, r.backward_slowdown_ms, r.exposed_ms,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -32,7 +31,7 @@ from studykit.comm import LocalComm, RecordingComm
 from studykit.compressors.base import Compressor, flatten
 from studykit.measure.records import RecordWriter, config_id, make_record
 from studykit.measure.runtime import CompressorSpec, note, progress
-from studykit.measure.timing import Timing, time_fn
+from studykit.measure.timing import Timing, host_clock, host_ms, time_fn
 
 __all__ = ["PAPER_SPECS", "paper_specs", "effective_params", "single_round", "measure_copy_bandwidth",
            "ddp_bucket_grads", "memory_floor_ms", "run_profile"]
@@ -162,9 +161,9 @@ def bucket_times(calls: Sequence, device, reps: int = 10) -> dict:
         if cuda:
             torch.cuda.synchronize(device)
         for i, call in enumerate(calls):
-            t0 = time.perf_counter()
+            t0 = host_clock()
             call()
-            host[i].append((time.perf_counter() - t0) * 1e3)
+            host[i].append(host_ms(t0, host_clock()))
     if cuda:
         torch.cuda.synchronize(device)
     out = {"bucket_host_ms": [statistics.median(h) for h in host], "bucket_reps": reps,

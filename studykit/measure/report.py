@@ -19,6 +19,7 @@ from typing import Optional
 import pandas as pd
 
 from studykit import compressors, paths
+from studykit.compressors.registry import setting_label
 from studykit.measure.records import load_records
 
 __all__ = ["load_frame", "provenance_summary", "label", "encode_decode_table", "table2", "table3",
@@ -33,7 +34,6 @@ FAMILY = {n: _FAMILY_LABEL[compressors.metadata(n).family] for n in compressors.
 FAMILY_ORDER = ["Sparsification", "Quantization", "Low rank", "Dense", "Dense / other"]
 #: Table 3 of Agarwal et al. 2022: (compressor, the parameter it varies, values)
 TABLE3 = [("powersgd", "rank", [4, 8, 16]), ("mstopk", "ratio", [0.01, 0.001]), ("signsgd", None, [None])]
-_KEY_PARAM = {n: compressors.metadata(n).key_param for n in compressors.available()}  # from the classes
 
 
 def load_frame(*sources, status: Optional[str] = "ok") -> pd.DataFrame:
@@ -61,15 +61,9 @@ def _fmt_ratio(r: float) -> str:
 
 
 def label(compressor: str, params) -> str:
-    """Readable method label: ``topk 1%``, ``powersgd rank 4``, ``signsgd``."""
-    params = params if isinstance(params, dict) else json.loads(params or "{}")
-    key = _KEY_PARAM.get(compressor)
-    if key is None or key not in params:
-        return compressor
-    v = params[key]
-    if key == "ratio":
-        return f"{compressor} {v * 100:g}%"
-    return f"{compressor} {key} {v}"
+    """Readable method label, ``params`` a dict or its JSON: ``topk 1%``, ``powersgd r4``, ``signsgd`` (the
+    ``"short"`` style of :func:`~studykit.compressors.registry.setting_label`)."""
+    return setting_label(compressor, params if isinstance(params, dict) else json.loads(params or "{}"), "short")
 
 
 def _profile(df: pd.DataFrame, model: str, sim_world_size: int = 1, phase: str = "reduce") -> pd.DataFrame:
@@ -389,7 +383,7 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, broadcast_buffers,
     hook_ms, hook_n, post_ms, post_n, ratio, verdict, hook_q25, hook_q75 (quartiles of the hook's timed
     iterations, ms; NaN where the record kept none)."""
-    from studykit.measure.crossover import buffers_text, coalesce_text, method_label
+    from studykit.measure.crossover import buffers_text, coalesce_text
     from studykit.measure.timing import quartiles
 
     by: dict[tuple, dict] = {}
@@ -418,7 +412,7 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
             q25, _, q75 = quartiles(h["times_ms"]) if h.get("times_ms") else (math.nan,) * 3
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
-                         "label": method_label("post", key[5], json.loads(key[6]), None).removesuffix(" (post)")
+                         "label": setting_label(key[5], json.loads(key[6]), "short")
                          + coalesce_text(mb) + buffers_text(None if bb else False), "hook_coalesce_mb": mb,
                          "broadcast_buffers": None if bb else False,
                          "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
@@ -456,15 +450,12 @@ def profile_phases_markdown(records: Iterable[dict]) -> str:
     options that differ from their default: 'powersgd r32 cholesky'), one column per phase found (``reduce``,
     ``reduce_buckets``, their ``_host_ahead`` timings, ...), mean ms, or ``error`` where the timing failed (the
     reason is in the record). The latest record of a configuration counts."""
-    from studykit.measure.crossover import _params_text
-
     cells: dict[tuple, dict] = {}
     phases: list[str] = []
     for r in _latest(records):
         if r.get("kind") != "profile":
             continue
-        p = _params_text(r.get("compressor"), r.get("params") or {})
-        key = (r.get("model"), f"{r.get('compressor')}{' ' + p if p else ''}")
+        key = (r.get("model"), setting_label(r.get("compressor"), r.get("params") or {}, "short"))
         phase = r.get("phase")
         if phase not in phases:
             phases.append(phase)
@@ -557,7 +548,6 @@ def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str
     model_extra_ms, predicted_ratio (None where the collective path was not measured)."""
     # the model is the layer below the records; imported here, as the table is the one place they meet
     from studykit import models
-    from studykit.measure.crossover import method_label
     from studykit.perfmodel import model as pm
 
     def key(r: dict) -> tuple:
@@ -585,7 +575,7 @@ def ps_vs_collective(ps_records: Iterable[dict], collective_sources: Mapping[str
         c = found[1]
         rows.append({"gpu": gpu, "world_size": p, "model": model, "batch_size": batch, "rate_gbps": rate,
                      "compressor": comp, "params": params_json,
-                     "payload": "fp32 gradient" if comp == "none" else method_label("", comp, params, None)[:-3],
+                     "payload": "fp32 gradient" if comp == "none" else setting_label(comp, params, "short"),
                      "scheme": {"all_reduce": "all-reduce", "all_gather": "all-gather"}.get(ops.pop(), "mixed")
                      if len(ops) == 1 else "mixed",
                      "collective_from": found[0], "collective_ms": c["ms_median"] if c else None,

@@ -12,6 +12,8 @@ from typing import Iterable, Optional
 import torch
 import torch.distributed as dist
 
+from studykit.compressors.registry import setting_label
+
 __all__ = ["Dist", "init_dist", "finish_dist", "pick_device", "progress", "parse_size", "format_size",
            "CompressorSpec", "parse_compressor_specs"]
 
@@ -181,9 +183,7 @@ class CompressorSpec:
         return dict(self.params)
 
     def __str__(self) -> str:
-        if not self.params:
-            return self.name
-        return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.params)
+        return setting_label(self.name, self.kwargs, "spec")
 
 
 def parse_compressor_specs(texts: Optional[list[str]]) -> list[CompressorSpec]:

@@ -1,14 +1,41 @@
-"""The kit's one timing helper (docs/STYLE.md item 6).
+"""The kit's one timing helper (docs/STYLE.md item 6), and the one place that says which clock times what.
 
-Agarwal et al. 2022, Sec. 3 "Methodology" and App. C: "we run 60 iterations for each setup
-and discard the first 10 ... the mean of the remaining 50", error bars = min/max.
+**Clocks.** Every duration the kit records is read from one of these clocks, chosen by what is measured:
+
+* *a call's time* (:func:`time_fn`: codecs in ``bench`` and ``profile``, DDP iterations, ``tcomp``'s backward
+  pass, ``sweep``'s collectives): CUDA events on the current stream after a ``synchronize``. A GPU call returns
+  before its kernels run, so the host clock would time the launches, not the work. On CPU :data:`host_clock`:
+  CPU ops are synchronous.
+* *a call's device work with the host ahead* (``time_fn(host_ahead=True)``, ``profile``'s
+  ``bucket_device_ms``): CUDA events behind a GPU sleep (:class:`_Clock`); the host clock only checks that
+  the host queued the whole call before the sleep ended.
+* *the host's side of a call* (``bench``'s ``host_ms``, ``profile``'s ``bucket_host_ms``): :data:`host_clock`
+  with no synchronisation inside: Python, dispatch and launches, what a hook's thread pays for a codec (a call
+  that fills CUDA's launch queue waits there, as it would in the hook).
+* *stamps inside one backward pass* (``ddp --hook-times``, the ``buckets`` records' ready times):
+  :class:`StampClock`, a CUDA event on the stream that reaches the stamp (device time since an event recorded
+  just before ``loss.backward()``), the host clock on CPU; the host-clock stamps beside them (``*_host_ms``)
+  say when the host got there.
+* *whole training iterations* (:mod:`studykit.train.loop`): CUDA events with no synchronisation between
+  iterations (the host runs ahead, as in training); the host clock on CPU. Its profiled iterations split
+  the phases on the host clock with the device synchronised around each, which is why they are never
+  counted as training.
+* *deadlines, timeouts and the supervision of worker processes* (throttle, the notebook runner, ``train``'s
+  launcher): ``time.monotonic``. Never a measurement, only "has this long passed".
+* *when a record was written*: the UTC date (:mod:`studykit.measure.records`): provenance, never subtracted.
+
+:data:`host_clock` is ``time.perf_counter`` (monotonic, the finest resolution the OS offers); a span on it is
+read with :func:`host_ms`. The throttle's link probes time the network on the same clock.
+
+**Statistics** (:func:`time_fn`). Agarwal et al. 2022, Sec. 3 "Methodology" and App. C: "we run 60
+iterations for each setup and discard the first 10 ... the mean of the remaining 50", error bars = min/max.
 :func:`time_fn` does exactly that by default (``n_warmup=10``, ``n_iter=50``) and
 reports median, mean, min and max in milliseconds plus the raw list.
 
 * On a CUDA device each iteration is bracketed by CUDA events on the current
   stream, after a ``synchronize`` so iterations never overlap; the elapsed event
   time is read after the end event completes.
-* Elsewhere (CPU) each iteration is timed with ``time.perf_counter``; CPU ops are
+* Elsewhere (CPU) each iteration is timed with :data:`host_clock`; CPU ops are
   synchronous, so no explicit synchronisation is needed.
 
 ``setup`` runs before every iteration (warm-up and timed) *outside* the timed
@@ -46,7 +73,7 @@ from typing import Callable, Optional
 import torch
 
 __all__ = ["Timing", "HostSyncCall", "time_fn", "reps_needed", "quartiles", "PAPER_ITERATIONS", "PAPER_DISCARDED", "MIN_REPS",
-           "MIN_TIME_S", "L2_FLUSH_BYTES"]
+           "MIN_TIME_S", "L2_FLUSH_BYTES", "host_clock", "host_ms", "StampClock"]
 
 #: Agarwal et al. 2022, Sec. 3: 60 iterations per setup, the first 10 discarded
 PAPER_ITERATIONS = 60
@@ -59,6 +86,36 @@ MIN_TIME_S = 1.0
 L2_FLUSH_BYTES = 256 * 2**20
 #: rounds of extra repetitions when the timed calls were faster than the warm-ups said
 _TOP_UPS = 3
+
+#: the host clock of every host-side span and stamp (seconds, arbitrary origin): ``time.perf_counter``
+host_clock = time.perf_counter
+
+
+def host_ms(t0: float, t1: float) -> float:
+    """Milliseconds from host-clock reading ``t0`` to ``t1`` (:data:`host_clock` values).
+
+    Read the end first and pass it (``host_ms(t0, host_clock())``): the clock is read before this call, so
+    the call's own overhead stays outside the span."""
+    return (t1 - t0) * 1e3
+
+
+class StampClock:
+    """Time stamps on one clock: a CUDA event (``enable_timing``) recorded on the calling thread's current
+    stream on GPUs (device time: when that stream reaches the stamp), :data:`host_clock` on CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+
+    def now(self):
+        if not self.cuda:
+            return host_clock()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def span_ms(self, a, b) -> float:
+        """ms from stamp ``a`` to stamp ``b`` (on CUDA once both events have completed)."""
+        return a.elapsed_time(b) if self.cuda else host_ms(a, b)
 
 
 def quartiles(times_ms: list[float]) -> tuple[float, float, float]:
@@ -145,7 +202,7 @@ class HostSyncCall(RuntimeError):
 
 
 class _Clock:
-    """Times calls of ``fn`` in ms: CUDA events on a GPU, perf_counter on CPU. With
+    """Times calls of ``fn`` in ms: CUDA events on a GPU, :data:`host_clock` on CPU. With
     ``flush_bytes``, a buffer that large is written before every call, outside the timed region.
 
     ``host_ahead`` (CUDA only): the *device* time of a call, without the gaps in which the GPU waits for
@@ -172,11 +229,11 @@ class _Clock:
             before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             before.record()
             torch.cuda._sleep(self.sleep_cycles)
-            t0 = time.perf_counter()
+            t0 = host_clock()
             start.record()
             fn()
             end.record()
-            enqueue_ms = (time.perf_counter() - t0) * 1e3
+            enqueue_ms = host_ms(t0, host_clock())
             end.synchronize()
             if host_was_ahead(enqueue_ms, float(before.elapsed_time(start))):
                 return float(start.elapsed_time(end))
@@ -229,9 +286,9 @@ class _Clock:
             end.record()
             end.synchronize()
             return float(start.elapsed_time(end))
-        t0 = time.perf_counter()
+        t0 = host_clock()
         fn()
-        return (time.perf_counter() - t0) * 1e3
+        return host_ms(t0, host_clock())
 
     def repeat(self, fn: Callable[[], object], n: int, setup: Callable[[], object] | None = None) -> list[float]:
         """``n`` calls, each after ``setup`` and the cache flush (both untimed). On CUDA the calls are
@@ -251,9 +308,9 @@ class _Clock:
                 if setup is not None:
                     setup()
                 self.flush()
-                t0 = time.perf_counter()
+                t0 = host_clock()
                 fn()
-                out.append((time.perf_counter() - t0) * 1e3)
+                out.append(host_ms(t0, host_clock()))
             return out
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]

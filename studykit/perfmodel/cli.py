@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from studykit import argtypes, compressors, models, paths
-from studykit.compressors.registry import coerce_params, param_arg
+from studykit.compressors.registry import coerce_params, param_arg, setting_label
 from studykit.perfmodel.calibration import Calibration
 from studykit.perfmodel.model import MIB, Hardware, ModelOptions, Workload, predict
 
@@ -311,7 +311,9 @@ def run_predict(argv: list[str]) -> int:
 
 
 def _label(compressor: str, params: dict) -> str:
-    return compressor if not params else f"{compressor} " + " ".join(f"{k}={v}" for k, v in params.items())
+    """The compressor's name in predict's table and crossover: ``powersgd rank=4`` (advise's candidate label,
+    :func:`~studykit.compressors.registry.setting_label` ``"kv"``)."""
+    return setting_label(compressor, params, "kv")
 
 
 def _intervals(a, cal, opts, gpus_list, params: dict, points: list[dict]) -> tuple[dict, dict | None]:

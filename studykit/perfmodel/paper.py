@@ -111,6 +111,9 @@ def _table3() -> pd.DataFrame:
 
 
 def _label(row) -> str:
+    """A Table 3 row's name in the paper's own words (its ``parameter_label``, 'Rank-4', else its ``method``):
+    part of a claim id, quoted from the paper, so not the kit's label of the setting (that is
+    :func:`~studykit.compressors.registry.setting_label`)."""
     return row["parameter_label"] if isinstance(row["parameter_label"], str) else row["method"]
 
 

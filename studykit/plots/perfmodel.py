@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from studykit.compressors.registry import setting_label
 from studykit.plots.style import finish, new, ref_line, titled
 
 __all__ = ["bandwidth_sweep_plot", "required_ratio_plot", "compute_speedup_plot", "tradeoff_plot", "breakdown_plot",
@@ -124,12 +125,9 @@ def breakdown_plot(data: dict, ax=None):
 
 
 def _method_label(data: dict) -> str:
-    """``powersgd rank=4`` for the explorer's ``powersgd {'rank': 4}``."""
-    params = data.get("params") or {}
-    name = str(data["label"]).split(" {")[0]
-    if not params or name != str(data["label"]).split(" ")[0]:
-        return name
-    return name + " " + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+    """``powersgd rank=4`` for the explorer's ``powersgd {'rank': 4}`` (advise's candidate label:
+    :func:`~studykit.compressors.registry.setting_label` ``"kv"``)."""
+    return setting_label(str(data["label"]).split(" {")[0], data.get("params") or {}, "kv")
 
 
 def speedup_curve_plot(curve: pd.DataFrame, current: tuple[float, float] | None = None, ax=None):

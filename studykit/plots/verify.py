@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from studykit.compressors.registry import setting_label
 from studykit.plots.style import finish, new, theme, titled
 
 __all__ = ["bucket_plot", "post_compressors_plot", "bandwidth_plot", "error_overview_plot", "scaling_plot",
@@ -104,15 +105,17 @@ def post_compressors_plot(pred: pd.DataFrame, max_panels: int = 8):
 
 
 def _short_params(params) -> str:
-    """``rank=4 ratio=0.01`` for a record's JSON parameters (switches and empty values left out)."""
+    """``rank=4`` for a record's JSON parameters, in :func:`~studykit.compressors.registry.setting_label`'s
+    ``"kv"`` style, switches and empty values left out (a legend names the setting, not its options)."""
     if not isinstance(params, str) or not params.strip():
         return ""
     try:
         d = json.loads(params)
     except ValueError:
         return params
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items()
-                    if not isinstance(v, bool) and v is not None and k not in ("scope", "min_compression"))
+    shown = {k: v for k, v in d.items()
+             if not isinstance(v, bool) and v is not None and k not in ("scope", "min_compression")}
+    return setting_label("", shown, "kv", params_only=True)
 
 
 def bandwidth_plot(pred: pd.DataFrame):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
 from studykit.compressors.base import CompressorError
-from studykit.compressors.registry import split_spec
+from studykit.compressors.registry import setting_label, split_spec
 
 __all__ = ["Level", "UNCOMPRESSED", "LADDERS", "ladder", "EpochMetrics", "Trigger", "AccuracyLossStep",
            "GradNormChange", "TRIGGERS", "make_trigger", "DynamicController", "schedule"]
@@ -69,7 +69,7 @@ class Level:
     @property
     def label(self) -> str:
         """``quantize:bits=4``; ``none`` for the uncompressed level."""
-        return self.compressor + (":" + ",".join(f"{k}={v}" for k, v in self.params) if self.params else "")
+        return setting_label(self.compressor, dict(self.params), "spec")
 
     def build(self, **extra):
         """A fresh compressor for this level (``extra``: e.g. ``seed``)."""

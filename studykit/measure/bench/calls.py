@@ -7,13 +7,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
 
-from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, time_fn
+from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, host_clock, host_ms, time_fn
 
 #: seconds of timed calls one codec configuration may take at most (ATOMO's exact SVD is slow enough to need a cap)
 BUDGET_S = 30.0
@@ -99,14 +98,14 @@ def _fast_paths(on: bool):
 
 
 def _host_ms(fn, device: torch.device, reps: int = 20) -> float:
-    """Mean wall time of a call *without* synchronising: the host's side (Python, dispatch,
+    """Mean host-clock time of a call *without* synchronising: the host's side (Python, dispatch,
     launches). On a GPU, a codec whose host time is close to its device time is launch-bound."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
+    t0 = host_clock()
     for _ in range(reps):
         fn()
-    ms = (time.perf_counter() - t0) / reps * 1e3
+    ms = host_ms(t0, host_clock()) / reps
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return ms

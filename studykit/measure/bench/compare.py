@@ -97,7 +97,7 @@ def speed_targets(compared: pandas.DataFrame) -> pandas.DataFrame:
     for t in SPEED_TARGETS:
         for name in t.compressors:
             if name not in seen:
-                rows.append({"compressor": name, "params": ",".join(f"{k}={v}" for k, v in t.params),
+                rows.append({"compressor": name, "params": _params_str(dict(t.params)),
                              "phase": "encdec", "target": t.key, "target_text": t.text, "limit": t.limit,
                              "unit": t.unit, "value": None, "verdict": "NOT MEASURED"})
     return pd.DataFrame(rows)

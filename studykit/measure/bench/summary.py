@@ -16,11 +16,10 @@ if TYPE_CHECKING:  # pandas is imported where a table is built
 
 
 def _params_str(p) -> str:
-    if not p:
-        return ""
+    """``rank=4``: a record's parameters as its spec writes them (a string is kept as it is)."""
     if isinstance(p, str):
         return p
-    return ",".join(f"{k}={v}" for k, v in sorted(p.items()))
+    return C.registry.setting_label("", p, "spec", params_only=True)
 
 
 def _is_default(name: str, params: dict) -> bool:

@@ -64,7 +64,6 @@ def candidates(names: Sequence[str] | None = None, sweep: dict | None = None) ->
         settings = [{}] if main is None else [{main[0]: v} for v in main[1]]
         for ps in settings:
             compressors.check(n, **ps)  # refuses a bad value, naming it
-            label = n + ("" if not ps else " " + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                                                          for k, v in ps.items()))
+            label = compressors.registry.setting_label(n, ps, "kv")
             out.append(Candidate(label, "compressor", n, tuple(sorted(ps.items()))))
     return out

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from studykit.compressors.registry import setting_label
 from studykit.perfmodel.fit import RecordInputs, unpriced_ddp
 
 STATS = ("ms_median", "ms_mean", "ms_min")
@@ -165,10 +166,7 @@ def _label(r) -> str:
     if r["mode"] == "syncsgd":
         parts.append("bucket=" + ("default" if _isnull(r["bucket_mb"]) else f"{float(r['bucket_mb']):g}MB"))
     else:
-        parts.append(str(r["compressor"]))
-        pk = r.get("params_key", "{}")
-        if pk not in ("{}", None):
-            parts.append(pk.replace('"', "").replace(" ", ""))
+        parts.append(setting_label(str(r["compressor"]), json.loads(r.get("params_key") or "{}"), "key"))
     if not _isnull(r.get("hook_coalesce_mb")):  # a coalescing hook is its own configuration
         parts.append(f"coalesce={float(r['hook_coalesce_mb']):g}MB")
     parts.append(f"p={int(r['world_size'])}")
