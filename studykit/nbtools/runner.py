@@ -194,7 +194,7 @@ def question(nb: Path) -> str:
     return QUESTIONS.get(Path(nb).stem) or title(nb)
 
 
-_ADDED_TAGS = ("injected-parameters", "papermill-error-cell-tag")  # cells papermill adds to the executed copy
+_ADDED_TAGS = ("injected-parameters", "papermill-error-cell-tag", "studykit-setup")  # cells added to the executed copy
 
 
 def _failed_cell(out: Path) -> tuple[int | None, int, str]:
