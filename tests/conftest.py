@@ -106,3 +106,23 @@ def pytest_collection_modifyitems(config, items):
                 verdicts[(marker, *code)] = any(_matches(f, module, rule, seen) for f in code)
             if verdicts[(marker, *code)] and not item.get_closest_marker(marker):
                 item.add_marker(marker)
+
+
+def spawn_until(worker, args: tuple, folder: str, deadline_s: float, what: str) -> None:
+    """``torch.multiprocessing.spawn`` two processes of ``worker(rank, *args)`` and wait at most ``deadline_s``; a
+    hang fails the test naming ``what`` and where each rank was (the ``progress<rank>`` files it writes in
+    ``folder``) instead of hanging the suite."""
+    import os
+    import time
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.spawn(worker, args=args, nprocs=2, join=False)
+    deadline = time.monotonic() + deadline_s
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            where = [open(os.path.join(folder, f"progress{r}")).read() if os.path.exists(
+                os.path.join(folder, f"progress{r}")) else "start" for r in range(2)]
+            pytest.fail(f"{what} did not finish in {deadline_s} s; the ranks were in: {where}")

@@ -9,14 +9,13 @@ rounding, must give the parameters of DDP without a hook."""
 import contextlib
 import os
 import tempfile
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from studykit import ddp as sk_ddp
+from tests.conftest import spawn_until
 
 torch.set_num_threads(1)
 
@@ -136,16 +135,8 @@ def runs(request):
     (config, case, mode) -> what :func:`_train` returns, per rank."""
     backend = request.param
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.spawn(_worker, args=(2, backend, os.path.join(tmp, "init"), tmp), nprocs=2, join=False)
-        deadline = time.monotonic() + DEADLINE_S
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                for proc in ctx.processes:
-                    proc.kill()
-                where = [open(os.path.join(tmp, f"progress{r}")).read() if os.path.exists(
-                    os.path.join(tmp, f"progress{r}")) else "start" for r in range(2)]
-                pytest.fail(f"{backend}: DDP with the kit's hook did not finish in {DEADLINE_S} s; "
-                            f"the ranks were in: {where}")
+        spawn_until(_worker, (2, backend, os.path.join(tmp, "init"), tmp), tmp, DEADLINE_S,
+                    f"{backend}: DDP with the kit's hook")
         return backend, [torch.load(os.path.join(tmp, f"r{r}.pt")) for r in range(2)]
 
 

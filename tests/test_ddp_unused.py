@@ -7,16 +7,15 @@ forward pass never uses must be left alone."""
 import os
 import tempfile
 import threading
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from tests.test_ddp import _Bucket, _GatedComm
+from tests.conftest import spawn_until
 
 torch.set_num_threads(1)
 
@@ -91,16 +90,8 @@ def _worker(rank, world_size, init_file, out_dir):
 @pytest.fixture(scope="module")
 def runs():
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.spawn(_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2, join=False)
-        deadline = time.monotonic() + DEADLINE_S
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                for proc in ctx.processes:
-                    proc.kill()
-                where = [open(os.path.join(tmp, f"progress{r}")).read() if os.path.exists(
-                    os.path.join(tmp, f"progress{r}")) else "start" for r in range(2)]
-                pytest.fail(f"DDP with find_unused_parameters=True did not finish in {DEADLINE_S} s; "
-                            f"the ranks were in: {where}")
+        spawn_until(_worker, (2, os.path.join(tmp, "init"), tmp), tmp, DEADLINE_S,
+                    "DDP with find_unused_parameters=True")
         return [torch.load(os.path.join(tmp, f"r{r}.pt")) for r in range(2)]
 
 
