@@ -17,6 +17,7 @@ from studykit import paths
 from studykit.perfmodel import fit, synthetic, verify
 from studykit.perfmodel.advise import AdviseError
 from studykit.perfmodel.calibration import Calibration, Constant, TEncodeDecode
+from tests.test_fit_robust import _set
 
 CPU = paths.MEASUREMENTS / "cpu"
 GPU = paths.MEASUREMENTS / "gpu"
@@ -39,16 +40,6 @@ def _write(tmp_path, d, name="bad.json"):
     f = tmp_path / name
     f.write_text(json.dumps(d))  # NaN and inf become the NaN / Infinity tokens Python's json reads back
     return f
-
-
-def _set(d, path: str, value):
-    keys = path.split(".")
-    for k in keys[:-1]:
-        d = d[int(k)] if isinstance(d, list) else d[k]
-    if value is KeyError:
-        del d[keys[-1]]
-    else:
-        d[keys[-1]] = value
 
 
 def _mutated(path, value) -> dict:
