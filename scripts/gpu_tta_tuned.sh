@@ -30,6 +30,8 @@ cd "$(dirname "$0")/.."
 
 STAGE=${STAGE:-sweep}                          # sweep | seeds (then rates) | rates
 LRS=${LRS:-"0.0005 0.001 0.002"}
+LRS_A=${LRS_A:-$LRS}                           # STAGE=sweep: lane A's rates (a grid extended past its edge
+LRS_B=${LRS_B:-$LRS}                           # goes to the same OUT/sweep/lr*/ folders), lane B's
 METHODS_A=${METHODS_A:-"none fp16 quantize8 dynamic"}              # on GPUs 0-1
 METHODS_B=${METHODS_B:-"powersgd:rank=4 topk topk_chunked"}       # on GPUs 2-3
 SEEDS_MORE=${SEEDS_MORE:-"1 2"}                # STAGE=seeds: beside the sweep's seed 0
@@ -54,7 +56,7 @@ TOTAL_S=${TOTAL_S:-560}
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
 machine_summary gpu_tta_tuned.sh \
-  "STAGE=$STAGE LRS=$LRS METHODS_A=$METHODS_A METHODS_B=$METHODS_B SEEDS_MORE=$SEEDS_MORE RATES=$RATES" \
+  "STAGE=$STAGE LRS_A=$LRS_A LRS_B=$LRS_B METHODS_A=$METHODS_A METHODS_B=$METHODS_B SEEDS_MORE=$SEEDS_MORE RATES=$RATES" \
   "RATE_METHODS=$RATE_METHODS MODEL=$MODEL STEPS=$STEPS EVAL_EVERY=$EVAL_EVERY WARMUP_LR=$WARMUP_LR BATCH=$BATCH" \
   "SEQ_LEN=$SEQ_LEN VAL_BYTES=$VAL_BYTES TEST_PERCENT=$TEST_PERCENT BUCKET_MB=$BUCKET_MB ACC_THRESHOLDS=$ACC_THRESHOLDS" \
   "DEVICE=$DEVICE SWEEP=$SWEEP GPUS_A=$GPUS_A GPUS_B=$GPUS_B TOTAL_S=$TOTAL_S"
@@ -75,9 +77,10 @@ pair() {
     --out "$dir/" --resume
 }
 
-# lane GPUS STAGE_DIR SEEDS METHODS...: the pair's jobs one after the other (LR per method: LR_OF, or every LR)
+# lane GPUS STAGE_DIR SEEDS LRS METHODS...: the pair's jobs one after the other (LR per method: LR_OF, or every
+# LR of LRS)
 lane() {
-  local gpus=$1 dir=$2 seeds=$3; shift 3
+  local gpus=$1 dir=$2 seeds=$3 lrs=$4; shift 4
   local lr m
   if [ -n "${LR_OF:-}" ]; then
     for m in "$@"; do
@@ -86,7 +89,7 @@ lane() {
       pair "$gpus" "$(basename "$dir")-$m-lr$lr" "$dir/lr$lr" "$lr" "$seeds" "$m"
     done
   else
-    for lr in $LRS; do
+    for lr in $lrs; do
       pair "$gpus" "$(basename "$dir")-lr$lr" "$dir/lr$lr" "$lr" "$seeds" "$@"
     done
   fi
@@ -95,16 +98,16 @@ lane() {
 # shellcheck disable=SC2086
 case "$STAGE" in
   sweep)
-    lane "$GPUS_A" "$OUT/sweep" 0 $METHODS_A &
-    lane "$GPUS_B" "$OUT/sweep" 0 $METHODS_B &
+    lane "$GPUS_A" "$OUT/sweep" 0 "$LRS_A" $METHODS_A &
+    lane "$GPUS_B" "$OUT/sweep" 0 "$LRS_B" $METHODS_B &
     wait ;;
   seeds|rates)
     if [ "$STAGE" = seeds ]; then
       [ -d "$SWEEP" ] || { echo "STAGE=seeds needs SWEEP=<the sweep folder> (its lr*/ folders)" | tee -a "$RUN"; exit 2; }
       LR_OF=$("$PY" -m studykit.train.tuning best-lr "$SWEEP") || { echo "no learning rates chosen" | tee -a "$RUN"; exit 2; }
       echo "$LR_OF" | sed 's/^/chosen lr, method: /' | tee -a "$LOG" >> "$RUN"
-      lane "$GPUS_A" "$OUT/seeds" "$SEEDS_MORE" $METHODS_A &
-      lane "$GPUS_B" "$OUT/seeds" "$SEEDS_MORE" $METHODS_B &
+      lane "$GPUS_A" "$OUT/seeds" "$SEEDS_MORE" "" $METHODS_A &
+      lane "$GPUS_B" "$OUT/seeds" "$SEEDS_MORE" "" $METHODS_B &
       wait
     fi
     i=0
