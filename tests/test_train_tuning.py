@@ -83,3 +83,19 @@ def test_committed_campaign_tables_are_consistent(tmp_path):
                 split = row["throughput_vs_baseline"] * b["steps_to_target"] / row["steps_to_target"]
                 assert row["speedup_vs_baseline"] == pytest.approx(split, rel=0.1), (rate, target, m)
     assert all(math.isfinite(v) for v in c["times"]["iter_ms"])
+
+
+def test_committed_campaign_markdown_says_what_was_not_run_and_where_it_ran():
+    """A rate a method was not swept at reads "not run" (never nan), and the header names each stage's GPUs from the
+    records' provenance (the extension ran on other cards than the first grid)."""
+    from studykit import paths
+
+    root = paths.DATA / "training" / "tta_tuned"
+    if not root.is_dir():
+        pytest.skip("no committed tuned campaign")
+    md = tuning.tuned_markdown(root)
+    assert " nan " not in md and "| nan" not in md
+    lrs = tuning.best_lrs(tuning.load_frame(root / "sweep"))
+    untried = int(lrs.filter(like="val_loss@").isna().sum().sum())
+    assert md.count("not run") == untried > 0
+    assert "loss runs on " in md and "iteration times on " in md

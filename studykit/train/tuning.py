@@ -202,6 +202,22 @@ def load_campaign(root: str | Path) -> dict:
     return {"sweep": sweep, "lrs": lrs, "runs": runs, "times": times, "tables": tuned_tables(runs, times)}
 
 
+def _span(counts: pd.Series) -> str:
+    """"3" or "2 to 3": the range of a count over methods."""
+    lo, hi = int(counts.min()), int(counts.max())
+    return f"{lo}" if lo == hi else f"{lo} to {hi}"
+
+
+def _machines(root: str | Path) -> str:
+    """Which GPUs each stage's records ran on, from their provenance ("loss runs on A; iteration times on B")."""
+    def gpus(stage: str) -> str:
+        names = sorted({str(r["provenance"].get("gpu", "an unknown GPU"))
+                        for r in analysis.load_runs(Path(root) / stage)})
+        return " and ".join(names) if names else "no records"
+    loss = sorted({gpus("sweep"), gpus("seeds")} - {"no records"})
+    return f"loss runs on {' and '.join(loss) or 'no records'}; iteration times on {gpus('rates')}"
+
+
 def tuned_markdown(root: str | Path, metric: str = "test_loss", baseline: str = "fp16") -> str:
     """The README block of a tuned campaign: the workload, the learning rates chosen, the iteration times per rate,
     the time-to-target tables per rate and target, AdamW's state against ``none``'s, and what they say."""
@@ -214,8 +230,7 @@ def tuned_markdown(root: str | Path, metric: str = "test_loss", baseline: str = 
     seeds = runs.groupby("method")["seed"].nunique()
     out = [f"Each run trains {first['total_steps']} iterations of {first['global_batch']} windows x {ds['seq_len']} "
            f"bytes ({seen / ds['num_train_tokens']:.2f} passes over the {ds['num_train_tokens'] / 1e6:.2f} M training "
-           f"bytes) in {first['buckets']} DDP buckets, on {first['provenance'].get('gpu', 'an unknown GPU')} x "
-           f"{first['world_size']}. Runs per method at its chosen rate: {seeds.min()} to {seeds.max()} seeds. Final test "
+           f"bytes) in {first['buckets']} DDP buckets, {first['world_size']} ranks; {_machines(root)}. Runs per method at its chosen rate: {_span(seeds)} seeds. Final test "
            f"losses at the chosen rates lie between {final[metric].min():.3f} and {final[metric].max():.3f} nats per "
            f"byte.\n\n"]
     grid = [c for c in lrs.columns if c.startswith("val_loss@")]
@@ -224,7 +239,7 @@ def tuned_markdown(root: str | Path, metric: str = "test_loss", baseline: str = 
     out.append("| method | " + " | ".join(g.split("@")[1] for g in grid) + " | chosen |\n|---|" +
                "---:|" * len(grid) + "---|\n")
     for m, row in lrs.iterrows():
-        out.append(f"| {m} | " + " | ".join(f"{row[g]:.3f}" for g in grid) +
+        out.append(f"| {m} | " + " | ".join("not run" if math.isnan(row[g]) else f"{row[g]:.3f}" for g in grid) +
                    f" | {row['lr']:g}{' (edge)' if row['at_edge'] else ''} |\n")
     out.append("\n**Iteration time** on the shaped link (median of the rounds' medians, 30 timed iterations after 10 "
                "warm-up; min-max over the three rounds; compute / encode / communicate / decode from 2 profiled "
