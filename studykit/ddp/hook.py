@@ -121,12 +121,25 @@ class HookState:
         return self._comm
 
     def close(self) -> None:
-        """Stop the communication thread (it finishes the buckets already handed to it)."""
+        """Stop the communication thread (it finishes the buckets already handed to it) and release the graph
+        runner's captured buckets: their collectives hold the process group's communicator, and NCCL cannot destroy
+        a communicator that a live graph still uses (``destroy_process_group`` would wait forever). Call it before
+        ``destroy_process_group``; the hook works on after it (a new thread starts, buckets are captured again)."""
         if getattr(self, "_worker", None) is not None:
             self._worker.stop()
             self._worker = None
+        graphs = getattr(self, "_graphs", None)
+        if graphs:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # no replay still running when its graph goes
+            graphs.clear()
+            self._streak.clear()
 
-    __del__ = close  # a discarded state must not leave its idle thread behind
+    def __del__(self):  # a discarded state must not leave its idle thread (or its graphs) behind
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit CUDA may already be gone
+            pass
 
     def __getstate__(self):  # DDP may pickle hook state; communicators, threads and streams are rebuilt
         d = dict(self.__dict__)
