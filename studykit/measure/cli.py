@@ -63,7 +63,8 @@ def _common(p: argparse.ArgumentParser, cmd: str) -> None:
                    help="JSON Lines file to append records to; a rerun skips what it holds "
                         "(default: reports/measurements/%(prog)s.jsonl)".replace("%(prog)s", cmd))
     p.add_argument("--iters", type=_positive_int, default=50, help="timed iterations (default 50, the paper's)")
-    p.add_argument("--warmup", type=_nonneg_int, default=10, help="discarded warm-up iterations (default 10)")
+    p.add_argument("--warmup", type=_nonneg_int, default=10,
+                   help="discarded warm-up iterations after two settling calls (default 10; at least 1)")
     p.add_argument("--budget-s", type=_positive_float, default=None,
                    help="cap seconds per configuration: fewer iterations (never below --min-iter) when slow")
     p.add_argument("--min-iter", type=_positive_int, default=3, help="timed iterations kept under --budget-s")

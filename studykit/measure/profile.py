@@ -222,15 +222,19 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
     suffix = "_host_ahead" if host_ahead else ""
     done = writer.done()
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
+    from studykit.measure.bench.calls import RepPolicy, time_call  # (bench imports this module)
+
+    # the codec timer bench uses: n_iter timed calls (no minimum of seconds), no L2 flush, after two settling
+    # calls and max(1, n_warmup) warm-up calls
+    policy = RepPolicy(min_reps=n_iter, min_time_s=0.0, budget_s=budget_s, n_warmup=max(1, n_warmup),
+                       flush_bytes=0, host_ahead=host_ahead, min_iter=min_iter)
     written = 0
 
     # -- the device copy bandwidth behind the memory floor (reused from the file on resume)
     copy_bytes = copy_bytes or (256 * 2**20 if device.type == "cuda" else 64 * 2**20)
     cid = config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=device.type)
-    prior = [r for r in writer_records(writer) if r.get("config_id") == cid and r.get("status") == "ok"]
-    if prior:
-        copy_gbps = prior[-1]["copy_GBps"]
-    else:
+    copy_gbps = measured_copy_gbps(writer, cid)
+    if copy_gbps is None:
         t, copy_gbps = measure_copy_bandwidth(device, copy_bytes, **timing_kw)
         writer.write(make_record("copy_bw", cid, device=device, timing=t, size_bytes=copy_bytes,
                                  copy_GBps=copy_gbps))
@@ -276,11 +280,12 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
         fn = None
         try:
             fn = _timed_call(comp, cfg.phase, grads, sim_world_size)
-            t = time_fn(fn, device=device, host_ahead=host_ahead, **timing_kw)
+            ct = time_call(fn, device, policy)
+            t = ct.timing
             per = (bucket_times(fn.calls, device, reps=bucket_reps)
                    if cfg.phase == "reduce_buckets" and bucket_reps else {})
             rec = make_record("profile", cfg.cid, device=device, timing=t, x_floor=t.ms_mean / floor_ms,
-                              host_ahead=host_ahead, **fields, **per)
+                              host_ahead=host_ahead, timer=ct.timer, host_ms=ct.host_ms, **fields, **per)
         except Exception as exc:  # noqa: BLE001 - one codec failing (OOM, unsupported op) must not stop a sweep
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -297,7 +302,11 @@ def run_profile(model_names: Sequence[str], specs: Sequence[CompressorSpec], wri
     return written
 
 
-def writer_records(writer: RecordWriter) -> list[dict]:
+def measured_copy_gbps(writer: RecordWriter, cid: str) -> Optional[float]:
+    """The device copy bandwidth (GB/s) a ``copy_bw`` record of ``writer``'s file holds under ``cid`` (a resumed or
+    split run measured it already), or None."""
     from studykit.measure.records import load_records
 
-    return load_records(writer.path) if writer.path.exists() else []
+    prior = [r for r in load_records(writer.path, kind="copy_bw", missing_ok=True, quiet=True)
+             if r.get("config_id") == cid and r.get("status") == "ok"]
+    return float(prior[-1]["copy_GBps"]) if prior else None

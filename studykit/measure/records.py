@@ -95,6 +95,11 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "copy_GBps": "device copy bandwidth measured in the same run (copy_bw record), GB/s (1e9 B/s, read+write)",
         "floor_ms": "memory-bandwidth floor: floor_bytes / copy bandwidth, ms",
         "x_floor": "ms_mean / floor_ms (how far above the memory floor)",
+        "timer": "the clock of the timed calls (studykit.measure.bench.calls.time_call, the codec timer bench also "
+                 "uses): cuda_events, cuda_events_host_ahead, cuda_events_host_sync (a call that waits for the GPU, "
+                 "timed without the host ahead) or perf_counter; null in records written before this field existed",
+        "host_ms": "mean host-clock ms of one call without synchronising (Python, dispatch, launches); null in "
+                   "records written before this field existed",
     },
     "copy_bw": {
         "size_bytes": "bytes of the copied tensor",

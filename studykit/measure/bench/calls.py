@@ -1,5 +1,5 @@
-"""How ``bench`` times and profiles one call: the repetition policy (:class:`RepPolicy`, over
-:func:`studykit.measure.timing.time_fn`), the settling calls before timing, the host-side time of a call,
+"""How the kit times and profiles one codec call (``bench`` and ``profile`` alike, :func:`time_call`): the
+repetition policy (:class:`RepPolicy`, over :func:`studykit.measure.timing.time_fn`), the settling calls before timing, the host-side time of a call,
 the fused kernels switched on or off (``STUDYKIT_FAST``), and the device kernels of a call from
 ``torch.profiler`` (their count, and each kernel's device time: :func:`kernel_times`)."""
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from studykit.measure.timing import L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, host_clock, host_ms, time_fn
+from studykit.measure.timing import (L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, Timing, host_clock, host_ms,
+                                    time_fn)
 
 #: seconds of timed calls one codec configuration may take at most (ATOMO's exact SVD is slow enough to need a cap)
 BUDGET_S = 30.0
@@ -35,6 +36,7 @@ class RepPolicy:
     n_warmup: int = 10
     flush_bytes: int | None = None
     host_ahead: bool = False
+    min_iter: int = 3
 
     def __post_init__(self):
         if self.min_reps < 1:
@@ -46,6 +48,8 @@ class RepPolicy:
                              f"and must be >= min_time_s ({self.min_time_s})")
         if self.n_warmup < 1:
             raise ValueError(f"RepPolicy: n_warmup must be >= 1 (the per-call estimate), got {self.n_warmup}")
+        if self.min_iter < 1:
+            raise ValueError(f"RepPolicy: min_iter must be >= 1 (timed calls kept under the budget), got {self.min_iter}")
         if self.flush_bytes is not None and self.flush_bytes < 0:
             raise ValueError(f"RepPolicy: flush_bytes must be >= 0, got {self.flush_bytes}")
 
@@ -57,7 +61,7 @@ class RepPolicy:
     def timing_kw(self, device) -> dict:
         """Keyword arguments of :func:`~studykit.measure.timing.time_fn` for this policy."""
         return {"n_iter": self.min_reps, "n_warmup": self.n_warmup, "budget_s": self.budget_s,
-                "min_time_s": self.min_time_s, "flush_bytes": self.flush_for(device), "min_iter": 3,
+                "min_time_s": self.min_time_s, "flush_bytes": self.flush_for(device), "min_iter": self.min_iter,
                 "host_ahead": self.host_ahead}
 
     def fields(self, device) -> dict:
@@ -130,6 +134,26 @@ def _time(fn, device: torch.device, policy: RepPolicy):
     except HostSyncCall:
         return (time_fn(fn, device=device, **dict(policy.timing_kw(device), host_ahead=False)),
                 "cuda_events_host_sync")
+
+
+@dataclass(frozen=True)
+class CallTiming:
+    """What :func:`time_call` measured: the timing, the record's ``timer`` and the host's side of a call in ms."""
+
+    timing: Timing
+    timer: str
+    host_ms: float
+
+
+def time_call(fn: Callable[[], object], device, policy: RepPolicy) -> CallTiming:
+    """The kit's one codec timer (``bench`` and ``profile`` both time through it): two settling calls, the
+    calls timed by ``policy`` (a call that waits for the GPU falls back from host-ahead to plain CUDA events,
+    its ``timer`` says so), then the host's side of a call without synchronising (:func:`_host_ms`)."""
+    device = torch.device(device)
+    _settle(fn, device)
+    t, timer = _time(fn, device, policy)
+    host = _host_ms(fn, device, reps=max(2, min(20, int(200 / max(t.ms_median, 0.01)))))
+    return CallTiming(t, timer, host)
 
 
 def _kernels(fn, device: torch.device) -> Optional[int]:

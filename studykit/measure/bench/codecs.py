@@ -14,10 +14,10 @@ from studykit import compressors as C
 from studykit import models as M
 from studykit.comm import LocalComm
 from studykit.compressors import _fast, fastpath
-from studykit.measure.bench.calls import RepPolicy, _fast_paths, _host_ms, _kernels, _settle, _time
-from studykit.measure.profile import (_plan, _timed_call, effective_params, measure_copy_bandwidth, memory_floor_ms,
-                                      single_round)
-from studykit.measure.records import RecordWriter, config_id, load_records, loadavg_1m, make_record, provenance
+from studykit.measure.bench.calls import RepPolicy, _fast_paths, _kernels, time_call
+from studykit.measure.profile import (_plan, _timed_call, effective_params, measure_copy_bandwidth,
+                                      measured_copy_gbps, memory_floor_ms, single_round)
+from studykit.measure.records import RecordWriter, config_id, loadavg_1m, make_record, provenance
 from studykit.measure.runtime import CompressorSpec, note
 
 #: the benchmark's codec groups; the targets judge the first two
@@ -113,11 +113,8 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
         raise ValueError(f"host-ahead timing needs a CUDA device, got {device} (drop --host-ahead on a CPU)")
     ahead = policy.timer(device) if policy.host_ahead else None  # in the config_id: another timing, another config
     copy_cid = config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=dev_type, repeat=repeat, timer=ahead)
-    earlier = [r for r in load_records(writer.path, kind="copy_bw", missing_ok=True, quiet=True)
-               if r.get("config_id") == copy_cid and r.get("status") == "ok"] if copy_cid in done else []
-    if earlier:  # a resumed (or split) run: the floor of this repeat was measured already, in this file
-        copy_gbps = float(earlier[0]["copy_GBps"])
-    else:
+    copy_gbps = measured_copy_gbps(writer, copy_cid) if copy_cid in done else None
+    if copy_gbps is None:
         t, copy_gbps = measure_copy_bandwidth(device, copy_bytes, **timing_kw)
         copy_rec = make_record("copy_bw", copy_cid, device=device, timing=t, size_bytes=copy_bytes,
                                copy_GBps=copy_gbps, repeat=repeat, reps_capped=policy.capped(t), **policy.fields(device))
@@ -163,11 +160,9 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                         fn = _reduce_call(comp, grads)
                     else:
                         fn = _timed_call(comp, phase, grads, 1)
-                    _settle(fn, device)  # kernel compilation and the fast paths' one-time choices
-                    t, timer = _time(fn, device, policy)
-                    host = _host_ms(fn, device, reps=max(2, min(20, int(200 / max(t.ms_median, 0.01)))))
-                rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=host, kernels=None,
-                                    **dict(fields, timer=timer))
+                    ct = time_call(fn, device, policy)  # settles first: kernel compilation, one-time choices
+                rec = _bench_record(cid, device=device, timing=ct.timing, policy=policy, host_ms=ct.host_ms,
+                                    kernels=None, **dict(fields, timer=ct.timer))
             except Exception as exc:  # noqa: BLE001 - one codec failing must not stop the run
                 if dev_type == "cuda":
                     torch.cuda.empty_cache()
@@ -280,10 +275,9 @@ def _components(flat, device, base, policy, done, writer, verbose) -> list:
                         timer=policy.timer(device) if policy.host_ahead else None)
         if cid in done:
             continue
-        _settle(fn, device)
-        t, timer = _time(fn, device, policy)
-        rec = _bench_record(cid, device=device, timing=t, policy=policy, host_ms=_host_ms(fn, device), kernels=None,
-                            **dict(base, phase="component:" + label, layout="flat", group="component", timer=timer))
+        ct = time_call(fn, device, policy)
+        rec = _bench_record(cid, device=device, timing=ct.timing, policy=policy, host_ms=ct.host_ms, kernels=None,
+                            **dict(base, phase="component:" + label, layout="flat", group="component", timer=ct.timer))
         writer.write(rec)
         out.append((rec, True, fn))
         note(f"{'component':>13} {label:<34} {_stats(rec)}  x{rec['x_floor']:6.1f} floor", verbose)
