@@ -113,11 +113,12 @@ def priced(runs: pd.DataFrame, times: pd.DataFrame, rate: float) -> pd.DataFrame
 
 def targets(runs: pd.DataFrame, metric: str = "test_loss", baseline: str = "fp16") -> list[tuple[float, str]]:
     """The target losses of :func:`tuned_tables`, each with what it is: the worst final ``metric`` of the
-    ``baseline``'s runs (each of them reaches it), 10 % above it, and the worst final of every run of every method
-    (each run reaches it)."""
+    ``baseline``'s runs (each of them reaches it), 10 % above it, and two that every run of every method reaches:
+    the worst final of any run and 10 % above that."""
     b = analysis.baseline_target(runs, metric, baseline)
     final = runs.sort_values("step").groupby("run_id")[metric].last()
-    out = {float(final.max()): "the worst final run of any method"}
+    worst = float(final.max())
+    out = {worst: "the worst final run of any method", 1.1 * worst: "10 % above the worst final run of any method"}
     out[b] = f"the worst final {baseline} run" + (" (and of any method)" if b in out else "")
     out[1.1 * b] = f"10 % above the worst final {baseline} run"
     return sorted(out.items())
