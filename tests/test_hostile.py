@@ -648,3 +648,164 @@ def test_register_refuses_a_model_that_is_not_ddp_naming_it(model):
     obj = torch.nn.Linear(4, 2) if model == "linear" else None
     with pytest.raises(TypeError, match="DistributedDataParallel"):
         ddp.register(obj, "topk")
+
+
+# ---------------------------------------------------------------- the hook's boolean keywords
+@pytest.mark.parametrize("kw", ["overlap", "check_finite", "find_unused_parameters"])
+def test_hook_state_booleans_are_parsed_strictly(kw):
+    from studykit import ddp
+    from studykit.comm import LocalComm
+
+    for word, want in (("no", False), ("Off", False), (0, False), ("yes", True), (True, True)):
+        state = ddp.HookState(C.get("topk"), comm=LocalComm(), **{kw: word})
+        got = {"overlap": state.overlap, "check_finite": state.check_finite,
+               "find_unused_parameters": state.find_unused_parameters}[kw]
+        assert got is want, (kw, word)
+        state.close()
+    for bad in ("maybe", 2, None, 0.5):
+        with pytest.raises(CompressorError, match=rf"{kw} must be a boolean: true/false.*got {re.escape(repr(bad))}"):
+            ddp.HookState(C.get("topk"), comm=LocalComm(), **{kw: bad})
+
+
+def test_register_reads_overlap_no_as_false(ddp_model):
+    from studykit import ddp
+
+    with pytest.raises(ValueError, match="runner='graph' needs overlap=True"):  # "no" is false, not truthy
+        ddp.register(ddp_model, "powersgd", overlap="no", runner="graph")
+    with pytest.raises(CompressorError, match="overlap must be a boolean.*got 'nope'"):
+        ddp.register(ddp_model, "powersgd", overlap="nope")
+    state = ddp.register(ddp_model, "powersgd", overlap="no", check_finite="no")
+    assert state.overlap is False and state.check_finite is False
+    state.close()
+
+
+# ---------------------------------------------------------------- integer parameters of compressors
+def _int_params():
+    return [(name, key) for name in C.available() for key, default in {**C.parameters(name), "seed": 0}.items()
+            if isinstance(default, int) and not isinstance(default, bool)]
+
+
+@pytest.mark.parametrize("name, key", _int_params())
+@pytest.mark.parametrize("bad", ["abc", 2.5, True, None])
+def test_every_integer_parameter_names_itself_and_what_is_valid(name, key, bad):
+    with pytest.raises(CompressorError, match=rf"compressor '{name}': {key} must be an integer.*got {re.escape(repr(bad))}"):
+        C.get(name, **{key: bad})
+
+
+@pytest.mark.parametrize("spec", ["randomk:seed=abc", "topk:seed=1.5", "powersgd:rank=4,seed=x"])
+def test_a_bad_seed_in_a_spec_names_the_parameter(spec):
+    with pytest.raises(CompressorError, match=r"compressor '\w+': seed must be an integer \(any\).*got"):
+        C.parse_spec(spec)
+
+
+def test_any_integer_seed_works():
+    assert C.get("randomk", seed=-3).seed == -3 and C.get("randomk", seed=np.int64(7)).seed == 7
+    assert C.parse_spec("randomk:seed=12")[1] == {"seed": 12}
+
+
+# ---------------------------------------------------------------- non-tensors into the compressor API
+@pytest.mark.parametrize("name", ["fp16", "topk", "qsgd", "signsgd", "randomk", "thc", "powersgd"])
+def test_non_tensors_are_refused_by_every_entry_point(name):
+    import torch
+
+    comp = C.get(name)
+    with pytest.raises(CompressorError, match=rf"'{name}': reduce expects a torch.Tensor or a list of them, got int"):
+        comp.reduce(5)
+    with pytest.raises(CompressorError, match=rf"'{name}': tensor 0 is a float, expected a torch.Tensor"):
+        comp.reduce([1.0, 2.0])
+    if type(comp).compress is not C.Compressor.compress:  # single-round codecs: the GRACE halves
+        with pytest.raises(CompressorError, match=rf"'{name}': compress expects a torch.Tensor, got list"):
+            comp.compress([1.0, 2.0], 1)
+        payload, ctx = comp.compress(torch.randn(64), 1)
+        assert comp.decompress(payload, ctx).shape == (64,)
+        with pytest.raises(CompressorError, match=rf"'{name}': decompress expects a list of payload tensors "
+                                                  r"\(what compress returned\), got Tensor"):
+            comp.decompress(payload[0], ctx)
+        with pytest.raises(CompressorError, match=rf"'{name}': decompress: payload 0 expects a torch.Tensor, "
+                                                  "got list"):
+            comp.decompress([[1.0, 2.0]], ctx)
+
+
+def test_simulate_refuses_non_tensors_naming_the_worker():
+    import torch
+
+    with pytest.raises(CompressorError, match=r"'fp16': simulate: worker 0's gradient 0 expects a torch.Tensor, "
+                                              "got float"):
+        C.simulate("fp16", [[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(CompressorError, match="'fp16': simulate: worker 1's gradient expects a torch.Tensor "
+                                              "or a list of them, got str"):
+        C.simulate("fp16", [torch.ones(2), "grad"])
+    with pytest.raises(CompressorError, match="simulate expects a list of per-worker gradients.*got Tensor"):
+        C.simulate("fp16", torch.ones(2, 4))
+    with pytest.raises(CompressorError, match=r"world_size must be an integer in \[1, "):
+        C.Simulation("fp16", "2")
+    assert torch.allclose(C.simulate("fp16", [torch.ones(4), 3 * torch.ones(4)])[0], torch.full((4,), 2.0))
+
+
+# ---------------------------------------------------------------- fp16 overflow outside the hook
+@pytest.mark.parametrize("value, world_size", [(7e4, 1), (1e6, 4), (3e38, 1)])
+def test_fp16_refuses_a_finite_gradient_it_would_turn_into_inf(value, world_size):
+    import torch
+
+    grads = [torch.tensor([1.0, value, -2.0]) for _ in range(world_size)]
+    with pytest.raises(CompressorError, match=r"'fp16': tensor 0 holds a finite value of magnitude .*float16's "
+                                              r"largest finite value is 65504.*use bf16"):
+        C.simulate("fp16", grads)
+    out = C.simulate("fp16", grads, allow_nonfinite=True)[0]  # let through, as in the DDP hook: inf arrives
+    assert torch.isinf(out[1]) and out[0] == pytest.approx(1.0)
+    assert torch.allclose(C.simulate("bf16", grads)[0], grads[0], rtol=1e-2)  # bf16 keeps float32's range
+
+
+def test_fp16_keeps_what_the_division_by_the_world_size_brings_into_range():
+    import torch
+
+    grads = [torch.tensor([1e5, 1.0]), torch.tensor([-1e5, 1.0])]  # 1e5 / 2 fits float16
+    assert torch.allclose(C.simulate("fp16", grads)[0], torch.tensor([0.0, 1.0]))
+    assert torch.isfinite(C.get("fp16").reduce(torch.tensor([65504.0]))).all()  # the largest value itself
+
+
+# ---------------------------------------------------------------- absurd times and unknown statuses in records
+@pytest.mark.parametrize("field, value", [("ms_median", 1e308), ("ms_median", float("inf")), ("ms_min", -1.0),
+                                          ("ms_mean", 2e7), ("ms_max", "12"), ("ms_median", True),
+                                          ("times_ms", [1.0, 1e308]), ("times_ms", [1.0, float("nan")]),
+                                          ("times_ms", 3.0)])
+def test_a_record_with_an_absurd_time_is_skipped_naming_it(tmp_path, field, value):
+    p = _write(tmp_path / "r.jsonl", [_rec("a"), _rec("b", **{field: value}), _rec("c", times_ms=[1.0, None])])
+    with pytest.warns(UserWarning, match=rf"r\.jsonl:2: skipping a record whose {field}.* is .*: a time must be a "
+                                         r"finite number of ms in \[0, 1e\+07\]"):
+        recs = R.load_records(p)
+    assert [r["config_id"] for r in recs] == ["a", "c"] and recs.report.n_damaged == 1
+
+
+def test_fit_skips_a_record_with_an_absurd_time_and_says_so(tmp_path, capsys):
+    from studykit.perfmodel import synthetic
+
+    recs = synthetic.synthetic_records()
+    gather = next(i for i, r in enumerate(recs) if r.get("op") == "all_gather")
+    recs[gather]["ms_median"] = 1e308
+    recs[gather + 1]["times_ms"][3] = 1e308
+    f = synthetic.write_jsonl(recs, tmp_path / "recs" / "r.jsonl")
+    with pytest.warns(UserWarning, match=rf"r\.jsonl:{gather + 1}: skipping a record whose ms_median is 1e\+308"):
+        rc, _ = run_cli(["fit", str(f), "--out", str(tmp_path / "c.json"), "--bootstrap", "20"], capsys)
+    assert rc == 0
+    cal = json.loads((tmp_path / "c.json").read_text())
+    inc = cal["incast_coeff"]
+    assert inc["n"] < 30 and np.isfinite([inc["low"], inc["high"], inc["r2"]]).all()
+
+
+@pytest.mark.parametrize("status", ["OK", "Ok", "failed", 1])
+def test_an_unknown_status_is_refused_naming_the_valid_ones(tmp_path, status):
+    p = _write(tmp_path / "r.jsonl", [_rec("a"), _rec("b", status=status)])
+    with pytest.raises(R.RecordError, match=rf"r\.jsonl:2: status {re.escape(repr(status))} is not one of ok, "
+                                            r"skipped, error \(lower case\)"):
+        R.load_records(p)
+
+
+def test_fit_on_a_record_with_status_OK_says_what_is_wrong(tmp_path, capsys):
+    from studykit.perfmodel import synthetic
+
+    recs = synthetic.synthetic_records()
+    recs[3]["status"] = "OK"
+    f = synthetic.write_jsonl(recs, tmp_path / "recs" / "r.jsonl")
+    refused(["fit", str(f), "--out", str(tmp_path / "c.json")], capsys, "r.jsonl:4: status 'OK' is not one of ok",
+            "(lower case)")

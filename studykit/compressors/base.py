@@ -12,6 +12,7 @@ tensors, so the model's communication term is the code's own).
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 import numbers
@@ -39,10 +40,12 @@ class Compressor:
 
     * ``seed``: base seed of the compressor's randomness (shared randomness such as
       RandomK's indices uses ``seed`` and the step; private randomness such as
-      stochastic rounding also mixes in the worker's rank).
+      stochastic rounding also mixes in the worker's rank); any integer.
     * ``allow_nonfinite``: by default NaN/Inf gradients raise (a host synchronisation per call);
       ``True`` lets them through (the result is then whatever the arithmetic gives; see
       :attr:`keeps_nonfinite`). :mod:`studykit.ddp`'s hook and reducer set it from their ``check_finite``.
+      A codec whose payload has a narrower range than float32 also raises, by default, on a finite
+      gradient it would turn into inf (:meth:`check`; fp16).
     * ``error_feedback``: :func:`studykit.compressors.get` puts a
       :class:`~studykit.compressors.memory.ResidualMemory` in :attr:`memory` (default: the
       class's ``default_error_feedback``); :meth:`reduce` then compensates the gradient before
@@ -77,7 +80,7 @@ class Compressor:
     bench_group: ClassVar[str] = "dense"
 
     def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
-        self.seed = int(seed)
+        self.seed = self.int_param("seed", seed)
         self.allow_nonfinite = bool(allow_nonfinite)
         self.step = 0
         #: generators and kernel seeds handed out (seeded on the host by step: a CUDA graph cannot replay them)
@@ -91,9 +94,27 @@ class Compressor:
         """Whether this compressor keeps an error-feedback memory."""
         return self.memory is not None
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        guard_inputs(cls)
+
     # ------------------------------------------------------------------ helpers
     def error(self, msg: str) -> CompressorError:
         return CompressorError(f"compressor {self.name!r}: {msg}")
+
+    def int_param(self, name: str, value, low: int | None = None, high: int | None = None) -> int:
+        """``value`` of integer parameter ``name`` as an int, checked to lie in ``[low, high]`` (None: unbounded);
+        anything else (a bool, a float, a string) raises naming the compressor, the parameter and what is valid.
+        The one check of every integer parameter: constructors call it with their range."""
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+            and (low is None or value >= low) and (high is None or value <= high)
+        if not ok:
+            if low is None:
+                rng = "an integer (any)" if high is None else f"an integer <= {high}"
+            else:
+                rng = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+            raise self.error(f"{name} must be {rng}, got {value!r}")
+        return int(value)
 
     def params(self) -> dict:
         """The constructor parameters of this instance (for records and plots), and
@@ -145,8 +166,10 @@ class Compressor:
         """
         comm = comm if comm is not None else LocalComm()
         single = isinstance(tensors, torch.Tensor)
+        if not single and not isinstance(tensors, (list, tuple)):
+            raise self.error(f"reduce expects a torch.Tensor or a list of them, got {type(tensors).__name__}")
         tensors = [tensors] if single else list(tensors)
-        self.check(tensors)
+        self.check(tensors, comm.world_size)
         # detach only what needs it (a call per tensor costs host time at 100+ tensors)
         grads = [t.detach() if t.requires_grad else t for t in tensors]
         if self.memory is None:
@@ -211,7 +234,11 @@ class Compressor:
         return out.copy_(self.decompress_mean(summed, ctx, world_size).reshape(out.shape))
 
     # ------------------------------------------------------------- validation
-    def check(self, tensors: Sequence[torch.Tensor]) -> None:
+    def check(self, tensors: Sequence[torch.Tensor], world_size: int | None = None) -> torch.Tensor | None:
+        """Refuse gradients the protocol cannot take: not float tensors, empty ones, and (unless
+        ``allow_nonfinite``) ones holding inf/NaN, at the cost of one host synchronisation. Returns each tensor's
+        largest magnitude (float32, on their device) when it looked at the values, else None; codecs whose payload
+        overflows for ``world_size`` workers (None: not known here) extend it to refuse that too."""
         if not tensors:
             raise self.error("got no tensors to reduce")
         for i, t in enumerate(tensors):
@@ -222,11 +249,12 @@ class Compressor:
             if t.numel() == 0:
                 raise self.error(f"tensor {i} is empty (shape {tuple(t.shape)}); gradients must have elements")
         if self.allow_nonfinite or tensors[0].device.type == "meta":
-            return
+            return None
         peaks = _peaks(tensors)
         if not bool(torch.isfinite(peaks).all()):  # the host synchronisation
             i = int((~torch.isfinite(peaks)).nonzero()[0])
             raise self.error(f"tensor {i} contains NaN or Inf; pass allow_nonfinite=True to let them through")
+        return peaks
 
     # -------------------------------------------------------- wire accounting
     def plan(self, shapes: Sequence[Sequence[int]] | Sequence[int], world_size: int = 2,
@@ -264,6 +292,46 @@ class Compressor:
         shapes = _as_shapes(shapes)
         dense = 4 * sum(math.prod(s) for s in shapes)
         return dense / self.wire_bytes(shapes, world_size)
+
+
+#: the codec methods that check their input first (:func:`guard_inputs`): the halves of GRACE's API
+CHECKED_METHODS = ("compress", "decompress")
+_GUARDS: set = set()  # the checking wrappers guard_inputs installed
+
+
+def guard_inputs(cls: type) -> None:
+    """Make ``cls``'s own ``compress`` and ``decompress`` (:data:`CHECKED_METHODS`; whatever is installed now, a
+    fast path's dispatcher included) refuse a non-tensor first, naming the compressor, the method and the type
+    given, instead of failing somewhere inside the codec. Every subclass gets it when it is defined; call it again
+    after replacing one of those methods on a class."""
+    for method in CHECKED_METHODS:
+        fn = cls.__dict__.get(method)
+        if callable(fn) and fn not in _GUARDS:
+            guard = _guard_compress(fn) if method == "compress" else _guard_decompress(fn)
+            _GUARDS.add(guard)
+            setattr(cls, method, guard)
+
+
+def _guard_compress(fn):
+    @functools.wraps(fn)
+    def compress(self, flat, *args, **kwargs):
+        if not isinstance(flat, torch.Tensor):
+            raise self.error(f"compress expects a torch.Tensor, got {type(flat).__name__}")
+        return fn(self, flat, *args, **kwargs)
+    return compress
+
+
+def _guard_decompress(fn):
+    @functools.wraps(fn)
+    def decompress(self, payload, *args, **kwargs):
+        if not isinstance(payload, (list, tuple)):
+            raise self.error(f"decompress expects a list of payload tensors (what compress returned), "
+                             f"got {type(payload).__name__}")
+        for i, p in enumerate(payload):
+            if not isinstance(p, torch.Tensor):
+                raise self.error(f"decompress: payload {i} expects a torch.Tensor, got {type(p).__name__}")
+        return fn(self, payload, *args, **kwargs)
+    return decompress
 
 
 def _peaks(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

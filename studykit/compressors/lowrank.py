@@ -204,12 +204,10 @@ class _LowRank(Compressor):
     def __init__(self, *, rank: int = 4, min_compression: float = 1.0, seed: int = 0,
                  allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise self.error(f"rank must be an integer >= 1, got {rank!r}")
+        self.rank = self.int_param("rank", rank, 1)
         if (isinstance(min_compression, bool) or not isinstance(min_compression, Real)
                 or not math.isfinite(min_compression) or min_compression < 0):
             raise self.error(f"min_compression must be a finite number >= 0, got {min_compression!r}")
-        self.rank = int(rank)
         self.min_compression = float(min_compression)
         self._layouts: dict[tuple, _Layout] = {}
 
@@ -409,9 +407,7 @@ class PowerSGD(_LowRank):
         if orthogonalize not in ("twice", "once", "cholesky"):
             raise self.error(f"orthogonalize must be 'twice', 'once' or 'cholesky', got {orthogonalize!r}")
         self.orthogonalize = orthogonalize
-        if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 1:
-            raise self.error(f"reuse must be an integer >= 1, got {reuse!r}")
-        self.reuse = int(reuse)
+        self.reuse = self.int_param("reuse", reuse, 1)
 
     def _workspace(self, lay: _Layout, key: Any, device: torch.device) -> tuple[dict, _Workspace]:
         """This key's state and buffers; new ones (no warm start, no kept P) where the shapes or the

@@ -327,14 +327,6 @@ def stochastic_floor(x: torch.Tensor, generator: torch.Generator | None,
     return v.floor_()
 
 
-def _check_int(comp: Compressor, name: str, value, lo: int, hi: int | None = None) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
-    if not ok:
-        rng = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
-        raise comp.error(f"{name} must be {rng}, got {value!r}")
-    return int(value)
-
-
 class _PrivateRandomness(Compressor):
     """Single-round codecs with per-worker randomness: remembers ``comm.rank`` for ``compress``."""
 
@@ -477,8 +469,8 @@ class QSGD(_PrivateRandomness):
 
     def __init__(self, *, levels: int = 4, bucket_size: int = 512, seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
-        self.levels = _check_int(self, "levels", levels, 1, 127)
-        self.bucket_size = _check_int(self, "bucket_size", bucket_size, 0)
+        self.levels = self.int_param("levels", levels, 1, 127)
+        self.bucket_size = self.int_param("bucket_size", bucket_size, 0)
 
     def _buckets(self, numel: int) -> tuple[int, int]:
         size = self.bucket_size or numel
@@ -654,7 +646,7 @@ class Quantize(Compressor):
 
     def __init__(self, *, bits: int = 8, protocol: str = "auto", seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
-        self.bits = _check_int(self, "bits", bits, 2, 16)
+        self.bits = self.int_param("bits", bits, 2, 16)
         self.protocol = _check_protocol(self, protocol)
 
     @property

@@ -38,12 +38,17 @@ class CompressorError(ValueError):
 
 def load() -> None:
     """Import every family (each registers its compressors; this imports torch), then
-    :mod:`~studykit.compressors.fastpath`, whose kernels attach to them. Done once per process."""
+    :mod:`~studykit.compressors.fastpath`, whose kernels attach to them, then make every codec's ``compress`` /
+    ``decompress`` check its input first (:func:`~studykit.compressors.base.guard_inputs`). Done once per process."""
     global _LOADED
     if _LOADED:
         return
     for module in (*FAMILIES, "fastpath"):
         importlib.import_module(f"studykit.compressors.{module}")
+    from studykit.compressors.base import guard_inputs
+
+    for cls in {c for registered in _REGISTRY.values() for c in registered.__mro__}:
+        guard_inputs(cls)  # again over the fast paths' dispatchers: a non-tensor is refused before one looks at it
     _LOADED = True
     _remember_classes()
 

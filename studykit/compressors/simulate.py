@@ -17,11 +17,9 @@ class Simulation:
     e.g. error-feedback memory or PowerSGD's warm start), stepped together."""
 
     def __init__(self, compressor: str | Compressor, world_size: int, **params):
-        if world_size < 1:
-            raise CompressorError(f"simulate: need at least one worker, got {world_size}")
         proto = get(compressor, **params)
-        self.world_size = world_size
-        self.workers = [copy.deepcopy(proto) for _ in range(world_size)]
+        self.world_size = proto._check_world_size(world_size)
+        self.workers = [copy.deepcopy(proto) for _ in range(self.world_size)]
 
     @property
     def name(self) -> str:
@@ -30,6 +28,7 @@ class Simulation:
     def step(self, grads: Sequence, *, key=None) -> list:
         """``grads[r]`` is worker r's gradient (a tensor or list of tensors); returns what
         every worker holds after aggregation (its estimate of the average gradient)."""
+        _check_per_worker(grads, f"compressor {self.name!r}: simulate")
         if len(grads) != self.world_size:
             raise CompressorError(f"compressor {self.name!r}: simulate got {len(grads)} gradients "
                                   f"for {self.world_size} workers")
@@ -69,15 +68,32 @@ def simulate(compressor: str | Compressor, grads: Sequence, **params) -> list:
     >>> out[0]
     tensor([2., 2., 2., 2.])
     """
+    _check_per_worker(grads, "simulate")
+    if not grads:
+        raise CompressorError("simulate: got no gradients; give one per worker")
     return Simulation(compressor, len(grads), **params).step(grads)
 
 
+def _check_per_worker(grads, who: str) -> None:
+    if isinstance(grads, torch.Tensor) or not isinstance(grads, (list, tuple)):
+        raise CompressorError(f"{who} expects a list of per-worker gradients (a tensor or a list of tensors per "
+                              f"worker), got {type(grads).__name__}")
+
+
 def _check_same_shapes(name: str, grads: Sequence) -> None:
-    def sig(g):
+    """Every worker's gradient is a tensor or a list of tensors, all of the same shapes; else a clear error."""
+    def sig(rank, g):
         if isinstance(g, torch.Tensor):
             return (tuple(g.shape),)
+        if not isinstance(g, (list, tuple)):
+            raise CompressorError(f"compressor {name!r}: simulate: worker {rank}'s gradient expects a torch.Tensor "
+                                  f"or a list of them, got {type(g).__name__}")
+        for i, t in enumerate(g):
+            if not isinstance(t, torch.Tensor):
+                raise CompressorError(f"compressor {name!r}: simulate: worker {rank}'s gradient {i} expects a "
+                                      f"torch.Tensor, got {type(t).__name__}")
         return tuple(tuple(t.shape) for t in g)
 
-    sigs = [sig(g) for g in grads]
+    sigs = [sig(rank, g) for rank, g in enumerate(grads)]
     if any(s != sigs[0] for s in sigs):
         raise CompressorError(f"compressor {name!r}: workers' gradients have mismatched shapes {sigs}")

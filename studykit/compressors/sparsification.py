@@ -61,12 +61,6 @@ class _Sparse(Compressor):
         #: fraction k/n of the entries sent (the density)
         self.ratio = float(ratio)
 
-    def _positive_int(self, name: str, value, low: int = 1, high: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-            rng = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-            raise self.error(f"{name} must be {rng}, got {value!r}")
-        return int(value)
-
     def _fraction(self, name: str, value) -> float:
         if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value <= 1:
             raise self.error(f"{name} must be in (0, 1], got {value!r}")
@@ -272,7 +266,7 @@ class MSTopK(_GatherSparse):
     def __init__(self, *, ratio: float = 0.01, samplings: int = 30, seed: int = 0,
                  allow_nonfinite: bool = False):
         super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
-        self.samplings = self._positive_int("samplings", samplings)
+        self.samplings = self.int_param("samplings", samplings, 1)
 
     def select(self, flat, sizes):
         numel = flat.numel()
@@ -411,7 +405,7 @@ class _Chunked(_Sparse):
 
     def __init__(self, *, ratio: float = 0.01, chunk: int = 4096, seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
-        self.chunk = self._positive_int("chunk", chunk, 1, _INT32_NUMEL)
+        self.chunk = self.int_param("chunk", chunk, 1, _INT32_NUMEL)
 
     def chunks(self, numel: int) -> tuple[int, int]:
         """(chunk length, number of chunks) for ``numel`` elements (the last chunk may be short)."""

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from studykit.compressors.base import Compressor, flatten, unflatten
-from studykit.compressors.quantization import (TINY, _check_int, _check_protocol, cheaper_protocol, field_width,
+from studykit.compressors.quantization import (TINY, _check_protocol, cheaper_protocol, field_width,
                                                lane_bits, pack_fields, pack_lanes, stochastic_floor, unpack_fields,
                                                unpack_lanes)
 from studykit.compressors.registry import register
@@ -142,12 +142,12 @@ class THC(Compressor):
     def __init__(self, *, bits: int = 4, rotation: str = "full", chunk: int = 2**16, saturation: float = 0.0,
                  protocol: str = "auto", seed: int = 0, allow_nonfinite: bool = False):
         super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
-        self.bits = _check_int(self, "bits", bits, 1, 16)
+        self.bits = self.int_param("bits", bits, 1, 16)
         self.protocol = _check_protocol(self, protocol)
         if rotation not in ("full", "partial"):
             raise self.error(f"rotation must be 'full' or 'partial', got {rotation!r}")
         self.rotation = rotation
-        chunk = _check_int(self, "chunk", chunk, 2, 2**30)
+        chunk = self.int_param("chunk", chunk, 2, 2**30)
         if chunk & (chunk - 1):
             raise self.error(f"chunk must be a power of two in [2, 2^30], got {chunk}")
         self.chunk = chunk

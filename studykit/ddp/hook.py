@@ -28,7 +28,8 @@ class HookState:
     ``comm_kind``: how the protocol's collectives cross workers when no ``comm`` is given, a key of
     :data:`studykit.comm.COMM_KINDS` ("collective": the backend's own; "ps": one parameter server).
     ``check_finite``, ``start_iter`` and ``runner`` as for :func:`register` (``check_finite`` sets the compressor's
-    ``allow_nonfinite``).
+    ``allow_nonfinite``). The boolean keywords (``overlap``, ``check_finite``, ``find_unused_parameters``) take a
+    bool, 0/1 or yes/no, true/false, on/off (:func:`~studykit.compressors.registry.as_bool`); anything else raises.
 
     ``find_unused_parameters``: the DDP model was built with it (:func:`register` reads it off the model). DDP then
     all-reduces a bitmap of the parameters each worker used, on its process group, right after the hook returns for
@@ -40,6 +41,7 @@ class HookState:
                  overlap: bool = True, comm_kind: str = "collective", coalesce_mb: Optional[float] = None,
                  check_finite: bool = False, start_iter: int = 0, runner: str = "thread",
                  find_unused_parameters: bool = False):
+        overlap = as_bool(overlap, "overlap")  # before the checks that read it: the string "no" is not true
         self.compressor = finite_policy(compressor, check_finite)
         self.check_finite = not compressor.allow_nonfinite
         self.start_iter = _check_start_iter(start_iter)

@@ -28,7 +28,8 @@ from typing import Iterable, Optional
 from studykit import paths
 
 __all__ = ["SCHEMA_VERSION", "repair", "FIELDS", "KIND_FIELDS", "IDENTITY", "config_id", "provenance", "loadavg_1m", "make_record",
-           "RecordWriter", "load_records", "done_ids", "LoadReport", "Records", "RecordError"]
+           "RecordWriter", "load_records", "done_ids", "LoadReport", "Records", "RecordError", "STATUSES", "TIME_FIELDS",
+           "MAX_TIME_MS", "bad_time"]
 
 SCHEMA_VERSION = 1
 
@@ -437,7 +438,38 @@ def _repair(path: Path) -> None:
 
 
 class RecordError(ValueError):
-    """Records that must not be read as they are (missing source, unknown schema); names file and line."""
+    """Records that must not be read as they are (missing source, unknown schema or status); names file and line."""
+
+
+#: the values of a record's ``status`` (lower case; :data:`FIELDS`)
+STATUSES = ("ok", "skipped", "error")
+#: a record's timing statistics and samples (ms), checked when read (:func:`bad_time`)
+TIME_FIELDS = ("ms_median", "ms_mean", "ms_min", "ms_max", "ms_q25", "ms_q75", "times_ms")
+#: the longest time a record may hold, ms (about 2.8 hours for one timed iteration: beyond it a value is damaged
+#: or hand-edited, and would swamp a fit's least squares and bootstrap)
+MAX_TIME_MS = 1e7
+
+
+def bad_time(rec: dict) -> Optional[str]:
+    """What is wrong with ``rec``'s times (:data:`TIME_FIELDS`), e.g. ``"ms_median is 1e+308"``; None when each is
+    null or a finite number of ms in ``[0, MAX_TIME_MS]`` (``times_ms`` a list of such, nulls allowed: the
+    writer stores a NaN sample as null)."""
+    def bad(x) -> bool:
+        return isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= MAX_TIME_MS  # NaN fails too
+
+    for key in TIME_FIELDS:
+        value = rec.get(key)
+        if value is None:
+            continue
+        if key == "times_ms":
+            if not isinstance(value, list):
+                return f"times_ms is {value!r} (not a list)"
+            for j, x in enumerate(value):
+                if x is not None and bad(x):
+                    return f"times_ms[{j}] is {x!r}"
+        elif bad(value):
+            return f"{key} is {value!r}"
+    return None
 
 
 #: the most bytes a ``*.jsonl.gz`` record file may decompress to (far above any real one; stops a gzip bomb)
@@ -479,7 +511,7 @@ class LoadReport:
 
     files: list[str] = field(default_factory=list)
     records: int = 0
-    #: ``(file, line, why)`` for each line skipped as damaged (unparsable, not an object)
+    #: ``(file, line, why)`` for each line skipped as damaged (unparsable, not an object, a time out of range)
     damaged: list[tuple[str, int, str]] = field(default_factory=list)
     #: ``(file, line, first_file, first_line)`` for each record dropped as a duplicate of an earlier one
     duplicates: list[tuple[str, int, str, int]] = field(default_factory=list)
@@ -548,6 +580,11 @@ def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, re
       raises :class:`RecordError` (a file in other units must not be fitted as ms); records without
       one are read as schema 1 with a warning per file (counted in ``report.unversioned``), except
       training epochs (:data:`UNVERSIONED_KINDS`), which predate the field;
+    * a ``status`` other than those of :data:`STATUSES` (exactly, as every field is read: ``OK`` is not
+      ``ok``) raises :class:`RecordError`;
+    * a record whose time is not a finite number of ms in ``[0, MAX_TIME_MS]`` (:func:`bad_time`: 1e308,
+      Infinity, a negative or a text one) is damaged: skipped with a warning naming file, line and field,
+      and counted in ``report.damaged``;
     * duplicates (same ``config_id``, network and machine, e.g. two runs into one ``--out``) are
       kept once and reported; an ``error``/``skipped`` record followed by a record of the same
       configuration (``--retry-errors``) is replaced by it. ``dedupe=False`` keeps every line.
@@ -586,7 +623,17 @@ def load_records(*sources: Path | str | Iterable, kind: Optional[str] = None, re
                 raise RecordError(f"{f}:{i}: record schema {schema!r} is not the schema {SCHEMA_VERSION} this kit "
                                   "reads (its units or fields may differ); convert the file or use the kit "
                                   "version that wrote it")
+            status = rec.get("status")
+            if status is not None and (not isinstance(status, str) or status not in STATUSES):
+                raise RecordError(f"{f}:{i}: status {status!r} is not one of {', '.join(STATUSES)} (lower case)")
             if kind is not None and rec.get("kind") != kind:
+                continue
+            why = bad_time(rec)
+            if why is not None:
+                rep.damaged.append((str(f), i, why))
+                if not quiet:
+                    warnings.warn(f"{f}:{i}: skipping a record whose {why}: a time must be a finite number of ms in "
+                                  f"[0, {MAX_TIME_MS:g}] (or null)")
                 continue
             rec.setdefault("source", str(f))
             ident = _identity(rec) if dedupe else None
