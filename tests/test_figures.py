@@ -136,6 +136,15 @@ def _measure(name):
         t = report.hook_vs_post(load_records(paths.MEASUREMENTS / "bandwidth" / "h200_p2c" / "ddp.jsonl", quiet=True))
         return M.hook_vs_post_plot(t[t["label"].isin(["none", "fp16", "qsgd s4", "topk 1%", "powersgd r4",
                                                        "powersgd r32"])])
+    if name == "hook_timeline":  # benchmarks/hook_timeline.py's figure on its default configuration
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("hook_timeline_bench",
+                                                      paths.ROOT / "benchmarks" / "hook_timeline.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        res = bench.build(paths.MEASUREMENTS / "bandwidth" / "h200_p2r")
+        return res["figure"], None
     if name == "plot_encode_decode":
         return M.plot_encode_decode(profile_frame(), "resnet50",
                                     paper=report.paper_table("table2_encode_decode", paths.PAPER))

@@ -12,7 +12,7 @@ from studykit.plots.check import MEASURED
 from studykit.plots.style import PAPER_STYLE, finish, new, ref_line, theme, titled
 
 __all__ = ["allreduce_fit_plot", "bandwidth_grid_plot", "calibration_compare_plot", "hook_vs_post_plot",
-           "measured_bandwidth_plot", "plot_encode_decode", "plot_overheads"]
+           "measured_bandwidth_plot", "plot_encode_decode", "plot_overheads", "hook_timeline"]
 
 
 def allreduce_fit_plot(data: pd.DataFrame, alpha_s: float, bandwidth_gbps: float,
@@ -356,3 +356,78 @@ def plot_overheads(df: pd.DataFrame, batch_size: Optional[int] = None):
                  fontsize="medium")
     finish(fig)
     return fig, axes
+
+
+#: columns of a :func:`hook_timeline` frame (ms since the start of the backward pass), one row per DDP bucket
+HOOK_TIMELINE_COLUMNS = ("bucket", "ready_ms", "encode_end_ms", "comm_start_ms", "comm_end_ms", "decode_start_ms",
+                         "decode_end_ms", "backward_end_ms")
+#: optional columns: the host chain (drawn where present) and the measured decode end's interquartile range
+HOOK_TIMELINE_HOST = ("host_ready_ms", "host_start_ms", "host_done_ms")
+HOOK_TIMELINE_SPREAD = ("decode_end_q25_ms", "decode_end_q75_ms")
+#: (label, start column, end column, lane, colour) of each bar series: the host lane above the device lane
+_HOOK_BARS = (("host: waiting for the thread", "host_ready_ms", "host_start_ms", -1, "0.78"),
+              ("host: the bucket's protocol", "host_start_ms", "host_done_ms", -1, "C4"),
+              ("device: ready to encoded", "ready_ms", "encode_end_ms", 1, "C0"),
+              ("device: collectives", "comm_start_ms", "comm_end_ms", 1, "C1"),
+              ("device: decode", "decode_start_ms", "decode_end_ms", 1, "C2"))
+
+
+def _hook_lanes(ax, t: pd.DataFrame, measured: bool) -> None:
+    """One panel of :func:`hook_timeline`: per bucket (row ``i``, communication order) a host lane and a device lane
+    of horizontal bars, and the end of the backward pass as a vertical line."""
+    y = np.arange(len(t), dtype=float)
+    for label, start, end, lane, colour in _HOOK_BARS:
+        if start not in t or end not in t:
+            continue
+        a, b = t[start].to_numpy(float), t[end].to_numpy(float)
+        ok = np.isfinite(a) & np.isfinite(b)
+        bars = ax.barh(y[ok] + 0.21 * lane, b[ok] - a[ok], left=a[ok], height=0.38, color=colour, label=label)
+        if measured and end == "decode_end_ms" and all(c in t for c in HOOK_TIMELINE_SPREAD):
+            for patch in bars.patches:
+                patch.set_gid(f"{MEASURED}:decode")
+            lo, hi = (t[c].to_numpy(float) for c in HOOK_TIMELINE_SPREAD)
+            ax.hlines(y + 0.21, lo, hi, color="0.1", linewidth=1.2, gid="spread:decode")
+    ax.axvline(float(t["backward_end_ms"].iloc[0]), color="0.1", linewidth=1.4, label="end of the backward pass")
+    ax.set_yticks(y, [str(int(b)) for b in t["bucket"]])
+    ax.set_xlabel("time since the backward pass started (ms)")
+
+
+def hook_timeline(measured: pd.DataFrame, predicted: pd.DataFrame, context: str = "", n_iter: int | None = None,
+                  model_name: str = "model"):
+    """Where does a DDP comm hook's iteration go, bucket by bucket? Two panels on one ms axis from the start of the
+    backward pass: the measured time line (left; ``hook_times`` stamps, e.g. from
+    :func:`studykit.measure.hook_times.hook_timeline_table` and ``hook_host_table``) and the model's (right;
+    ``buckets`` of :func:`studykit.perfmodel.model.bucket_timeline_s`). Each DDP bucket (rows, communication order)
+    has a host lane (waiting for the communication thread, then the thread running the bucket's protocol) and a
+    device lane (from the moment the bucket is ready until it is encoded, which includes any wait for the
+    protocol's turn; its collectives; its decode); a vertical line marks
+    the end of the backward pass. Both frames hold :data:`HOOK_TIMELINE_COLUMNS` (ms), optionally
+    :data:`HOOK_TIMELINE_HOST` and, for ``measured``, :data:`HOOK_TIMELINE_SPREAD` (drawn as whiskers at the decode
+    end). ``context`` (model, compressor, rate, GPUs) goes under the question; ``n_iter``: the iterations the
+    measured medians come from; ``model_name``: what the right panel's title calls the model. Returns
+    ``(fig, (ax_measured, ax_model))``."""
+    for name, t in (("measured", measured), ("predicted", predicted)):
+        missing = [c for c in HOOK_TIMELINE_COLUMNS if c not in t]
+        if missing or t.empty:
+            raise ValueError(f"hook_timeline: the {name} frame needs one row per bucket with columns "
+                             f"{', '.join(HOOK_TIMELINE_COLUMNS)}" + (f"; missing {', '.join(missing)}" if missing
+                                                                       else "; it has no rows"))
+    fig, (axm, axp) = new(ncols=2, width=6.2, height=0.34 * max(len(measured), len(predicted)) + 3.4,
+                          sharex=True, sharey=True, layout="constrained")
+    _hook_lanes(axm, measured, measured=True)
+    _hook_lanes(axp, predicted, measured=False)
+    axm.invert_yaxis()  # bucket 0, the first to communicate, on top (shared with the model's panel)
+    axm.set_xlim(left=0.0)
+    axm.set_ylabel("DDP bucket (communication order)")
+    spread = all(c in measured for c in HOOK_TIMELINE_SPREAD)
+    axm.set_title("measured: median" + (f" of {n_iter} iterations" if n_iter else "")
+                  + ("\n(whiskers: decode end's interquartile range)" if spread else ""), fontsize="medium")
+    axp.set_title(f"{model_name}: the same configuration", fontsize="medium")
+    seen: dict = {}
+    for ax in (axm, axp):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen.keys()), loc="outside lower center", ncol=3, fontsize="small")
+    fig.suptitle(titled("Where does the hook's time go, bucket by bucket?", context or None), fontsize="medium")
+    finish(fig)
+    return fig, (axm, axp)

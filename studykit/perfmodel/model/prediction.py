@@ -53,6 +53,8 @@ class Prediction:
     wire_bytes: np.ndarray | None = None
     plans: dict = field(default_factory=dict)  # world_size -> list of collectives (dicts)
     notes: dict = field(default_factory=dict)  # how each input was obtained
+    #: ``mode="hook"`` on the timeline: each DDP bucket's moments (s; ``buckets`` of :func:`hook_timeline_s`)
+    buckets: dict | None = None
 
     @property
     def speedup(self):
@@ -202,6 +204,7 @@ def predict(workload: Workload, hardware: Hardware, world_size, compressor=None,
                                bucket_encode_decode_s, host_s,
                                None if hook_coalesce_mb is None else float(hook_coalesce_mb) * 2**20)
         notes["compressed_plans"] = "per DDP bucket, timeline"
+        pred.buckets = comp.pop("buckets")  # lists per bucket: kept apart from the grid of totals
     elif per_bucket or measured:
         if p.size != 1:
             raise ValueError("measured collectives and per-bucket hook plans need one world size per call")

@@ -50,7 +50,13 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
 
     A codec whose launches take longer than its kernels (PowerSGD rank 32 with Gram-Schmidt, bucket by
     bucket) ends when its host does, not when its device work would; one whose kernels take longer is
-    unchanged. Returned as ``host_end_s`` (``H_k``; 0 without the chain)."""
+    unchanged. Returned as ``host_end_s`` (``H_k``; 0 without the chain).
+
+    ``buckets``: each bucket's moments (s since the start of the backward pass, one entry per bucket, in
+    communication order): ``ready_s`` (``f_i C + sum_{j<i} e_j``), ``encode_end_s`` (``g_i``),
+    ``comm_start_s`` (``max(g_i, F_{i-1})``), ``comm_end_s`` (``F_i``), ``decode_start_s`` (``max(F_i, D_{i-1})``),
+    ``decode_end_s`` (``D_i``) and, with the host chain, ``host_ready_s`` (``r_i``), ``host_start_s``
+    (``max(r_i, H_{i-1})``), ``host_issue_s`` (``P_i``) and ``host_done_s`` (``H_i``)."""
     f = np.asarray(ready_fractions, dtype=float)
     k = len(comm_s)
     if len(f) != k:
@@ -66,23 +72,36 @@ def bucket_timeline_s(t_compute_s, ready_fractions, comm_s: Sequence, encode_s: 
     enc = 0.0 * C
     comm = 0.0 * C
     g = C
+    keys = ("ready_s", "encode_end_s", "comm_start_s", "comm_end_s", "decode_start_s", "decode_end_s")
+    per: dict = {name: [] for name in keys + (("host_ready_s", "host_start_s", "host_issue_s", "host_done_s")
+                                               if chain else ())}
     for i in range(k):
+        per["ready_s"].append(f[i] * C + enc)
         enc = enc + e[i]
         g = f[i] * C + enc
         if chain:
             h = np.asarray(host_s[i], dtype=float)  # may be an array (e.g. a grid of CPU slowdowns)
+            per["host_ready_s"].append(float(host_ready_s[i]) + 0 * C)
+            per["host_start_s"].append(np.maximum(float(host_ready_s[i]), H))
             pre = np.maximum(float(host_ready_s[i]), H) + h / 2
             g = np.maximum(g, pre)
+            per["host_issue_s"].append(pre)
+        per["encode_end_s"].append(g)
+        per["comm_start_s"].append(np.maximum(g, F))
         F = np.maximum(g, F) + comm_s[i]
+        per["comm_end_s"].append(F)
+        per["decode_start_s"].append(np.maximum(F, D))
         D = np.maximum(F, D) + d[i]
         if chain:
             H = np.maximum(pre, F) + h / 2
             D = np.maximum(D, H)
+            per["host_done_s"].append(H)
+        per["decode_end_s"].append(D)
         comm = comm + comm_s[i]
     busy = C + enc + sum(np.asarray(x, dtype=float) for x in d)
     total = np.maximum(busy, D)
     return {"total_s": total, "compute_s": busy, "comm_s": comm, "exposed_s": total - busy, "last_ready_s": g,
-            "host_end_s": H}
+            "host_end_s": H, "buckets": per}
 
 
 def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor, params, world_size: int,
@@ -106,7 +125,8 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
       of all their shapes at once, its encode/decode and host time the sum of its buckets'.
 
     Same keys as :func:`compressed_s`, plus ``k``, ``exposed_s`` (the part not hidden under the
-    backward pass) and ``host_end_s``."""
+    backward pass), ``host_end_s`` and ``buckets`` (each bucket's, or coalesced group's, moments:
+    :func:`bucket_timeline_s`)."""
     groups = workload.ddp_bucket_shapes()
     sizes = np.asarray([4.0 * sum(math.prod(s) for s in g) for g in groups])
     fr = workload.ready_fractions("ddp")
@@ -149,4 +169,5 @@ def hook_timeline_s(t_comp_s, t_encode_decode_s, workload: Workload, compressor,
     z = 0 * tl["total_s"]
     return {"compute_s": gamma * comp + z, "encode_decode_s": ed + z, "allreduce_s": np.asarray(t_ar) + z,
             "allgather_s": np.asarray(t_ag) + z, "comm_s": tl["comm_s"] + z, "exposed_s": tl["exposed_s"] + z,
-            "total_s": tl["total_s"], "k": np.asarray(float(len(merge))), "host_end_s": tl["host_end_s"] + z}
+            "total_s": tl["total_s"], "k": np.asarray(float(len(merge))), "host_end_s": tl["host_end_s"] + z,
+            "buckets": tl["buckets"]}

@@ -96,9 +96,11 @@ def _kk(k: float) -> str:
 
 def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None = None,
                     path_overhead_s: float = 0.0, opts: ModelOptions | None = None, curve=None,
-                    ed_scale: tuple[float, str] = (1.0, "")) -> dict:
+                    ed_scale: tuple[float, str] = (1.0, ""), timeline: bool = False) -> dict:
     """One DDP record predicted by :func:`studykit.perfmodel.model.predict` with the ``variant`` preset
-    (:meth:`ModelOptions.paper` / :meth:`ModelOptions.extended`) and the record's inputs; the row's terms."""
+    (:meth:`ModelOptions.paper` / :meth:`ModelOptions.extended`) and the record's inputs; the row's terms.
+    ``timeline``: a hook on the per-bucket timeline also returns each bucket's moments as ``_buckets``
+    (:attr:`~studykit.perfmodel.model.Prediction.buckets`)."""
     opts = opts or ModelOptions.named(variant)
     m, bs, p = r["model"], int(r["batch_size"]), int(r["world_size"])
     tc, how_tc = inp.tcomp(m, bs, p, contended=opts.cpu_contention)
@@ -152,7 +154,8 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
     pr = predict(w, hw, p, r["compressor"], _clean_params(r["params"]), t_encode_decode_s=ed, options=opts,
                  mode=r["mode"], bytes_scale=scale, **per_bucket)
     c = {k: float(np.asarray(v)) for k, v in pr.compressed.items()}
-    return {"t_comp_ms": tc * 1e3, "overhead_ms": (o * kappa + pr.notes["path_overhead_s"]) * 1e3,
+    return {**({"_buckets": pr.buckets} if timeline else {}),
+            "t_comp_ms": tc * 1e3, "overhead_ms": (o * kappa + pr.notes["path_overhead_s"]) * 1e3,
             "t_obs_ms": c["total_s"] * 1e3, "t_comm_ms": c["comm_s"] * 1e3,
             "t_encode_decode_ms": c["encode_decode_s"] * 1e3, "gamma": float("nan"),
             "k_buckets": int(c.get("k", 1)), "bound": "", "predicted_ms": c["iteration_s"] * 1e3,
