@@ -298,7 +298,7 @@ def _latest(records: Iterable[dict]) -> list[dict]:
 
 
 def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_TARGETS,
-                 coalesce_mb: Optional[float] = None, shaped: bool = False) -> pd.DataFrame:
+                 coalesce_mb: Optional[float] = None, shaped: bool = False, runner: str = "thread") -> pd.DataFrame:
     """The NVLink hook targets (:data:`HOOK_TARGETS`) judged on ``ddp`` records without an emulated network: per
     (GPU, world size, model, batch) and target, the kit's overlapped hook (mode ``hook``, ``hook_overlap``
     true) against its reference (syncSGD or PyTorch's built-in hook), median iteration times, ``ratio`` =
@@ -308,13 +308,15 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
     size 1 or for a model and batch where no kit hook ran (e.g. a batch sweep of syncSGD alone). The latest record of a configuration counts. Columns: gpu, world_size, model,
     batch_size, rate_gbps, target, text, kit, kit_ms, kit_n, reference, reference_ms, reference_n, ratio, limit,
     verdict. ``shaped``: the same targets judged per emulated rate instead (records with ``network.rate_gbps``;
-    the fp16 and PowerSGD hooks have to hold at every rate, not only over NVLink)."""
+    the fp16 and PowerSGD hooks have to hold at every rate, not only over NVLink). ``runner``: the hook judged ran
+    its protocols so (``hook_runner``: "thread", the default and records without the field, or "graph")."""
     from studykit.measure.crossover import coalesce_text, method_label
 
     def rate(r):
         return (r.get("network") or {}).get("rate_gbps")
     recs = [r for r in _latest(records) if _default_run(r) and bool(rate(r)) == shaped
-            and (r.get("mode") != "hook" or r.get("hook_coalesce_mb") == coalesce_mb)]
+            and (r.get("mode") != "hook" or (r.get("hook_coalesce_mb") == coalesce_mb
+                                             and (r.get("hook_runner") or "thread") == runner))]
     groups: dict[tuple, dict] = {}
     for r in recs:
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), rate(r))
@@ -336,7 +338,7 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
                          "rate_gbps": key[4], "target": t.key,
                          "text": t.text,
                          "kit": method_label("hook", t.compressor, dict(t.params), None, True)
-                         + coalesce_text(coalesce_mb),
+                         + coalesce_text(coalesce_mb) + runner_text(runner),
                          "kit_ms": k["ms_median"] if k else None, "kit_n": k.get("n_iter") if k else None,
                          "reference": method_label(t.reference_mode, t.reference_compressor, dict(t.reference_params),
                                                    None),
@@ -345,6 +347,11 @@ def hook_targets(records: Iterable[dict], targets: Sequence[HookTarget] = HOOK_T
     cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "target", "text", "kit", "kit_ms", "kit_n", "reference",
             "reference_ms", "reference_n", "ratio", "limit", "verdict"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def runner_text(runner: Optional[str]) -> str:
+    """' (graph runner)' for a hook whose buckets were replayed as CUDA graphs; '' for the communication thread."""
+    return "" if runner in (None, "thread") else f" ({runner} runner)"
 
 
 def _ms_n(ms, n) -> str:
@@ -378,10 +385,11 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     (mode ``hook``, ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
     times; ``ratio`` = hook / post, ``verdict`` PASS (ratio <= 1) or MISS. Configurations with only one of
     the two are left out. The latest record of a configuration counts. A hook that coalesced buckets
-    (``hook_coalesce_mb``) or ran without DDP's buffer broadcast (``broadcast_buffers`` false) is a row of its
-    own beside the per-bucket hook, its label saying so (post runs the plain model either way). Columns: gpu,
+    (``hook_coalesce_mb``), ran without DDP's buffer broadcast (``broadcast_buffers`` false) or replayed its
+    buckets as CUDA graphs (``hook_runner`` graph) is a row of its own beside the per-bucket hook on the
+    communication thread, its label saying so (post runs the plain model either way). Columns: gpu,
     world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, broadcast_buffers,
-    hook_ms, hook_n, post_ms, post_n, ratio, verdict, hook_q25, hook_q75 (quartiles of the hook's timed
+    hook_runner, hook_ms, hook_n, post_ms, post_n, ratio, verdict, hook_q25, hook_q75 (quartiles of the hook's timed
     iterations, ms; NaN where the record kept none)."""
     from studykit.measure.crossover import buffers_text, coalesce_text
     from studykit.measure.timing import quartiles
@@ -397,30 +405,31 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
             continue
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), float(rate),
                r.get("compressor"), json.dumps(r.get("params") or {}, sort_keys=True))
-        mode = ("hook", r.get("hook_coalesce_mb"), not nobuf) if r["mode"] == "hook" else ("post", None, True)
+        mode = (("hook", r.get("hook_coalesce_mb"), not nobuf, r.get("hook_runner") or "thread")
+                if r["mode"] == "hook" else ("post", None, True, None))
         by.setdefault(key, {})[mode] = r
     rows = []
     for key, found in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
                              + tuple(str(x) for x in kv[0][5:])):
-        p = found.get(("post", None, True))
+        p = found.get(("post", None, True, None))
         if p is None:
             continue
-        hooks = [(mb, bb, h) for (m, mb, bb), h in found.items() if m == "hook"]
-        # per bucket first (DDP's buffer broadcast, then without), then coalesced by MB
-        for mb, bb, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0, not x[1])):
+        hooks = [(mb, bb, run, h) for (m, mb, bb, run), h in found.items() if m == "hook"]
+        # per bucket first (DDP's buffer broadcast, then without), then coalesced by MB; the thread before the graph
+        for mb, bb, run, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0, not x[1], x[2] != "thread")):
             ratio = h["ms_median"] / p["ms_median"]
             q25, _, q75 = quartiles(h["times_ms"]) if h.get("times_ms") else (math.nan,) * 3
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
                          "label": setting_label(key[5], json.loads(key[6]), "short")
-                         + coalesce_text(mb) + buffers_text(None if bb else False), "hook_coalesce_mb": mb,
-                         "broadcast_buffers": None if bb else False,
+                         + coalesce_text(mb) + buffers_text(None if bb else False) + runner_text(run),
+                         "hook_coalesce_mb": mb, "broadcast_buffers": None if bb else False, "hook_runner": run,
                          "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
                          "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS",
                          "hook_q25": q25, "hook_q75": q75})
     cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label",
-            "hook_coalesce_mb", "broadcast_buffers", "hook_ms", "hook_n", "post_ms", "post_n", "ratio", "verdict",
-            "hook_q25", "hook_q75"]
+            "hook_coalesce_mb", "broadcast_buffers", "hook_runner", "hook_ms", "hook_n", "post_ms", "post_n", "ratio",
+            "verdict", "hook_q25", "hook_q75"]
     return pd.DataFrame(rows, columns=cols)
 
 
