@@ -317,8 +317,8 @@ def findings(c: dict, metric: str = "test_loss", baseline: str = "fp16") -> list
         levels = runs[runs["method"] == m].groupby("level")["iterations"].sum()
         if len(levels) > 1:
             share = ", ".join(f"{lv} {100 * n / levels.sum():.0f} %" for lv, n in levels.sort_values(ascending=False).items())
-            boost = " (none: the ladder's boost to full precision after a stall)" if "none" in levels.index else ""
-            out.append(f"{m} trained its iterations at: {share} (all runs at its chosen rate){boost}.")
+            boost = "; none: the ladder's boost to full precision after a stall" if "none" in levels.index else ""
+            out.append(f"{m} trained its iterations at: {share} (all runs at its chosen rate{boost}).")
     eff, early = optimizer_effect(c["sweep"]), optimizer_effect(c["sweep"], rounds=slice(0, 5))
     for m in ("quantize8", "dynamic"):
         key = (m, float(c["lrs"].loc[m, "lr"])) if m in c["lrs"].index else None
