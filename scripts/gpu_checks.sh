@@ -19,15 +19,21 @@
 #   hooks    - ResNet-50 on a link shaped to HOOK_RATE Gbit/s: the PowerSGD and top-k hooks beside their
 #              post-backward path, stamped bucket by bucket (`--hook-times`), the identity compressor `none`
 #              as a hook (the path overhead), then the same hooks with a 0.5 ms GIL switch interval (A/B);
-#   ps       - ResNet-50 on the same link through one parameter server (`--comm collective ps`; beside Table 1).
+#   ps       - ResNet-50 on the same link through one parameter server (`--comm collective ps`; beside Table 1);
+#   hookdiag - where the overlapped hook loses to post, over NVLink: DIAG_MODELS with syncSGD, `none` and
+#              PowerSGD rank 4 after the backward pass and as hooks (thread and graph runner, per bucket and
+#              coalesced per iteration), 30 timed iterations after 10 warm-up, stamped bucket by bucket, each
+#              configuration then traced (`--trace-dir`), and the traces set side by side
+#              (`benchmarks/hook_trace.py`: compute stream, the codec's side streams and their overlap, host threads).
 # Writes (directly in $OUT): kernels.xml (pytest's report), profile.jsonl, profile_host_ahead.jsonl, tcomp.jsonl,
-# nvlink.jsonl, hooks.jsonl, ps.jsonl,
+# nvlink.jsonl, hooks.jsonl, ps.jsonl, hookdiag.jsonl, hook_trace.md (and the traces under $OUT/traces/),
 # run.log, RUN.txt. Needs root (hooks, ps), python3 with torch (CUDA), torchvision, transformers, pytest,
 # triton, and iproute2 (IPROUTE2, as for scripts/gpu_bandwidth.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-PHASES=${PHASES:-"kernels buckets hostahead nvlink hooks ps"}
+PHASES=${PHASES:-"kernels buckets hostahead nvlink hooks ps hookdiag"}
+DIAG_MODELS=${DIAG_MODELS:-"bert_base resnet50"}
 MODELS=${MODELS:-"resnet50 resnet101 bert_base"}
 BUCKET_COMPRESSORS=${BUCKET_COMPRESSORS:-"fp16 powersgd:rank=4 powersgd:rank=32 powersgd:rank=32,orthogonalize=cholesky topk:ratio=0.01 topk_chunked:ratio=0.01 randomk:ratio=0.01 ef_signsgd qsgd quantize:bits=8 thc dgc:ratio=0.01"}
 HOOK_RATE=${HOOK_RATE:-10}
@@ -36,7 +42,7 @@ GIL_AB=${GIL_AB-0.5}   # the hooks phase again at these GIL switch intervals (ms
 TOTAL_S=${TOTAL_S:-560}
 # shellcheck source=scripts/gpu_common.sh
 . scripts/gpu_common.sh
-machine_summary gpu_checks.sh "PHASES=$PHASES MODELS=$MODELS HOOK_RATE=$HOOK_RATE NVLINK_ITERS=$NVLINK_ITERS NVLINK_WARMUP=$NVLINK_WARMUP GIL_AB=$GIL_AB TOTAL_S=$TOTAL_S" \
+machine_summary gpu_checks.sh "PHASES=$PHASES MODELS=$MODELS DIAG_MODELS=$DIAG_MODELS HOOK_RATE=$HOOK_RATE NVLINK_ITERS=$NVLINK_ITERS NVLINK_WARMUP=$NVLINK_WARMUP GIL_AB=$GIL_AB TOTAL_S=$TOTAL_S" \
   "BUCKET_COMPRESSORS=$BUCKET_COMPRESSORS"
 
 want() { case " $PHASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -68,10 +74,15 @@ done
 want ps && phase ps 120 $PY -m studykit throttle --gpus --workers 2 "${IPR[@]}" --rate-gbps "$HOOK_RATE" \
   --timeout-s 110 --out "$OUT/ps.jsonl" -- "${DDP[@]}" --models resnet50 --modes post \
   --compressors none fp16 signsgd topk:ratio=0.01 --comm collective ps
+want hookdiag && phase hookdiag 300 "${TORCHRUN[@]}" ddp --warmup 10 --iters 30 --budget-s 1000 --min-iter 30 \
+  --timeout-s 290 --quiet --models $DIAG_MODELS --modes syncsgd post hook --compressors none powersgd:rank=4 \
+  --hook-runner thread graph --hook-coalesce-mb off 0 --hook-times --trace-dir "$OUT/traces" --out "$OUT/hookdiag.jsonl"
+want hookdiag && [ -d "$OUT/traces" ] && phase hooktrace 60 $PY benchmarks/hook_trace.py "$OUT"/traces/*.json.gz \
+  --out "$OUT/hook_trace.md"
 } 2>&1
 [ -f "$OUT/kernels.xml" ] && grep -o 'tests="[0-9]*" [^>]*' "$OUT/kernels.xml" | head -1 | sed 's/^/kernels: /' | tee -a "$RUN"
 echo "finished $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" | tee -a "$RUN"
-for f in profile profile_host_ahead tcomp nvlink hooks ps; do
+for f in profile profile_host_ahead tcomp nvlink hooks ps hookdiag; do
   [ -f "$OUT/$f.jsonl" ] && echo "$f.jsonl: $(wc -l < "$OUT/$f.jsonl") records" | tee -a "$RUN"
 done
 exit 0
