@@ -42,8 +42,7 @@ PARAMS = [torch.nn.Parameter(torch.empty(s)) for s in SHAPES]
 # ------------------------------------------------------------------------------------------ validation
 @pytest.mark.parametrize("kw, match", [
     ({"runner": "inline"}, "runner must be one of thread, graph, got 'inline'"),
-    ({"runner": "graph", "overlap": False}, "needs overlap=True and coalesce_mb=None"),
-    ({"runner": "graph", "coalesce_mb": 0}, "needs overlap=True and coalesce_mb=None"),
+    ({"runner": "graph", "overlap": False}, "needs overlap=True"),
 ])
 def test_a_bad_runner_is_refused_with_the_valid_choices(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -193,6 +192,59 @@ def test_close_frees_the_captured_graphs_and_the_hook_captures_again_after_it(ma
     state.close()
 
 
+# ------------------------------------------------------------------------------------------ coalesced groups
+PARAMS2 = [torch.nn.Parameter(torch.empty(s)) for s in SHAPES]
+
+
+def _group_steps(state, bufs, grads):
+    """One step: bucket 0 (not the last) then bucket 1 (the iteration's last) of ``bufs`` filled from the pair in
+    ``grads``; returns each step's two averages."""
+    outs = []
+    for g0, g1 in grads:
+        bufs[0].copy_(g0)
+        bufs[1].copy_(g1)
+        futs = [sk_ddp.compressor_hook(state, _Bucket(params, buf, i, last=i == 1))
+                for i, (params, buf) in enumerate(zip((PARAMS, PARAMS2), bufs))]
+        outs.append([f.wait().clone() for f in futs])
+        if bufs[0].is_cuda:
+            torch.cuda.synchronize()
+        _until_idle(state)
+    return outs
+
+
+def test_the_graph_runner_with_coalescing_runs_the_threads_way_on_the_cpu():
+    """On the CPU the graph runner of a coalesced hook gives the thread runner's averages (nothing to capture)."""
+    grads = [(_grad(s), _grad(100 + s)) for s in range(4)]
+    ref = _group_steps(sk_ddp.HookState(C.get("powersgd"), comm=LocalComm(), coalesce_mb=0),
+                       [torch.zeros_like(grads[0][0]) for _ in range(2)], grads)
+    state = sk_ddp.HookState(C.get("powersgd"), comm=LocalComm(), coalesce_mb=0, runner="graph")
+    got = _group_steps(state, [torch.zeros_like(grads[0][0]) for _ in range(2)], grads)
+    for step, (a, b) in enumerate(zip(ref, got)):
+        for x, y in zip(a, b):
+            assert torch.allclose(x, y, rtol=1e-5, atol=1e-6), f"step {step} differs"
+    assert not state._graphs
+
+
+@pytest.mark.parametrize("name", ["powersgd", "topk", "none", "quantize", "qsgd", "fp16"])
+@pytest.mark.parametrize("marks", [pytest.param(None, marks=GPU)])
+def test_the_graph_runner_captures_a_coalesced_group_as_one_graph_with_the_threads_results(name, marks):
+    """One GPU (LocalComm), two buckets coalesced per iteration (``coalesce_mb=0``): the graph runner's averages
+    equal the thread's at every step; the group is kept under one key, with a graph unless the protocol draws
+    host-seeded random numbers (qsgd)."""
+    grads = [(_grad(s, "cuda"), _grad(100 + s, "cuda")) for s in range(8)]
+    ref = _group_steps(sk_ddp.HookState(C.get(name), comm=LocalComm(), coalesce_mb=0),
+                       [torch.zeros_like(grads[0][0]) for _ in range(2)], grads)
+    state = sk_ddp.HookState(C.get(name), comm=LocalComm(), coalesce_mb=0, runner="graph")
+    got = _group_steps(state, [torch.zeros_like(grads[0][0]) for _ in range(2)], grads)
+    for step, (a, b) in enumerate(zip(ref, got)):
+        for x, y in zip(a, b):
+            assert torch.allclose(x, y, rtol=1e-5, atol=1e-6, equal_nan=True), f"{name}: step {step} differs"
+    assert list(state._graphs) == [("group", 0, 1)], f"{name}: the group was not captured under its key"
+    assert (state._graphs[("group", 0, 1)].graph is None) == (name == "qsgd"), f"{name}: wrong graph kept"
+    assert state.calls == len(grads)
+    state.close()
+
+
 # ------------------------------------------------------------------------------------------ graph (two GPUs, NCCL)
 def _ddp_worker(rank, world_size, port, name, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0")
@@ -200,12 +252,12 @@ def _ddp_worker(rank, world_size, port, name, out_dir):
     dist.init_process_group("nccl", rank=rank, world_size=world_size)
     try:
         finals = {}
-        for runner in ("thread", "graph"):
+        for runner, coalesce in (("thread", None), ("graph", None), ("thread_c0", 0), ("graph_c0", 0)):
             torch.manual_seed(0)
             net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
                                       torch.nn.ReLU(), torch.nn.Linear(128, 10)).cuda()
             ddp = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank], bucket_cap_mb=0.03)
-            state = sk_ddp.register(ddp, name, runner=runner)
+            state = sk_ddp.register(ddp, name, runner=runner.split("_")[0], coalesce_mb=coalesce)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
             g = torch.Generator(device="cuda").manual_seed(rank)
             for _ in range(10):
@@ -229,7 +281,8 @@ def _ddp_worker(rank, world_size, port, name, out_dir):
 @pytest.mark.parametrize("name", ["powersgd", "topk", "ef_signsgd", "qsgd", "none"])
 def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
     """Real DDP on NCCL, a model of several buckets, 10 steps: the graph runner's parameters equal the thread
-    runner's on both ranks (collectives captured in the graphs), and deterministic protocols were replayed."""
+    runner's on both ranks (collectives captured in the graphs), per bucket and coalesced per iteration, and
+    deterministic protocols were replayed (coalesced: one graph for the whole iteration)."""
     with tempfile.TemporaryDirectory() as out:
         port = 29500 + os.getpid() % 1000
         ctx = mp.spawn(_ddp_worker, args=(2, port, name, out), nprocs=2, join=False)
@@ -243,6 +296,10 @@ def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
             finals = torch.load(os.path.join(out, f"rank{rank}.pt"))
             for a, b in zip(finals["thread"], finals["graph"]):
                 assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"{name}: rank {rank} trained differently"
+            for a, b in zip(finals["thread_c0"], finals["graph_c0"]):
+                assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"{name}: rank {rank}, coalesced differs"
+            if name != "qsgd":
+                assert finals["graph_c0_graphs"] == 1, f"{name}: the coalesced iteration was not one replayed graph"
             if name == "none":  # one all-reduce round: chained to an asynchronous all-reduce, nothing to capture
                 assert finals["graph_graphs"] == 0, f"{name}: a one-round all-reduce was captured"
             elif name != "qsgd":  # qsgd draws host-seeded random numbers: eager

@@ -53,7 +53,7 @@ class HookState:
         self.nonfinite = NonFinite()
         self.comm_kind = _check_kind(comm_kind)
         self.coalesce_bytes = _check_coalesce(coalesce_mb, overlap)
-        self.runner = _check_runner(runner, overlap, coalesce_mb)
+        self.runner = _check_runner(runner, overlap)
         #: the graph runner's captured buckets: index -> _BucketGraph (its graph None: not capturable)
         self._graphs: dict = {}
         #: the graph runner's count of a bucket's calls with the same parameters and buffer: index -> (ids, ptr, n)
@@ -287,12 +287,11 @@ def _check_coalesce(coalesce_mb: Optional[float], overlap: bool) -> Optional[flo
     return float(coalesce_mb) * 2**20
 
 
-def _check_runner(runner: str, overlap: bool, coalesce_mb) -> str:
+def _check_runner(runner: str, overlap: bool) -> str:
     if runner not in RUNNERS:
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
-    if runner != "thread" and (not overlap or coalesce_mb is not None):
-        raise ValueError(f"runner={runner!r} needs overlap=True and coalesce_mb=None (the blocking and the coalescing "
-                         f"hook run their protocol their own way)")
+    if runner != "thread" and not overlap:
+        raise ValueError(f"runner={runner!r} needs overlap=True (the blocking hook runs its protocol inside the hook)")
     return runner
 
 
@@ -396,7 +395,10 @@ def _launch(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[t
         waiting = sum(b.numel() * b.element_size() for b, *_ in state._pending)
         if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
             group, state._pending = state._pending, []
-            state.submit(lambda: _run_group(state, comp, group, comm))
+            if state.runner == "graph" and cuda:
+                _graph_group(state, comp, group, comm)
+            else:
+                state.submit(lambda: _run_group(state, comp, group, comm))
         return fut
 
     if state.runner == "graph" and cuda:
@@ -432,8 +434,9 @@ class _BucketGraph:
     def __init__(self, graph, comp, ids, ptr, nbytes, bad):
         self.graph, self.comp, self.ids, self.ptr, self.nbytes, self.bad = graph, comp, ids, ptr, nbytes, bad
 
-    def fits(self, comp: Compressor, ids: list, buf: torch.Tensor) -> bool:
-        return self.comp is comp and self.ids == ids and self.ptr == buf.data_ptr()
+    def fits(self, comp: Compressor, ids: list, ptr) -> bool:
+        """Whether a call of ``comp`` on parameters ``ids`` in the buffer(s) at ``ptr`` replays this capture."""
+        return self.comp is comp and self.ids == ids and self.ptr == ptr
 
 
 def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: list, shapes: list, comm,
@@ -443,7 +446,7 @@ def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids:
     is captured, in the hook, once the thread is idle; anything else runs on the thread as with the thread
     runner."""
     entry = state._graphs.get(key)
-    if entry is not None and not entry.fits(comp, ids, buf):
+    if entry is not None and not entry.fits(comp, ids, buf.data_ptr()):
         del state._graphs[key]  # DDP rebuilt its buckets, a compressor was swapped in: capture again
         entry = None
     old = state._streak.get(key)
@@ -575,6 +578,85 @@ def _run_group(state: HookState, comp: Compressor, group: list, comm) -> None:
             fut.set_exception(exc)
 
 
+def _graph_group(state: HookState, comp: Compressor, group: list, comm) -> None:
+    """The graph runner for a coalesced group (``coalesce_mb`` with ``runner="graph"``), as :func:`_graph_call`
+    for one bucket: a group captured before replays its graph in the hook (the thread idle); one seen
+    ``CAPTURE_AFTER`` times with the same buckets, parameters and buffers is captured; anything else runs on the
+    thread. Completes every bucket's future of the group."""
+    gkey = _group_key(group)
+    ids = [i for _, _, bids, *_ in group for i in bids]
+    ptrs = tuple(b.data_ptr() for b, *_ in group)
+    entry = state._graphs.get(gkey)
+    if entry is not None and not entry.fits(comp, ids, ptrs):
+        del state._graphs[gkey]
+        entry = None
+    old = state._streak.get(gkey)
+    n = old[2] + 1 if old is not None and old[0] == ids and old[1] == ptrs else 1
+    state._streak[gkey] = (ids, ptrs, n)
+    idle = state.idle()
+    capture = entry is None and n >= CAPTURE_AFTER and idle
+    buf = group[0][0]
+
+    def job():
+        try:
+            with torch.no_grad():
+                side = state.side_stream(buf.device)
+                with torch.cuda.device(buf.device), torch.cuda.stream(side):
+                    for *_, ready in group:
+                        side.wait_event(ready)
+                    if state.nonfinite.recover(comp, gkey):  # its state was forgotten: the graph holds the old
+                        state._graphs.pop(gkey, None)
+                        state._streak.pop(gkey, None)
+                        _reduce_group(state, comp, group, comm)
+                    elif entry is not None and entry.graph is not None:
+                        for _, key, bids, shapes, *_ in group:
+                            _track(state, key, bids, shapes)
+                        _replay(state, comp, entry, gkey, buf)
+                    elif capture:
+                        _capture_group(state, comp, group, gkey, ids, ptrs, comm)
+                    else:
+                        _reduce_group(state, comp, group, comm)
+                    for b, *_, fut, _ in group:
+                        fut.set_result(b)  # records an event on `side`, which DDP's wait() waits for
+        except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
+            for *_, fut, _ in group:
+                fut.set_exception(exc)
+
+    if idle and (capture or (entry is not None and entry.graph is not None)):
+        job()
+    else:
+        state.submit(job)
+
+
+def _capture_group(state: HookState, comp: Compressor, group: list, gkey, ids: list, ptrs: tuple, comm) -> None:
+    """:func:`_capture` for a coalesced group: its protocol captured as one CUDA graph and replayed once (kept only
+    where a replay is the next call); a group that cannot be captured runs eagerly, now and later."""
+    draws, before = comp.random_draws, _state_tensors(comp, gkey)
+    for _, key, bids, shapes, *_ in group:
+        _track(state, key, bids, shapes)
+    graph = torch.cuda.CUDAGraph()
+    rec = RecordingComm(comm)
+    try:
+        with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+            bad = _group_protocol(state, comp, group, gkey, rec)
+    except RuntimeError:  # an operation that cannot be captured: nothing ran
+        _settle_generators(group[0][0].device)
+        state._graphs[gkey] = _BucketGraph(None, comp, ids, ptrs, 0, None)
+        _reduce_group(state, comp, group, comm)
+        return
+    keep = comp.random_draws == draws and _state_tensors(comp, gkey) == before
+    state._graphs[gkey] = _BucketGraph(graph if keep else None, comp, ids, ptrs, rec.nbytes, bad)
+    graph.replay()
+    state.nonfinite.note(gkey, bad)
+    state.bytes_sent += rec.nbytes
+    state.calls += 1
+
+
+def _group_key(group: list) -> tuple:
+    """The key under which a coalesced group keeps its state (warm start, residual): its bucket indices."""
+    return ("group",) + tuple(key for _, key, *_ in group)
+
+
 def _reduce_group(state: HookState, comp: Compressor, group: list, comm) -> None:
     """The protocol on the buckets of ``group`` together, each result written back into its bucket. A bucket
     whose parameters changed (DDP rebuilt its buckets) drops the group's state (warm start, residual)."""
@@ -582,14 +664,23 @@ def _reduce_group(state: HookState, comp: Compressor, group: list, comm) -> None
     for b, key, ids, shapes, *_ in group:
         changed |= state.bucket_params.get(key, ids) != ids
         _track(state, key, ids, shapes)
-    gkey = ("group",) + tuple(key for _, key, *_ in group)
+    gkey = _group_key(group)
     if changed and comp.memory is not None:
         for k in [k for k in comp.memory.residuals if isinstance(k, tuple) and k[:1] == ("group",)
                   and set(k[1:]) & {key for _, key, *_ in group}]:
             comp.memory.forget(k)
     rec = RecordingComm(comm)
+    state.nonfinite.recover(comp, gkey)
+    state.nonfinite.note(gkey, _group_protocol(state, comp, group, gkey, rec))
+    state.bytes_sent += rec.nbytes
+    state.calls += 1
+
+
+def _group_protocol(state: HookState, comp: Compressor, group: list, gkey, rec) -> Optional[torch.Tensor]:
+    """The protocol of ``comp`` on the buckets of ``group`` as one call, device work only (what the graph runner
+    captures): each average written into its bucket; returns :meth:`NonFinite.spread`'s flag."""
     bufs = [b for b, *_ in group]
-    bad = state.nonfinite.before(comp, gkey, bufs)
+    bad = state.nonfinite.zero(comp, bufs)
     if comp.partition_invariant:
         outs = comp.reduce(bufs, rec, key=gkey)
         for b, o in zip(bufs, outs):
@@ -598,9 +689,7 @@ def _reduce_group(state: HookState, comp: Compressor, group: list, comm) -> None
     else:
         grads = [v for b, _, _, shapes, *_ in group for v in views(b, shapes)]
         copy_back(grads, comp.reduce(grads, rec, key=gkey))
-    state.nonfinite.after(comp, gkey, bufs, rec, bad)
-    state.bytes_sent += rec.nbytes
-    state.calls += 1
+    return state.nonfinite.spread(comp, bufs, rec, bad)
 
 
 def _track(state: HookState, key: int, ids: list, shapes: list) -> None:
@@ -688,11 +777,11 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     ``start_iter=N`` runs a plain all-reduce (the average, no compression) for the first N iterations, as
     PyTorch's PowerSGD hook does with ``start_powerSGD_iter``; iterations are counted at each one's last bucket.
 
-    ``runner`` (overlapped, uncoalesced hooks on CUDA): "thread" runs each bucket's protocol on the communication
-    thread; "graph" captures a bucket's protocol as a CUDA graph once DDP has settled its buckets (the bucket's
-    ``CAPTURE_AFTER``-th call with the same parameters and buffer) and from then on replays it from DDP's callback:
-    a few microseconds of host work per bucket instead of the protocol's Python and its dozens of launches. A
-    protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
+    ``runner`` (overlapped hooks on CUDA): "thread" runs each bucket's (or coalesced group's) protocol on the
+    communication thread; "graph" captures it as a CUDA graph once DDP has settled its buckets (its
+    ``CAPTURE_AFTER``-th call with the same parameters and buffers) and from then on replays it from DDP's callback:
+    a few microseconds of host work per bucket or group instead of the protocol's Python and its dozens of launches.
+    A protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
     running on the thread. On CPU both run the thread's way.
 
     ``process_group`` None: the group DDP averages over (``ddp_model.process_group``; a DDP model on a subgroup,

@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hook-runner", nargs="+", default=["thread"], choices=["thread", "graph"],
                    help="how overlapped hooks run a bucket's protocol (studykit.ddp.register's runner): thread (the "
                         "default) or graph (captured as a CUDA graph once a bucket is known, then replayed from DDP's "
-                        "callback); each uncoalesced hook configuration once per value")
+                        "callback); each hook configuration once per value (with every --hook-coalesce-mb)")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
                         "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged; sets "

@@ -159,7 +159,7 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                         add(3, "post", spec.name, params, spec=spec, comm=comm)
                     if "hook" in modes:
                         for mb in hook_coalesce_mbs:
-                            for runner in (hook_runners if mb is None else ("thread",)):
+                            for runner in hook_runners:
                                 add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm,
                                     coalesce=mb, runner=None if runner == "thread" else runner)
                     if "hook_blocking" in modes:
