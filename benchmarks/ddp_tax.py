@@ -25,6 +25,9 @@ import json
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
 CONFIGS = ("plain", "post none", "post C", "ddp", "ddp gabv", "ddp nobuf", "ddp gabv nobuf",
            "hook C", "hook C c0", "hook C gabv nobuf", "hook C c0 gabv nobuf")
 

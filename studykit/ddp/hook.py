@@ -501,6 +501,7 @@ def _capture(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: li
     call's result (a protocol that cannot be captured runs eagerly, now and later). The graph is kept only if the protocol drew no host-seeded random numbers and kept its
     state (error-feedback residual, warm start) in the same tensors, so that a replay is the next call."""
     draws, before = comp.random_draws, _state_tensors(comp, key)
+    torch.cuda.current_blas_handle()  # this thread's cuBLAS handle, made now: it cannot be made inside a capture
     graph = torch.cuda.CUDAGraph()
     rec = RecordingComm(comm)
     try:
@@ -634,6 +635,7 @@ def _capture_group(state: HookState, comp: Compressor, group: list, gkey, ids: l
     draws, before = comp.random_draws, _state_tensors(comp, gkey)
     for _, key, bids, shapes, *_ in group:
         _track(state, key, bids, shapes)
+    torch.cuda.current_blas_handle()  # as in _capture
     graph = torch.cuda.CUDAGraph()
     rec = RecordingComm(comm)
     try:
