@@ -31,7 +31,8 @@
 # they differ from one lent machine to the next (the runs: data/campaigns.toml; verify --encode-decode-from buckets).
 # BROADCAST_BUFFERS="1 0" times every configuration a second time per rate with `ddp --no-broadcast-buffers`
 # (DDP without its buffer broadcast at every forward: the A/B of what DDP's forward costs a hook beside post;
-# post does not change and is not timed again).
+# post does not change and is not timed again). BUCKET_VIEW=1 builds every DDP configuration with
+# gradient_as_bucket_view=True (`ddp --gradient-as-bucket-view`: the gradients are views into DDP's buckets).
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
@@ -61,9 +62,11 @@ HOOK_COALESCE=${HOOK_COALESCE:-off}  # hook configurations once per value: off (
 HOOK_RUNNER=${HOOK_RUNNER:-thread}  # hook configurations once per runner (and HOOK_COALESCE value): thread graph
 HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-bucket stamps of the kit's hook (kind hook_times)
 BROADCAST_BUFFERS=${BROADCAST_BUFFERS:-1}  # per rate, once per value: 1 DDP's default, 0 --no-broadcast-buffers
+BUCKET_VIEW=${BUCKET_VIEW:-0}      # 1: DDP(gradient_as_bucket_view=True) in every DDP configuration
 ROUNDS=${ROUNDS:-1}                # rounds over the rates; round k > 1 into $OUT/round<k>/
 case " $MODES " in *" hook "*) HOOK_PROFILE=${HOOK_PROFILE:-1};; *) HOOK_PROFILE=${HOOK_PROFILE:-0};; esac
 case $HOOK_PROFILE in 0|1) ;; *) echo "HOOK_PROFILE must be 0 or 1, got '$HOOK_PROFILE'" >&2; exit 2;; esac
+case $BUCKET_VIEW in 0|1) ;; *) echo "BUCKET_VIEW must be 0 or 1, got '$BUCKET_VIEW'" >&2; exit 2;; esac
 case $ROUNDS in ''|*[!0-9]*|0) echo "ROUNDS must be a whole number >= 1, got '$ROUNDS'" >&2; exit 2;; esac
 for bb in $BROADCAST_BUFFERS; do
   case $bb in 0|1) ;; *) echo "BROADCAST_BUFFERS must hold 1 and/or 0, got '$BROADCAST_BUFFERS'" >&2; exit 2;; esac
@@ -87,7 +90,7 @@ fi
 machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
-  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE HOOK_RUNNER=$HOOK_RUNNER BROADCAST_BUFFERS=$BROADCAST_BUFFERS ROUNDS=$ROUNDS" \
+  "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE HOOK_RUNNER=$HOOK_RUNNER BROADCAST_BUFFERS=$BROADCAST_BUFFERS BUCKET_VIEW=$BUCKET_VIEW ROUNDS=$ROUNDS" \
   "HOOK_PROFILE=$HOOK_PROFILE"
 
 
@@ -122,7 +125,7 @@ for round in $(seq 1 "$ROUNDS"); do
       --hook-coalesce-mb $HOOK_COALESCE \
       --hook-runner $HOOK_RUNNER \
       $([ "$BUCKET_TIMES$stamps" = 11 ] && echo --bucket-times) $([ "$HOOK_TIMES$stamps" = 11 ] && echo --hook-times) \
-      $([ "$bb" = 0 ] && echo --no-broadcast-buffers)
+      $([ "$bb" = 0 ] && echo --no-broadcast-buffers) $([ "$BUCKET_VIEW" = 1 ] && echo --gradient-as-bucket-view)
     done
   done
 done

@@ -181,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DDP(broadcast_buffers=False) in the syncsgd, builtin and hook modes: no buffer broadcast "
                         "at every forward (BatchNorm statistics stay per rank); part of each such configuration's "
                         "identity (an A/B of what DDP's forward costs beside post, which runs the plain model)")
+    p.add_argument("--gradient-as-bucket-view", dest="bucket_view", action="store_true",
+                   help="DDP(gradient_as_bucket_view=True) in the syncsgd, builtin and hook modes: the gradients are "
+                        "views into DDP's buckets (no copy of each bucket's average into them); part of each such "
+                        "configuration's identity")
     p.add_argument("--switch-interval-ms", type=_positive_float, default=None,
                    help="Python's GIL switch interval for the run, ms (default: Python's, 5); part of each "
                         "configuration's identity when given (an A/B of the hook's communication thread)")
@@ -297,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                             switch_interval_ms=args.switch_interval_ms,
                             hook_coalesce_mbs=list(dict.fromkeys(args.hook_coalesce_mb)), trace_dir=args.trace_dir,
                             hook_runners=list(dict.fromkeys(args.hook_runner)),
-                            broadcast_buffers=args.broadcast_buffers,
+                            broadcast_buffers=args.broadcast_buffers, bucket_view=args.bucket_view,
                             **_timing(args))
             ok = True
         finally:

@@ -92,6 +92,7 @@ class _Config:
     hook_coalesce_mb: Optional[float] = None  # overlapped hooks: buckets run together (studykit.ddp.register)
     broadcast_buffers: Optional[bool] = None  # False: DDP(broadcast_buffers=False) (--no-broadcast-buffers)
     hook_runner: Optional[str] = None  # overlapped hooks: studykit.ddp.register's runner (None: "thread")
+    bucket_view: Optional[bool] = None  # True: DDP(gradient_as_bucket_view=True) (--gradient-as-bucket-view)
     ident: dict = field(default_factory=dict)  # the identifying fields behind ``cid`` (records.config_id)
 
 
@@ -113,7 +114,8 @@ def _builtin_hook(name: str):
 def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len,
                  comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
                  hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
-                 broadcast_buffers: bool = True, hook_runners: Sequence[str] = ("thread",)) -> list[_Config]:
+                 broadcast_buffers: bool = True, hook_runners: Sequence[str] = ("thread",),
+                 bucket_view: bool = False) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
@@ -139,11 +141,13 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                          "hook_runner": runner}
                 nobuf = False if mode in DDP_MODES and not broadcast_buffers else None  # the default keeps old ids
                 ident["broadcast_buffers"] = nobuf
+                view = True if mode in DDP_MODES and bucket_view else None  # the default keeps old ids
+                ident["gradient_as_bucket_view"] = view
                 cid = config_id(**ident)
                 if cid not in seen:  # a spec equal to another's defaults runs once
                     seen.add(cid)
                     groups[group].append(_Config(model, bs, mode, compressor, params, bucket_mb, spec, cid,
-                                                 hook_overlap, comm, switch_interval_ms, coalesce, nobuf, runner, ident))
+                                                 hook_overlap, comm, switch_interval_ms, coalesce, nobuf, runner, view, ident))
 
             if "syncsgd" in modes:
                 add(0, "syncsgd")
@@ -190,6 +194,8 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
         kw = {} if cfg.bucket_mb is None else {"bucket_cap_mb": cfg.bucket_mb}
         if cfg.broadcast_buffers is False:
             kw["broadcast_buffers"] = False
+        if cfg.bucket_view:
+            kw["gradient_as_bucket_view"] = True
         fwd = DDP(net, device_ids=[d.device.index] if d.device.type == "cuda" else None, **kw)
         if cfg.mode == "builtin":
             hook_state, hook = _builtin_hook(cfg.compressor)
@@ -332,7 +338,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
             hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
             trace_dir: Optional[str] = None, broadcast_buffers: bool = True,
-            hook_runners: Sequence[str] = ("thread",)) -> int:
+            hook_runners: Sequence[str] = ("thread",), bucket_view: bool = False) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -349,7 +355,9 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     False)``) in the syncSGD, built-in and hook configurations, each then a configuration of its own
     (``broadcast_buffers: false`` in its identity; post runs the plain model and does not change): the A/B of
     what DDP's forward costs the hooks beside post. BatchNorm statistics then stay per rank; ``buckets``
-    records keep DDP's default, and such hooks are not stamped (``hook_times``)."""
+    records keep DDP's default, and such hooks are not stamped (``hook_times``). ``bucket_view=True`` likewise builds
+    those configurations with ``DDP(gradient_as_bucket_view=True)`` (the gradients are views into DDP's buckets:
+    no copy of the buckets' averages into them), ``gradient_as_bucket_view: true`` in their identity."""
     if switch_interval_ms is not None:
         if not 0 < switch_interval_ms <= 1000:
             raise ValueError(f"switch_interval_ms must be in (0, 1000] ms, got {switch_interval_ms}")
@@ -357,7 +365,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
-                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers, hook_runners)
+                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers, hook_runners, bucket_view)
             if c.cid not in done or (hook_times and _stamped(c) and _hook_times_cid(c) not in done)]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
@@ -416,7 +424,7 @@ def _stamped(cfg: _Config) -> bool:
     """Whether ``--hook-times`` stamps ``cfg`` bucket by bucket (hooks that run a protocol per bucket, in DDP as
     it comes, on the communication thread: the stamping run keeps DDP's buffer broadcast)."""
     return (cfg.mode == "hook" and cfg.hook_coalesce_mb is None and cfg.broadcast_buffers is None
-            and cfg.hook_runner is None)
+            and cfg.hook_runner is None and cfg.bucket_view is None)
 
 
 def _record_fields(cfg: _Config, seq_len: int) -> dict:
@@ -425,7 +433,7 @@ def _record_fields(cfg: _Config, seq_len: int) -> dict:
             "params": cfg.params, "bucket_mb": cfg.bucket_mb, "seq_len": M.seq_len_of(cfg.model, seq_len),
             "optimizer": OPTIMIZER, "hook_overlap": cfg.hook_overlap, "comm": cfg.comm,
             "hook_coalesce_mb": cfg.hook_coalesce_mb, "broadcast_buffers": cfg.broadcast_buffers,
-            "hook_runner": cfg.hook_runner,
+            "hook_runner": cfg.hook_runner, "gradient_as_bucket_view": cfg.bucket_view,
             "switch_interval_ms": sys.getswitchinterval() * 1e3}
 
 

@@ -151,6 +151,10 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "broadcast_buffers": "modes syncsgd/builtin/hook: false when DDP ran without its buffer broadcast at every "
                              "forward (`ddp --no-broadcast-buffers`; an A/B that fits and scores leave out); null: "
                              "DDP's default (broadcast), as in every record written before this field existed",
+        "gradient_as_bucket_view": "modes syncsgd/builtin/hook: true when DDP was built with "
+                                   "gradient_as_bucket_view=True (`ddp --gradient-as-bucket-view`; an A/B that fits "
+                                   "and scores leave out); null: DDP's default, as in every record written before "
+                                   "this field existed",
     },
     "buckets": {  # `ddp --bucket-times` (syncSGD configurations): studykit.measure.ddp.measure_bucket_times
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
@@ -179,6 +183,7 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "hook_coalesce_mb": "as in the ddp record: always null (hooks that coalesce buckets are not stamped)",
         "hook_runner": "as in the ddp record",
         "broadcast_buffers": "as in the ddp record: always null (hooks without DDP's buffer broadcast are not stamped)",
+        "gradient_as_bucket_view": "as in the ddp record: always null (hooks on bucket views are not stamped)",
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",
         "bucket_bytes": "bytes of each bucket's gradient buffer",
         "ready_ms": "per bucket, median ms from the start of loss.backward() to DDP calling the hook (all the "
@@ -213,7 +218,8 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
 #: fields that identify a configuration (-> config_id); everything else is a result or provenance
 IDENTITY = ("kind", "model", "compressor", "params", "world_size", "sim_world_size", "batch_size", "phase", "op",
             "size_bytes", "dtype", "mode", "bucket_mb", "seq_len", "backend", "device_type", "hook_overlap", "repeat",
-            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer", "broadcast_buffers", "hook_runner")
+            "comm", "switch_interval_ms", "hook_coalesce_mb", "timer", "broadcast_buffers", "hook_runner",
+            "gradient_as_bucket_view")
 
 
 def config_id(**fields) -> str:

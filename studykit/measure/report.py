@@ -281,9 +281,9 @@ def _has(params: dict | None, want: tuple) -> bool:
 def plain_runs(records: Iterable[dict]) -> list[dict]:
     """The records of plain configurations: DDP's default bucket, Python's GIL switch interval (not a
     ``ddp --switch-interval-ms`` A/B run, whose records would otherwise stand in for the plain ones), DDP's
-    buffer broadcast (not ``ddp --no-broadcast-buffers``)."""
+    buffer broadcast (not ``ddp --no-broadcast-buffers``), DDP's own gradients (not ``ddp --gradient-as-bucket-view``)."""
     return [r for r in records if r.get("bucket_mb") is None and r.get("broadcast_buffers") is not False
-            and '"switch_interval_ms"' not in str(r.get("config_id") or "")]
+            and not r.get("gradient_as_bucket_view") and '"switch_interval_ms"' not in str(r.get("config_id") or "")]
 
 
 def _default_run(r: dict) -> bool:
@@ -385,11 +385,12 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     (mode ``hook``, ``hook_overlap`` true) against its own post-backward path for the same compressor, median iteration
     times; ``ratio`` = hook / post, ``verdict`` PASS (ratio <= 1) or MISS. Configurations with only one of
     the two are left out. The latest record of a configuration counts. A hook that coalesced buckets
-    (``hook_coalesce_mb``), ran without DDP's buffer broadcast (``broadcast_buffers`` false) or replayed its
-    buckets as CUDA graphs (``hook_runner`` graph) is a row of its own beside the per-bucket hook on the
+    (``hook_coalesce_mb``), ran without DDP's buffer broadcast (``broadcast_buffers`` false), with its gradients as
+    views into DDP's buckets (``gradient_as_bucket_view`` true) or replayed its buckets as CUDA graphs
+    (``hook_runner`` graph) is a row of its own beside the per-bucket hook on the
     communication thread, its label saying so (post runs the plain model either way). Columns: gpu,
     world_size, model, batch_size, rate_gbps, compressor, params, label, hook_coalesce_mb, broadcast_buffers,
-    hook_runner, hook_ms, hook_n, post_ms, post_n, ratio, verdict, hook_q25, hook_q75 (quartiles of the hook's timed
+    hook_runner, gradient_as_bucket_view, hook_ms, hook_n, post_ms, post_n, ratio, verdict, hook_q25, hook_q75 (quartiles of the hook's timed
     iterations, ms; NaN where the record kept none)."""
     from studykit.measure.crossover import buffers_text, coalesce_text
     from studykit.measure.timing import quartiles
@@ -398,37 +399,43 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
     for r in _latest(records):
         rate = (r.get("network") or {}).get("rate_gbps")
         nobuf = r.get("broadcast_buffers") is False and r.get("mode") == "hook"
-        if not _default_run({**r, "broadcast_buffers": None} if nobuf else r) or not rate \
+        view = bool(r.get("gradient_as_bucket_view")) and r.get("mode") == "hook"
+        if not _default_run({**r, "broadcast_buffers": None, "gradient_as_bucket_view": None}
+                            if r.get("mode") == "hook" else r) or not rate \
                 or r.get("mode") not in ("hook", "post"):
             continue
         if r.get("mode") == "hook" and not r.get("hook_overlap"):
             continue
         key = (r.get("gpu"), r.get("world_size"), r.get("model"), r.get("batch_size"), float(rate),
                r.get("compressor"), json.dumps(r.get("params") or {}, sort_keys=True))
-        mode = (("hook", r.get("hook_coalesce_mb"), not nobuf, r.get("hook_runner") or "thread")
-                if r["mode"] == "hook" else ("post", None, True, None))
+        mode = (("hook", r.get("hook_coalesce_mb"), not nobuf, r.get("hook_runner") or "thread", view)
+                if r["mode"] == "hook" else ("post", None, True, None, False))
         by.setdefault(key, {})[mode] = r
     rows = []
     for key, found in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0][:4]) + kv[0][4:5]
                              + tuple(str(x) for x in kv[0][5:])):
-        p = found.get(("post", None, True, None))
+        p = found.get(("post", None, True, None, False))
         if p is None:
             continue
-        hooks = [(mb, bb, run, h) for (m, mb, bb, run), h in found.items() if m == "hook"]
-        # per bucket first (DDP's buffer broadcast, then without), then coalesced by MB; the thread before the graph
-        for mb, bb, run, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0, not x[1], x[2] != "thread")):
+        hooks = [(mb, bb, run, view, h) for (m, mb, bb, run, view), h in found.items() if m == "hook"]
+        # per bucket first (DDP's buffer broadcast, then without), then coalesced by MB; the thread before the graph;
+        # DDP's own gradients before views into its buckets
+        for mb, bb, run, view, h in sorted(hooks, key=lambda x: (x[0] is not None, x[0] or 0, not x[1],
+                                                                 x[2] != "thread", x[3])):
             ratio = h["ms_median"] / p["ms_median"]
             q25, _, q75 = quartiles(h["times_ms"]) if h.get("times_ms") else (math.nan,) * 3
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
                          "label": setting_label(key[5], json.loads(key[6]), "short")
-                         + coalesce_text(mb) + buffers_text(None if bb else False) + runner_text(run),
+                         + coalesce_text(mb) + buffers_text(None if bb else False) + runner_text(run)
+                         + (" bucket views" if view else ""),
                          "hook_coalesce_mb": mb, "broadcast_buffers": None if bb else False, "hook_runner": run,
+                         "gradient_as_bucket_view": view,
                          "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
                          "post_n": p.get("n_iter"), "ratio": ratio, "verdict": "PASS" if ratio <= 1.0 else "MISS",
                          "hook_q25": q25, "hook_q75": q75})
     cols = ["gpu", "world_size", "model", "batch_size", "rate_gbps", "compressor", "params", "label",
-            "hook_coalesce_mb", "broadcast_buffers", "hook_runner", "hook_ms", "hook_n", "post_ms", "post_n", "ratio",
+            "hook_coalesce_mb", "broadcast_buffers", "hook_runner", "gradient_as_bucket_view", "hook_ms", "hook_n", "post_ms", "post_n", "ratio",
             "verdict", "hook_q25", "hook_q75"]
     return pd.DataFrame(rows, columns=cols)
 

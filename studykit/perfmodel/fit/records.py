@@ -41,6 +41,7 @@ UNPRICED_DDP_FIELDS = {
     "hook_coalesce_mb": "a hook that coalesced buckets (priced by the hook timeline's coalesced groups, but only "
                         "scored on request: `verify --score-coalesced`)",
     "broadcast_buffers": "DDP without its buffer broadcast (`ddp --no-broadcast-buffers`)",
+    "gradient_as_bucket_view": "DDP with its gradients as views into its buckets (`ddp --gradient-as-bucket-view`)",
     "hook_runner": "a hook run another way than on its communication thread (`ddp --hook-runner graph`; the model's "
                    "host chain is the thread's)",
 }
