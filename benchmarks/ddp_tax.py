@@ -143,6 +143,14 @@ def table(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report(records_path, verbose: bool = False) -> str:
+    """:func:`table` of ``records_path`` (a ``ddp_tax`` JSON-lines file), printed with ``verbose``."""
+    text = table(Path(records_path))
+    if verbose:
+        print(text)
+    return text
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--table":
         text = table(Path(sys.argv[2]))

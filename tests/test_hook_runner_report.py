@@ -40,3 +40,49 @@ def test_the_command_refuses_a_folder_without_records(tmp_path, capsys):
     with pytest.raises(SystemExit):
         hook_runner.main([str(tmp_path)])
     assert "no ddp.jsonl there" in capsys.readouterr().err
+
+
+def test_every_hook_variant_is_a_row_beside_post_and_stays_out_of_the_runners_table():
+    """A coalesced hook and one on bucket views without the buffer broadcast: rows of their own beside post
+    (hook / post hand-computed), never standing in for the plain thread or graph hook."""
+    coalesced = {**_rec("hook", 46.0, "powersgd", "graph", {"rank": 4}), "hook_coalesce_mb": 0.0}
+    views = {**_rec("hook", 38.0, "powersgd", "graph", {"rank": 4}), "gradient_as_bucket_view": True,
+             "broadcast_buffers": False}
+    records = RECORDS + [coalesced, views]
+    (row,) = hook_runner.rows(records)
+    assert row["graph"] == 44.0
+    got = {v["hook"]: (v["hook_ms"], v["post_ms"]) for v in hook_runner.variants(records)}
+    assert got == {"thread": (50.0, 40.0), "graph": (44.0, 40.0), "graph, coalesced per iteration": (46.0, 40.0),
+                   "graph, bucket views, no buffer broadcast": (38.0, 40.0)}
+    line = next(x for x in hook_runner.table(records, "t").splitlines() if "bucket views, no buffer" in x)
+    assert line.rstrip(" |").endswith("0.95")  # 38 / 40
+
+
+def test_a_campaign_of_variants_alone_still_gets_its_table():
+    views = {**_rec("hook", 38.0, "powersgd", "graph", {"rank": 4}), "gradient_as_bucket_view": True}
+    text = hook_runner.table([_rec("post", 40.0, "powersgd", params={"rank": 4}), views], "t")
+    assert "graph / thread" not in text and "| graph, bucket views | 38.0 (30) | 40.0 (30) | 0.95 |" in text
+
+
+def test_the_findings_block_of_hooks_on_bucket_views_by_hand(tmp_path, monkeypatch):
+    """hook / post per world size, model and rate for hooks on bucket views without the buffer broadcast only:
+    38 / 40 = 0.95 at 8 Gbit/s, 42 / 40 = 1.05 at 20; the plain hook beside them is not a row."""
+    import json
+
+    from studykit import paths
+    from studykit.nbtools import readme_blocks
+
+    views = {"gradient_as_bucket_view": True, "broadcast_buffers": False}
+    recs = [_rec("post", 40.0, "powersgd", params={"rank": 4}), _rec("hook", 50.0, "powersgd", params={"rank": 4}),
+            {**_rec("hook", 38.0, "powersgd", "graph", {"rank": 4}), **views},
+            _rec("post", 40.0, "powersgd", params={"rank": 4}, rate=20.0),
+            {**_rec("hook", 42.0, "powersgd", "graph", {"rank": 4}, rate=20.0), **views}]
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "ddp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    monkeypatch.setattr(paths, "DATA", tmp_path)
+    lines = readme_blocks.hook_views_block(["c"]).splitlines()
+    assert lines[0] == "| p | model | compressor | 8 Gbit/s | 20 Gbit/s |"
+    assert lines[2] == "| 2 | resnet50 | powersgd rank=4 | 0.95 | 1.05 |"
+    assert "at most 1.02: 1 of 2." in lines[-1]
+    with pytest.raises(ValueError, match="no hook records on bucket views"):
+        readme_blocks.hook_views_block(["c"][:0])

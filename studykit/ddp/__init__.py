@@ -34,10 +34,16 @@ few microseconds of host work per bucket. A protocol whose replay would not be i
 on the host, state replaced by new tensors) or that cannot be captured (it waits for the device) keeps running on the
 thread; a rebuilt bucket, a swapped compressor or an overflow's forgotten state is captured again.
 
-``coalesce_mb`` (overlapped hooks on the communication thread) holds buckets back until at least that
-many MB of them, or the iteration's last bucket, are ready, and runs the protocol once over all of them:
-a protocol of small, latency-bound collectives (PowerSGD's P and Q, a few KB per bucket) then pays each
-collective's latency once per group instead of once per bucket, at the price of less overlap.
+``coalesce_mb`` (overlapped hooks) holds buckets back until at least that many MB of them, or the iteration's
+last bucket, are ready, and runs the protocol once over all of them: a protocol of small, latency-bound
+collectives (PowerSGD's P and Q, a few KB per bucket) then pays each collective's latency once per group instead
+of once per bucket, at the price of less overlap. With ``runner="graph"`` a group is captured and replayed as one
+CUDA graph, as a bucket is.
+
+DDP's defaults cost the hook what the post-backward path on the plain model does not pay: it copies each
+bucket's average into the gradients and broadcasts the model's buffers at every forward. Build the model with
+``DistributedDataParallel(model, gradient_as_bucket_view=True, broadcast_buffers=False)`` (docs/usage.md says
+when the buffer broadcast must stay).
 
 Mixed precision: inf/NaN gradients pass through without a host synchronisation, as with PyTorch's own hooks,
 so that ``torch.amp.GradScaler`` finds them and skips the step: a bucket that held one on any worker holds

@@ -786,6 +786,10 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     A protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
     running on the thread. On CPU both run the thread's way.
 
+    Build ``ddp_model`` with ``gradient_as_bucket_view=True`` (no copy of each bucket's average into the gradients)
+    and, where each rank may keep its own buffers, ``broadcast_buffers=False``: DDP's defaults cost the hook what the
+    post-backward path on the plain model does not pay (the package docstring).
+
     ``process_group`` None: the group DDP averages over (``ddp_model.process_group``; a DDP model on a subgroup,
     e.g. of one process, gets the protocol on that subgroup, not on the world).
 
