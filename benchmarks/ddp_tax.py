@@ -34,7 +34,6 @@ CONFIGS = ("plain", "post none", "post C", "ddp", "ddp gabv", "ddp nobuf", "ddp 
 
 def _build(name: str, model, d, comp_name: str, comp_kw: dict):
     """(forward module, after-backward callable or None, hook state or None) of configuration ``name``."""
-    import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from studykit import ddp as sk_ddp

@@ -427,8 +427,8 @@ def hook_vs_post(records: Iterable[dict]) -> pd.DataFrame:
             rows.append({"gpu": key[0], "world_size": key[1], "model": key[2], "batch_size": key[3],
                          "rate_gbps": key[4], "compressor": key[5], "params": json.loads(key[6]),
                          "label": setting_label(key[5], json.loads(key[6]), "short")
-                         + coalesce_text(mb) + buffers_text(None if bb else False) + runner_text(run)
-                         + (" bucket views" if view else ""),
+                         + coalesce_text(mb) + runner_text(run) + (" bucket views" if view else "")
+                         + buffers_text(None if bb else False),
                          "hook_coalesce_mb": mb, "broadcast_buffers": None if bb else False, "hook_runner": run,
                          "gradient_as_bucket_view": view,
                          "hook_ms": h["ms_median"], "hook_n": h.get("n_iter"), "post_ms": p["ms_median"],
