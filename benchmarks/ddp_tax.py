@@ -117,8 +117,9 @@ def run(argv=None) -> int:
 
 def table(path: Path) -> str:
     """The markdown table of a ``ddp_tax`` file: per model, every configuration's median and its ratio to post."""
-    recs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    recs = [r for r in recs if r.get("kind") == "ddp_tax"]
+    from studykit.measure.records import load_records
+
+    recs = load_records(path, kind="ddp_tax", quiet=True)
     if not recs:
         raise SystemExit(f"{path}: no ddp_tax records")
     r0 = recs[0]
