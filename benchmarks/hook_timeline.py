@@ -11,9 +11,8 @@ script picks the one configuration the options name (model, compressor spec, ``-
 its stamps (``hook_timeline_table``, ``hook_host_table``) and prices the same configuration as ``verify`` does:
 the options of a committed verification entry of ``data/campaigns.toml`` (``--calibration``; by default FOLDER's
 own host-chain entry, else :data:`DEFAULT_CALIBRATION`) applied to FOLDER's records, so the calibration leaves
-the scored record's rate out. The model's per-bucket moments come from the same prediction
-(``studykit.perfmodel.verify.scoring._predict_record`` with ``timeline``: ``buckets`` of
-``studykit.perfmodel.model.bucket_timeline_s``), checked against the verify row's ``T_obs``.
+the scored record's rate out. The model's per-bucket moments come from the same prediction (``verify --timelines``:
+``buckets`` of ``studykit.perfmodel.model.bucket_timeline_s``).
 
 It prints per bucket the measured and predicted end of the decode and of the host's work (ms since the start of
 the backward pass), then the end of the backward pass, ``T_obs`` and the iteration, measured and predicted, with
@@ -27,7 +26,6 @@ import json
 import shlex
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,13 +116,9 @@ def calibration_for(folder: Path, manifest) -> str:
 
 def predicted(folder: Path, ddp: dict, calibration: str) -> tuple[dict, pd.DataFrame]:
     """``verify``'s extended row for the ``ddp`` record (the options of the manifest entry ``calibration`` on
-    FOLDER's records) and the model's per-bucket frame of the same prediction."""
+    FOLDER's records) and the same prediction's per-bucket moments (``verify --timelines``)."""
     from studykit.nbtools import datacli
-    from studykit.perfmodel.fit import SyncTerms
-    from studykit.perfmodel.model import ModelOptions
     from studykit.perfmodel.verify import cli
-    from studykit.perfmodel.verify.platform import _inputs, _label, load_platform
-    from studykit.perfmodel.verify.scoring import _pool, _predict_record
 
     manifest = datacli.load_manifest()
     if calibration not in manifest.entries:
@@ -135,48 +129,25 @@ def predicted(folder: Path, ddp: dict, calibration: str) -> tuple[dict, pd.DataF
     except ValueError as exc:
         raise SystemExit(f"hook_timeline: --calibration {calibration!r}: {exc} (name a verification entry, "
                          f"e.g. {DEFAULT_CALIBRATION})") from None
-    with tempfile.TemporaryDirectory() as tmp:
-        if cli.main(["--records", str(folder), *args, "--out", tmp, "--quiet"]) != 0:
-            raise SystemExit(f"hook_timeline: verify with the options of {calibration} failed on {folder}")
-        rows = pd.read_csv(Path(tmp) / "predictions.csv")
-    a = cli.build_parser().parse_args(["--records", str(folder), *args])
-    plat = load_platform(folder, a.stat, sweep_from=a.sweep_from, inputs_from=a.inputs_from,
-                         score_coalesced=a.score_coalesced)
-    d = plat.ddp[plat.ddp["config_id"] == ddp["config_id"]]
-    d = d.assign(config=[_label(r) for r in d.to_dict("records")])
-    (r,) = _pool(d, plat.stat)
-    row = rows[(rows["config"] == r["config"]) & (rows["variant"] == "extended")]
-    if len(row) != 1:
-        raise SystemExit(f"hook_timeline: verify scored no extended row for {r['config']} with the options of "
-                         f"{calibration}")
-    row = row.iloc[0].to_dict()
-    ext = replace(ModelOptions.extended(), per_tensor=a.per_tensor, hook_gamma=a.hook_gamma == "fitted")
-    opts = replace(ext, overlap=a.overlap) if a.overlap else ext
-    if opts.overlap != "timeline":
+    if "--overlap" not in args or args[args.index("--overlap") + 1] != "timeline":
         raise SystemExit(f"hook_timeline: {calibration} prices hooks without the per-bucket timeline "
                          "(its verify options lack --overlap timeline): no per-bucket moments to draw")
-    by_p = a.holdout == "world_size"
-    inp = _inputs(plat, max_p=a.calibrate_max_p if by_p else None, network_from=a.network_from,
-                  host_ahead=a.encode_decode_from in ("host_ahead", "buckets"),
-                  bucket_times=a.encode_decode_from == "buckets")
-    gamma = row.get("gamma")
-    terms = SyncTerms(float(gamma)) if gamma is not None and np.isfinite(gamma) else None
-    got = _predict_record(r, inp, "extended", terms=terms, opts=opts, timeline=True)
-    if not np.isclose(got["t_obs_ms"], row["t_obs_ms"], rtol=1e-4):
-        raise SystemExit(f"hook_timeline: the per-bucket prediction's T_obs ({got['t_obs_ms']:.3f} ms) is not verify's "
-                         f"({row['t_obs_ms']:.3f} ms) for {r['config']}: the options of {calibration} need an input "
-                         "this script does not rebuild (e.g. --encode-decode-from iterations)")
-    b = got["_buckets"]
-    ms = {k: [float(np.asarray(v)) * 1e3 for v in b[k]] for k in b}
-    t = pd.DataFrame({"bucket": range(len(ms["ready_s"])), "ready_ms": ms["ready_s"],
-                      "encode_end_ms": ms["encode_end_s"], "comm_start_ms": ms["comm_start_s"],
-                      "comm_end_ms": ms["comm_end_s"], "decode_start_ms": ms["decode_start_s"],
-                      "decode_end_ms": ms["decode_end_s"]})
-    t["backward_end_ms"] = ms["ready_s"][-1]  # the last bucket is ready when the backward pass ends
-    if "host_done_s" in ms:
-        t["host_ready_ms"], t["host_start_ms"], t["host_done_ms"] = (ms["host_ready_s"], ms["host_start_s"],
-                                                                     ms["host_done_s"])
-    return row, t
+    with tempfile.TemporaryDirectory() as tmp:
+        if cli.main(["--records", str(folder), *args, "--timelines", "--out", tmp, "--quiet"]) != 0:
+            raise SystemExit(f"hook_timeline: verify with the options of {calibration} failed on {folder}")
+        rows = pd.read_csv(Path(tmp) / "predictions.csv")
+        tl = pd.read_csv(Path(tmp) / "timelines.csv")
+    tl = tl[(tl["config_id"] == ddp["config_id"]) & (tl["variant"] == "extended")].sort_values("bucket")
+    if tl.empty:
+        raise SystemExit(f"hook_timeline: verify priced no per-bucket timeline for this record with the options of "
+                         f"{calibration}")
+    row = rows[(rows["config"] == tl["config"].iloc[0]) & (rows["variant"] == "extended")]
+    if len(row) != 1:
+        raise SystemExit(f"hook_timeline: verify scored no extended row for {tl['config'].iloc[0]} with the options "
+                         f"of {calibration}")
+    t = tl.drop(columns=["platform", "variant", "config", "config_id"]).reset_index(drop=True)
+    t["backward_end_ms"] = t["ready_ms"].iloc[-1]  # the last bucket is ready when the backward pass ends
+    return row.iloc[0].to_dict(), t
 
 
 # ------------------------------------------------------------------ the table, the figure and the page

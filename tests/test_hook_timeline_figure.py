@@ -179,3 +179,30 @@ def test_the_script_names_what_it_could_not_find(tmp_path):
         bench.main([str(folder), "--compressor", "powersgd", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="not a verify entry|no campaign"):
         bench.main([str(folder), "--calibration", "measurements/bandwidth/h200_p2r", "--out", str(tmp_path)])
+
+
+@pytest.mark.data
+def test_verify_timelines_writes_each_hook_predictions_buckets(tmp_path):
+    """``verify --timelines``: per hook row priced on the timeline, one row per DDP bucket (as many as the row's
+    ``k_buckets``), its moments in order and ending by the row's ``T_obs``; without the flag no such file."""
+    import pandas as pd
+
+    from studykit.nbtools import datacli
+    from studykit.perfmodel.verify import cli
+
+    folder = paths.MEASUREMENTS / "bandwidth" / "h200_p2r"
+    args = datacli.verify_args(datacli.load_manifest().entries["verification/bandwidth/h200_p2n/buckets/gamma1"],
+                               records=False)
+    assert cli.main(["--records", str(folder), *args, "--timelines", "--out", str(tmp_path), "--quiet"]) == 0
+    pred = pd.read_csv(tmp_path / "predictions.csv")
+    tl = pd.read_csv(tmp_path / "timelines.csv")
+    hooks = pred[(pred["mode"] == "hook") & (pred["variant"] == "extended")]
+    assert len(hooks) > 0 and set(tl["config"]) == set(hooks["config"])
+    for _, row in hooks.iterrows():
+        b = tl[(tl["config"] == row["config"]) & (tl["variant"] == "extended")].sort_values("bucket")
+        assert len(b) == row["k_buckets"] and b["config_id"].nunique() == 1
+        assert (b["ready_ms"] <= b["encode_end_ms"] + 1e-9).all() and (b["comm_end_ms"] <= b["decode_end_ms"] + 1e-9).all()
+        assert b["decode_end_ms"].is_monotonic_increasing
+        assert b["decode_end_ms"].max() <= row["t_obs_ms"] * (1 + 1e-5)
+    assert cli.main(["--records", str(folder), *args, "--out", str(tmp_path / "plain"), "--quiet"]) == 0
+    assert not (tmp_path / "plain" / "timelines.csv").exists()

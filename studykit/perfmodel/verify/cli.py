@@ -35,14 +35,16 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
            gamma_from: str = "fit", sweep_from: str | Path | None = None, pool: str | None = None,
            encode_decode_from: str = "profile", inputs_from: Sequence[str | Path] | None = None,
            path_overhead_from: str = "identity", score_coalesced: bool = False,
-           progress: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+           progress: Callable[[str], None] | None = None,
+           timelines: list | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(predictions, networks, notes)`` over the platforms in ``sources`` (default: :func:`default_sources`).
 
     With ``holdout="world_size"`` the networks table holds, per network above ``calibrate_max_p``, the
     constants used (``fitted_on`` = ``sweep p<=2 ...``, ``used`` True) and, for comparison only, those
     its own sweep would give (``used`` False). ``sweep_from``, ``inputs_from``, ``score_coalesced``: see
     :func:`load_platform`. ``pool``: every source is one platform of that name (folders of one machine kind, :func:`load_platform`). ``progress``: called
-    with a line of text as each platform is read and scored."""
+    with a line of text as each platform is read and scored. ``timelines``: a list that gets every hook row's
+    per-bucket moments (:func:`~studykit.perfmodel.verify.scoring.verify_platform`)."""
     sources = [Path(s) for s in (sources or default_sources())]
     if not sources:
         raise ValueError("no records to verify: give --records folders")
@@ -59,7 +61,7 @@ def verify(sources: Sequence[str | Path] | None = None, *, stat: str = "ms_media
                                       calibrate_max_p=calibrate_max_p, per_tensor=per_tensor,
                                       network_from=network_from, overlap=overlap, hook_gamma=hook_gamma,
                                       gamma_from=gamma_from, encode_decode_from=encode_decode_from,
-                                      path_overhead_from=path_overhead_from))
+                                      path_overhead_from=path_overhead_from, timelines=timelines))
         by_p = holdout == "world_size"
         inps = [(_inputs(plat, max_p=int(calibrate_max_p) if by_p else None, network_from=network_from), True)]
         if by_p:
@@ -186,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--score-coalesced", action="store_true",
                     help="also score hooks that coalesced buckets (ddp --hook-coalesce-mb), priced by the hook "
                          "timeline's coalesced groups (needs --overlap timeline); left out by default")
+    ap.add_argument("--timelines", action="store_true",
+                    help="also write timelines.csv: each hook prediction's DDP buckets, their moments in ms since the "
+                         "start of the backward pass (ready, encoded, collectives, decoded; host chain where priced; "
+                         "needs --overlap timeline)")
     ap.add_argument("--quiet", action="store_true")
     return ap
 
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             "--inputs-from": args.inputs_from or []})
     except paths.OutputError as exc:
         ap.error(str(exc))
+    timelines: list | None = [] if args.timelines else None
     try:
         pred, nets, notes = verify(args.records, stat=args.stat, holdout=args.holdout, variants=args.variants,
                                    include_hook=not args.no_hook, calibrate_max_p=args.calibrate_max_p,
@@ -210,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                                    sweep_from=args.sweep_from, pool=args.pool,
                                    encode_decode_from=args.encode_decode_from, inputs_from=args.inputs_from,
                                    path_overhead_from=args.path_overhead_from,
-                                   score_coalesced=args.score_coalesced,
+                                   score_coalesced=args.score_coalesced, timelines=timelines,
                                    progress=None if args.quiet else lambda text: print(text, file=sys.stderr,
                                                                                          flush=True))
     except (ValueError, FileNotFoundError) as exc:
@@ -234,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     summ.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     nets.to_csv(out / "networks.csv", index=False, float_format="%.6g")
     by_batch_size(pred).to_csv(out / "by_batch.csv", index=False, float_format="%.6g")
+    if timelines is not None:
+        pd.DataFrame(timelines).to_csv(out / "timelines.csv", index=False, float_format="%.6g")
     if not args.quiet:
         print(_fmt_summary(summ))
         for n in notes[:20]:

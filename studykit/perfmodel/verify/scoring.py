@@ -224,6 +224,15 @@ def _wire_scale(r, w: Workload) -> tuple[float, str]:
     return scale, f"; wire bytes x{scale:.3f}: the record sent {float(sent) / MIB:.2f} MiB, plan() today {planned / MIB:.2f}"
 
 
+def _bucket_rows(row: dict, buckets: dict, config_id) -> list[dict]:
+    """One dict per bucket of a prediction's ``buckets`` moments (seconds) as ms, named by ``row`` and the record's
+    ``config_id``."""
+    n = len(buckets["ready_s"])
+    return [{"platform": row["platform"], "variant": row["variant"], "config": row["config"], "config_id": config_id,
+             "bucket": i,
+             **{k[:-2] + "_ms": float(np.asarray(v[i])) * 1e3 for k, v in buckets.items()}} for i in range(n)]
+
+
 def _public(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("_")}
 
@@ -343,8 +352,14 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                     include_hook: bool = True, calibrate_max_p: int = CALIBRATE_MAX_P,
                     per_tensor: bool = False, network_from: str = "sweep", overlap: str | None = None,
                     hook_gamma: str = "one", gamma_from: str = "fit",
-                    encode_decode_from: str = "profile", path_overhead_from: str = "identity") -> pd.DataFrame:
+                    encode_decode_from: str = "profile", path_overhead_from: str = "identity",
+                    timelines: list | None = None) -> pd.DataFrame:
     """Every scorable DDP record of ``plat``: one row per (record, variant).
+
+    ``timelines``: a list that gets, for every hook row priced on the per-bucket timeline (``overlap="timeline"``),
+    one dict per DDP bucket with the row's ``platform``, ``variant``, ``config`` and record ``config_id``, the ``bucket`` index and that
+    bucket's moments in ms since the start of the backward pass (:func:`bucket_timeline_s`'s ``buckets``, each
+    ``<moment>_s`` as ``<moment>_ms``).
 
     ``holdout="world_size"``: extrapolation in p. Every constant is calibrated on world sizes
     ``<= calibrate_max_p`` (alpha/BW/incast on those sweeps, gamma and the extended terms on those DDP
@@ -469,7 +484,8 @@ def verify_platform(plat: Platform, *, variants: Sequence[str] = VARIANTS, holdo
                     scale_of = _ed_scales(posts, inp, presets[variant], None if by_p else group_of)
                 part = _extended_compressed(comp, inp, plat, mode, pool=pool, opts=presets[variant],
                                             terms_of=hook_terms, group_of=None if by_p else group_of,
-                                            ed_scale_of=scale_of, same_model=path_overhead_from == "model")
+                                            ed_scale_of=scale_of, same_model=path_overhead_from == "model",
+                                            timelines=timelines)
                 if by_p:
                     for x in part:
                         x["holdout"] = how
@@ -549,7 +565,8 @@ def _ed_scales(posts: list[dict], inp: RecordInputs, opts: ModelOptions, group_o
 def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mode: str,
                          pool: list[dict] | None = None, opts: ModelOptions | None = None,
                          terms_of: Callable | None = None, group_of: Callable | None = None,
-                         ed_scale_of: Callable | None = None, same_model: bool = False) -> list[dict]:
+                         ed_scale_of: Callable | None = None, same_model: bool = False,
+                         timelines: list | None = None) -> list[dict]:
     """Extended variant for one mode: path overhead calibrated on the identity compressor ``none``
     of the same model and batch (other networks when there are several), scored on the rest.
     With ``pool`` (``--holdout world_size``) the ``none`` records come from ``pool`` only (the same
@@ -562,7 +579,8 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
     ``same_model`` (``verify --path-overhead-from model``): where the same model and batch has records of this
     mode in other holdout groups (e.g. the other rates), the path overhead is the median of their residuals,
     one constant per iteration, before any of the above. ``none`` moves the whole fp32 gradient, so over a
-    slow link its residual is mostly communication error; the compressors' own runs move little."""
+    slow link its residual is mostly communication error; the compressors' own runs move little. ``timelines``: as
+    for :func:`verify_platform`."""
     rows = []
     per_bucket_cache: dict = {}
     residual_cache: dict = {}
@@ -626,7 +644,13 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
         scale, scale_cal = ed_scale_of(r)
         t_cal = list(t_cal) + list(scale_cal)
         out = _base_row(r, plat, "extended", GROUPS[mode])
-        out.update(_predict_record(r, inp, "extended", terms=terms, path_overhead_s=h, opts=opts, ed_scale=scale))
+        want = timelines is not None and mode == "hook" and opts.overlap == "timeline"
+        pr = _predict_record(r, inp, "extended", terms=terms, path_overhead_s=h, opts=opts, ed_scale=scale,
+                             **({"timeline": True} if want else {}))
+        buckets = pr.pop("_buckets", None)
+        if buckets:
+            timelines += _bucket_rows(out, buckets, r.get("config_id"))
+        out.update(pr)
         out["inputs"] += f"; {how_h}" + (f"; {terms.how}" if terms is not None else "")
         if terms is not None:
             out["gamma"] = terms.gamma
