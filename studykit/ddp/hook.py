@@ -54,9 +54,9 @@ class HookState:
         self.comm_kind = _check_kind(comm_kind)
         self.coalesce_bytes = _check_coalesce(coalesce_mb, overlap)
         self.runner = _check_runner(runner, overlap)
-        #: the graph runner's captured buckets: index -> _BucketGraph (its graph None: not capturable)
+        #: the graph runner's captures: bucket index or group key -> _BucketGraph (its graph None: not capturable)
         self._graphs: dict = {}
-        #: the graph runner's count of a bucket's calls with the same parameters and buffer: index -> (ids, ptr, n)
+        #: the graph runner's count of calls with the same parameters and buffers: index or group key -> (ids, ptr, n)
         self._streak: dict = {}
         #: jobs handed to the communication thread, and jobs it finished (each written by one thread only)
         self._submitted = 0
@@ -396,13 +396,14 @@ def _launch(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[t
         if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
             group, state._pending = state._pending, []
             if state.runner == "graph" and cuda:
-                _graph_group(state, comp, group, comm)
+                _graph_run(state, comp, group, _group_key(group), comm, consumer)
             else:
                 state.submit(lambda: _run_group(state, comp, group, comm))
         return fut
 
     if state.runner == "graph" and cuda:
-        return _graph_call(state, comp, buf, key, ids, shapes, comm, fut, ready, consumer)
+        _graph_run(state, comp, [(buf, key, ids, shapes, fut, ready)], key, comm, consumer)
+        return fut
 
     def job():
         try:
@@ -425,8 +426,8 @@ def _launch(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[t
 
 
 class _BucketGraph:
-    """One bucket's protocol captured as a CUDA graph (the graph runner): what it was captured for and what
-    a replay must do on the host (count its bytes, note its non-finite flag). ``graph`` None: the bucket's
+    """A bucket's or coalesced group's protocol captured as a CUDA graph (the graph runner): what it was captured
+    for and what a replay must do on the host (count its bytes, note its non-finite flag). ``graph`` None: the
     protocol cannot be replayed (it draws random numbers seeded on the host, or replaces its state tensors)."""
 
     __slots__ = ("graph", "comp", "ids", "ptr", "nbytes", "bad")
@@ -439,88 +440,107 @@ class _BucketGraph:
         return self.comp is comp and self.ids == ids and self.ptr == ptr
 
 
-def _graph_call(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: list, shapes: list, comm,
-                fut, ready, consumer) -> torch.futures.Future:
-    """The graph runner: a bucket whose protocol was captured replays its graph (in the hook when the thread is
-    idle, a few microseconds of host work); one seen ``CAPTURE_AFTER`` times with the same parameters and buffer
-    is captured, in the hook, once the thread is idle; anything else runs on the thread as with the thread
-    runner."""
-    entry = state._graphs.get(key)
-    if entry is not None and not entry.fits(comp, ids, buf.data_ptr()):
-        del state._graphs[key]  # DDP rebuilt its buckets, a compressor was swapped in: capture again
+def _graph_run(state: HookState, comp: Compressor, group: list, gkey, comm, consumer) -> None:
+    """The graph runner for ``group``, (buffer, index, ids, shapes, future, ready event) per bucket: one bucket
+    alone (``gkey`` its index) or a coalesced group (``gkey`` its :func:`_group_key`). A protocol captured before
+    replays its graph (in the hook when the thread is idle, a few microseconds of host work); one seen
+    ``CAPTURE_AFTER`` times with the same parameters and buffers is captured, in the hook, once the thread is idle;
+    anything else runs on the thread as with the thread runner. Completes every bucket's future."""
+    ids = [i for _, _, bids, *_ in group for i in bids]
+    ptrs = tuple(b.data_ptr() for b, *_ in group)
+    where = ptrs if isinstance(gkey, tuple) else ptrs[0]  # a bucket alone: its buffer's address
+    entry = state._graphs.get(gkey)
+    if entry is not None and not entry.fits(comp, ids, where):
+        del state._graphs[gkey]  # DDP rebuilt its buckets, a compressor was swapped in: capture again
         entry = None
-    old = state._streak.get(key)
-    n = old[2] + 1 if old is not None and old[0] == ids and old[1] == buf.data_ptr() else 1
-    state._streak[key] = (ids, buf.data_ptr(), n)
+    old = state._streak.get(gkey)
+    n = old[2] + 1 if old is not None and old[0] == ids and old[1] == where else 1
+    state._streak[gkey] = (ids, where, n)
     idle = state.idle()
     # captured in the hook, with the thread idle: nothing else launches work or draws random numbers meanwhile
     # (a capture registers the device's default generator; another thread's dropout would then fail)
     capture = entry is None and n >= CAPTURE_AFTER and idle
+    replay = entry is not None and entry.graph is not None
+    buf = group[0][0]
 
     def job():
         try:
             with torch.no_grad():
                 side = state.side_stream(buf.device)
                 with torch.cuda.device(buf.device), torch.cuda.stream(side):
-                    side.wait_event(ready)
-                    _track(state, key, ids, shapes)
-                    if state.nonfinite.recover(comp, key):  # its state was forgotten: the graph holds the old
-                        state._graphs.pop(key, None)
-                        state._streak.pop(key, None)
-                        out = _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
-                    elif entry is not None and entry.graph is not None:
-                        out = _replay(state, comp, entry, key, buf)
+                    for *_, ready in group:
+                        side.wait_event(ready)
+                    if state.nonfinite.recover(comp, gkey):  # its state was forgotten: the graph holds the old
+                        state._graphs.pop(gkey, None)
+                        state._streak.pop(gkey, None)
+                        outs = _eager(state, comp, group, gkey, comm)
+                    elif replay:
+                        outs = _replay(state, comp, entry, group, gkey)
                     elif capture:
-                        out = _capture(state, comp, buf, key, ids, shapes, comm)
+                        outs = _capture(state, comp, group, gkey, ids, where, comm)
                     else:
-                        out = _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
-                    if out.data_ptr() != buf.data_ptr():
-                        out.record_stream(consumer)
-                    fut.set_result(out)
+                        outs = _eager(state, comp, group, gkey, comm)
+                    for (b, *_, fut, _), out in zip(group, outs):
+                        if out.data_ptr() != b.data_ptr():
+                            out.record_stream(consumer)  # DDP reads it on its own stream
+                        fut.set_result(out)  # records an event on `side`, which DDP's wait() waits for
         except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
-            fut.set_exception(exc)
+            for *_, fut, _ in group:
+                fut.set_exception(exc)
 
-    if idle and (capture or (entry is not None and entry.graph is not None)):
-        job()  # in the hook: a replay costs microseconds; a capture happens once per bucket
+    if idle and (capture or replay):
+        job()  # in the hook: a replay costs microseconds; a capture happens once per bucket or group
     else:
         state.submit(job)
-    return fut
 
 
-def _replay(state: HookState, comp: Compressor, entry: _BucketGraph, key, buf: torch.Tensor) -> torch.Tensor:
+def _eager(state: HookState, comp: Compressor, group: list, gkey, comm) -> list:
+    """The graph runner's protocol run without a graph: a bucket alone as the thread runner runs it
+    (:func:`_reduce_bucket`), a coalesced group as :func:`_run_group` does; returns each bucket's result."""
+    if isinstance(gkey, tuple):
+        _reduce_group(state, comp, group, comm)
+        return [b for b, *_ in group]
+    buf, key, ids, shapes, *_ = group[0]
+    return [_reduce_bucket(state, comp, buf, key, ids, shapes, comm)]
+
+
+def _replay(state: HookState, comp: Compressor, entry: _BucketGraph, group: list, gkey) -> list:
+    """A captured protocol's call: its graph replayed, counted as a call of ``comp``; returns the buffers."""
+    for _, key, ids, shapes, *_ in group:
+        _track(state, key, ids, shapes)
     entry.graph.replay()
-    state.nonfinite.note(key, entry.bad)
+    state.nonfinite.note(gkey, entry.bad)
     state.bytes_sent += entry.nbytes
     state.calls, comp.step = state.calls + 1, comp.step + 1
-    return buf
+    return [b for b, *_ in group]
 
 
-def _capture(state: HookState, comp: Compressor, buf: torch.Tensor, key, ids: list, shapes: list, comm
-             ) -> torch.Tensor:
-    """Capture the bucket's protocol as a CUDA graph (on the current, side stream) and replay it once: this
-    call's result (a protocol that cannot be captured runs eagerly, now and later). The graph is kept only if the protocol drew no host-seeded random numbers and kept its
-    state (error-feedback residual, warm start) in the same tensors, so that a replay is the next call."""
-    draws, before = comp.random_draws, _state_tensors(comp, key)
+def _capture(state: HookState, comp: Compressor, group: list, gkey, ids: list, where, comm) -> list:
+    """Capture the protocol of ``group`` (:func:`_graph_run`) as one CUDA graph (on the current, side stream) and
+    replay it once: this call's results, each in its bucket (a protocol that cannot be captured runs eagerly, now
+    and later). The graph is kept only if the protocol drew no host-seeded random numbers and kept its state
+    (error-feedback residual, warm start) in the same tensors, so that a replay is the next call."""
+    draws, before = comp.random_draws, _state_tensors(comp, gkey)
+    for _, key, bids, shapes, *_ in group:
+        _track(state, key, bids, shapes)
     torch.cuda.current_blas_handle()  # this thread's cuBLAS handle, made now: it cannot be made inside a capture
     graph = torch.cuda.CUDAGraph()
     rec = RecordingComm(comm)
     try:
         with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
-            bad = _protocol(state, comp, buf, key, shapes, rec)
+            bad = _protocol(state, comp, group, gkey, rec)
     except RuntimeError:  # an operation that cannot be captured (one that waits for the device): nothing ran
-        _settle_generators(buf.device)
-        state._graphs[key] = _BucketGraph(None, comp, ids, buf.data_ptr(), 0, None)
-        return _reduce_bucket(state, comp, buf, key, ids, shapes, comm)
-    keep = comp.random_draws == draws and _state_tensors(comp, key) == before
-    entry = _BucketGraph(graph if keep else None, comp, ids, buf.data_ptr(), rec.nbytes, bad)
-    state._graphs[key] = entry
+        _settle_generators(group[0][0].device)
+        state._graphs[gkey] = _BucketGraph(None, comp, ids, where, 0, None)
+        return _eager(state, comp, group, gkey, comm)
+    keep = comp.random_draws == draws and _state_tensors(comp, gkey) == before
+    # not kept: the protocol runs eagerly from now on
+    state._graphs[gkey] = _BucketGraph(graph if keep else None, comp, ids, where, rec.nbytes, bad)
     graph.replay()
-    state.nonfinite.note(key, bad)
+    state.nonfinite.note(gkey, bad)
     state.bytes_sent += rec.nbytes
     state.calls += 1
-    if not keep:
-        del graph  # the bucket runs its protocol eagerly from now on
-    return buf
+    return [b for b, *_ in group]
 
 
 def _settle_generators(device: torch.device) -> None:
@@ -579,81 +599,6 @@ def _run_group(state: HookState, comp: Compressor, group: list, comm) -> None:
             fut.set_exception(exc)
 
 
-def _graph_group(state: HookState, comp: Compressor, group: list, comm) -> None:
-    """The graph runner for a coalesced group (``coalesce_mb`` with ``runner="graph"``), as :func:`_graph_call`
-    for one bucket: a group captured before replays its graph in the hook (the thread idle); one seen
-    ``CAPTURE_AFTER`` times with the same buckets, parameters and buffers is captured; anything else runs on the
-    thread. Completes every bucket's future of the group."""
-    gkey = _group_key(group)
-    ids = [i for _, _, bids, *_ in group for i in bids]
-    ptrs = tuple(b.data_ptr() for b, *_ in group)
-    entry = state._graphs.get(gkey)
-    if entry is not None and not entry.fits(comp, ids, ptrs):
-        del state._graphs[gkey]
-        entry = None
-    old = state._streak.get(gkey)
-    n = old[2] + 1 if old is not None and old[0] == ids and old[1] == ptrs else 1
-    state._streak[gkey] = (ids, ptrs, n)
-    idle = state.idle()
-    capture = entry is None and n >= CAPTURE_AFTER and idle
-    buf = group[0][0]
-
-    def job():
-        try:
-            with torch.no_grad():
-                side = state.side_stream(buf.device)
-                with torch.cuda.device(buf.device), torch.cuda.stream(side):
-                    for *_, ready in group:
-                        side.wait_event(ready)
-                    if state.nonfinite.recover(comp, gkey):  # its state was forgotten: the graph holds the old
-                        state._graphs.pop(gkey, None)
-                        state._streak.pop(gkey, None)
-                        _reduce_group(state, comp, group, comm)
-                    elif entry is not None and entry.graph is not None:
-                        for _, key, bids, shapes, *_ in group:
-                            _track(state, key, bids, shapes)
-                        _replay(state, comp, entry, gkey, buf)
-                    elif capture:
-                        _capture_group(state, comp, group, gkey, ids, ptrs, comm)
-                    else:
-                        _reduce_group(state, comp, group, comm)
-                    for b, *_, fut, _ in group:
-                        fut.set_result(b)  # records an event on `side`, which DDP's wait() waits for
-        except BaseException as exc:  # noqa: BLE001 - DDP raises it at the end of the backward pass
-            for *_, fut, _ in group:
-                fut.set_exception(exc)
-
-    if idle and (capture or (entry is not None and entry.graph is not None)):
-        job()
-    else:
-        state.submit(job)
-
-
-def _capture_group(state: HookState, comp: Compressor, group: list, gkey, ids: list, ptrs: tuple, comm) -> None:
-    """:func:`_capture` for a coalesced group: its protocol captured as one CUDA graph and replayed once (kept only
-    where a replay is the next call); a group that cannot be captured runs eagerly, now and later."""
-    draws, before = comp.random_draws, _state_tensors(comp, gkey)
-    for _, key, bids, shapes, *_ in group:
-        _track(state, key, bids, shapes)
-    torch.cuda.current_blas_handle()  # as in _capture
-    graph = torch.cuda.CUDAGraph()
-    rec = RecordingComm(comm)
-    try:
-        with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
-            bad = _group_protocol(state, comp, group, gkey, rec)
-    except RuntimeError:  # an operation that cannot be captured: nothing ran
-        _settle_generators(group[0][0].device)
-        state._graphs[gkey] = _BucketGraph(None, comp, ids, ptrs, 0, None)
-        _reduce_group(state, comp, group, comm)
-        return
-    keep = comp.random_draws == draws and _state_tensors(comp, gkey) == before
-    state._graphs[gkey] = _BucketGraph(graph if keep else None, comp, ids, ptrs, rec.nbytes, bad)
-    graph.replay()
-    state.nonfinite.note(gkey, bad)
-    state.bytes_sent += rec.nbytes
-    state.calls += 1
-
-
 def _group_key(group: list) -> tuple:
     """The key under which a coalesced group keeps its state (warm start, residual): its bucket indices."""
     return ("group",) + tuple(key for _, key, *_ in group)
@@ -673,14 +618,15 @@ def _reduce_group(state: HookState, comp: Compressor, group: list, comm) -> None
             comp.memory.forget(k)
     rec = RecordingComm(comm)
     state.nonfinite.recover(comp, gkey)
-    state.nonfinite.note(gkey, _group_protocol(state, comp, group, gkey, rec))
+    state.nonfinite.note(gkey, _protocol(state, comp, group, gkey, rec))
     state.bytes_sent += rec.nbytes
     state.calls += 1
 
 
-def _group_protocol(state: HookState, comp: Compressor, group: list, gkey, rec) -> Optional[torch.Tensor]:
-    """The protocol of ``comp`` on the buckets of ``group`` as one call, device work only (what the graph runner
-    captures): each average written into its bucket; returns :meth:`NonFinite.spread`'s flag."""
+def _protocol(state: HookState, comp: Compressor, group: list, gkey, rec) -> Optional[torch.Tensor]:
+    """The protocol of ``comp`` on the buckets of ``group`` (one bucket alone or a coalesced group) as one call
+    under ``gkey``, device work only (what the graph runner captures): each average written into its bucket;
+    returns :meth:`NonFinite.spread`'s flag."""
     bufs = [b for b, *_ in group]
     bad = state.nonfinite.zero(comp, bufs)
     if comp.partition_invariant:
@@ -745,20 +691,6 @@ def _reduce_bucket(state: HookState, comp: Compressor, buf: torch.Tensor, key: i
     state.bytes_sent += rec.nbytes
     state.calls += 1
     return out
-
-
-def _protocol(state: HookState, comp: Compressor, buf: torch.Tensor, key, shapes: list, rec) -> Optional[torch.Tensor]:
-    """The protocol of ``comp`` on one bucket, device work only (what the graph runner captures): the average
-    written into ``buf``; returns :meth:`NonFinite.spread`'s flag."""
-    bad = state.nonfinite.zero(comp, [buf])
-    if comp.partition_invariant:
-        out = comp.reduce(buf, rec, key=key)
-        if out.data_ptr() != buf.data_ptr():
-            buf.copy_(out.reshape(buf.shape))
-    else:
-        grads = views(buf, shapes)
-        copy_back(grads, comp.reduce(grads, rec, key=key))
-    return state.nonfinite.spread(comp, [buf], rec, bad)
 
 
 def register(ddp_model, compressor: Union[str, Compressor], process_group=None, overlap: bool = True,
