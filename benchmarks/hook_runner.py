@@ -71,7 +71,9 @@ def hook_label(r: dict) -> str:
 
 def variants(records: list) -> list[dict]:
     """One row per overlapped hook record (every runner, coalescing and DDP option) beside post of the same rate,
-    model and compressor: medians in ms, hook / post and the number of timed iterations of each."""
+    model and compressor: medians in ms, hook / post and the number of timed iterations of each; the hook's
+    ``hook_runner``, ``hook_coalesce_mb``, ``gradient_as_bucket_view`` and ``broadcast_buffers`` (DDP's defaults
+    where the record has none) and its label (:func:`hook_label`)."""
     ok = [r for r in records if r.get("kind") == "ddp" and r.get("status") == "ok"]
     post = {(_rate(r), r["model"], r.get("compressor"), _params(r)): r for r in ok if r["mode"] == "post"}
     out = []
@@ -81,6 +83,9 @@ def variants(records: list) -> list[dict]:
         p = post.get((_rate(r), r["model"], r.get("compressor"), _params(r)))
         out.append({"rate": _rate(r), "world_size": r.get("world_size"), "model": r["model"],
                     "compressor": r.get("compressor"), "params": _params(r), "hook": hook_label(r),
+                    "hook_runner": r.get("hook_runner") or "thread", "hook_coalesce_mb": r.get("hook_coalesce_mb"),
+                    "gradient_as_bucket_view": bool(r.get("gradient_as_bucket_view")),
+                    "broadcast_buffers": r.get("broadcast_buffers") is not False,
                     "hook_ms": r["ms_median"], "hook_n": r.get("n_iter"),
                     "post_ms": p["ms_median"] if p else None, "post_n": p.get("n_iter") if p else None})
     out.sort(key=lambda x: (-(x["rate"] or 1e9), x["model"], str(x["compressor"]), x["params"], x["hook"]))

@@ -312,11 +312,17 @@ def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
 
 
 # ------------------------------------------------------------------------------------------ records
-def test_graph_runner_records_are_left_out_of_fits_and_scores():
-    """The model's hook prices the communication thread's host chain: a record of another runner is an A/B
-    beside it, which fits and scores leave out (``hook_runner`` is an unpriced identity field)."""
+def test_graph_runner_records_are_hooks_of_their_own_not_an_unpriced_variant():
+    """The model prices a graph-runner hook (its timeline without the host chain, verify's ``_bucket_costs``): its
+    records are hooks like the thread's (``ddp_other`` for fits), and verify names their configurations apart."""
     from studykit.perfmodel.fit.records import normalize
+    from studykit.perfmodel.verify.platform import _label
 
     recs = [{"kind": "ddp", "status": "ok", "mode": "hook", "compressor": "powersgd", "hook_runner": runner,
              "ms_median": 40.0} for runner in (None, "graph")]
-    assert list(normalize(recs)["kind"]) == ["ddp_other", "ddp_unpriced"]
+    assert list(normalize(recs)["kind"]) == ["ddp_other", "ddp_other"]
+    base = {"model": "resnet50", "batch_size": 64, "mode": "hook", "compressor": "powersgd", "params_key": "{}",
+            "world_size": 2, "rate_gbps": 10.0}
+    assert _label(base) == "resnet50 b64 hook powersgd p=2 10Gbps"
+    assert _label({**base, "hook_runner": "graph"}) == "resnet50 b64 hook powersgd runner=graph p=2 10Gbps"
+    assert _label({**base, "hook_runner": "thread"}) == _label(base)

@@ -134,6 +134,63 @@ def test_coalesced_hooks_are_neither_scored_nor_fitted(tmp_path):
     assert fit.normalize(recs + [nobuf])["kind"].iloc[-1] == "ddp_unpriced"
 
 
+def test_a_ddp_built_alike_everywhere_is_the_platform_and_is_scored(tmp_path):
+    """``gradient_as_bucket_view`` / ``broadcast_buffers`` set on every DDP-built record (post builds no DDP)
+    describe the platform's DDP: scored and fitted; set on some records only, they mark an A/B: left out."""
+    from studykit.perfmodel import fit
+
+    _hook_records(tmp_path)
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    post = {"kind": "ddp", "status": "ok", "model": "mlp_small", "batch_size": 64, "compressor": "fp16", "params": {},
+            "bucket_mb": None, "world_size": 2, "ms_median": 5.0, "mode": "post",
+            "network": {"rate_gbps": 1.0, "workers": 2}}
+    built = [dict(r, gradient_as_bucket_view=True, broadcast_buffers=False) if r["kind"] == "ddp" else r
+             for r in recs]
+    _write(tmp_path / "records.jsonl", built + [post])
+    plat = verify.load_platform(tmp_path)
+    n_ddp = sum(r["kind"] == "ddp" for r in built) + 1
+    assert len(plat.ddp) == n_ddp
+    assert "ddp_unpriced" not in set(fit.normalize(built + [post])["kind"])
+    # one record built the default way beside them: now the options are an A/B and their records are left out
+    default = next(r for r in recs if r["kind"] == "ddp" and r.get("mode") in (None, "syncsgd"))
+    mixed = built + [post, dict(default, ms_median=55.0, network={"rate_gbps": 3.0, "workers": 2})]
+    _write(tmp_path / "records.jsonl", mixed)
+    plat = verify.load_platform(tmp_path)
+    assert set(plat.ddp["ms_median"]) == {55.0, 5.0}
+    assert list(fit.normalize(mixed)["kind"]).count("ddp_unpriced") == n_ddp - 1
+
+
+def test_a_graph_runner_hook_is_priced_without_the_host_chain():
+    """verify --encode-decode-from buckets: a hook of the graph runner (replayed from DDP's callback) is priced on
+    its per-bucket device times alone; the same records run by the thread get the host chain, and another price.
+    On the committed campaign of graph hooks on bucket views (2 x H200, 1-25 Gbit/s)."""
+    camp = paths.MEASUREMENTS / "hook_runner"
+    args = dict(holdout="network", overlap="timeline", encode_decode_from="buckets",
+                inputs_from=[camp / "h200_p2_model_profile"], variants=("extended",))
+    pred, _, _ = verify.verify([camp / "h200_p2_model"], **args)
+    hooks = pred[pred["mode"] == "hook"].set_index("config")
+    graph = hooks["inputs"].str.contains("graph runner: no host chain")
+    assert graph.sum() >= 20 and not hooks["inputs"].str.contains(", host chain").any()
+    assert hooks.loc[~graph, "inputs"].str.contains("no per-bucket times").all()  # no profile: whole gradient
+    assert hooks.index.str.contains("runner=graph").all()
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        thread = Path(tmp) / "h200_p2_model"
+        shutil.copytree(camp / "h200_p2_model", thread)
+        recs = [json.loads(x) for x in (thread / "ddp.jsonl").read_text().splitlines()]
+        _write(thread / "ddp.jsonl", [dict(r, hook_runner=None) for r in recs])
+        other, _, _ = verify.verify([thread], **args)
+    other = other[other["mode"] == "hook"].set_index("config")
+    hooks.index = hooks.index.str.replace(" runner=graph", "")
+    assert other["inputs"].str.contains(", host chain").sum() == graph.sum()
+    assert not other["inputs"].str.contains("graph runner").any()
+    both = hooks.join(other, rsuffix="_thread", how="inner")
+    assert len(both) == len(hooks)
+    assert (both["predicted_ms"] - both["predicted_ms_thread"]).abs().max() > 0.1  # the host chain moved some
+
+
 def test_blocking_hooks_are_their_own_mode_and_group(tmp_path):
     _hook_records(tmp_path)
     plat = verify.load_platform(tmp_path)

@@ -782,23 +782,27 @@ def hook_runners_block(campaigns: list) -> str:
 def hook_views_block(campaigns: list, limit: float = 1.02) -> str:
     """The kit's hook in a DDP built like post's plain model (gradients as bucket views, no buffer broadcast) against
     post, over the ``hook_runner`` campaigns ``campaigns`` (``benchmarks/hook_runner.py``'s :func:`variants`): one
-    row per world size and model, hook / post per link rate, then how many of them are at most ``limit``."""
+    row per campaign (its folder's name), world size, model and compressor, hook / post per link rate, then how
+    many of them are at most ``limit``."""
     from studykit.measure.records import load_records
     from studykit.nbtools.datacli import _module
 
     bench = _module("benchmarks/hook_runner.py")
-    rows = [v for c in campaigns for v in bench.variants(load_records(paths.DATA / c / "ddp.jsonl", quiet=True))
-            if v["post_ms"] and "bucket views" in v["hook"] and "no buffer broadcast" in v["hook"]]
-    if not rows:
+    by = {}
+    for c in campaigns:
+        for v in bench.variants(load_records(paths.DATA / c / "ddp.jsonl", quiet=True)):
+            if v["post_ms"] and v["gradient_as_bucket_view"] and not v["broadcast_buffers"]:
+                key = (Path(c).name, v["world_size"], v["model"], f"{v['compressor']} {v['params']}".strip(), v["rate"])
+                by[key] = v["hook_ms"] / v["post_ms"]
+    if not by:
         raise ValueError(f"hook_views: no hook records on bucket views without the buffer broadcast in {campaigns}")
-    rates = sorted({v["rate"] for v in rows if v["rate"] is not None})
-    out = ["| p | model | compressor | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
-           "|---:|---|---|" + "---:|" * len(rates)]
-    by = {(v["world_size"], v["model"], f"{v['compressor']} {v['params']}".strip(), v["rate"]): v["hook_ms"] / v["post_ms"]
-          for v in rows}
-    for p, model, comp in sorted({k[:3] for k in by}):
-        cells = [by.get((p, model, comp, r)) for r in rates]
-        out.append(f"| {p} | {model} | {comp} | " + " | ".join("" if x is None else f"{x:.2f}" for x in cells) + " |")
+    rates = sorted({k[-1] for k in by if k[-1] is not None})
+    out = ["| run | p | model | compressor | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
+           "|---|---:|---|---|" + "---:|" * len(rates)]
+    for run, p, model, comp in sorted({k[:4] for k in by}, key=lambda k: (k[1], k[2], k[3], k[0])):
+        cells = [by.get((run, p, model, comp, r)) for r in rates]
+        out.append(f"| {run} | {p} | {model} | {comp} | "
+                   + " | ".join("" if x is None else f"{x:.2f}" for x in cells) + " |")
     met = sum(x <= limit for x in by.values())
     return ("\n".join(out) + f"\n\nhook / post, medians of 30 timed iterations after 10 warm-up each; at most "
             f"{limit:g}: {met} of {len(by)}.\n")

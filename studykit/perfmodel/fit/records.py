@@ -36,26 +36,41 @@ def load_frame(*sources: str | Path) -> pd.DataFrame:
 
 
 #: identity fields of DDP variants that no model term prices (A/B runs beside the defaults): a ``ddp`` record
-#: with one of them set is left out of every fit and score (:func:`normalize`, :func:`unpriced_ddp`)
+#: with one of them set is left out of every fit and score (:func:`normalize`, :func:`unpriced_ddp`), except the
+#: fields of :data:`DDP_BUILD_FIELDS` where every DDP of the records was built alike
 UNPRICED_DDP_FIELDS = {
     "hook_coalesce_mb": "a hook that coalesced buckets (priced by the hook timeline's coalesced groups, but only "
                         "scored on request: `verify --score-coalesced`)",
-    "broadcast_buffers": "DDP without its buffer broadcast (`ddp --no-broadcast-buffers`)",
-    "gradient_as_bucket_view": "DDP with its gradients as views into its buckets (`ddp --gradient-as-bucket-view`)",
-    "hook_runner": "a hook run another way than on its communication thread (`ddp --hook-runner graph`; the model's "
-                   "host chain is the thread's)",
+    "broadcast_buffers": "DDP without its buffer broadcast (`ddp --no-broadcast-buffers`) beside DDPs with it",
+    "gradient_as_bucket_view": "DDP with its gradients as views into its buckets (`ddp --gradient-as-bucket-view`) "
+                               "beside DDPs without",
 }
+#: how DDP itself was built: where every DDP-built record (every mode but post) has the same value, the records
+#: describe one platform's DDP (its syncSGD calibrates gamma and its hooks are priced on it), not an A/B beside
+#: the defaults; where the values differ, the records that set the field are left out
+DDP_BUILD_FIELDS = ("broadcast_buffers", "gradient_as_bucket_view")
 
 
 def unpriced_ddp(df: pd.DataFrame, priced: Iterable[str] = ()) -> pd.Series:
     """Per row of a records frame: a ``ddp`` variant of :data:`UNPRICED_DDP_FIELDS` (one of the fields set),
     which fits and scores leave out (the one rule of ``normalize`` and ``verify.load_platform``); fields in
-    ``priced`` are not held against a record (``verify --score-coalesced`` prices ``hook_coalesce_mb``)."""
+    ``priced`` are not held against a record (``verify --score-coalesced`` prices ``hook_coalesce_mb``), nor
+    are the fields of :data:`DDP_BUILD_FIELDS` that every DDP-built ``ddp`` record of ``df`` shares."""
+    ddp = df["kind"].astype(str) == "ddp"
+    built = ddp & (df["mode"].astype(str) != "post") if "mode" in df.columns else ddp
     out = pd.Series(False, index=df.index)
     for f in set(UNPRICED_DDP_FIELDS) - set(priced):
-        if f in df.columns:
-            out |= df[f].notna()
-    return out & (df["kind"].astype(str) == "ddp")
+        if f not in df.columns:
+            continue
+        if f in DDP_BUILD_FIELDS and df.loc[built, f].map(_value).nunique(dropna=False) <= 1:
+            continue  # one platform's DDP, built alike everywhere: priced as it is
+        out |= df[f].notna()
+    return out & ddp
+
+
+def _value(x):
+    """A field's value as a hashable key (None for NaN, as records read into a frame hold absent fields)."""
+    return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
 
 
 def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
@@ -65,8 +80,7 @@ def normalize(records: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     ``profile`` with ``phase`` reduce (or none) -> encode_decode; ``tcomp`` keeps
     ``phase`` (``bwd`` is T_comp, ``fwd_bwd`` the forward+backward time); ``ddp`` with
     ``mode`` syncsgd (or none) -> ddp, other modes -> ddp_other, variants no model term prices
-    (:data:`UNPRICED_DDP_FIELDS`: hooks that coalesced buckets, DDP without its buffer broadcast) ->
-    ddp_unpriced.
+    (:data:`UNPRICED_DDP_FIELDS`: hooks that coalesced buckets, DDPs built unlike the others) -> ddp_unpriced.
     """
     df = records.copy() if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if "kind" not in df.columns:

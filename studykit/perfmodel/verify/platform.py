@@ -109,7 +109,8 @@ def load_platform(source: str | Path | Sequence[str | Path], stat: str = "ms_med
     df.loc[(df["mode"] == "hook") & (ov != True), "mode"] = "hook_blocking"  # noqa: E712 (None/NaN are not True)
     if "comm" in df.columns:  # the model prices the backend's collectives; a parameter server's runs are not scored
         df = df[df["comm"].isna() | (df["kind"] != "ddp")]
-    # variants no model term prices (no buffer broadcast; coalesced hooks unless asked): not scored
+    # variants no model term prices (a DDP built unlike the platform's others; coalesced hooks unless asked): not
+    # scored
     df = df[~unpriced_ddp(df, ("hook_coalesce_mb",) if score_coalesced else ())]
     dev = sorted({str(g) for g in df["gpu"].dropna()})
     return Platform(name=name or (src.name if src.is_dir() else src.stem), stat=stat,
@@ -169,6 +170,8 @@ def _label(r) -> str:
         parts.append(setting_label(str(r["compressor"]), json.loads(r.get("params_key") or "{}"), "key"))
     if not _isnull(r.get("hook_coalesce_mb")):  # a coalescing hook is its own configuration
         parts.append(f"coalesce={float(r['hook_coalesce_mb']):g}MB")
+    if not _isnull(r.get("hook_runner")) and r["hook_runner"] != "thread":  # so is a hook run by the graph runner
+        parts.append(f"runner={r['hook_runner']}")
     parts.append(f"p={int(r['world_size'])}")
     parts.append(_net_label(r.get("rate_gbps"), r["world_size"]) if not _isnull(r.get("rate_gbps")) else "native")
     return " ".join(parts)

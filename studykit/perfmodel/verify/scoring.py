@@ -166,14 +166,20 @@ def _predict_record(r, inp: RecordInputs, variant: str, terms: SyncTerms | None 
 def _bucket_costs(inp: RecordInputs, r, w: Workload, ed: float, how_ed: str):
     """A hook record's per-bucket inputs (``verify --encode-decode-from buckets``): each bucket's device and host
     time (:meth:`RecordInputs.bucket_costs`) and when the host reaches each hook (:meth:`RecordInputs.ready_host`),
-    as ``(predict kwargs, T_encode_decode, how, workload)``; where either is missing or the bucket counts
-    disagree, the record keeps its whole-gradient input (``({}, ed, how_ed + why, w)``)."""
+    as ``(predict kwargs, T_encode_decode, how, workload)``; a hook of the graph runner (``hook_runner`` graph: each
+    bucket's protocol replayed as a CUDA graph from DDP's callback) has no host chain, only the device times. Where
+    an input is missing or the bucket counts disagree, the record keeps its whole-gradient input
+    (``({}, ed, how_ed + why, w)``)."""
     try:
         dev, host, how = inp.bucket_costs(r["model"], r["compressor"], r["params_key"])
     except KeyError as exc:
         return {}, ed, f"{how_ed} (no per-bucket times: {exc.args[0]})", w
-    ready, how_ready = inp.ready_host(r["model"], int(r["batch_size"]), int(r["world_size"]), r.get("rate_gbps"))
     k = len(w.ddp_bucket_shapes())
+    if r.get("hook_runner") == "graph":  # replayed from DDP's callback: no host work per bucket to chain
+        if len(dev) != k:
+            return {}, ed, f"{how_ed} (no per-bucket times: {len(dev)} profiled buckets, {k} DDP buckets)", w
+        return {"bucket_encode_decode_s": dev}, float(sum(dev)), f"{how}, graph runner: no host chain", w
+    ready, how_ready = inp.ready_host(r["model"], int(r["batch_size"]), int(r["world_size"]), r.get("rate_gbps"))
     if ready is None or not (len(ready) == len(dev) == k):
         return {}, ed, f"{how_ed} (no per-bucket times: {len(dev)} profiled buckets, " \
                        f"{'no' if ready is None else len(ready)} host ready times, {k} DDP buckets)", w
