@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = parse_compressor_specs(args.compressors) if args.compressors else default_specs()
     except ValueError as exc:
         ap.error(str(exc))
-    if policy.host_ahead and device.type != "cuda":
-        ap.error(f"--host-ahead needs a CUDA device, got {device}")
+    if (policy.host_ahead or policy.graph) and device.type != "cuda":
+        ap.error(f"--{'host-ahead' if policy.host_ahead else 'graph'} needs a CUDA device, got {device}")
     writer = RecordWriter(out)
     # the slow codecs (ATOMO's SVD) of both runs go after every other codec of both runs: codecs timed right
     # after ATOMO were seen to disagree between the two runs

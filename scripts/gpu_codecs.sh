@@ -12,6 +12,8 @@
 #             repeat 2), the building blocks (torch.topk alone, THC's rotation, ...) in the first run;
 #             HOST_AHEAD=1 times each repetition's device work with the host ahead of the GPU (a GPU sleep
 #             before it), not the host's launch gaps (codecs whose host time exceeds their device time);
+#             GRAPH=1 captures each call once as a CUDA graph and times its replays, host side included, as
+#             the DDP hook's graph runner pays them (a call it cannot replay: eagerly, timer cuda_events_eager);
 # 2. report - the two runs side by side (both medians with IQR and n, their ratio, within 10 %?) and
 #             the codecs' speed-target table with PASS/MISS (the targets are data in
 #             studykit/measure/bench/targets.py, SPEED_TARGETS; the worst of the two runs is judged).
@@ -38,6 +40,7 @@ BUDGET_S=${BUDGET_S:-20}          # per codec configuration; ATOMO (its exact SV
 WARMUP=${WARMUP:-10}
 COMPONENTS=${COMPONENTS:-1}       # 1: time the building blocks in the first run (the measured bounds)
 HOST_AHEAD=${HOST_AHEAD:-0}       # 1: each repetition's device time with the host ahead of the GPU (--host-ahead)
+GRAPH=${GRAPH:-0}                 # 1: each call captured as a CUDA graph, its replays timed (--graph)
 TOTAL_S=${TOTAL_S:-500}           # whole-run deadline (seconds)
 REPORT_S=${REPORT_S:-40}          # kept back for the report
 PHASE_MIN_S=5
@@ -45,7 +48,7 @@ PHASE_MIN_S=5
 . scripts/gpu_common.sh
 machine_summary gpu_codecs.sh \
   "DEVICE=$DEVICE MODEL=$MODEL PHASES=$PHASES MIN_REPS=$MIN_REPS MIN_TIME_S=$MIN_TIME_S BUDGET_S=$BUDGET_S WARMUP=$WARMUP" \
-  "COMPONENTS=$COMPONENTS HOST_AHEAD=$HOST_AHEAD TOTAL_S=$TOTAL_S COMPRESSORS=${COMPRESSORS:-<all, quantize at every b>}"
+  "COMPONENTS=$COMPONENTS HOST_AHEAD=$HOST_AHEAD GRAPH=$GRAPH TOTAL_S=$TOTAL_S COMPRESSORS=${COMPRESSORS:-<all, quantize at every b>}"
 
 if [ "$DEVICE" != cpu ] && ! $PY -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "gpu_codecs: no CUDA GPU visible to $PY; nothing measured (DEVICE=cpu for a dry run)" | tee -a "$LOG" "$RUN"
@@ -58,6 +61,7 @@ ARGS=(--device "$DEVICE" --model "$MODEL" --phases $PHASES --min-reps "$MIN_REPS
       --budget-s "$BUDGET_S" --warmup "$WARMUP" --out "$OUT/codecs.jsonl")
 [ "$COMPONENTS" = 1 ] && ARGS+=(--components)
 [ "$HOST_AHEAD" = 1 ] && ARGS+=(--host-ahead)
+[ "$GRAPH" = 1 ] && ARGS+=(--graph)
 # shellcheck disable=SC2086
 [ -n "$COMPRESSORS" ] && ARGS+=(--compressors $COMPRESSORS)
 phase codecs $(( $(left) - REPORT_S )) $PY benchmarks/codec_repeat.py "${ARGS[@]}"

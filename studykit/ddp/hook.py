@@ -520,7 +520,7 @@ def _capture(state: HookState, comp: Compressor, group: list, gkey, ids: list, w
     replay it once: this call's results, each in its bucket (a protocol that cannot be captured runs eagerly, now
     and later). The graph is kept only if the protocol drew no host-seeded random numbers and kept its state
     (error-feedback residual, warm start) in the same tensors, so that a replay is the next call."""
-    draws, before = comp.random_draws, _state_tensors(comp, gkey)
+    before = replay_fingerprint(comp, gkey)
     for _, key, bids, shapes, *_ in group:
         _track(state, key, bids, shapes)
     torch.cuda.current_blas_handle()  # this thread's cuBLAS handle, made now: it cannot be made inside a capture
@@ -530,10 +530,10 @@ def _capture(state: HookState, comp: Compressor, group: list, gkey, ids: list, w
         with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             bad = _protocol(state, comp, group, gkey, rec)
     except RuntimeError:  # an operation that cannot be captured (one that waits for the device): nothing ran
-        _settle_generators(group[0][0].device)
+        settle_generators(group[0][0].device)
         state._graphs[gkey] = _BucketGraph(None, comp, ids, where, 0, None)
         return _eager(state, comp, group, gkey, comm)
-    keep = comp.random_draws == draws and _state_tensors(comp, gkey) == before
+    keep = replay_fingerprint(comp, gkey) == before
     # not kept: the protocol runs eagerly from now on
     state._graphs[gkey] = _BucketGraph(graph if keep else None, comp, ids, where, rec.nbytes, bad)
     graph.replay()
@@ -543,13 +543,20 @@ def _capture(state: HookState, comp: Compressor, group: list, gkey, ids: list, w
     return [b for b, *_ in group]
 
 
-def _settle_generators(device: torch.device) -> None:
+def settle_generators(device: torch.device) -> None:
     """After a failed capture: PyTorch's default CUDA generator stays in capture mode (the capture's end, which
     takes it out, never ran), and every later random operation (the model's dropout) would fail; a trivial
     capture that succeeds takes it out."""
     scratch = torch.zeros(1, device=device)
     with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
         scratch.add_(1)
+
+
+def replay_fingerprint(comp: Compressor, key) -> tuple:
+    """What a CUDA graph of ``comp``'s protocol under ``key`` depends on beyond its inputs: the number of
+    host-seeded random draws so far and the storage of its state tensors (error-feedback residual, warm start).
+    Where a captured call changed it, a replay is not the next call (the graph runner, ``bench --graph``)."""
+    return comp.random_draws, tuple(_state_tensors(comp, key))
 
 
 def _state_tensors(comp: Compressor, key) -> list:

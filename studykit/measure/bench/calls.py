@@ -28,7 +28,8 @@ class RepPolicy:
     (CUDA only): each repetition's *device* time with the host ahead of the GPU
     (:class:`studykit.measure.timing._Clock`): without it, a codec whose host needs longer to launch
     its kernels than the GPU needs to run them is timed by the host's launch gaps, which vary from run
-    to run on a shared machine."""
+    to run on a shared machine. ``graph`` (CUDA only): each call captured once as a CUDA graph and its replays
+    timed with plain events, as the DDP hook's graph runner calls it (:func:`time_call`)."""
 
     min_reps: int = MIN_REPS
     min_time_s: float = MIN_TIME_S
@@ -37,6 +38,7 @@ class RepPolicy:
     flush_bytes: int | None = None
     host_ahead: bool = False
     min_iter: int = 3
+    graph: bool = False
 
     def __post_init__(self):
         if self.min_reps < 1:
@@ -50,6 +52,9 @@ class RepPolicy:
             raise ValueError(f"RepPolicy: n_warmup must be >= 1 (the per-call estimate), got {self.n_warmup}")
         if self.min_iter < 1:
             raise ValueError(f"RepPolicy: min_iter must be >= 1 (timed calls kept under the budget), got {self.min_iter}")
+        if self.graph and self.host_ahead:
+            raise ValueError("RepPolicy: graph and host_ahead exclude each other (a replay's host work is a single "
+                             "launch: there is nothing for the host to get ahead of)")
         if self.flush_bytes is not None and self.flush_bytes < 0:
             raise ValueError(f"RepPolicy: flush_bytes must be >= 0, got {self.flush_bytes}")
 
@@ -71,10 +76,10 @@ class RepPolicy:
                 "timer": self.timer(device)}
 
     def timer(self, device) -> str:
-        """The record's ``timer``: ``cuda_events``, ``cuda_events_host_ahead`` or ``perf_counter``."""
+        """The record's ``timer``: ``cuda_events``, ``cuda_events_host_ahead``, ``cuda_graph`` or ``perf_counter``."""
         if torch.device(device).type != "cuda":
             return "perf_counter"
-        return "cuda_events_host_ahead" if self.host_ahead else "cuda_events"
+        return "cuda_events_host_ahead" if self.host_ahead else "cuda_graph" if self.graph else "cuda_events"
 
     def capped(self, timing) -> bool:
         """Whether ``timing`` stopped short of the policy (the budget bound it)."""
@@ -145,15 +150,50 @@ class CallTiming:
     host_ms: float
 
 
-def time_call(fn: Callable[[], object], device, policy: RepPolicy) -> CallTiming:
+def time_call(fn: Callable[[], object], device, policy: RepPolicy,
+              fingerprint: Callable[[], object] | None = None) -> CallTiming:
     """The kit's one codec timer (``bench`` and ``profile`` both time through it): two settling calls, the
     calls timed by ``policy`` (a call that waits for the GPU falls back from host-ahead to plain CUDA events,
-    its ``timer`` says so), then the host's side of a call without synchronising (:func:`_host_ms`)."""
+    its ``timer`` says so), then the host's side of a call without synchronising (:func:`_host_ms`).
+
+    With ``policy.graph``: the call captured once as a CUDA graph (:func:`capture_call`), then its replays timed,
+    host side included, as the DDP hook's graph runner pays them. A call that cannot be replayed (it waits for the
+    device, draws host-seeded random numbers or replaces its state: ``fingerprint``, e.g.
+    :func:`studykit.ddp.hook.replay_fingerprint`, changed) is what the graph runner runs eagerly on its thread:
+    timed so with plain events, ``timer`` ``cuda_events_eager``."""
     device = torch.device(device)
     _settle(fn, device)
-    t, timer = _time(fn, device, policy)
+    timer = None
+    if policy.graph:
+        graph = capture_call(fn, device, fingerprint)
+        fn, timer = (fn, "cuda_events_eager") if graph is None else (graph.replay, "cuda_graph")
+    t, how = _time(fn, device, policy)
     host = _host_ms(fn, device, reps=max(2, min(20, int(200 / max(t.ms_median, 0.01)))))
-    return CallTiming(t, timer, host)
+    return CallTiming(t, timer or how, host)
+
+
+def capture_call(fn: Callable[[], object], device, fingerprint: Callable[[], object] | None = None):
+    """``fn``'s call captured as a CUDA graph (the capture runs the call once), or None where a replay would not be
+    its next call: the capture failed (the call waits for the device), or ``fingerprint()`` (taken before and after)
+    changed: the call drew host-seeded random numbers or replaced its state tensors."""
+    from studykit.ddp.hook import settle_generators
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"capture_call needs a CUDA device (CUDA graphs), got {device}")
+    before = fingerprint() if fingerprint is not None else None
+    torch.cuda.current_blas_handle()  # cuBLAS's handle cannot be made inside a capture
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            fn()
+    except RuntimeError:
+        settle_generators(device)
+        return None
+    torch.cuda.synchronize(device)
+    if fingerprint is not None and fingerprint() != before:
+        return None
+    return graph
 
 
 def _kernels(fn, device: torch.device) -> Optional[int]:

@@ -190,8 +190,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         codec_writer = None
         if not args.no_codecs and main_rank:
             device = d.device if d is not None else pick_device(args.device)
-            if policy.host_ahead and torch.device(device).type != "cuda":
-                ap.error(f"--host-ahead needs a CUDA device, got {device}")
+            if (policy.host_ahead or policy.graph) and torch.device(device).type != "cuda":
+                ap.error(f"--{'host-ahead' if policy.host_ahead else 'graph'} needs a CUDA device, got {device}")
             specs = parse_compressor_specs(args.compressors)
             codec_writer = RecordWriter(codecs_path, retry_errors=args.retry_errors)
             run_codecs(specs, codec_writer, device=device,

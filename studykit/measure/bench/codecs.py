@@ -14,6 +14,7 @@ from studykit import compressors as C
 from studykit import models as M
 from studykit.comm import LocalComm
 from studykit.compressors import _fast, fastpath
+from studykit.ddp.hook import replay_fingerprint
 from studykit.measure.bench.calls import RepPolicy, _fast_paths, _kernels, time_call
 from studykit.measure.profile import (_plan, _timed_call, effective_params, measure_copy_bandwidth,
                                       measured_copy_gbps, memory_floor_ms, single_round)
@@ -111,7 +112,10 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
     copy_bytes = copy_bytes or (256 * 2**20 if dev_type == "cuda" else 64 * 2**20)
     if policy.host_ahead and dev_type != "cuda":
         raise ValueError(f"host-ahead timing needs a CUDA device, got {device} (drop --host-ahead on a CPU)")
-    ahead = policy.timer(device) if policy.host_ahead else None  # in the config_id: another timing, another config
+    if policy.graph and dev_type != "cuda":
+        raise ValueError(f"graph timing needs a CUDA device (CUDA graphs), got {device} (drop --graph on a CPU)")
+    # in the config_id: another timing, another config
+    ahead = policy.timer(device) if policy.host_ahead or policy.graph else None
     copy_cid = config_id(kind="copy_bw", size_bytes=copy_bytes, device_type=dev_type, repeat=repeat, timer=ahead)
     copy_gbps = measured_copy_gbps(writer, copy_cid) if copy_cid in done else None
     if copy_gbps is None:
@@ -160,7 +164,8 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                         fn = _reduce_call(comp, grads)
                     else:
                         fn = _timed_call(comp, phase, grads, 1)
-                    ct = time_call(fn, device, policy)  # settles first: kernel compilation, one-time choices
+                    # settles first: kernel compilation, one-time choices; with --graph, replays of its capture
+                    ct = time_call(fn, device, policy, fingerprint=lambda: replay_fingerprint(comp, 0))
                 rec = _bench_record(cid, device=device, timing=ct.timing, policy=policy, host_ms=ct.host_ms,
                                     kernels=None, **dict(fields, timer=ct.timer))
             except Exception as exc:  # noqa: BLE001 - one codec failing must not stop the run

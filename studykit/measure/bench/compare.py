@@ -48,7 +48,7 @@ def compare_runs(runs: Sequence[Iterable[dict]]) -> pandas.DataFrame:
         row = {"model": first.get("model"), "compressor": first.get("compressor"), "params": key[2],
                "params_obj": first.get("params") or {}, "phase": first.get("phase"), "layout": first.get("layout"),
                "mode": first.get("mode"), "device": first.get("device"), "gpu": first.get("gpu"),
-               "floor_ms": first.get("floor_ms"), "git_commit": first.get("git_commit")}
+               "floor_ms": first.get("floor_ms"), "git_commit": first.get("git_commit"), "timer": first.get("timer")}
         for i, table in enumerate(tables, 1):
             r = table.get(key) or {}
             ms, floor = r.get("ms_median"), r.get("floor_ms")
@@ -117,13 +117,15 @@ def _ms_cell(r, i: int) -> str:
 
 
 def compare_markdown(compared: pandas.DataFrame) -> str:
-    """:func:`compare_runs` as a Markdown table: both medians (IQR, n), their ratio, agreement."""
+    """:func:`compare_runs` as a Markdown table: both medians (IQR, n), their ratio, agreement; a configuration
+    that ``--graph`` timed eagerly (its call cannot be replayed as a CUDA graph) says so in its mode."""
     two = "ratio" in compared.columns
     head = "| codec | params | phase | mode | run 1 ms [q25-q75] | x floor |"
     head += " run 2 ms [q25-q75] | run 2 / run 1 | within 10 % |" if two else ""
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for _, r in compared.iterrows():
-        line = (f"| {r['compressor'] or r['phase']} | {r['params']} | {r['phase']} | {r['mode'] or ''} | "
+        eager = " (eager: no replayable graph)" if r.get("timer") == "cuda_events_eager" else ""
+        line = (f"| {r['compressor'] or r['phase']} | {r['params']} | {r['phase']} | {r['mode'] or ''}{eager} | "
                 f"{_ms_cell(r, 1)} | {_f(r.get('x_floor_1'), 1)} |")
         if two:
             agree = r.get("agree")

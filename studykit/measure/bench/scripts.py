@@ -33,6 +33,11 @@ def add_policy_args(ap: argparse.ArgumentParser) -> None:
                     help="CUDA only: time each repetition's device work with the host ahead of the GPU (a GPU sleep "
                          "before it lets the host queue the whole call), not the host's launch gaps; records say "
                          "timer cuda_events_host_ahead")
+    ap.add_argument("--graph", action="store_true",
+                    help="CUDA only: capture each codec call once as a CUDA graph and time its replays, host side "
+                         "included, as the DDP hook's graph runner pays them (timer cuda_graph); a call that cannot "
+                         "be replayed (it waits for the GPU, draws host-seeded random numbers or replaces its state) "
+                         "is timed eagerly with plain events, as that runner runs it (timer cuda_events_eager)")
 
 
 def policy_from_args(ap: argparse.ArgumentParser, args) -> RepPolicy:
@@ -40,6 +45,7 @@ def policy_from_args(ap: argparse.ArgumentParser, args) -> RepPolicy:
     try:
         return RepPolicy(min_reps=args.min_reps, min_time_s=args.min_time_s, budget_s=args.budget_s,
                          n_warmup=args.warmup, host_ahead=bool(getattr(args, "host_ahead", False)),
+                         graph=bool(getattr(args, "graph", False)),
                          flush_bytes=None if args.l2_flush_mib is None else int(args.l2_flush_mib * 2**20))
     except ValueError as exc:
         ap.error(str(exc).replace("RepPolicy: ", "").replace("budget_s", "--budget-s")
@@ -140,8 +146,9 @@ def start_candidates(ap: argparse.ArgumentParser, argv: Optional[list[str]]):
 
     args = ap.parse_args(argv)
     policy = policy_from_args(ap, args)
-    if args.host_ahead:
-        ap.error("--host-ahead: the candidates are timed with plain CUDA events (a candidate may wait for the GPU)")
+    if args.host_ahead or args.graph:
+        ap.error(f"--{'host-ahead' if args.host_ahead else 'graph'}: the candidates are timed with plain CUDA events "
+                 f"(a candidate may wait for the GPU)")
     out = None
     if args.out is not None:
         try:

@@ -1,0 +1,89 @@
+"""``bench --graph``: a codec call timed as replays of its CUDA graph, as the DDP hook's graph runner pays it, and the
+one rule (shared with the graph runner) that says when a replay is not the next call."""
+import pytest
+import torch
+
+from studykit import compressors as C
+from studykit.comm import LocalComm
+from studykit.ddp.hook import replay_fingerprint
+from studykit.measure import bench
+
+
+def _two_calls(name, **kw):
+    comp = C.get(name, allow_nonfinite=True, **kw)
+    grads = [torch.randn(64, 32), torch.randn(32)]
+    comm = LocalComm()
+    comp.reduce(grads, comm, key=0)  # the first call builds the state (warm start, residual)
+    before = replay_fingerprint(comp, 0)
+    comp.reduce(grads, comm, key=0)
+    return before, replay_fingerprint(comp, 0)
+
+
+@pytest.mark.parametrize("name, kw", [("fp16", {}), ("topk", {"ratio": 0.1}), ("powersgd", {"rank": 2})])
+def test_a_call_that_keeps_its_state_and_draws_nothing_on_the_host_keeps_its_fingerprint(name, kw):
+    before, after = _two_calls(name, **kw)
+    assert before == after
+
+
+def test_a_call_that_draws_host_seeded_random_numbers_changes_its_fingerprint():
+    before, after = _two_calls("quantize", bits=8)
+    assert after[0] == before[0] + 1 and after[1] == before[1]
+
+
+def test_graph_policy_is_a_timer_of_its_own_and_excludes_host_ahead():
+    p = bench.RepPolicy(graph=True)
+    assert p.timer(torch.device("cuda", 0)) == "cuda_graph" and p.timer("cpu") == "perf_counter"
+    assert "graph" not in p.timing_kw("cpu")  # replays are timed with plain events
+    with pytest.raises(ValueError, match="graph and host_ahead exclude each other"):
+        bench.RepPolicy(graph=True, host_ahead=True)
+
+
+def test_graph_timing_is_refused_without_a_gpu(tmp_path, capsys):
+    from studykit.measure.bench.calls import capture_call
+    from studykit.measure.records import RecordWriter
+
+    with pytest.raises(ValueError, match="capture_call needs a CUDA device"):
+        capture_call(lambda: None, "cpu")
+    with pytest.raises(ValueError, match="graph timing needs a CUDA device"):
+        bench.run_codecs([bench.CompressorSpec("fp16", ())], RecordWriter(tmp_path / "a.jsonl"), device="cpu",
+                         model="mlp_small", policy=bench.RepPolicy(graph=True), extras=False, verbose=False)
+    assert not (tmp_path / "a.jsonl").exists() or not (tmp_path / "a.jsonl").read_text().strip()
+    with pytest.raises(SystemExit):
+        bench.main(["bench", "--graph", "--device", "cpu", "--quiet"])
+    assert "--graph needs a CUDA device" in capsys.readouterr().err
+
+
+def test_a_configuration_timed_eagerly_says_so_in_the_table():
+    rec = {"kind": "bench", "status": "ok", "model": "resnet50", "compressor": "quantize", "params": {"bits": 8},
+           "phase": "encdec", "layout": "flat", "mode": "flat:fast", "device": "cuda:0", "floor_ms": 0.05,
+           "ms_median": 0.2, "n_iter": 100}
+    eager = dict(rec, timer="cuda_events_eager")
+    graph = dict(rec, compressor="fp16", params={}, timer="cuda_graph")
+    md = bench.compare_markdown(bench.compare_runs([[eager, graph], [eager, graph]]))
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ") and "ms" not in line}
+    assert "flat:fast (eager: no replayable graph)" in rows["quantize"] and "eager" not in rows["fp16"]
+
+
+@pytest.mark.gpu
+def test_replays_of_a_captured_codec_are_its_calls_and_are_timed_as_cuda_graph():
+    """fp16's call captured and replayed gives the same average as an eager call; quantize (host-seeded random
+    numbers) is not replayable and is timed eagerly; both through the kit's one codec timer."""
+    from studykit.measure.bench.calls import capture_call, time_call
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    dev = torch.device("cuda", 0)
+    grads = [torch.randn(1 << 16, device=dev)]
+    comm = LocalComm()
+    policy = bench.RepPolicy(graph=True, min_reps=5, min_time_s=0.0, n_warmup=2)
+    fp16 = C.get("fp16", allow_nonfinite=True)
+    want = fp16.reduce(grads, comm, key=0)[0].clone()
+    graph = capture_call(lambda: fp16.reduce(grads, comm, key=0), dev, lambda: replay_fingerprint(fp16, 0))
+    assert graph is not None
+    ct = time_call(lambda: fp16.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(fp16, 0))
+    assert ct.timer == "cuda_graph" and ct.timing.n_iter >= 5 and ct.timing.ms_median > 0
+    out = fp16.reduce(grads, comm, key=0)[0]
+    assert torch.allclose(out, want)
+    quant = C.get("quantize", bits=8, allow_nonfinite=True)
+    ct = time_call(lambda: quant.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(quant, 0))
+    assert ct.timer == "cuda_events_eager"
