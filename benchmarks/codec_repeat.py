@@ -99,11 +99,15 @@ def _names(rows, compared) -> str:
 
 
 def summary_block(agreement: str, targets: str, compared, target_table) -> str:
-    """The README's summary of a run: the closing line of each table in ``codecs.md``, copied verbatim, and
-    the configurations behind them (those whose runs disagree, those that PASS), from the same tables."""
+    """The README's summary of a run: the closing lines of each table in ``codecs.md`` (the agreement count and,
+    where the records say, how many were host-bound), copied verbatim, and the configurations behind them (those
+    whose runs disagree, those that PASS), from the same tables."""
     disagree = compared[compared["agree"].eq(False)] if "agree" in compared.columns else compared.iloc[:0]
     passed = target_table[target_table["verdict"] == "PASS"] if len(target_table) else target_table
-    return (f"- {agreement.splitlines()[-1]}\n  Not within 10 %: {_names(disagree, compared)}.\n"
+    paragraphs = agreement.split("\n\n")  # the table, then its closing lines
+    tail = paragraphs[-1].splitlines() if len(paragraphs) > 1 else agreement.splitlines()[-1:]
+    return (f"- {tail[0]}\n" + "".join(f"  {line}\n" for line in tail[1:])
+            + f"  Not within 10 %: {_names(disagree, compared)}.\n"
             f"- {targets.splitlines()[-1]}\n  PASS: {_names(passed, compared)}.\n")
 
 

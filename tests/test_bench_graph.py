@@ -87,3 +87,20 @@ def test_replays_of_a_captured_codec_are_its_calls_and_are_timed_as_cuda_graph()
     quant = C.get("quantize", bits=8, allow_nonfinite=True)
     ct = time_call(lambda: quant.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(quant, 0))
     assert ct.timer == "cuda_events_eager"
+
+
+def test_the_agreement_table_says_how_many_disagreeing_configurations_were_host_bound():
+    """host_ms / ms_median >= 0.8 in some run: host-bound. Here fp16 agrees and is device-bound (0.01 / 0.1), thc
+    disagrees and was host-bound in run 2 (0.9 / 1.0), topk disagrees and is device-bound."""
+    def rec(name, ms, host):
+        return {"kind": "bench", "status": "ok", "model": "resnet50", "compressor": name, "params": {},
+                "phase": "encdec", "layout": "flat", "mode": "flat:fast", "device": "cuda:0", "floor_ms": 0.05,
+                "ms_median": ms, "n_iter": 100, "host_ms": host}
+
+    a = [rec("fp16", 0.10, 0.01), rec("thc", 1.2, 0.5), rec("topk", 0.5, 0.1)]
+    b = [rec("fp16", 0.10, 0.01), rec("thc", 1.0, 0.9), rec("topk", 0.7, 0.1)]
+    df = bench.compare_runs([a, b]).set_index("compressor")
+    assert list(df["host_bound"]) == [False, True, False]
+    md = bench.compare_markdown(bench.compare_runs([a, b]))
+    assert "1 of 3 configurations measured twice agree" in md
+    assert "1 of the 2 that disagree, 0 of the 1 that agree." in md

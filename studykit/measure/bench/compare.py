@@ -26,10 +26,16 @@ def _run_key(r: dict) -> tuple:
             r.get("mode"), r.get("device"))
 
 
+#: a call whose host needs at least this share of its timed duration to issue it is host-bound (compare_runs)
+HOST_BOUND = 0.8
+
+
 def compare_runs(runs: Sequence[Iterable[dict]]) -> pandas.DataFrame:
     """One row per codec configuration (model, compressor, params, phase, layout, mode, device)
     measured ``ok`` in the first run: per run ``i`` (1-based) ``ms_i`` (median), ``q25_i``, ``q75_i``,
-    ``n_i``, ``x_floor_i`` (ms / the memory floor of that run), ``capped_i``; with two runs
+    ``n_i``, ``x_floor_i`` (ms / the memory floor of that run), ``capped_i``, ``host_i`` (the host's time to issue
+    one call, ``host_ms``); ``host_bound``: in some run the host needed at least :data:`HOST_BOUND` of the timed
+    call to issue it (the GPU then waits for its launches: such a timing moves with the host's load); with two runs
     ``ratio`` (``ms_2 / ms_1``) and ``agree`` (the two medians within :data:`AGREE_TOL` of each
     other: ``max(ratio, 1 / ratio) <= 1 + AGREE_TOL``). Records of other kinds are ignored."""
     import pandas as pd
@@ -54,7 +60,10 @@ def compare_runs(runs: Sequence[Iterable[dict]]) -> pandas.DataFrame:
             ms, floor = r.get("ms_median"), r.get("floor_ms")
             row.update({f"ms_{i}": ms, f"q25_{i}": r.get("ms_q25"), f"q75_{i}": r.get("ms_q75"),
                         f"n_{i}": r.get("n_iter"), f"x_floor_{i}": ms / floor if ms is not None and floor else None,
-                        f"capped_{i}": r.get("reps_capped")})
+                        f"capped_{i}": r.get("reps_capped"), f"host_{i}": r.get("host_ms")})
+        hb = [row[f"host_{i}"] / row[f"ms_{i}"] for i in range(1, len(tables) + 1)
+              if row[f"host_{i}"] is not None and row[f"ms_{i}"]]
+        row["host_bound"] = bool(hb) and max(hb) >= HOST_BOUND if hb else None
         if len(tables) >= 2:
             a, b = row["ms_1"], row["ms_2"]
             row["ratio"] = b / a if a and b is not None else None
@@ -136,6 +145,15 @@ def compare_markdown(compared: pandas.DataFrame) -> str:
         judged = compared["agree"].dropna()
         lines += ["", (f"{int(judged.sum())} of {len(judged)} configurations measured twice agree within "
                        f"{AGREE_TOL:.0%} (the larger median at most {1 + AGREE_TOL:g}x the smaller).")]
+        known = compared.dropna(subset=["agree"])
+        known = known[known["host_bound"].notna()] if "host_bound" in known.columns else known.iloc[:0]
+        if len(known):
+            bound = known["host_bound"].astype(bool)
+            lines.append(f"Host-bound in a run (the host needed at least {HOST_BOUND:g}x the timed call to issue it, "
+                         f"`host_ms`): {int((~known.loc[bound, 'agree'].astype(bool)).sum())} of the "
+                         f"{int((~known['agree'].astype(bool)).sum())} that disagree, "
+                         f"{int(known.loc[bound, 'agree'].astype(bool).sum())} of the "
+                         f"{int(known['agree'].astype(bool).sum())} that agree.")
     return "\n".join(lines)
 
 
