@@ -70,7 +70,7 @@ def test_the_findings_block_of_hooks_on_bucket_views_by_hand(tmp_path, monkeypat
     import json
 
     from studykit import paths
-    from studykit.nbtools import readme_blocks
+    from studykit.nbtools import hook_blocks
 
     views = {"gradient_as_bucket_view": True, "broadcast_buffers": False}
     recs = [_rec("post", 40.0, "powersgd", params={"rank": 4}), _rec("hook", 50.0, "powersgd", params={"rank": 4}),
@@ -80,9 +80,9 @@ def test_the_findings_block_of_hooks_on_bucket_views_by_hand(tmp_path, monkeypat
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "ddp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     monkeypatch.setattr(paths, "DATA", tmp_path)
-    lines = readme_blocks.hook_views_block(["c"]).splitlines()
+    lines = hook_blocks.hook_views_block(["c"]).splitlines()
     assert lines[0] == "| run | p | model | compressor | 8 Gbit/s | 20 Gbit/s |"
     assert lines[2] == "| c | 2 | resnet50 | powersgd rank=4 | 0.95 | 1.05 |"
     assert "at most 1.02: 1 of 2." in lines[-1]
     with pytest.raises(ValueError, match="no hook records on bucket views"):
-        readme_blocks.hook_views_block(["c"][:0])
+        hook_blocks.hook_views_block(["c"][:0])
