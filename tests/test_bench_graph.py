@@ -78,12 +78,16 @@ def test_replays_of_a_captured_codec_are_its_calls_and_are_timed_as_cuda_graph()
     policy = bench.RepPolicy(graph=True, min_reps=5, min_time_s=0.0, n_warmup=2)
     fp16 = C.get("fp16", allow_nonfinite=True)
     want = fp16.reduce(grads, comm, key=0)[0].clone()
-    graph = capture_call(lambda: fp16.reduce(grads, comm, key=0), dev, lambda: replay_fingerprint(fp16, 0))
+    out = torch.zeros_like(want)
+    graph = capture_call(lambda: out.copy_(fp16.reduce(grads, comm, key=0)[0]), dev,
+                         lambda: replay_fingerprint(fp16, 0))
     assert graph is not None
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    assert torch.allclose(out, want)  # a replay is the call
     ct = time_call(lambda: fp16.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(fp16, 0))
     assert ct.timer == "cuda_graph" and ct.timing.n_iter >= 5 and ct.timing.ms_median > 0
-    out = fp16.reduce(grads, comm, key=0)[0]
-    assert torch.allclose(out, want)
     quant = C.get("quantize", bits=8, allow_nonfinite=True)
     ct = time_call(lambda: quant.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(quant, 0))
     assert ct.timer == "cuda_events_eager"

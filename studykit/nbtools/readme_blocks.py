@@ -644,7 +644,8 @@ def folders_block(prefix: str) -> str:
         if e.path.startswith(prefix):
             st = e.status + (f" (by `{'`, `'.join(s.removeprefix(prefix) for s in e.superseded_by)}`)"
                              if e.superseded_by else "")
-            rows.append(f"| `{e.path.removeprefix(prefix)}/` | {_pipe(e.question)} | {_pipe(e.machine)}, {e.date} | "
+            slash = "/" if (paths.DATA / e.path).is_dir() else ""  # a folder, or a file of its own
+            rows.append(f"| `{e.path.removeprefix(prefix)}{slash}` | {_pipe(e.question)} | {_pipe(e.machine)}, {e.date} | "
                         f"{st} |")
     return "\n".join(rows) + "\n"
 
