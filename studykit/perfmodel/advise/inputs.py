@@ -91,14 +91,17 @@ def hook_options(options: ModelOptions) -> tuple[ModelOptions, str]:
     ``T_comp`` (``hook_gamma`` off, verify's default), and the one-element inf/NaN flag the kit's hook sends per
     bucket for a compressor that may drop inf/NaN (``finite_flag``). The timeline needs nothing that compression after
     the backward pass does not: a calibration holds no per-bucket profile, so each bucket is ready once its
-    bytes are done and takes its share of ``T_encode_decode`` by bytes. :meth:`ModelOptions.paper` stays
+    bytes are done and takes its share of ``T_encode_decode`` by bytes. No host work is chained bucket by bucket:
+    the hook as the graph runner runs it (``register(..., runner="graph")``), the one ``verify`` scores without the
+    host chain. :meth:`ModelOptions.paper` stays
     the model as published, which has no hook model: App. B, as after the backward pass."""
     if options == ModelOptions.paper():
         return options, "App. B, as after the backward pass (the paper's model has no hook model)"
     return (replace(options, hook_buckets=True, overlap="timeline", finite_flag=True),
             "per DDP bucket on the per-bucket timeline (ModelOptions hook_buckets, overlap='timeline'; each "
-            "bucket ready once its bytes are done, encode/decode shared among buckets by bytes; the hook's "
-            "inf/NaN flag where the compressor may drop them, finite_flag)")
+            "bucket ready once its bytes are done, encode/decode shared among buckets by bytes, no host work per "
+            "bucket: the hook as register(..., runner='graph') runs it; the hook's inf/NaN flag where the "
+            "compressor may drop them, finite_flag)")
 
 
 def cast_bytes_scale(compressor: str, params: dict, workload: Workload) -> float | None:
