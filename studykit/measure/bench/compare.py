@@ -63,7 +63,7 @@ def compare_runs(runs: Sequence[Iterable[dict]]) -> pandas.DataFrame:
                         f"capped_{i}": r.get("reps_capped"), f"host_{i}": r.get("host_ms")})
         hb = [row[f"host_{i}"] / row[f"ms_{i}"] for i in range(1, len(tables) + 1)
               if row[f"host_{i}"] is not None and row[f"ms_{i}"]]
-        row["host_bound"] = bool(hb) and max(hb) >= HOST_BOUND if hb else None
+        row["host_bound"] = max(hb) >= HOST_BOUND if hb else None
         if len(tables) >= 2:
             a, b = row["ms_1"], row["ms_2"]
             row["ratio"] = b / a if a and b is not None else None
