@@ -37,8 +37,8 @@ from studykit.measure.timing import time_fn  # noqa: E402
 def candidates(numel: int, rotation: str, device) -> dict:
     """``{direction: (pick key, {"fused": fn, "apart": fn})}`` for a ``numel`` gradient (the functions of
     ``_fast.rotate_signed`` / ``unrotate_signed``); empty where the diagonal cannot ride on a pass."""
-    c = THC(rotation=rotation)
-    size, padded, seed = c.rotation_size(numel), c.padded_numel(numel), 1234
+    c = THC(rotation=rotation, seed=1234)
+    size, padded, seed = c.rotation_size(numel), c.padded_numel(numel), _fast.seed_of(c, torch.device(device))
     flat = torch.randn(numel, device=device)
     z = torch.randn(padded, device=device)
     sign = (numel, padded, size, seed)

@@ -26,7 +26,7 @@ def test_a_call_that_keeps_its_state_and_draws_nothing_on_the_host_keeps_its_fin
 
 
 def test_a_call_that_draws_host_seeded_random_numbers_changes_its_fingerprint():
-    before, after = _two_calls("quantize", bits=8)
+    before, after = _two_calls("randomk", ratio=0.1)  # its positions come from a torch.Generator seeded on the host
     assert after[0] == before[0] + 1 and after[1] == before[1]
 
 
@@ -66,8 +66,9 @@ def test_a_configuration_timed_eagerly_says_so_in_the_table():
 
 @pytest.mark.gpu
 def test_replays_of_a_captured_codec_are_its_calls_and_are_timed_as_cuda_graph():
-    """fp16's call captured and replayed gives the same average as an eager call; quantize (host-seeded random
-    numbers) is not replayable and is timed eagerly; both through the kit's one codec timer."""
+    """fp16's call captured and replayed gives the same average as an eager call; quantize's replays are its next
+    calls (its random numbers are seeded from the step on the device); randomk (positions from a generator seeded
+    on the host) is not replayable and is timed eagerly; all through the kit's one codec timer."""
     from studykit.measure.bench.calls import capture_call, time_call
 
     if not torch.cuda.is_available():
@@ -88,8 +89,21 @@ def test_replays_of_a_captured_codec_are_its_calls_and_are_timed_as_cuda_graph()
     assert torch.allclose(out, want)  # a replay is the call
     ct = time_call(lambda: fp16.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(fp16, 0))
     assert ct.timer == "cuda_graph" and ct.timing.n_iter >= 5 and ct.timing.ms_median > 0
-    quant = C.get("quantize", bits=8, allow_nonfinite=True)
+    twin, quant = (C.get("quantize", bits=8, allow_nonfinite=True) for _ in range(2))
+    want = [twin.reduce(grads, comm, key=0)[0].clone() for _ in range(3)]
+    assert not torch.equal(want[1], want[2])
+    quant.reduce(grads, comm, key=0)  # step 0, eagerly: its step on the device exists before the capture
+    graph = capture_call(lambda: out.copy_(quant.reduce(grads, comm, key=0)[0]), dev,
+                         lambda: replay_fingerprint(quant, 0))
+    assert graph is not None
+    for step in (1, 2):
+        graph.replay()
+        torch.cuda.synchronize(dev)
+        assert torch.equal(out, want[step]), f"replay {step} is not step {step}'s call"
     ct = time_call(lambda: quant.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(quant, 0))
+    assert ct.timer == "cuda_graph"
+    randomk = C.get("randomk", ratio=0.01, allow_nonfinite=True)
+    ct = time_call(lambda: randomk.reduce(grads, comm, key=0), dev, policy, lambda: replay_fingerprint(randomk, 0))
     assert ct.timer == "cuda_events_eager"
 
 

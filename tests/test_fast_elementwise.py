@@ -17,6 +17,7 @@ import torch
 from studykit import compressors as C
 from studykit.compressors import _fast
 from studykit.compressors import quantization as Q
+from studykit.compressors import thc
 
 # the kernel tests' fixtures: dev (a GPU, or the CPU under Triton's interpreter; else skip) and reference
 # (a call with the fast path off); as parameters they shadow the imports (F811)
@@ -169,7 +170,7 @@ def test_thc_packed_payload_is_pack_fields_of_its_grid_index(dev, bits):
         y[: min(n, 2)] = torch.tensor([-3.0 * top, 3.0 * top])[: min(n, 2)]  # clamped
         want = j.clone()
         want[: min(n, 2)] = torch.tensor([0, top])[: min(n, 2)]
-        got = _fast.thc_pack(y.to(dev), bound, top, bits, seed=n)
+        got = _fast.thc_pack(y.to(dev), bound, top, bits, seed=_fast.seed_of(thc.THC(seed=n), torch.device(dev)))
         assert got.dtype == torch.uint8 and got.numel() == -(-n * bits // 8), (n, bits)
         extra = Q.unpack_fields(got.cpu(), bits, n).long() - want
         assert set(extra.unique().tolist()) <= {0, 1} and extra.float().mean() < 0.01, (n, bits)
@@ -215,7 +216,7 @@ def test_thc_packed_levels_are_stochastic_rounding_of_y(dev, bits):
     y = _x(40_000, dev)
     bound = y.abs().max()
     delta = bound * (2 / top)
-    packed = _fast.thc_pack(y, bound, top, bits, seed=7)
+    packed = _fast.thc_pack(y, bound, top, bits, seed=_fast.seed_of(thc.THC(seed=7), y.device))
     own = _fast.thc_unpack(packed.view(1, -1), bound, top, bits, y.numel())
     assert ((own - y).abs() <= delta * 1.001).all()
     assert abs((own - y).mean().item()) < 0.05 * delta.item()
@@ -293,10 +294,9 @@ def test_signed_rotation_fuses_the_diagonal_bit_for_bit(dev, numel, size):
     """THC's diagonal fused into rotate's first pass (sign on the load, zero padding) and unrotate's last (sign on
     the store, un-padding): the same bits as the separate sign kernel around the unfused passes; both public
     entry points give the unfused results too, whichever path they pick."""
-    from studykit.compressors import thc
 
     padded = -(-numel // size) * size
-    seed = _fast.seed_of(thc.THC(), 0)
+    seed = _fast.seed_of(thc.THC(), torch.device(dev), 0)
     flat = _x(numel, dev)
     apart = _fast._fwht_passes(_fast.thc_sign(flat, numel, padded, size, seed), size, False)
     if _fast._signed_fusable(size, False):
@@ -324,13 +324,12 @@ def test_every_dot_precision_of_the_hadamard_passes_is_the_transform_to_float32_
     """The passes with tl.dot on fp32 FMA ("ieee") and on tensor cores with the input split in two TF32 halves
     ("tf32x3"): the same rotation and inverse to float32 rounding (the +-1 factors are exact in TF32), against the
     reference's GEMMs; with the diagonal fused too; an unknown precision is refused by name."""
-    from studykit.compressors import thc
 
     rows = 2
     x = _x(rows * size, dev).view(rows, size)
     want = thc.rotate(x).reshape(-1)
     tol = 1e-5 * size**0.5 * 8
-    numel, seed = rows * size - 3, 7
+    numel, seed = rows * size - 3, _fast.seed_of(thc.THC(seed=7), torch.device(dev))
     for p in _fast.HADAMARD_PRECISIONS:
         got = _fast._fwht_passes(x, size, False, precision=p)
         assert torch.allclose(got, want, atol=tol, rtol=0), (p, (got - want).abs().max())
@@ -351,7 +350,6 @@ def test_fast_rotation_is_the_references_up_to_rounding_and_inverts(dev, rows, s
     """:func:`_fast.rotate` / ``unrotate`` (two stages per pass) against :func:`thc.rotate` / ``unrotate`` (one GEMM
     per stage): the same values in the same rotated layout, to float32 rounding; ``unrotate(rotate(x)) = size x``;
     and against the dense Hadamard product where that is small enough to build."""
-    from studykit.compressors import thc
 
     x = _x(rows * size, dev).view(rows, size)
     got, want = _fast.rotate(x), thc.rotate(x)

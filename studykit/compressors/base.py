@@ -82,8 +82,10 @@ class Compressor:
     def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
         self.seed = self.int_param("seed", seed)
         self.allow_nonfinite = bool(allow_nonfinite)
-        self.step = 0
-        #: generators and kernel seeds handed out (seeded on the host by step: a CUDA graph cannot replay them)
+        #: the step on each device a fused kernel drew random numbers on (:meth:`device_step`)
+        self._device_steps: dict[torch.device, torch.Tensor] = {}
+        self._step = 0
+        #: generators and kernel seeds handed out with the step on the host (a CUDA graph cannot replay them)
         self.random_draws = 0
         self.state: dict[Any, Any] = {}
         #: the error-feedback memory the protocol calls (``None``: no error feedback)
@@ -127,6 +129,37 @@ class Compressor:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({args})"
+
+    @property
+    def step(self) -> int:
+        """Calls of :meth:`reduce` so far: with ``seed`` (and the rank) it seeds the randomness of a call."""
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step = int(value)
+        for t in self._device_steps.values():
+            t.fill_(self._step)
+
+    def advance(self, replayed: bool = False) -> None:
+        """Count one call: the step on the host and, unless ``replayed`` (a CUDA graph of the call advanced
+        them), on every device (:meth:`device_step`), in stream order after the call's kernels."""
+        self._step += 1
+        if not replayed:
+            for t in self._device_steps.values():
+                t.add_(1)
+
+    def device_step(self, device: torch.device) -> torch.Tensor | None:
+        """The step as a 1-element int64 tensor on ``device``, which the fused kernels read to seed their
+        random numbers (:mod:`studykit.compressors.fastpath`) and :meth:`advance` increments on the
+        device: a CUDA graph of a call replays with the next call's numbers. Made on first use; ``None``
+        while a CUDA graph is being captured and it does not exist yet (its value would be the capture's)."""
+        t = self._device_steps.get(device)
+        if t is None:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                return None
+            t = self._device_steps[device] = torch.full((1,), self._step, dtype=torch.int64, device=device)
+        return t
 
     def generator(self, device: torch.device, rank: int | None = None) -> torch.Generator | None:
         """A generator seeded by (seed, step[, rank]); ``None`` on the meta device."""
@@ -176,7 +209,7 @@ class Compressor:
             avg, local = self._reduce(grads, comm, key, return_local)
         else:
             avg, local = self._reduce_with_memory(grads, comm, key, return_local)
-        self.step += 1
+        self.advance()
         avg = _like(avg, tensors)
         if return_local:
             local = _like(local, tensors)
@@ -269,7 +302,7 @@ class Compressor:
         # a copy with empty state (the live state is not copied) and no error-feedback memory: the
         # memory adds no collective (test_plan_matches_collectives_actually_issued runs it on real
         # tensors), and its update on meta tensors was most of plan()'s time
-        clone = copy.deepcopy(self, {id(self.state): {}, id(self.memory): None})
+        clone = copy.deepcopy(self, {id(self.state): {}, id(self.memory): None, id(self._device_steps): {}})
         clone.allow_nonfinite = True
         rec = RecordingComm(LocalComm(), world_size=world_size)
         clone.reduce([torch.empty(s, dtype=dtype, device="meta") for s in shapes], rec)

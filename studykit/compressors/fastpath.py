@@ -168,7 +168,7 @@ def _qsgd_ok(self: QSGD, t: torch.Tensor, numel: int) -> bool:
 @override(QSGD, "compress", when=lambda self, flat, world_size: _qsgd_ok(self, flat, flat.numel()))
 def _(self, flat, world_size):  # norm, noise, level, offset and bit fields in one pass per bucket
     norms, packed = _fast.qsgd_encode(flat, self.levels, self._buckets(flat.numel())[1], self.bits, TINY,
-                                      _fast.seed_of(self, self._rank))
+                                      _fast.seed_of(self, flat.device, self._rank))
     return [norms, packed], flat.numel()
 
 
@@ -192,7 +192,7 @@ def _(self, flat):  # one reduction pass, no |g| temporary
 
 @override(TernGrad, "bitmaps", when=lambda self, flat, scale: _fast.enabled(flat))
 def _(self, flat, scale):  # one pass, two bitmaps out
-    return _fast.terngrad_encode(flat, scale, _fast.seed_of(self, self._rank))
+    return _fast.terngrad_encode(flat, scale, _fast.seed_of(self, flat.device, self._rank))
 
 
 @override(TernGrad, "decompress", when=lambda self, payload, ctx: _fast.enabled(payload[1]))
@@ -208,7 +208,7 @@ def _(self, gathered, ctx):
 # ------------------------------------------------------------------ natural compression
 @override(Natural, "compress", when=lambda self, flat, world_size: _fast.enabled(flat))
 def _(self, flat, world_size):
-    exponent, signs = _fast.natural_encode(flat, _fast.seed_of(self, self._rank))
+    exponent, signs = _fast.natural_encode(flat, _fast.seed_of(self, flat.device, self._rank))
     return [exponent, signs], flat.numel()
 
 
@@ -225,7 +225,7 @@ def _(self, gathered, ctx):
 # ------------------------------------------------------------------ quantize: noise, scale, floor, clamp, offset, pack
 @override(Quantize, "encode", when=lambda self, flat, scale, world_size, rank=0: _fast.enabled(flat))
 def _(self, flat, scale, world_size, rank=0):  # the all-reduce protocol's levels
-    return _fast.quantize_levels(flat, scale, self.max_level, torch.int32, _fast.seed_of(self, rank))
+    return _fast.quantize_levels(flat, scale, self.max_level, torch.int32, _fast.seed_of(self, flat.device, rank))
 
 
 @override(Quantize, "decode", when=lambda self, levels, scale, world_size=1: _fast.enabled(levels))
@@ -235,7 +235,7 @@ def _(self, levels, scale, world_size=1):
 
 @override(Quantize, "encode_packed", when=lambda self, flat, scale, rank=0: _fast.enabled(flat))
 def _(self, flat, scale, rank=0):  # the all-gather protocol's payload: one pass, fp32 in, b-bit fields out
-    return _fast.quantize_pack(flat, scale, self.max_level, self.bits, _fast.seed_of(self, rank))
+    return _fast.quantize_pack(flat, scale, self.max_level, self.bits, _fast.seed_of(self, flat.device, rank))
 
 
 @override(Quantize, "decode_gathered", when=lambda self, packed, scale, numel: _fast.enabled(packed[0]))
@@ -256,12 +256,12 @@ def _(self, flat, comm, return_local):
     passes (:func:`studykit.compressors._fast.rotate_signed`, ``unrotate_signed``)."""
     numel, world_size = flat.numel(), comm.world_size
     size, padded = self.rotation_size(numel), self.padded_numel(numel)
-    shared = _fast.seed_of(self)  # the diagonal: same on every worker
+    shared = _fast.seed_of(self, flat.device)  # the diagonal: same on every worker
     y = _fast.rotate_signed(flat, numel, padded, size, shared)
     t = self._range(y) if self.saturation else _fast.abs_max(y)  # max |y| in one pass (no |y| temporary)
     bound = torch.cat(comm.all_gather(t)).amax().clamp_min(TINY)
     top = 2**self.bits - 1
-    seed = _fast.seed_of(self, comm.rank)
+    seed = _fast.seed_of(self, flat.device, comm.rank)
 
     def inverse(z):
         return _fast.unrotate_signed(z, padded, numel, size, shared)

@@ -511,7 +511,8 @@ def _replay(state: HookState, comp: Compressor, entry: _BucketGraph, group: list
     entry.graph.replay()
     state.nonfinite.note(gkey, entry.bad)
     state.bytes_sent += entry.nbytes
-    state.calls, comp.step = state.calls + 1, comp.step + 1
+    state.calls += 1
+    comp.advance(replayed=True)  # the graph advanced the device steps
     return [b for b, *_ in group]
 
 
@@ -667,7 +668,8 @@ def _reduce_async(state: HookState, comp: Compressor, buf: torch.Tensor, comm) -
         payload = [x.clone() if _shares_memory(x, buf) else x.contiguous() for x in payload]
         futs = [comm.all_reduce_async(x) for x in payload]
     state.bytes_sent += sum(x.numel() * x.element_size() for x in payload)
-    state.calls, comp.step = state.calls + 1, comp.step + 1
+    state.calls += 1
+    comp.advance()
 
     def decode(_):
         with torch.no_grad():
@@ -722,8 +724,9 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     communication thread; "graph" captures it as a CUDA graph once DDP has settled its buckets (its
     ``CAPTURE_AFTER``-th call with the same parameters and buffers) and from then on replays it from DDP's callback:
     a few microseconds of host work per bucket or group instead of the protocol's Python and its dozens of launches.
-    A protocol that draws host-seeded random numbers, replaces its state tensors or waits for the device keeps
-    running on the thread. On CPU both run the thread's way.
+    A protocol that draws host-seeded random numbers (RandomK, DGC; the fused kernels of the stochastic quantizers
+    read the step on the device and replay), replaces its state tensors or waits for the device keeps running on
+    the thread. On CPU both run the thread's way.
 
     Build ``ddp_model`` with ``gradient_as_bucket_view=True`` (no copy of each bucket's average into the gradients)
     and, where each rank may keep its own buffers, ``broadcast_buffers=False``: DDP's defaults cost the hook what the

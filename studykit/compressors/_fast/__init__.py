@@ -8,7 +8,9 @@ A kernel computes the same function on the same inputs, with two documented diff
 * randomness is drawn inside the kernel (Philox, :func:`triton.language.rand`) from an integer
   seed made exactly like the codec's ``torch.Generator`` seed (seed, step[, rank]), so the
   numbers differ from ``torch.rand``'s but have the same distribution, and shared randomness
-  (same seed on every worker) is still shared;
+  (same seed on every worker) is still shared. The kernel reads the step on the device
+  (:func:`seed_of`, :meth:`~studykit.compressors.base.Compressor.device_step`), which a call
+  advances there: a CUDA graph of the call replays with each later step's numbers;
 * exact ties at a top-k threshold are broken by position (``torch.topk`` breaks them its own
   way); the multiset of selected magnitudes is the same;
 * magnitudes are compared as float bits in the top-k selections, so a NaN reaches every threshold

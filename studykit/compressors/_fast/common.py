@@ -1,5 +1,5 @@
 """What every fused kernel shares: whether the fast path may run on some tensors (:func:`enabled`), the seed a
-codec's generator would get (:func:`seed_of`), the once-per-process timing choice between paths that compute
+codec's generator would get, its step read on the device (:func:`seed_of`), the once-per-process timing choice between paths that compute
 the same thing (:func:`pick`, its choices kept in :data:`_PICKED`), the two ways to launch an elementwise
 kernel (:func:`_launch`, :func:`_launch1`), the Triton helpers the kernels inline (masked loads and stores,
 program order, Philox numbers), and two payload helpers several codecs call (:func:`rows`, :func:`abs_max`).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import NamedTuple
 
 import torch
 
@@ -23,7 +24,7 @@ except Exception:  # noqa: BLE001 - any import problem means: no fast path
     HAVE_TRITON = False
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "seed_of", "_BLOCK", "_NB", "_launch",
+__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
            "_launch1", "_PICKED", "pick", "abs_max", "rows"]
 
 #: element counts from here on would overflow the kernels' int32 offsets
@@ -49,13 +50,43 @@ def enabled(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def seed_of(comp, rank: int | None = None) -> int:
-    """The integer a codec's :meth:`~studykit.compressors.base.Compressor.generator` is seeded
-    with (seed, step and, for private randomness, the rank), for the kernels' Philox. Always in
-    [2^62, 2^63), so Triton sees one argument type (int64) for every step and compiles once."""
-    comp.random_draws += 1
+#: the seeds' range, [2^62, 2^63): Triton then sees one argument type (int64) for every seed and compiles once
+_SEED_MASK, _SEED_BIT = 2**62 - 1, 2**62
+
+
+class Seed(NamedTuple):
+    """A kernel's random seed, the kernel arguments ``seed_ptr, seed_base``: the codec's step on the device
+    (``step``, a 1-element int64 tensor) and what the seed adds to it (``base``, from the codec's seed and
+    the rank). The kernel computes ``((base + step * 104729) mod 2^62) + 2^62`` (:func:`_philox_seed`)."""
+
+    step: torch.Tensor
+    base: int
+
+
+def seed_of(comp, device: torch.device, rank: int | None = None) -> Seed:
+    """The seed of ``comp``'s random numbers on ``device`` for this call, as its
+    :meth:`~studykit.compressors.base.Compressor.generator` would be seeded (seed, step and, for private
+    randomness, the rank), for the kernels' Philox. The step is read on the device
+    (:meth:`~studykit.compressors.base.Compressor.device_step`), so a CUDA graph of the call draws the next
+    call's numbers when replayed. Where the codec has no step on the device yet and a graph is being captured,
+    the step is this call's, fixed: counted as a host-seeded draw (``random_draws``), so no replay is kept."""
     salt = 0 if rank is None else (rank + 1) * 1_000_003
-    return ((comp.seed * 7_919 + comp.step * 104_729 + salt) % (2**62)) | (1 << 62)
+    base = ((comp.seed * 7_919 + salt) & _SEED_MASK) | _SEED_BIT
+    step = comp.device_step(device)
+    if step is None:
+        comp.random_draws += 1
+        step = torch.full((1,), comp.step, dtype=torch.int64, device=device)
+    return Seed(step, base)
+
+
+_NO_SEEDS: dict = {}
+
+
+def no_seed(device: torch.device) -> Seed:
+    """The seed arguments of a kernel pass that draws nothing (of the type every seed has)."""
+    if device not in _NO_SEEDS:
+        _NO_SEEDS[device] = Seed(torch.zeros(1, dtype=torch.int64, device=device), _SEED_BIT)
+    return _NO_SEEDS[device]
 
 
 _BLOCK = 4096        # elements per program for elementwise kernels
@@ -89,7 +120,7 @@ def _launch1(kernel, full_units: int, total_units: int, block: int, *args, rever
 
 
 if HAVE_TRITON:
-    _jit_seeded = triton.jit(do_not_specialize=["seed", "levels", "L"])
+    _jit_seeded = triton.jit(do_not_specialize=["seed_base", "levels", "L"])
     # integer arguments equal to 1 are compile-time constants to Triton unless listed here (levels = 1, L = 1)
     _jit_levels = triton.jit(do_not_specialize=["levels", "L"])
 
@@ -118,6 +149,12 @@ if HAVE_TRITON:
         return pid
 
     # ------------------------------------------------------------------ Philox, four numbers per call
+    @triton.jit
+    def _philox_seed(seed_ptr, seed_base):
+        """A :class:`Seed`'s value: ``((base + step * 104729) mod 2^62) + 2^62``, the step read on the device."""
+        step = tl.load(seed_ptr)
+        return (((seed_base & 0x3FFFFFFFFFFFFFFF) + step * 104729) & 0x3FFFFFFFFFFFFFFF) | 0x4000000000000000
+
     @triton.jit
     def _randint8(seed, group, G: tl.constexpr):
         """(G,) group indices -> (G, 8) uint32 Philox numbers, element (g, k) for element 8 g + k:

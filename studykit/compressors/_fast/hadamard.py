@@ -8,14 +8,14 @@ from __future__ import annotations
 import torch
 
 from studykit.compressors._fast import common
-from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
+from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, Seed, _launch, no_seed, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["thc_sign", "_H2_TILE", "_NO_SEED", "HADAMARD_PRECISIONS", "_hadamard2", "_stages", "_fwht_passes",
+__all__ = ["thc_sign", "_H2_TILE", "HADAMARD_PRECISIONS", "_hadamard2", "_stages", "_fwht_passes",
            "_signed_fusable", "rotate", "unrotate", "rotate_signed", "unrotate_signed"]
 
 if HAVE_TRITON:
-    from studykit.compressors._fast.common import _jit_seeded, _ld, _st
+    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st
 
     # ------------------------------------------------------------------ THC's random signs
     @triton.jit
@@ -24,22 +24,22 @@ if HAVE_TRITON:
         return (tl.randint(seed, idx & size_mask) & 1).to(tl.float32) * 2 - 1
 
     @_jit_seeded
-    def _sign_pad_kernel(x_ptr, out_ptr, n, n_out, size_mask, inv_sqrt, seed, start, MASKED: tl.constexpr,
-                         BLOCK: tl.constexpr):
+    def _sign_pad_kernel(x_ptr, out_ptr, n, n_out, size_mask, inv_sqrt, seed_ptr, seed_base, start,
+                         MASKED: tl.constexpr, BLOCK: tl.constexpr):
         """out[i] = x[i] * d[i % size] / sqrt(size), d = +-1 from (seed, i % size); zero past n
         (padding); with n > n_out (the inverse) only the first n_out are written."""
         idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mo = idx < n_out
         x = _ld(x_ptr + idx, mo & (idx < n), 0.0, MASKED)
-        _st(out_ptr + idx, x * (_thc_diag(seed, idx, size_mask) * inv_sqrt), mo, MASKED)
+        _st(out_ptr + idx, x * (_thc_diag(_philox_seed(seed_ptr, seed_base), idx, size_mask) * inv_sqrt), mo, MASKED)
 
 
-def thc_sign(x: torch.Tensor, n_in: int, n_out: int, size: int, seed: int) -> torch.Tensor:
+def thc_sign(x: torch.Tensor, n_in: int, n_out: int, size: int, seed: Seed) -> torch.Tensor:
     """Multiply by THC's shared random diagonal D / sqrt(size) (D from ``seed``, one sign per
     position in a rotation block): pads with zeros to ``n_out`` or, for the inverse, keeps the
     first ``n_out`` of ``x``. D is its own inverse."""
     out = torch.empty(n_out, dtype=torch.float32, device=x.device)
-    _launch(_sign_pad_kernel, min(n_in, n_out), n_out, _BLOCK, x, out, n_in, n_out, size - 1, size ** -0.5, seed,
+    _launch(_sign_pad_kernel, min(n_in, n_out), n_out, _BLOCK, x, out, n_in, n_out, size - 1, size ** -0.5, *seed,
             BLOCK=_BLOCK)
     return out
 
@@ -47,7 +47,8 @@ def thc_sign(x: torch.Tensor, n_in: int, n_out: int, size: int, seed: int) -> to
 # ====================================================================== THC's Hadamard transform, two stages per pass
 if HAVE_TRITON:
     @_jit_seeded
-    def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, n_lim, size_mask, inv_sqrt, seed, DIR: tl.constexpr,
+    def _hadamard2_kernel(x_ptr, ha_ptr, hb_ptr, out_ptr, R, n_lim, size_mask, inv_sqrt, seed_ptr, seed_base,
+                          DIR: tl.constexpr,
                           BR: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SIGN: tl.constexpr,
                           PREC: tl.constexpr):
         """Two Kronecker stages of :func:`~studykit.compressors.thc.rotate` in one pass: ``H_DB`` along the last axis,
@@ -67,7 +68,7 @@ if HAVE_TRITON:
         src = rows if DIR == 0 else cols
         if SIGN == 1:
             x = tl.load(x_ptr + src, mask=m & (src < n_lim), other=0.0)
-            x = x * (_thc_diag(seed, src, size_mask) * inv_sqrt)
+            x = x * (_thc_diag(_philox_seed(seed_ptr, seed_base), src, size_mask) * inv_sqrt)
         else:
             x = tl.load(x_ptr + src, mask=m, other=0.0)
         hb = tl.load(hb_ptr + b[:, None] * DB + b[None, :])
@@ -78,7 +79,7 @@ if HAVE_TRITON:
                        (0, 2, 1))
         dst = cols if DIR == 0 else rows
         if SIGN == 2:
-            z = z * (_thc_diag(seed, dst, size_mask) * inv_sqrt)
+            z = z * (_thc_diag(_philox_seed(seed_ptr, seed_base), dst, size_mask) * inv_sqrt)
             tl.store(out_ptr + dst, z, mask=m & (dst < n_lim))
         else:
             tl.store(out_ptr + dst, z, mask=m)
@@ -86,10 +87,6 @@ if HAVE_TRITON:
 
 #: elements of one program's tile in :func:`_hadamard2_kernel` (rows x DA x DB)
 _H2_TILE = 8192
-
-
-#: the seed argument of an unsigned :func:`_hadamard2_kernel` pass: unused, but of the type every seed has
-_NO_SEED = 1 << 62
 
 
 #: ``tl.dot`` input precisions the Hadamard passes are tried with (:func:`pick` keeps the fastest): fp32 FMA, and
@@ -109,7 +106,7 @@ def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool, sign: tuple | N
         raise ValueError(f"precision must be one of {HADAMARD_PRECISIONS}, got {precision!r}")
     from studykit.compressors.thc import hadamard_matrix
 
-    mode, n_lim, mask, inv, seed = 0, 0, 0, 1.0, _NO_SEED
+    mode, n_lim, mask, inv, seed = 0, 0, 0, 1.0, no_seed(x.device)
     length, n_out = x.numel(), x.numel()
     if sign is not None:
         numel, length, size, seed = sign
@@ -119,7 +116,7 @@ def _hadamard2(x: torch.Tensor, da: int, db: int, inverse: bool, sign: tuple | N
     out = torch.empty(n_out, dtype=torch.float32, device=x.device)
     br = max(1, _H2_TILE // (da * db))
     _hadamard2_kernel[(triton.cdiv(r, br),)](x, hadamard_matrix(da, x.device), hadamard_matrix(db, x.device), out, r,
-                                             n_lim, mask, inv, seed, DIR=int(inverse), BR=br, DA=da, DB=db,
+                                             n_lim, mask, inv, *seed, DIR=int(inverse), BR=br, DA=da, DB=db,
                                              SIGN=mode, PREC=precision, num_warps=8)
     return out
 
@@ -189,7 +186,7 @@ def unrotate(y: torch.Tensor, rows: int, size: int) -> torch.Tensor:
     return fns[common.pick(("thc_unrotate", y.device, rows, size), fns)]()
 
 
-def rotate_signed(flat: torch.Tensor, numel: int, padded: int, size: int, seed: int) -> torch.Tensor:
+def rotate_signed(flat: torch.Tensor, numel: int, padded: int, size: int, seed: Seed) -> torch.Tensor:
     """THC's encode-side transform, ``rotate(thc_sign(flat, numel, padded, size, seed).view(-1, size))``: the
     diagonal fused into the first pass where that pass is a pair of stages and the fused path is faster here
     (:func:`pick`), saving one pass over the padded gradient."""
@@ -202,7 +199,7 @@ def rotate_signed(flat: torch.Tensor, numel: int, padded: int, size: int, seed: 
     return fns[common.pick(("thc_rotate_signed", flat.device, numel, size), fns)]()
 
 
-def unrotate_signed(z: torch.Tensor, padded: int, numel: int, size: int, seed: int) -> torch.Tensor:
+def unrotate_signed(z: torch.Tensor, padded: int, numel: int, size: int, seed: Seed) -> torch.Tensor:
     """THC's decode-side transform, ``thc_sign(unrotate(z, padded // size, size).reshape(-1), padded, numel, size,
     seed)``: the diagonal and the un-padding fused into the last pass where :func:`rotate_signed` could fuse
     its own (the same rule, for the inverse) and that is faster here."""

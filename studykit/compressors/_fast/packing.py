@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from studykit.compressors._fast.common import _BLOCK, _NB, HAVE_TRITON, _launch1, tl, triton
+from studykit.compressors._fast.common import _BLOCK, _NB, HAVE_TRITON, Seed, _launch1, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["pack", "signs_decode", "terngrad_encode", "terngrad_decode", "natural_encode", "natural_decode"]
 
 if HAVE_TRITON:
-    from studykit.compressors._fast.common import _jit_seeded, _ld, _program, _randint8, _st, _uniform8
+    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _program, _randint8, _st, _uniform8
 
     # ------------------------------------------------------------------ bit packing
     @triton.jit
@@ -135,9 +135,10 @@ if HAVE_TRITON:
         _st(neg_ptr + byte, _pack_rows(neg), bm, MASKED)
 
     @_jit_seeded
-    def _terngrad_encode_kernel(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, n_full, REVERSE: tl.constexpr,
-                                NB: tl.constexpr):
+    def _terngrad_encode_kernel(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed_ptr, seed_base, n_full,
+                                REVERSE: tl.constexpr, NB: tl.constexpr):
         pid = _program(REVERSE)
+        seed = _philox_seed(seed_ptr, seed_base)
         if pid < n_full:
             _terngrad_encode_body(x_ptr, scale_ptr, keep_ptr, neg_ptr, n, nbytes, seed, pid, False, NB)
         else:
@@ -166,13 +167,13 @@ if HAVE_TRITON:
             _terngrad_decode_body(keep_ptr, neg_ptr, scale_ptr, out_ptr, n, nbytes, pid, True, W, BLOCK)
 
 
-def terngrad_encode(x: torch.Tensor, scale: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def terngrad_encode(x: torch.Tensor, scale: torch.Tensor, seed: Seed) -> tuple[torch.Tensor, torch.Tensor]:
     """TernGrad's two bitmaps in one pass; blocks from the end (the scale's pass just read ``x`` forward)."""
     n = x.numel()
     nbytes = -(-n // 8)
     keep = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     neg = torch.empty_like(keep)
-    _launch1(_terngrad_encode_kernel, n // 8, nbytes, _NB, x, scale, keep, neg, n, nbytes, seed, reverse=True,
+    _launch1(_terngrad_encode_kernel, n // 8, nbytes, _NB, x, scale, keep, neg, n, nbytes, *seed, reverse=True,
              NB=_NB)
     return keep, neg
 
@@ -204,9 +205,10 @@ if HAVE_TRITON:
         _st(sign_ptr + byte, _pack_rows(bits < 0), byte < nbytes, MASKED)
 
     @_jit_seeded
-    def _natural_encode_kernel(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, n_full, REVERSE: tl.constexpr,
-                               NB: tl.constexpr):
+    def _natural_encode_kernel(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed_ptr, seed_base, n_full,
+                               REVERSE: tl.constexpr, NB: tl.constexpr):
         pid = _program(REVERSE)
+        seed = _philox_seed(seed_ptr, seed_base)
         if pid < n_full:
             _natural_encode_body(x_ptr, exp_ptr, sign_ptr, n, nbytes, seed, pid, False, NB)
         else:
@@ -235,12 +237,12 @@ if HAVE_TRITON:
             _natural_decode_body(exp_ptr, sign_ptr, out_ptr, n, nbytes, pid, True, W, BLOCK)
 
 
-def natural_encode(x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def natural_encode(x: torch.Tensor, seed: Seed) -> tuple[torch.Tensor, torch.Tensor]:
     n = x.numel()
     nbytes = -(-n // 8)
     exponent = torch.empty(n, dtype=torch.uint8, device=x.device)
     signs = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
-    _launch1(_natural_encode_kernel, n // 8, nbytes, _NB, x, exponent, signs, n, nbytes, seed, NB=_NB)
+    _launch1(_natural_encode_kernel, n // 8, nbytes, _NB, x, exponent, signs, n, nbytes, *seed, NB=_NB)
     return exponent, signs
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, _launch1, tl, triton
+from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, Seed, _launch, _launch1, tl, triton
 from studykit.compressors.base import reciprocal
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
@@ -14,7 +14,7 @@ __all__ = ["_fields_nbytes", "_field_view", "qsgd_ok", "qsgd_encode", "qsgd_deco
            "quantize_unpack", "thc_unpack", "quantize_levels", "thc_levels", "quantize_decode", "thc_decode"]
 
 if HAVE_TRITON:
-    from studykit.compressors._fast.common import _jit_levels, _jit_seeded, _ld, _program, _st, _uniform8
+    from studykit.compressors._fast.common import _jit_levels, _jit_seeded, _ld, _philox_seed, _program, _st, _uniform8
 
     # ------------------------------------------------------------------ b-bit fields (pack_fields' layout)
     @triton.jit
@@ -99,10 +99,11 @@ if HAVE_TRITON:
         _st(norm_ptr + bucket, norm, bucket < n_buckets, MASKED)
 
     @_jit_seeded
-    def _qsgd_encode_kernel(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed, n_full,
-                            REVERSE: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr, W: tl.constexpr,
+    def _qsgd_encode_kernel(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed_ptr, seed_base,
+                            n_full, REVERSE: tl.constexpr, ROWS: tl.constexpr, BS: tl.constexpr, W: tl.constexpr,
                             WP: tl.constexpr):
         pid = _program(REVERSE)
+        seed = _philox_seed(seed_ptr, seed_base)
         if pid < n_full:
             _qsgd_encode_body(x_ptr, norm_ptr, out_ptr, n, n_buckets, nbytes, levels, tiny, seed, pid, False,
                               ROWS, BS, W, WP)
@@ -145,7 +146,7 @@ def qsgd_ok(bucket_size: int) -> bool:
     return 16 <= bucket_size <= 4096 and bucket_size & (bucket_size - 1) == 0
 
 
-def qsgd_encode(x: torch.Tensor, levels: int, bucket: int, width: int, tiny: float, seed: int):
+def qsgd_encode(x: torch.Tensor, levels: int, bucket: int, width: int, tiny: float, seed: Seed):
     """QSGD's payload in one pass: bucket norms (fp32) and the signed levels offset by ``levels`` and
     packed in ``width``-bit fields (the bytes of ``pack_fields(q + levels, width)``)."""
     n = x.numel()
@@ -155,7 +156,7 @@ def qsgd_encode(x: torch.Tensor, levels: int, bucket: int, width: int, tiny: flo
     norms = torch.empty(n_buckets, dtype=torch.float32, device=x.device)
     packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     _launch1(_qsgd_encode_kernel, n // (rows_ * bucket) * rows_, n_buckets, rows_, x, norms, _field_view(packed, width),
-             n, n_buckets, nbytes, levels, tiny, seed, ROWS=rows_, BS=bucket, W=width,
+             n, n_buckets, nbytes, levels, tiny, *seed, ROWS=rows_, BS=bucket, W=width,
              WP=triton.next_power_of_2(width))
     return norms, packed
 
@@ -201,17 +202,18 @@ if HAVE_TRITON:
         _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G)
 
     @_jit_seeded
-    def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, n_full,
+    def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed_ptr, seed_base, n_full,
                               REVERSE: tl.constexpr, MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
                               G: tl.constexpr):
         pid = _program(REVERSE)
+        seed = _philox_seed(seed_ptr, seed_base)
         if pid < n_full:
             _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, False, MODE, W, WP, G)
         else:
             _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, True, MODE, W, WP, G)
 
 
-def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, seed: int) -> torch.Tensor:
+def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, seed: Seed) -> torch.Tensor:
     """Quantize's all-gather payload in one pass: floor(u + x L / scale) clamped to [-L, L], offset
     by L and packed in ``width``-bit fields (the bytes of ``pack_fields(levels + L, width)``). Blocks
     from the end: the scale's pass just read ``x`` forward, so the first blocks find it in L2."""
@@ -220,11 +222,11 @@ def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: i
     packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, x, scale.reshape(1).float(), _field_view(packed, width), n,
-             nbytes, max_level, 1.0, 0.0, seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g)
+             nbytes, max_level, 1.0, 0.0, *seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g)
     return packed
 
 
-def thc_pack(y: torch.Tensor, bound: torch.Tensor, top: int, width: int, seed: int) -> torch.Tensor:
+def thc_pack(y: torch.Tensor, bound: torch.Tensor, top: int, width: int, seed: Seed) -> torch.Tensor:
     """THC's all-gather payload in one pass: :func:`thc_levels`' grid index, packed in ``width``-bit fields
     (the bytes of ``pack_fields(levels, width)``); the noise is drawn per group of 8 as in :func:`quantize_pack`."""
     n = y.numel()
@@ -232,7 +234,7 @@ def thc_pack(y: torch.Tensor, bound: torch.Tensor, top: int, width: int, seed: i
     packed = torch.empty(nbytes, dtype=torch.uint8, device=y.device)
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, y, bound.reshape(1).float(), _field_view(packed, width), n,
-             nbytes, top, 2.0 / top, top / 2, seed, reverse=True, MODE=1, W=width, WP=triton.next_power_of_2(width),
+             nbytes, top, 2.0 / top, top / 2, *seed, reverse=True, MODE=1, W=width, WP=triton.next_power_of_2(width),
              G=g)
     return packed
 
@@ -298,7 +300,7 @@ def thc_unpack(packed: torch.Tensor, bound: torch.Tensor, top: int, width: int, 
 # ====================================================================== quantize and THC: unpacked levels
 if HAVE_TRITON:
     @_jit_seeded
-    def _stochastic_levels_kernel(x_ptr, scale_ptr, out_ptr, n, seed, mult, offset, lo, hi, start,
+    def _stochastic_levels_kernel(x_ptr, scale_ptr, out_ptr, n, seed_ptr, seed_base, mult, offset, lo, hi, start,
                                   MASKED: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
         """floor(u + offset + x * f) clamped to [lo, hi], cast to out's dtype; MODE 0 (quantize):
         f = mult / scale; MODE 1 (THC): f = 1 / (scale * mult) (scale = range M, mult = 2 / top)."""
@@ -310,27 +312,27 @@ if HAVE_TRITON:
             f = mult / s
         else:
             f = 1 / (s * mult)
-        u = tl.rand(seed, idx)
+        u = tl.rand(_philox_seed(seed_ptr, seed_base), idx)
         v = tl.floor((u + offset) + x * f)
         v = tl.minimum(tl.maximum(v, lo), hi)
         _st(out_ptr + idx, v.to(out_ptr.dtype.element_ty), m, MASKED)
 
 
-def quantize_levels(x: torch.Tensor, scale: torch.Tensor, max_level: int, dtype: torch.dtype, seed: int):
+def quantize_levels(x: torch.Tensor, scale: torch.Tensor, max_level: int, dtype: torch.dtype, seed: Seed):
     """Quantize's encode: floor(u + x * L / scale) clamped to [-L, L], in ``dtype``."""
     n = x.numel()
     out = torch.empty(n, dtype=dtype, device=x.device)
     L = float(max_level)
-    _launch(_stochastic_levels_kernel, n, n, _BLOCK, x, scale.reshape(1).float(), out, n, seed, L, 0.0, -L, L,
+    _launch(_stochastic_levels_kernel, n, n, _BLOCK, x, scale.reshape(1).float(), out, n, *seed, L, 0.0, -L, L,
             MODE=0, BLOCK=_BLOCK)
     return out
 
 
-def thc_levels(y: torch.Tensor, bound: torch.Tensor, top: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+def thc_levels(y: torch.Tensor, bound: torch.Tensor, top: int, dtype: torch.dtype, seed: Seed) -> torch.Tensor:
     """THC's grid index: floor(u + top/2 + y / delta), delta = 2 M / top, clamped to [0, top]."""
     n = y.numel()
     out = torch.empty(n, dtype=dtype, device=y.device)
-    _launch(_stochastic_levels_kernel, n, n, _BLOCK, y, bound.reshape(1).float(), out, n, seed, 2.0 / top, top / 2,
+    _launch(_stochastic_levels_kernel, n, n, _BLOCK, y, bound.reshape(1).float(), out, n, *seed, 2.0 / top, top / 2,
             0.0, float(top), MODE=1, BLOCK=_BLOCK)
     return out
 
