@@ -310,7 +310,8 @@ class _KernelCalled(Exception):
 #: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
 FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
                 "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_pack",
-                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk"}
+                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk",
+                "randomk": "uniform_positions"}
 
 
 @pytest.mark.parametrize("name", sorted(FIRST_KERNEL))
@@ -325,6 +326,7 @@ def test_the_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch,
         return called
 
     monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, "enabled_for", lambda device, numel: True)
     for kernel in set(FIRST_KERNEL.values()) | {"signs_decode", "row_scatter", "qsgd_decode", "natural_decode",
                                                   "terngrad_decode", "quantize_decode", "quantize_unpack", "thc_levels",
                                                   "thc_decode"}:

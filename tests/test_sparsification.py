@@ -219,7 +219,7 @@ def test_dgc_pads_with_zeros_when_too_few_pass_the_threshold():
     # rest of the sample reads 0): only they pass, and the other 938 of the k = 1000
     # payload slots are zero padding.
     n, comp = 100_000, C.get("dgc", ratio=0.01, error_feedback=False)
-    pos = torch.randint(0, n, (4096,), generator=comp.generator(torch.device("cpu")))
+    pos = comp.positions(n, 4096, torch.device("cpu"))  # the sample the threshold is read from
     g = torch.full((n,), 0.01)
     big = pos.unique()[:62]
     g[pos] = 0.0

@@ -38,7 +38,7 @@ from studykit.compressors.quantization import (
     TernGrad,
     _Signs,
 )
-from studykit.compressors.sparsification import DGC, MSTopK, TopK, TopKChunked
+from studykit.compressors.sparsification import DGC, MSTopK, RandomK, TopK, TopKChunked
 from studykit.compressors.thc import THC
 
 __all__ = ["OVERRIDES", "Override", "accelerated", "override", "reference"]
@@ -277,6 +277,11 @@ def _(self, flat, comm, return_local):
 
 
 # ------------------------------------------------------------------ sparsifiers: selection without a sort
+@override((RandomK, DGC), "positions", when=lambda self, numel, count, device: _fast.enabled_for(device, numel))
+def _(self, numel, count, device):  # Philox from the step on the device, one kernel: a CUDA graph replays it
+    return _fast.uniform_positions(numel, count, _fast.seed_of(self, device), device)
+
+
 @override(TopK, "largest", when=lambda self, flat, k: k < flat.numel() and _fast.enabled(flat))
 def _(self, flat, k):  # sampled threshold, radix select or torch.topk: the fastest here (one host sync for the first)
     return _fast.topk_abs(flat, k)

@@ -67,6 +67,12 @@ class _Sparse(Compressor):
         return float(value)
 
 
+def _positions(self: _Sparse, numel: int, count: int, device: torch.device) -> torch.Tensor:
+    """``count`` positions (int64) drawn uniformly with replacement from ``[0, numel)`` by the generator of
+    (seed, step): the same on every worker (RandomK's and DGC's ``positions``)."""
+    return torch.randint(0, numel, (count,), generator=self.generator(device), device=device)
+
+
 class _GatherSparse(_Sparse):
     """All-gather sparsifiers: payload = [k fp32 values, k indices]; ``select`` picks them."""
 
@@ -196,12 +202,13 @@ class RandomK(_Sparse):
             raise self.error(f"unbiased must be True or False, got {unbiased!r}")
         self.unbiased = unbiased  # instance value shadows the class flag the tests read
 
+    positions = _positions
+
     def indices(self, numel: int, device: torch.device) -> torch.Tensor:
         """This step's k distinct positions (int64), identical on every worker."""
         k = num_selected(numel, self.ratio)
-        gen = self.generator(device)
         if k * 16 > numel:  # dense enough that a full permutation is the simple way
-            return torch.randperm(numel, generator=gen, device=device)[:k]
+            return torch.randperm(numel, generator=self.generator(device), device=device)[:k]
         # Sparse case, without a permutation of all n (on a GPU it costs many times what
         # drawing about k positions does): draw m >= k positions with replacement and keep the first
         # k distinct ones in draw order. Each new distinct draw is uniform over the unseen
@@ -212,7 +219,7 @@ class RandomK(_Sparse):
         for _ in range(4):
             repeats = draws * draws / (2 * numel)
             draws = k + math.ceil(repeats + 8 * math.sqrt(repeats) + 8)
-        drawn = torch.randint(0, numel, (draws,), generator=gen, device=device)
+        drawn = self.positions(numel, draws, device)
         ordered, order = torch.sort(drawn, stable=True)  # stable: the earliest draw of a value first
         first = torch.ones(draws, dtype=torch.bool, device=device)
         first[1:] = ordered[1:] != ordered[:-1]
@@ -368,6 +375,8 @@ class DGC(_GatherSparse):
         super().__init__(ratio=ratio, seed=seed, allow_nonfinite=allow_nonfinite)
         self.sample_ratio = self._fraction("sample_ratio", sample_ratio)
 
+    positions = _positions
+
     def select(self, flat, sizes):
         numel = flat.numel()
         k = num_selected(numel, self.ratio)
@@ -379,7 +388,7 @@ class DGC(_GatherSparse):
         if samples == numel:  # exact threshold: the k-th largest magnitude
             threshold = torch.topk(flat.abs(), k, sorted=False).values.min()
         else:
-            pos = torch.randint(0, numel, (samples,), generator=self.generator(flat.device), device=flat.device)
+            pos = self.positions(numel, samples, flat.device)
             rank = min(samples, math.ceil(self.TARGET * k * samples / numel))
             threshold = torch.topk(flat[pos].abs(), rank, sorted=False).values.min()
         cand = self._candidates(flat, threshold, capacity)

@@ -724,8 +724,8 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     communication thread; "graph" captures it as a CUDA graph once DDP has settled its buckets (its
     ``CAPTURE_AFTER``-th call with the same parameters and buffers) and from then on replays it from DDP's callback:
     a few microseconds of host work per bucket or group instead of the protocol's Python and its dozens of launches.
-    A protocol that draws host-seeded random numbers (RandomK, DGC; the fused kernels of the stochastic quantizers
-    read the step on the device and replay), replaces its state tensors or waits for the device keeps running on
+    A protocol that draws host-seeded random numbers (ATOMO; the fused kernels of the stochastic codecs read the
+    step on the device and replay), replaces its state tensors or waits for the device keeps running on
     the thread. On CPU both run the thread's way.
 
     Build ``ddp_model`` with ``gradient_as_bucket_view=True`` (no copy of each bucket's average into the gradients)

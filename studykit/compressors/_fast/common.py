@@ -24,7 +24,7 @@ except Exception:  # noqa: BLE001 - any import problem means: no fast path
     HAVE_TRITON = False
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
+__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "enabled_for", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
            "_launch1", "_PICKED", "pick", "abs_max", "rows"]
 
 #: element counts from here on would overflow the kernels' int32 offsets
@@ -42,12 +42,14 @@ def enabled(*tensors: torch.Tensor) -> bool:
     if not HAVE_TRITON or os.environ.get("STUDYKIT_FAST", "1") == "0":
         return False
     cpu_ok = _interpret_on_cpu()
-    for t in tensors:
-        if not (t.is_cuda or (cpu_ok and t.device.type == "cpu")):
-            return False
-        if t.numel() >= _MAX_NUMEL:
-            return False
-    return True
+    return all((t.is_cuda or (cpu_ok and t.device.type == "cpu")) and t.numel() < _MAX_NUMEL for t in tensors)
+
+
+def enabled_for(device: torch.device, numel: int) -> bool:
+    """:func:`enabled` for a tensor of ``numel`` elements on ``device`` that a kernel is about to make."""
+    if not HAVE_TRITON or os.environ.get("STUDYKIT_FAST", "1") == "0" or numel >= _MAX_NUMEL:
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and _interpret_on_cpu())
 
 
 #: the seeds' range, [2^62, 2^63): Triton then sees one argument type (int64) for every seed and compiles once

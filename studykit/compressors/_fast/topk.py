@@ -15,10 +15,10 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
-           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search"]
+           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions"]
 
 if HAVE_TRITON:
-    from studykit.compressors._fast.common import _ld, _st
+    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st
 
 
 def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -428,3 +428,23 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
         _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=bits)
         start += 1 << bits
     return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)
+
+
+# ====================================================================== RandomK's and DGC's random positions
+if HAVE_TRITON:
+    @_jit_seeded
+    def _positions_kernel(out_ptr, count, numel, seed_ptr, seed_base, BLOCK: tl.constexpr):
+        """out[i] = a Philox number of (seed, i) modulo numel: two 32-bit words as one 63-bit integer, so the
+        modulo's bias is below numel / 2^63."""
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        r0, r1, _, _ = tl.randint4x(_philox_seed(seed_ptr, seed_base), i)
+        v = ((r0.to(tl.uint64) << 31) ^ r1.to(tl.uint64)).to(tl.int64)
+        tl.store(out_ptr + i, v % numel, mask=i < count)
+
+
+def uniform_positions(numel: int, count: int, seed: common.Seed, device: torch.device) -> torch.Tensor:
+    """``count`` positions (int64) uniform in ``[0, numel)``, drawn with replacement from ``seed`` (one kernel)."""
+    out = torch.empty(count, dtype=torch.int64, device=device)
+    if count:
+        _positions_kernel[(triton.cdiv(count, _BLOCK),)](out, count, numel, *seed, BLOCK=_BLOCK)
+    return out
