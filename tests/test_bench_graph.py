@@ -1,5 +1,7 @@
 """``bench --graph``: a codec call timed as replays of its CUDA graph, as the DDP hook's graph runner pays it, and the
 one rule (shared with the graph runner) that says when a replay is not the next call."""
+import json
+
 import pytest
 import torch
 
@@ -123,3 +125,27 @@ def test_the_agreement_table_says_how_many_disagreeing_configurations_were_host_
     md = bench.compare_markdown(bench.compare_runs([a, b]))
     assert "1 of 3 configurations measured twice agree" in md
     assert "1 of the 2 that disagree, 0 of the 1 that agree." in md
+
+
+def test_the_codec_runs_block_counts_agreement_eager_configurations_and_targets(tmp_path, monkeypatch):
+    """One graph run by hand: fp16 replayed, the same median twice (agrees; 1.6x the floor: PASS); quantize timed
+    eagerly, 0.2 then 0.3 ms (disagrees; 6x the floor: MISS)."""
+    from studykit import paths
+    from studykit.measure.records import SCHEMA_VERSION
+    from studykit.nbtools.codec_blocks import codec_runs_block
+
+    def rec(name, params, ms, repeat, timer):
+        return {"schema": SCHEMA_VERSION, "kind": "bench", "status": "ok", "config_id": f"{name}-{repeat}",
+                "model": "resnet50", "compressor": name, "params": params, "phase": "encdec", "layout": "flat",
+                "mode": "flat:fast", "device": "cuda:0", "floor_ms": 0.05, "ms_median": ms, "n_iter": 100,
+                "repeat": repeat, "timer": timer, "git_commit": "abc1234"}
+
+    folder = tmp_path / "measurements" / "codec_run"
+    folder.mkdir(parents=True)
+    rows = [rec("fp16", {}, 0.08, r, "cuda_graph") for r in (1, 2)]
+    rows += [rec("quantize", {"bits": 8, "protocol": "auto"}, ms, r, "cuda_events_eager")
+             for r, ms in ((1, 0.2), (2, 0.3))]
+    (folder / "codecs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(paths, "DATA", tmp_path)
+    line = codec_runs_block(["measurements/codec_run"]).splitlines()[-1]
+    assert line == "| codec_run | abc1234 | CUDA graph replays (bench --graph) | 1 of 2 | 1 | 1 of 2 |"

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from studykit import paths
+from studykit.nbtools import codec_blocks as CB
 from studykit.nbtools import hook_blocks as HB
 from studykit.nbtools import readme_blocks as RB
 
@@ -418,6 +419,7 @@ BUILDERS: dict[str, Callable[..., object]] = {
     "hook_gamma": RB.hook_gamma_block, "hook_variants": RB.hook_variants_block, "gamma_measured": RB.gamma_measured_block,
     "claims": RB.claims_block, "folders": RB.folders_block, "crossovers": RB.crossovers_block,
     "crossovers_at_scale": RB.crossovers_at_scale_block, "hook_runners": HB.hook_runners_block, "hook_views": HB.hook_views_block,
+    "codec_runs": CB.codec_runs_block,
     "nvlink_checks": RB.nvlink_checks_blocks, "nvlink_alone": RB.nvlink_alone_blocks,
     "nvlink_rounds": RB.nvlink_rounds_blocks, "orthogonalization": RB.orthogonalization_blocks,
     "trace_ab": RB.trace_ab_block, "benchmark_hook_targets": RB.benchmark_hook_targets_block,
