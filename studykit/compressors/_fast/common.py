@@ -39,14 +39,13 @@ def enabled(*tensors: torch.Tensor) -> bool:
     """Whether the fast path may run on ``tensors``: triton importable, ``STUDYKIT_FAST`` not 0,
     all tensors on a CUDA device (or on the CPU under the interpreter switches), and sizes in
     range."""
-    if not HAVE_TRITON or os.environ.get("STUDYKIT_FAST", "1") == "0":
-        return False
-    cpu_ok = _interpret_on_cpu()
-    return all((t.is_cuda or (cpu_ok and t.device.type == "cpu")) and t.numel() < _MAX_NUMEL for t in tensors)
+    if not tensors:
+        return HAVE_TRITON and os.environ.get("STUDYKIT_FAST", "1") != "0"
+    return all(enabled_for(t.device, t.numel()) for t in tensors)
 
 
 def enabled_for(device: torch.device, numel: int) -> bool:
-    """:func:`enabled` for a tensor of ``numel`` elements on ``device`` that a kernel is about to make."""
+    """:func:`enabled` for one tensor of ``numel`` elements on ``device`` (or one a kernel is about to make)."""
     if not HAVE_TRITON or os.environ.get("STUDYKIT_FAST", "1") == "0" or numel >= _MAX_NUMEL:
         return False
     return device.type == "cuda" or (device.type == "cpu" and _interpret_on_cpu())
