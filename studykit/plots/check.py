@@ -417,9 +417,7 @@ def checking_kernels(folder: str | Path):
 def kernel_problems(report: str | Path) -> list[str]:
     """The problems a watched kernel wrote (:func:`checking_kernels`), one line each: ``figure 3 ('title'):
     problem``. An empty list: every figure passed."""
-    out = []
-    for line in Path(report).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            out += [f"figure {r['figure']} ({r['title'][:60]!r}): {p}" for p in r["problems"]]
-    return out
+    from studykit.measure.records import load_records  # the kit's one JSONL reader
+
+    return [f"figure {r['figure']} ({r['title'][:60]!r}): {p}"
+            for r in load_records(report, dedupe=False, quiet=True) for p in r["problems"]]
