@@ -218,9 +218,9 @@ def test_jupyter_fix_polls_in_steps_and_keeps_timeouts():
     chan.socket = Socket(time.monotonic() + 0.3)
     t0 = time.monotonic()
     assert asyncio.run(chan.get_msg(timeout=None))["msg_type"] == "execute_reply"
-    assert time.monotonic() - t0 < 0.3 + 2 * jupyter_fix.STEP_S
+    assert time.monotonic() - t0 < 0.3 + 10 * jupyter_fix.STEP_S  # steps, not the lost wake-up's hour (slack: busy CI)
     chan.socket = Socket(time.monotonic() + 60)
     t0 = time.monotonic()
     with pytest.raises(Empty):
         asyncio.run(chan.get_msg(timeout=0.5))
-    assert 0.45 < time.monotonic() - t0 < 0.5 + 2 * jupyter_fix.STEP_S
+    assert 0.45 < time.monotonic() - t0 < 0.5 + 10 * jupyter_fix.STEP_S
