@@ -220,12 +220,15 @@ class _LowRank(Compressor):
                                                   self.rank, self.min_compression)
         return lay
 
-    @staticmethod
-    def _reduce_dense(tensors, lay: _Layout, comm, avg: list, local: list | None) -> None:
-        """One fp32 all-reduce of every uncompressed tensor. Their local decoding is the
-        input itself (sent exactly, so error feedback keeps no residual for them)."""
+    def _reduce_dense(self, tensors, comm, return_local: bool) -> tuple[_Layout, list, list | None]:
+        """The layout of ``tensors``, and the results of its uncompressed tensors, filled in by one fp32
+        all-reduce (``avg``; ``local``, where asked, is each one's input: sent exactly, so error feedback
+        keeps no residual for them). The compressed groups' slots stay None for the caller."""
+        lay = self.layout([t.shape for t in tensors])
+        avg: list = [None] * len(tensors)
+        local: list | None = [None] * len(tensors) if return_local else None
         if not lay.dense:
-            return
+            return lay, avg, local
         # cat copies, so the all-reduce may work in place; one cast for all; a 1-D tensor (a bias,
         # a norm weight: most of them) goes in as it is, without a reshape (an op each: host time)
         flat = torch.cat([tensors[i] if len(lay.shapes[i]) == 1 else tensors[i].reshape(-1)
@@ -238,6 +241,7 @@ class _LowRank(Compressor):
             avg[i] = piece if piece.shape == shape else piece.view(shape)
             if local is not None:
                 local[i] = tensors[i]
+        return lay, avg, local
 
 
 # ---------------------------------------------------------------- PowerSGD
@@ -419,10 +423,7 @@ class PowerSGD(_LowRank):
         return st, st["ws"]
 
     def _reduce(self, tensors, comm, key, return_local):
-        lay = self.layout([t.shape for t in tensors])
-        avg: list = [None] * len(tensors)
-        local: list | None = [None] * len(tensors) if return_local else None
-        self._reduce_dense(tensors, lay, comm, avg, local)
+        lay, avg, local = self._reduce_dense(tensors, comm, return_local)
         if not lay.groups:
             return avg, local
         device = tensors[0].device
@@ -616,10 +617,7 @@ class Atomo(_LowRank):
         self.svd = svd
 
     def _reduce(self, tensors, comm, key, return_local):
-        lay = self.layout([t.shape for t in tensors])
-        avg: list = [None] * len(tensors)
-        local: list | None = [None] * len(tensors) if return_local else None
-        self._reduce_dense(tensors, lay, comm, avg, local)
+        lay, avg, local = self._reduce_dense(tensors, comm, return_local)
         if not lay.groups:
             return avg, local
         device = tensors[0].device
