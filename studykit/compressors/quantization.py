@@ -391,9 +391,6 @@ class SignSGD(_Signs):
     bench_group = 'elementwise'
     allreduce_compatible = False
 
-    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
-        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
-
     def compress(self, flat, world_size):
         return [self.sign_bits(flat)], flat.numel()
 
@@ -423,9 +420,6 @@ class EFSignSGD(_Signs):
     bench_group = 'elementwise'
     allreduce_compatible = False
     default_error_feedback = True
-
-    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
-        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
 
     def compress(self, flat, world_size):
         scale = (flat.abs().sum() / flat.numel()).reshape(1)
@@ -538,9 +532,6 @@ class TernGrad(_PrivateRandomness):
     stochastic = True
     unbiased = True
 
-    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
-        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
-
     def compress(self, flat, world_size):
         scale = self.peak(flat)
         return [scale, *self.bitmaps(flat, scale)], flat.numel()
@@ -590,9 +581,6 @@ class Natural(_PrivateRandomness):
     allreduce_compatible = False
     stochastic = True
     unbiased = True
-
-    def __init__(self, *, seed: int = 0, allow_nonfinite: bool = False):
-        super().__init__(seed=seed, allow_nonfinite=allow_nonfinite)
 
     def compress(self, flat, world_size):
         bits = flat.view(torch.int32)
