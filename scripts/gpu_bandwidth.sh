@@ -33,12 +33,15 @@
 # (DDP without its buffer broadcast at every forward: the A/B of what DDP's forward costs a hook beside post;
 # post does not change and is not timed again). BUCKET_VIEW=1 builds every DDP configuration with
 # gradient_as_bucket_view=True (`ddp --gradient-as-bucket-view`: the gradients are views into DDP's buckets).
+# TRACE=1 also writes, in the first round, a torch.profiler trace of every DDP configuration (rank 0, 3 more
+# iterations after the timed ones; `ddp --trace-dir`) into $OUT/traces/, named after the configuration and
+# rate: where the iteration's time goes, stream by stream (`python benchmarks/hook_trace.py TRACES`).
 #
 # Needs root, python3 with torch (CUDA), torchvision, transformers, and iproute2: on machines without
 # it, run scripts/fetch_iproute2.sh first (on a machine with apt) and pass the folder as IPROUTE2.
 # Writes at most 8 files, directly in $OUT: ddp.jsonl (records of kinds ddp, buckets and hook_times)
 # probe.jsonl tcomp.jsonl profile.jsonl profile_buckets.jsonl sweep.jsonl run.log RUN.txt; with ROUNDS > 1 also ddp.jsonl and
-# probe.jsonl in $OUT/round<k>/.
+# probe.jsonl in $OUT/round<k>/; with TRACE=1 the traces (*.json.gz) in $OUT/traces/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,6 +70,8 @@ ROUNDS=${ROUNDS:-1}                # rounds over the rates; round k > 1 into $OU
 case " $MODES " in *" hook "*) HOOK_PROFILE=${HOOK_PROFILE:-1};; *) HOOK_PROFILE=${HOOK_PROFILE:-0};; esac
 case $HOOK_PROFILE in 0|1) ;; *) echo "HOOK_PROFILE must be 0 or 1, got '$HOOK_PROFILE'" >&2; exit 2;; esac
 case $BUCKET_VIEW in 0|1) ;; *) echo "BUCKET_VIEW must be 0 or 1, got '$BUCKET_VIEW'" >&2; exit 2;; esac
+TRACE=${TRACE:-0}                  # 1: every DDP configuration of the first round also traced into $OUT/traces/
+case $TRACE in 0|1) ;; *) echo "TRACE must be 0 or 1, got '$TRACE'" >&2; exit 2;; esac
 case $ROUNDS in ''|*[!0-9]*|0) echo "ROUNDS must be a whole number >= 1, got '$ROUNDS'" >&2; exit 2;; esac
 for bb in $BROADCAST_BUFFERS; do
   case $bb in 0|1) ;; *) echo "BROADCAST_BUFFERS must hold 1 and/or 0, got '$BROADCAST_BUFFERS'" >&2; exit 2;; esac
@@ -91,7 +96,7 @@ machine_summary gpu_bandwidth.sh \
   "NPROC=$NPROC MODELS=$MODELS RATES=$RATES TOTAL_S=$TOTAL_S ITERS=$ITERS WARMUP=$WARMUP DDP_BUDGET_S=$DDP_BUDGET_S" \
   "COMPRESSORS=$COMPRESSORS BUILTIN=$BUILTIN MODES=$MODES BUCKET2_MB=$BUCKET2_MB RESUME_FROM=$RESUME_FROM" \
   "BUCKET_TIMES=$BUCKET_TIMES HOOK_TIMES=$HOOK_TIMES HOOK_COALESCE=$HOOK_COALESCE HOOK_RUNNER=$HOOK_RUNNER BROADCAST_BUFFERS=$BROADCAST_BUFFERS BUCKET_VIEW=$BUCKET_VIEW ROUNDS=$ROUNDS" \
-  "HOOK_PROFILE=$HOOK_PROFILE"
+  "HOOK_PROFILE=$HOOK_PROFILE TRACE=$TRACE"
 
 
 # shellcheck disable=SC2086
@@ -125,7 +130,8 @@ for round in $(seq 1 "$ROUNDS"); do
       --hook-coalesce-mb $HOOK_COALESCE \
       --hook-runner $HOOK_RUNNER \
       $([ "$BUCKET_TIMES$stamps" = 11 ] && echo --bucket-times) $([ "$HOOK_TIMES$stamps" = 11 ] && echo --hook-times) \
-      $([ "$bb" = 0 ] && echo --no-broadcast-buffers) $([ "$BUCKET_VIEW" = 1 ] && echo --gradient-as-bucket-view)
+      $([ "$bb" = 0 ] && echo --no-broadcast-buffers) $([ "$BUCKET_VIEW" = 1 ] && echo --gradient-as-bucket-view) \
+      $([ "$TRACE$stamps" = 11 ] && echo --trace-dir "$OUT/traces")
     done
   done
 done

@@ -65,6 +65,20 @@ def test_rounds_measure_every_rate_again_into_round_folders_without_stamps(tmp_p
     assert "ddp@10G-round2" in (tmp_path / "out" / "RUN.txt").read_text()
 
 
+def test_trace_writes_the_first_rounds_traces_into_one_folder(tmp_path):
+    res, calls = _run(tmp_path, RATES="25 10", ROUNDS="2", TRACE="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    parser = mcli.build_parser()
+    dirs = [parser.parse_args(_ddp_args(a)).trace_dir for a in calls]
+    assert dirs == [str(tmp_path / "out" / "traces")] * 2 + [None, None]  # trace names carry the rate
+    (tmp_path / "d").mkdir()
+    res, calls = _run(tmp_path / "d", RATES="25")
+    assert res.returncode == 0 and parser.parse_args(_ddp_args(calls[0])).trace_dir is None  # off by default
+    (tmp_path / "bad").mkdir()
+    res, calls = _run(tmp_path / "bad", TRACE="yes")
+    assert res.returncode == 2 and not calls and "TRACE must be 0 or 1, got 'yes'" in res.stderr
+
+
 def test_bad_rounds_are_refused(tmp_path):
     for bad in ("0", "two", "-1"):
         res, calls = _run(tmp_path, ROUNDS=bad)
