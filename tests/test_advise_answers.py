@@ -237,6 +237,42 @@ def test_hook_mode_uses_the_hook_model_not_post():
     assert "App. B" in paper.inputs["hook_terms"]
 
 
+def _hook_summary(folder, rows):
+    folder.mkdir(parents=True)
+    lines = ["platform,group,variant,n,median_abs_rel_error,max_abs_rel_error,mean_rel_error,worst_config"]
+    lines += [f"x,{g},{v},{n},{e},0.5,0,cfg" for g, v, n, e in rows]
+    (folder / "summary.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_hook_error_is_the_hook_campaigns_largest_median(tmp_path, monkeypatch):
+    """A compressor priced as a hook takes the largest extended-model median error of the hook campaigns'
+    ``compressors (hook)`` rows (not the blocking hook's, not the paper variant's); priced as post (the paper's
+    terms), post's error."""
+    ext = "extended"
+    _hook_summary(tmp_path / "a", [("compressors (hook)", ext, 31, 0.037), ("compressors (hook)", "paper", 31, 0.4),
+                                   ("compressors (post)", ext, 32, 0.9)])
+    _hook_summary(tmp_path / "b", [("compressors (hook)", ext, 6, 0.141), ("syncSGD", ext, 4, 0.7)])
+    err, words = A.hook_model_error(tmp_path)
+    assert err == pytest.approx(0.141) and "b, 6 configurations" in words and "of its 2 hook campaigns" in words
+    assert A.hook_model_error(tmp_path / "none") is None
+    monkeypatch.setattr(A, "HOOK_VERIFICATION", tmp_path)
+    cands = HOOK_CANDIDATES[:3]
+    hook = A.advise(Calibration.load(H200), "resnet50", 64, [4], [25], candidate_list=cands, mode="hook",
+                    evidence=False)
+    k = [c.label for c in hook.candidates].index("powersgd rank=4")
+    assert hook.error_groups[k] == "compressors (hook)" and hook.error[k] == pytest.approx(0.141)
+    assert "compressors (hook) 14.1 % (from " in str(hook) and hook.inputs["model_error_hook"] == words
+    paper = A.advise(Calibration.load(H200), "resnet50", 64, [4], [25], candidate_list=cands, mode="hook",
+                     options=ModelOptions.paper(), evidence=False)
+    post_err = A.model_errors(A.SUMMARY_CSV, "gpu", "paper")["compressors (post)"]
+    assert paper.error_groups[k] == "compressors (post)" and paper.error[k] == pytest.approx(post_err)
+    assert "model_error_hook" not in paper.inputs
+    # a given error wins
+    given = A.advise(Calibration.load(H200), "resnet50", 64, [4], [25], candidate_list=cands, mode="hook",
+                     model_error=0.05, evidence=False)
+    assert given.error[k] == pytest.approx(0.05) and "model_error_hook" not in given.inputs
+
+
 @pytest.mark.parametrize("terms", ["default", "extended"])
 def test_fp16_hook_is_priced_as_the_fp16_baseline(terms):
     adv = _h200("hook", terms)

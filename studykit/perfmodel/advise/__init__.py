@@ -18,8 +18,9 @@ user's, or the paper's V100 inputs: Agarwal et al. 2022, https://arxiv.org/abs/2
   is at its dear end, bounds it. It is an envelope, wider than a joint bootstrap interval;
   constants without an interval count as exact (named in :attr:`Advice.exact_constants`);
 * two candidates are *within the model's error* when their intervals, each widened by the model's
-  median error for its kind (the committed ``data/verification/summary.csv``, or ``model_error``),
-  overlap: the model cannot tell them apart;
+  median error for its kind (the committed ``data/verification/summary.csv``; for compressors priced as
+  hooks, the largest median error of the hook campaigns in ``data/verification/hook_runner/``:
+  :func:`hook_model_error`; or ``model_error``), overlap: the model cannot tell them apart;
 * the verdict (:meth:`Advice.verdict`): the fastest compressor that beats the better baseline beyond
   the model's error, its speed-ups over both baselines and the bandwidth above which it stops paying
   (:meth:`Advice.crossover_gbps`); or, when none does, which baseline to use;
@@ -48,12 +49,14 @@ from studykit import paths  # noqa: F401
 from studykit.perfmodel.advise.candidates import FP16, SYNC, _main_parameter  # noqa: F401
 from studykit.perfmodel.advise.candidates import MAIN_PARAMETER, MODE_WORDS, AdviseError, Candidate, candidates
 from studykit.perfmodel.advise.entry import answer
-from studykit.perfmodel.advise.evidence import SUMMARY_CSV, TRAINING, accuracy_evidence, model_errors
+from studykit.perfmodel.advise.evidence import (HOOK_VERIFICATION, SUMMARY_CSV, TRAINING, accuracy_evidence,
+                                                hook_model_error, model_errors)
 from studykit.perfmodel.advise.inputs import cast_bytes_scale, hook_options, wire_bits
 from studykit.perfmodel.advise.pricing import advise
 from studykit.perfmodel.advise.verdicts import (CROSSOVER_MAX_GBPS, CROSSOVER_MIN_GBPS, CROSSOVER_PER_DECADE,
                                                 Advice)
 
 __all__ = ["MAIN_PARAMETER", "Candidate", "candidates", "Advice", "advise", "answer", "hook_options", "wire_bits",
-           "cast_bytes_scale", "accuracy_evidence", "model_errors", "AdviseError", "SUMMARY_CSV", "TRAINING",
+           "cast_bytes_scale", "accuracy_evidence", "model_errors", "hook_model_error", "AdviseError", "SUMMARY_CSV",
+           "HOOK_VERIFICATION", "TRAINING",
            "MODE_WORDS", "CROSSOVER_MIN_GBPS", "CROSSOVER_MAX_GBPS", "CROSSOVER_PER_DECADE"]

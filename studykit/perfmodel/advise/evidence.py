@@ -1,6 +1,6 @@
 """What the kit's data folders say about a candidate: whether a time-to-accuracy run of it is in
 ``data/training/`` (:func:`accuracy_evidence`), and the model's median error per group of candidates from
-``verify``'s summary (:func:`model_errors`)."""
+``verify``'s summary (:func:`model_errors`) and on the hook campaigns (:func:`hook_model_error`)."""
 from __future__ import annotations
 
 import csv
@@ -13,6 +13,8 @@ from studykit.perfmodel.advise.candidates import AdviseError, Candidate
 from studykit.perfmodel.calibration import normalize_params
 
 SUMMARY_CSV = paths.DATA / "verification" / "summary.csv"
+#: ``verify``'s scores of the graph runner's hook, one folder per campaign (``*/summary.csv``)
+HOOK_VERIFICATION = paths.DATA / "verification" / "hook_runner"
 TRAINING = paths.DATA / "training"
 
 
@@ -109,3 +111,24 @@ def model_errors(path: Path | str = SUMMARY_CSV, platform: str = "gpu", variant:
     if not out:
         raise AdviseError(f"{path} has no rows for platform {platform!r}, variant {variant!r}; pass --model-error")
     return out
+
+
+def hook_model_error(folder: Path | str = HOOK_VERIFICATION) -> tuple[float, str] | None:
+    """The model's error on a compressor's DDP hook as :func:`~studykit.perfmodel.advise.advise` prices it (the
+    graph runner's hook on the per-bucket timeline, extended terms): the largest median |relative error| of the
+    ``compressors (hook)`` rows, extended variant, among the campaigns ``verify`` scored under ``folder``
+    (``*/summary.csv``), and in words where it is from. The largest, not the campaign nearest the world size
+    asked: the model is scored at few world sizes, and ``advise`` prices a bucket's readiness and codec time
+    more simply than ``verify`` does with measured inputs. None where no campaign scored hooks."""
+    folder = Path(folder)
+    scores = []
+    for f in sorted(folder.glob("*/summary.csv")):
+        with f.open(newline="") as fh:
+            scores += [(float(r["median_abs_rel_error"]), f.parent.name, int(r["n"])) for r in csv.DictReader(fh)
+                       if r.get("group") == "compressors (hook)" and r.get("variant") == "extended"]
+    if not scores:
+        return None
+    err, worst, n = max(scores)
+    shown = folder.relative_to(paths.ROOT) if folder.is_relative_to(paths.ROOT) else folder
+    return err, (f"{shown}: the largest median |error| of its {len(scores)} hook campaigns ({worst}, {n} "
+                 "configurations; extended model, the graph runner's hook)")

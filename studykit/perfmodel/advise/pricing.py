@@ -12,7 +12,7 @@ import numpy as np
 
 from studykit import compressors, paths
 from studykit.perfmodel.advise.candidates import MODE_WORDS, SYNC, AdviseError, Candidate, candidates
-from studykit.perfmodel.advise.evidence import TRAINING, _index, accuracy_evidence, model_errors
+from studykit.perfmodel.advise.evidence import TRAINING, _index, accuracy_evidence, hook_model_error, model_errors
 from studykit.perfmodel.advise.inputs import _ends, _tcomp_ends, _ted_ends, cast_bytes_scale, hook_options, wire_bits
 from studykit.perfmodel.advise.verdicts import Advice
 from studykit.perfmodel.calibration import Calibration
@@ -23,6 +23,12 @@ def _summary_csv() -> Path:
     """The verification summary :func:`advise` takes the model's error from: the package's ``SUMMARY_CSV``,
     read at each call, so that setting ``studykit.perfmodel.advise.SUMMARY_CSV`` redirects it."""
     return importlib.import_module(__package__).SUMMARY_CSV
+
+
+def _hook_verification() -> Path:
+    """Where the hook's error comes from (:func:`hook_model_error`): the package's ``HOOK_VERIFICATION``, read
+    at each call as :func:`_summary_csv` is."""
+    return importlib.import_module(__package__).HOOK_VERIFICATION
 
 
 # ------------------------------------------------------------------ advise
@@ -126,7 +132,6 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
             raise AdviseError(f"model error must be a fraction in [0, 1), got {model_error!r} (--model-error)")
         errs = {}
         notes["model_error"] = f"given: {model_error:g}"
-    comp_group = f"compressors ({mode})"
 
     cands = list(candidate_list) if candidate_list is not None else candidates()
     for base in candidates([])[:2]:  # both baselines, always
@@ -137,6 +142,14 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
     except ValueError as exc:
         raise AdviseError(f"{exc} (--model, --batch-size, --bucket-mb)") from None
     hook_opts, hook_how = hook_options(opts) if mode == "hook" else (opts, None)
+    timeline = mode == "hook" and hook_opts.overlap == "timeline"
+    # a compressor priced as a hook takes the hook campaigns' error; one priced after the backward pass (the
+    # paper's terms price a hook so) takes post's
+    comp_group = "compressors (hook)" if timeline else "compressors (post)"
+    if timeline and model_error is None and platform == "gpu":
+        found = hook_model_error(_hook_verification())
+        if found is not None:
+            errs[comp_group], notes["model_error_hook"] = found
     unranked: dict[str, str] = {}
     how: dict[str, dict] = {}
     teds: dict[str, tuple] = {}
@@ -180,7 +193,6 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
                 if hook_opts.path_overhead:  # the calibration's, for this model, batch and mode (as predict finds it)
                     found = calibration.path_overhead_lookup(model, batch_size, mode)
                     how[c.label]["path_overhead"] = "none fitted" if found is None else found[1]
-    timeline = mode == "hook" and hook_opts.overlap == "timeline"
 
     def price(bw_gbps, world, corners, failed: dict) -> np.ndarray:
         """Iteration times ``(corner, candidate, bandwidth, world size)`` at the constants' ``corners`` (0 central,

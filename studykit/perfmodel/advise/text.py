@@ -57,7 +57,8 @@ def format_advice(advice: Advice, top: int | None = None) -> str:
               + (f" (taken as exact: {', '.join(advice.exact_constants)})" if advice.exact_constants else ""),
               f"'~' : within the model's error of the fastest; +-: the model's error ({i['model_error']}: "
               + ", ".join(f"{'syncSGD and the all-reduce hooks' if g == SYNC else g} {100 * e:.1f} %"
-                          for g, e in errs) + ")",
+                          + (f" (from {i['model_error_hook']})" if g == "compressors (hook)" and
+                             i.get("model_error_hook") else "") for g, e in errs) + ")",
               "x sync, x fp16: speed-up over syncSGD, over the fp16 baseline (> 1: faster); stops above: the "
               "bandwidth above which the row no longer beats the best baseline on that many GPUs",
               "none: the identity compressor through the compression path (the fp32 gradient, unchanged): "
