@@ -237,6 +237,27 @@ def test_hook_mode_uses_the_hook_model_not_post():
     assert "App. B" in paper.inputs["hook_terms"]
 
 
+def test_both_modes_rank_each_compressor_both_ways():
+    """``mode=("post", "hook")``: every compressor twice, labelled by mode, each priced as its single-mode call
+    prices it; the verdict names the winner's mode in words; the CLI takes ``--mode post hook``."""
+    both = A.advise(Calibration.load(H200), "resnet50", 64, [2], [1, 25], candidate_list=HOOK_CANDIDATES[:3],
+                    mode=("hook", "post"), model_error=0.05, evidence=False)
+    labels = [c.label for c in both.candidates]
+    assert labels[:2] == [A.SYNC, A.FP16] and labels[2:] == ["powersgd rank=4 (post)", "powersgd rank=4 (hook)"]
+    assert [c.mode for c in both.candidates] == [None, None, "post", "hook"] and both.inputs["mode"] == "post and hook"
+    for m in ("post", "hook"):
+        one = A.advise(Calibration.load(H200), "resnet50", 64, [2], [1, 25], candidate_list=HOOK_CANDIDATES[:3],
+                       mode=m, model_error=0.05, evidence=False)
+        assert [c.label for c in one.candidates][2] == "powersgd rank=4"  # one mode: no suffix
+        np.testing.assert_allclose(both.time_s[labels.index(f"powersgd rank=4 ({m})")], one.time_s[2], rtol=1e-12)
+    v = both.verdict_data(2, 1)
+    assert v["winner"] is not None and v["mode"] == v["winner"].rsplit("(", 1)[1].rstrip(")")
+    assert f"powersgd rank=4 ({A.MODE_WORDS[v['mode']]}) is predicted" in v["text"]
+    with pytest.raises(A.AdviseError, match="mode must be 'post', 'hook' or both"):
+        A.advise(Calibration.load(H200), "resnet50", 64, [2], [1], mode="both", model_error=0.05, evidence=False)
+    assert cli.advise_parser().parse_args(["--model", "resnet50", "--mode", "post", "hook"]).mode == ["post", "hook"]
+
+
 def _hook_summary(folder, rows):
     folder.mkdir(parents=True)
     lines = ["platform,group,variant,n,median_abs_rel_error,max_abs_rel_error,mean_rel_error,worst_config"]

@@ -128,9 +128,10 @@ def advise_parser() -> argparse.ArgumentParser:
                          f"{DEFAULT_CALIBRATION.relative_to(paths.ROOT)})")
     ap.add_argument("--compressors", nargs="+", default=None, metavar="NAME",
                     help="compressors to rank (default: every registered one); syncSGD and fp16 always")
-    ap.add_argument("--mode", choices=["post", "hook"], default="post",
+    ap.add_argument("--mode", nargs="+", choices=["post", "hook"], default=["post"],
                     help="compression after the backward pass (App. B, default) or as a DDP hook (per DDP bucket on "
-                         "the per-bucket timeline; fp16 / bf16 hooks priced as the fp16 baseline in their dtype)")
+                         "the per-bucket timeline; fp16 / bf16 hooks priced as the fp16 baseline in their dtype); "
+                         "'post hook': every compressor ranked both ways")
     ap.add_argument("--terms", "--options", dest="terms", choices=["default", "paper", "extended"], default="default",
                     help="model terms, as for predict")
     ap.add_argument("--model-error", type=argtypes.float_range(0, 1, hi_open=True), default=None,

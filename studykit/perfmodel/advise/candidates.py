@@ -3,7 +3,7 @@ registered compressor at each value of its main parameter, with the names every 
 (the baselines' labels, the modes' words, :class:`AdviseError`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from studykit import compressors
@@ -34,12 +34,15 @@ class AdviseError(ValueError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One way to synchronize: ``kind`` is ``"syncsgd"``, ``"fp16_hook"`` or ``"compressor"``."""
+    """One way to synchronize: ``kind`` is ``"syncsgd"``, ``"fp16_hook"`` or ``"compressor"``. A compressor's
+    ``mode`` says how it runs (:data:`MODE_WORDS`); None: as :func:`~studykit.perfmodel.advise.advise`'s
+    ``mode`` asks (every mode asked, one candidate each)."""
 
     label: str
     kind: str
     compressor: str | None = None
     params: tuple = ()  # sorted (key, value) pairs
+    mode: str | None = None
 
     @property
     def param_dict(self) -> dict:
@@ -66,4 +69,24 @@ def candidates(names: Sequence[str] | None = None, sweep: dict | None = None) ->
             compressors.check(n, **ps)  # refuses a bad value, naming it
             label = compressors.registry.setting_label(n, ps, "kv")
             out.append(Candidate(label, "compressor", n, tuple(sorted(ps.items()))))
+    return out
+
+
+def check_modes(mode) -> tuple[str, ...]:
+    """``mode`` (one of :data:`MODE_WORDS` or several) as a tuple without repeats, in :data:`MODE_WORDS`' order."""
+    modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    if not modes or any(not isinstance(m, str) or m not in MODE_WORDS for m in modes):
+        raise AdviseError(f"mode must be 'post', 'hook' or both, got {mode!r}")
+    return tuple(m for m in MODE_WORDS if m in modes)
+
+
+def in_modes(cands: Sequence[Candidate], modes: tuple[str, ...]) -> list[Candidate]:
+    """Each compressor candidate without a mode once per mode of ``modes`` (labelled ``"... (hook)"`` where
+    there are several); baselines and candidates with a mode as they are."""
+    out = []
+    for c in cands:
+        if c.kind != "compressor" or c.mode is not None:
+            out.append(c)
+            continue
+        out += [replace(c, mode=m, label=c.label if len(modes) == 1 else f"{c.label} ({m})") for m in modes]
     return out

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from studykit import compressors, paths
-from studykit.perfmodel.advise.candidates import MODE_WORDS, SYNC, AdviseError, Candidate, candidates
+from studykit.perfmodel.advise.candidates import SYNC, AdviseError, Candidate, candidates, check_modes, in_modes
 from studykit.perfmodel.advise.evidence import TRAINING, _index, accuracy_evidence, hook_model_error, model_errors
 from studykit.perfmodel.advise.inputs import _ends, _tcomp_ends, _ted_ends, cast_bytes_scale, hook_options, wire_bits
 from studykit.perfmodel.advise.verdicts import Advice
@@ -34,7 +34,8 @@ def _hook_verification() -> Path:
 # ------------------------------------------------------------------ advise
 def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: Sequence[int],
            bandwidths_gbps: Sequence[float] | None = None, *, candidate_list: Sequence[Candidate] | None = None,
-           options: ModelOptions | None = None, mode: str = "post", model_error: float | dict | None = None,
+           options: ModelOptions | None = None, mode: str | Sequence[str] = "post",
+           model_error: float | dict | None = None,
            t_comp_s: float | None = None, overhead_s: float | None = None, alpha_s: float | None = None,
            gamma: float | None = None, compute_speedup: float = 1.0, bucket_bytes: float = DEFAULT_BUCKET_BYTES,
            evidence: bool = True, training_folder: Path | str = TRAINING, platform: str = "gpu") -> Advice:
@@ -48,11 +49,12 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
     ``compressors (hook)``), or None for ``data/verification/summary.csv`` (``platform``, and the variant
     of ``options``: extended for :meth:`ModelOptions.extended`, else paper). ``mode="hook"`` prices the
     compressors with :func:`hook_options` and a one-round cast codec (:func:`cast_bytes_scale`) as the fp16
-    baseline's equation in its own dtype. Both baselines are always priced (appended to ``candidate_list``
-    when missing). Missing inputs raise :class:`AdviseError` naming them."""
+    baseline's equation in its own dtype; ``mode=("post", "hook")`` ranks every compressor both ways, one
+    candidate each (``"powersgd rank=4 (hook)"``), so the answer also says which way to run it. A candidate of
+    ``candidate_list`` with its own ``mode`` keeps it. Both baselines are always priced (appended to
+    ``candidate_list`` when missing). Missing inputs raise :class:`AdviseError` naming them."""
     opts = options or ModelOptions()
-    if mode not in MODE_WORDS:
-        raise AdviseError(f"mode must be 'post' or 'hook', got {mode!r}")
+    modes = check_modes(mode)
     if not (isinstance(compute_speedup, (int, float)) and np.isfinite(compute_speedup) and compute_speedup > 0):
         raise AdviseError(f"compute speed-up must be a finite number > 0, got {compute_speedup!r} (--compute-speedup)")
     notes: dict[str, Any] = {"calibration": calibration.name}
@@ -133,7 +135,7 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
         errs = {}
         notes["model_error"] = f"given: {model_error:g}"
 
-    cands = list(candidate_list) if candidate_list is not None else candidates()
+    cands = in_modes(list(candidate_list) if candidate_list is not None else candidates(), modes)
     for base in candidates([])[:2]:  # both baselines, always
         if not any(c.kind == base.kind for c in cands):
             cands.append(base)
@@ -141,15 +143,14 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
         work0 = Workload(model, batch_size, t_comp_s=tc[0], bucket_bytes=bucket_bytes)
     except ValueError as exc:
         raise AdviseError(f"{exc} (--model, --batch-size, --bucket-mb)") from None
-    hook_opts, hook_how = hook_options(opts) if mode == "hook" else (opts, None)
-    timeline = mode == "hook" and hook_opts.overlap == "timeline"
+    hook_opts, hook_how = hook_options(opts) if "hook" in modes else (opts, None)
+    timeline = "hook" in modes and hook_opts.overlap == "timeline"
     # a compressor priced as a hook takes the hook campaigns' error; one priced after the backward pass (the
     # paper's terms price a hook so) takes post's
-    comp_group = "compressors (hook)" if timeline else "compressors (post)"
     if timeline and model_error is None and platform == "gpu":
         found = hook_model_error(_hook_verification())
         if found is not None:
-            errs[comp_group], notes["model_error_hook"] = found
+            errs["compressors (hook)"], notes["model_error_hook"] = found
     unranked: dict[str, str] = {}
     how: dict[str, dict] = {}
     teds: dict[str, tuple] = {}
@@ -176,7 +177,7 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
                                      "profile` and fit a calibration")
             try:
                 wire[c.label] = wire_bits(c.compressor, c.param_dict, work0, p)
-                scale = cast_bytes_scale(c.compressor, c.param_dict, work0) if mode == "hook" else None
+                scale = cast_bytes_scale(c.compressor, c.param_dict, work0) if c.mode == "hook" else None
             except (ValueError, compressors.CompressorError) as exc:
                 unranked.setdefault(c.label, str(exc))
                 continue
@@ -187,11 +188,11 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
                 how[c.label] = {"equation": f"Sec. 4.1 with every bucket at {scale:g} of its fp32 bytes (priced as "
                                             "PyTorch's equivalent compress hook)", "cast": teds[c.label][4]}
             else:
-                how[c.label] = {"equation": "App. B, collectives from plan()" if mode == "post"
+                how[c.label] = {"equation": "App. B, collectives from plan()" if c.mode == "post"
                                 else f"DDP hook: {hook_how}; collectives from plan()",
                                 "t_encode_decode": teds[c.label][4]}
-                if hook_opts.path_overhead:  # the calibration's, for this model, batch and mode (as predict finds it)
-                    found = calibration.path_overhead_lookup(model, batch_size, mode)
+                if (hook_opts if c.mode == "hook" else opts).path_overhead:  # the calibration's, as predict finds it
+                    found = calibration.path_overhead_lookup(model, batch_size, c.mode)
                     how[c.label]["path_overhead"] = "none fitted" if found is None else found[1]
 
     def price(bw_gbps, world, corners, failed: dict) -> np.ndarray:
@@ -224,11 +225,14 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
                     t = allreduce_hook(casts[c.label], teds[c.label])
                 else:
                     v, lo, hi, pw, _ = teds[c.label]
+                    hook = c.mode == "hook"
                     # the hook timeline takes one world size per call
                     t = np.concatenate([np.broadcast_to(
                         predict(work, hw, q, c.compressor, c.param_dict, t_encode_decode_s=col((v, lo, hi)) + pw * q,
-                                options=hook_opts, mode=mode, calibration=calibration).compressed["iteration_s"],
-                        T.shape[:1] + T.shape[2:3] + (np.size(q),)) for q in (world if timeline else [world])], axis=-1)
+                                options=hook_opts if hook else opts, mode=c.mode,
+                                calibration=calibration).compressed["iteration_s"],
+                        T.shape[:1] + T.shape[2:3] + (np.size(q),))
+                        for q in (world if hook and timeline else [world])], axis=-1)
             except (ValueError, compressors.CompressorError) as exc:
                 failed[c.label] = str(exc)
                 continue
@@ -238,17 +242,19 @@ def advise(calibration: Calibration, model: str, batch_size: int, world_sizes: S
     T = price(bw, p, (0, 1, 2), unranked)
     for label in unranked:
         how.pop(label, None)
-    notes.update({"model": model, "batch_size": batch_size, "mode": mode, "compute_speedup": float(compute_speedup),
+    notes.update({"model": model, "batch_size": batch_size, "mode": " and ".join(modes),
+                  "compute_speedup": float(compute_speedup),
                   "options": {f: getattr(opts, f) for f in opts.__dataclass_fields__},
                   "interval": "model at the cheap and the dear end of every calibrated constant's interval",
                   "time": "iteration time: overhead O (forward, optimizer step) + T_obs"})
-    if mode == "hook":
+    if "hook" in modes:
         notes["hook_terms"] = hook_how
         notes["hook_options"] = {f: getattr(hook_opts, f) for f in hook_opts.__dataclass_fields__}
     notes["t_comp_s"] = tc[0]
 
     def err_of(c: Candidate) -> tuple[str, float]:
-        g = SYNC if c.kind in ("syncsgd", "fp16_hook") or c.label in casts else comp_group
+        g = (SYNC if c.kind in ("syncsgd", "fp16_hook") or c.label in casts
+             else "compressors (hook)" if c.mode == "hook" and timeline else "compressors (post)")
         if not isinstance(model_error, dict) and model_error is not None:
             return g, float(model_error)
         if g not in errs and g == "compressors (hook)" and "compressors (blocking hook)" in errs:

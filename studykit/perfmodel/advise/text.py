@@ -24,7 +24,8 @@ def verdict_text(advice: Advice, v: dict) -> str:
         c = v["crossover_gbps"]
         tail = (f"it stops paying above {v['crossover']}" if c is not None
                 else f"it pays at every bandwidth up to {advice.crossover_top_gbps:g} Gbit/s")
-        return (f"{where}{v['winner']} ({MODE_WORDS.get(v['mode'], v['mode'])}) is predicted "
+        winner = v["winner"].removesuffix(f" ({v['mode']})")  # ranked both ways: the words say which
+        return (f"{where}{winner} ({MODE_WORDS.get(v['mode'], v['mode'])}) is predicted "
                 f"{_x(v['speedup_over_syncsgd'])} faster than syncSGD and {_x(v['speedup_over_fp16'])} faster "
                 f"than the fp16 baseline (+-{100 * v['model_error']:.0f} %); {tail}.")
     base = "syncSGD" if v["best_baseline"] == SYNC else "the fp16 baseline"
@@ -42,11 +43,14 @@ def format_advice(advice: Advice, top: int | None = None) -> str:
     baselines always."""
     i = advice.inputs
     errs = sorted(set(zip(advice.error_groups, advice.error.tolist())))
-    hooks = i["mode"] == "hook"
+    modes = i["mode"].split(" and ")
+    hooks = "hook" in modes
+    how = {"post": "after the backward pass (App. B)", "hook": f"as DDP hooks, priced {i.get('hook_terms')}"}
     lines = [v["text"] for v in advice.verdicts()]
     lines += ["",
               f"{i['model']}, batch {i['batch_size']} per GPU, calibration {i['calibration']!r}, compressors "
-              + ("as DDP hooks, priced " + i["hook_terms"] if hooks else "after the backward pass (App. B)"),
+              + (" and ".join(how[m] for m in modes) + (" (each both ways: '(post)', '(hook)')" if len(modes) > 1
+                                                         else "")),
               f"time: predicted iteration time (ms) = overhead O + T_obs; O: {i.get('overhead')}"
               + (f"; compute {i['compute_speedup']:g}x faster (T_comp, T_encode_decode divided)"
                  if i.get("compute_speedup", 1.0) != 1.0 else ""),

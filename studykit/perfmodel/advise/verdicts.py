@@ -158,7 +158,8 @@ class Advice:
         clear = [k for k in comps if hi[k] < lo[base]]
         k = clear[0] if clear else (comps[0] if comps else None)
         cross = self.crossover_gbps(world_size) if k is not None else None
-        out = {"world_size": int(world_size), "bandwidth_gbps": float(bandwidth_gbps), "mode": self.inputs.get("mode"),
+        out = {"world_size": int(world_size), "bandwidth_gbps": float(bandwidth_gbps),
+               "mode": None if k is None else self.candidates[k].mode,
                "best_baseline": self.candidates[base].label, "winner": self.candidates[k].label if clear else None,
                "candidate": None if k is None else self.candidates[k].label,
                "speedup_over_syncsgd": None if k is None else float(t[s] / t[k]),
@@ -235,6 +236,7 @@ class Advice:
         return {"verdicts": self.verdicts(), "inputs": self.inputs, "exact_constants": self.exact_constants,
                 "unranked": self.unranked,
                 "candidates": [{"label": c.label, "kind": c.kind, "compressor": c.compressor, "params": c.param_dict,
+                                "mode": c.mode,
                                 "model_error": float(e), "accuracy_evidence": ev["status"],
                                 "evidence_note": ev["note"], "inputs": self.how.get(c.label, {}),
                                 "wire": {str(q): w for q, w in self.wire.get(c.label, {}).items()}}
