@@ -1204,15 +1204,16 @@ def test_codec_kernels_readme_reading_of_the_sampled_topk_holds():
     assert "# 40 passed" in text and "# 35 passed" in text
 
 
-@pytest.mark.parametrize("script", ["topk_select", "thc_signed"])
+@pytest.mark.parametrize("script", ["topk_select", "thc_signed", "mstopk_bits"])
 @pytest.mark.parametrize("argv,message", [
     (["--out", "data/measurements/x.jsonl"], "is inside the repository's committed data/"),
     (["--host-ahead"], "timed with plain CUDA events"),
     (["--budget-s", "0"], "--budget-s"),
 ])
 def test_candidate_scripts_refuse_before_timing(script, argv, message, capsys):
-    """benchmarks/topk_select.py and thc_signed.py (bench.start_candidates): a committed --out, --host-ahead and
-    a bad policy are refused with a message naming them, before any GPU is needed and before any file is made."""
+    """benchmarks/topk_select.py, thc_signed.py and mstopk_bits.py (bench.start_candidates): a committed --out,
+    --host-ahead and a bad policy are refused with a message naming them, before any GPU is needed and before any
+    file is made."""
     with pytest.raises(SystemExit) as exc:
         _benchmark(script).main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
@@ -1223,6 +1224,14 @@ def test_topk_select_refuses_a_ratio_outside_0_1(capsys):
     with pytest.raises(SystemExit):
         _benchmark("topk_select").main(["--ratios", "0"])
     assert "--ratios" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,flag", [(["--bits", "11"], "--bits"), (["--bits", "0"], "--bits"),
+                                       (["--samplings", "0"], "--samplings")])
+def test_mstopk_bits_refuses_bits_the_search_cannot_take(argv, flag, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _benchmark("mstopk_bits").main(argv)
+    assert exc.value.code == 2 and flag in capsys.readouterr().err
 
 
 def test_readme_states_the_candidate_scripts_former_defaults():

@@ -200,13 +200,14 @@ CASES = {"gauss": gaussian(40_000, 8), "equal": torch.ones(3000), "zeros": torch
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("ratio,rounds", [(0.01, 30), (0.2, 7), (1.0, 12), (0.05, 1)])
-def test_fused_search_equals_the_reference_loop_bit_for_bit(name, ratio, rounds):
+@pytest.mark.parametrize("bits", [_fast._MSTOPK_BITS, 4])
+def test_fused_search_equals_the_reference_loop_bit_for_bit(name, ratio, rounds, bits):
     dev = _device()
     mag = CASES[name].to(dev).abs()
     k = num_selected(mag.numel(), ratio)
     comp = MSTopK(ratio=ratio, samplings=rounds, allow_nonfinite=True)
     want = reference(MSTopK, "_search")(comp, mag, k, mag.mean(), mag.max(), torch.int32)
-    got = _fast.mstopk_search(mag, k, rounds, mag.mean(), mag.max(), torch.int32)
+    got = _fast.mstopk_search(mag, k, rounds, mag.mean(), mag.max(), torch.int32, bits=bits)
     for w, g in zip(want, got):
         assert g.dtype == w.dtype and (torch.equal(g, w) or (w.isnan() and g.isnan())), (want, got)
 

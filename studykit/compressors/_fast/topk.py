@@ -408,18 +408,22 @@ if HAVE_TRITON:
 _MSTOPK_BITS = 10
 
 
-def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype):
-    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / 10)
+def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype,
+                  bits: int = _MSTOPK_BITS):
+    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / bits)
     passes over ``mag`` and two launches a pass, instead of a pass and two launches a step: each
-    pass histograms every entry into the 2**10 leaves of the next ten steps' midpoint tree, and a
-    one-program kernel then takes the ten steps with the counts read from the histogram. Returns
+    pass histograms every entry into the 2**bits leaves of the next ``bits`` steps' midpoint tree, and a
+    one-program kernel then takes those steps with the counts read from the histogram. Returns
     the 0-d tensors (t1, c1, t2, c2) of :class:`~studykit.compressors.sparsification.MSTopK`'s
-    reference loop, bit for bit (the same fp32 midpoints (lo + hi) / 2, exact integer counts)."""
+    reference loop, bit for bit (the same fp32 midpoints (lo + hi) / 2, exact integer counts), at any
+    ``bits`` (1 to 10): fewer leaves cost more passes and less per pass (``benchmarks/mstopk_bits.py``)."""
+    if not (isinstance(bits, int) and 1 <= bits <= 10):
+        raise ValueError(f"bits must be an integer in [1, 10], got {bits!r}")
     n = mag.numel()
     dev = mag.device
     st = torch.stack([lo.float(), hi.float(), torch.full((), float("inf"), device=dev), torch.zeros((), device=dev)])
     cnt = torch.arange(2, dtype=torch.int32, device=dev) * n  # [c1, c2] = [0, n], made on the device
-    steps = [min(_MSTOPK_BITS, rounds - i) for i in range(0, rounds, _MSTOPK_BITS)]
+    steps = [min(bits, rounds - i) for i in range(0, rounds, bits)]
     hists = torch.zeros(sum(1 << b for b in steps), dtype=torch.int32, device=dev)
     block, iters, start = 1024, 8, 0
     for bits in steps:
