@@ -29,7 +29,7 @@ from studykit import models as M  # noqa: E402
 from studykit.compressors import _fast  # noqa: E402
 from studykit.compressors.sparsification import num_selected  # noqa: E402
 from studykit.measure import bench  # noqa: E402
-from studykit.measure.profile import measure_copy_bandwidth, memory_floor_ms  # noqa: E402
+from studykit.measure.profile import memory_floor_ms  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
@@ -43,10 +43,8 @@ def main(argv=None) -> int:
                     help="steps resolved per pass over |g|")
     bench.add_candidates_args(ap)
     args, policy, writer = bench.start_candidates(ap, argv)
-    device = torch.device("cuda:0")
+    device, copy_gbps = bench.candidates_gpu("mstopk_bits")
     timing = policy.timing_kw(device)
-    copy_gbps = measure_copy_bandwidth(device, 256 << 20, n_iter=50, n_warmup=3)[1]
-    print(f"mstopk_bits: copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     bits_list = list(dict.fromkeys([_fast._MSTOPK_BITS, *args.bits]))  # the kit's setting first: the ratios' base
     for model in args.models:
         numel = M.numel(model)

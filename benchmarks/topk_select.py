@@ -30,7 +30,7 @@ from studykit import argtypes  # noqa: E402
 from studykit import models as M  # noqa: E402
 from studykit.compressors import _fast  # noqa: E402
 from studykit.compressors.sparsification import num_selected  # noqa: E402
-from studykit.measure.profile import measure_copy_bandwidth, memory_floor_ms  # noqa: E402
+from studykit.measure.profile import memory_floor_ms  # noqa: E402
 from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
@@ -53,10 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ratios", nargs="+", type=argtypes.fraction, default=[0.01, 0.001])
     bench.add_candidates_args(ap)
     args, policy, writer = bench.start_candidates(ap, argv)
-    device = torch.device("cuda:0")
+    device, copy_gbps = bench.candidates_gpu("topk_select")
     timing = policy.timing_kw(device)
-    copy_gbps = measure_copy_bandwidth(device, 256 << 20, n_iter=50, n_warmup=3)[1]
-    print(f"topk_select: copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     for model in args.models:
         numel = M.numel(model)
         x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)

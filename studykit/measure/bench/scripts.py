@@ -160,6 +160,17 @@ def start_candidates(ap: argparse.ArgumentParser, argv: Optional[list[str]]):
     return args, policy, (RecordWriter(out) if out is not None else None)
 
 
+def candidates_gpu(script: str) -> tuple[torch.device, float]:
+    """The GPU a candidate script times on (``cuda:0``) and its copy bandwidth (GB/s: the memory floor's), which
+    it prints as ``<script>: copy bandwidth N GB/s``."""
+    from studykit.measure.profile import measure_copy_bandwidth
+
+    device = torch.device("cuda:0")
+    copy_gbps = measure_copy_bandwidth(device, 256 << 20, n_iter=50, n_warmup=3)[1]
+    print(f"{script}: copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+    return device, copy_gbps
+
+
 def records_of(out: Path, kind: str, script: str) -> list[dict]:
     """The records of ``kind`` in ``out`` (a benchmark's report); :class:`RecordError` naming ``script``
     when there are none."""
