@@ -89,7 +89,7 @@ def test_the_graph_runner_gives_the_threads_results_and_keeps_graphs_only_where_
     assert entry is not None, f"{name}: not captured after {CAPTURE_AFTER} calls with one buffer"
     if draws_every_call:
         assert entry.graph is None, f"{name} draws host-seeded random numbers: a replay would repeat them"
-    if name in ("powersgd", "topk", "none", "quantize", "qsgd", "terngrad", "natural", "thc", "randomk"):
+    if name in ("powersgd", "topk", "none", "quantize", "qsgd", "terngrad", "natural", "thc", "randomk", "mstopk"):
         assert entry.graph is not None, f"{name}: no graph kept"
     assert state.calls == len(grads)
     ref_state.close()

@@ -13,8 +13,11 @@ from tests.test_bench import _x, dev  # noqa: F401 - the kernel tests' fixture (
 #: the codecs whose fused kernels draw random numbers (their reference draws from torch.Generator on the host)
 STOCHASTIC_FAST = [("quantize", {"bits": 4}), ("qsgd", {}), ("terngrad", {}), ("natural", {}), ("thc", {}),
                    ("randomk", {"ratio": 0.01, "error_feedback": False}),
-                   ("dgc", {"ratio": 0.01, "error_feedback": False})]
-#: DGC's random sample only sets a threshold: its exact top-k among the candidates is the same set for most samples
+                   ("dgc", {"ratio": 0.01, "error_feedback": False}),
+                   ("mstopk", {"ratio": 0.01, "error_feedback": False})]
+#: DGC's random sample only sets a threshold: its exact top-k among the candidates is the same set for most samples;
+#: MSTopK's keys only pick among the entries of its band, which 30 search steps leave at a few entries or none
+SAME_SET_MOSTLY = ("dgc", "mstopk")
 
 
 def _host_seed(seed: int, step: int, rank) -> int:
@@ -80,7 +83,7 @@ def test_a_fused_stochastic_call_draws_nothing_on_the_host_and_a_step_gives_the_
     before = replay_fingerprint(comp, 0)
     second = comp.reduce(x, comm, key=0)
     assert replay_fingerprint(comp, 0) == before and comp.random_draws == 0, f"{name} drew on the host"
-    if name != "dgc":
+    if name not in SAME_SET_MOSTLY:
         assert not torch.equal(first, second), f"{name}: the second call repeated the first call's noise"
     assert comp.device_step(torch.device(dev)).item() == comp.step == 2
     comp.step = 0
@@ -100,3 +103,20 @@ def test_positions_drawn_on_the_device_are_uniform_and_a_step_repeats_them(dev):
     assert torch.equal(comp.positions(1000, 200_000, device), pos)
     comp.advance()
     assert not torch.equal(comp.positions(1000, 200_000, device), pos)
+
+
+@pytest.mark.gpu
+def test_band_keys_drawn_on_the_device_are_uniform_and_a_step_repeats_them(dev):
+    """MSTopK's band-fill keys from one kernel: in [0, 1), each tenth of the range holding about a tenth of
+    200,003 keys (within 5 standard deviations), the same for the same step, new for the next."""
+    comp = C.get("mstopk", ratio=0.01)
+    device = torch.device(dev)
+    keys = comp.keys(200_003, device)
+    assert keys.dtype == torch.float32 and keys.shape == (200_003,)
+    assert float(keys.min()) >= 0 and float(keys.max()) < 1 and comp.random_draws == 0
+    counts = torch.histc(keys.cpu(), bins=10, min=0, max=1)
+    sd = (200_003 * 0.1 * 0.9) ** 0.5
+    assert (counts - 20_000.3).abs().max() < 5 * sd
+    assert torch.equal(comp.keys(200_003, device), keys)
+    comp.advance()
+    assert not torch.equal(comp.keys(200_003, device), keys)

@@ -114,7 +114,7 @@ def test_tied_levels_send_the_top_level_and_fill_from_the_tied_one():
 # ---------------------------------------------------------------------------------- the band fill
 def _fill_by_full_topk(comp, mag, t1, t2, k):
     """The band fill as a top-k of the keys over all n entries (what MSTopK did before issue 19)."""
-    keys = torch.rand(mag.numel(), generator=comp.generator(mag.device))
+    keys = comp.keys(mag.numel(), mag.device)
     ranked = torch.topk(torch.where((mag >= t2) & (mag < t1), keys, -1.0), k, sorted=True)
     return torch.where(ranked.values >= 0, ranked.indices, mag.numel())
 

@@ -288,8 +288,13 @@ def _(self, flat, k):  # sampled threshold, radix select or torch.topk: the fast
 
 
 @override(MSTopK, "_search", when=lambda self, mag, k, lo, hi, count_dtype: _fast.enabled(mag))
-def _(self, mag, k, lo, hi, count_dtype):  # the same search, ten steps per pass over |g| (a 2**10-leaf histogram)
+def _(self, mag, k, lo, hi, count_dtype):  # the same search, _fast._MSTOPK_BITS steps per pass over |g|
     return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
+
+
+@override(MSTopK, "keys", when=lambda self, numel, device: _fast.enabled_for(device, numel))
+def _(self, numel, device):  # Philox from the step on the device, one kernel: a CUDA graph replays it
+    return _fast.uniform_keys(numel, _fast.seed_of(self, device), device)
 
 
 @override(DGC, "_candidates", when=lambda self, flat, threshold, capacity:

@@ -259,8 +259,9 @@ class MSTopK(_GatherSparse):
     0-d device tensors moved by ``torch.where``; ``torch.nonzero_static``; a sort of a bounded
     candidate set), so it is meta-safe and a GPU never waits for the host. Cost: ``samplings``
     + ~8 passes over |g| and a sort of about k random keys (the fused search of
-    :mod:`studykit.compressors.fastpath` does the ``samplings`` rounds in ceil(samplings / 10)
-    passes).
+    :mod:`studykit.compressors.fastpath` does the ``samplings`` rounds in a few passes,
+    :func:`~studykit.compressors._fast.mstopk_search`, and its keys come from the step on the
+    device, so a CUDA graph of a call replays).
     """
 
     name = "mstopk"
@@ -306,6 +307,11 @@ class MSTopK(_GatherSparse):
             t2, c2 = torch.where(few, t2, mid), torch.where(few, c2, count)
         return t1, c1, t2, c2
 
+    def keys(self, numel: int, device: torch.device) -> torch.Tensor:
+        """This step's random keys of the band fill: ``numel`` float32 uniform in [0, 1) from the generator of
+        (seed, step), the same on every call of a step."""
+        return torch.rand(numel, generator=self.generator(device), device=device)
+
     def band_fill(self, mag, t1, t2, want, band_size, k: int) -> torch.Tensor:
         """Positions (int64, k slots) of the band [t2, t1) entries with the largest random keys,
         largest first: the first ``want`` (0-d tensor, at most k) are a uniform random
@@ -321,7 +327,7 @@ class MSTopK(_GatherSparse):
         over the whole band, without a top-k over all n entries (many times the memory floor on a GPU).
         """
         numel = mag.numel()
-        keys = torch.rand(numel, generator=self.generator(mag.device), device=mag.device)
+        keys = self.keys(numel, mag.device)
         margin = 8 * math.sqrt(k) + 16
         capacity = min(numel, k + 2 * math.ceil(margin))
         # band_size >= want + 1 (c2 > k >= ... ) except with NaNs, where a small q only adds candidates

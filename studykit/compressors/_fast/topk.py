@@ -15,10 +15,10 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
-           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions"]
+           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions", "uniform_keys"]
 
 if HAVE_TRITON:
-    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st
+    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
 
 
 def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -453,4 +453,22 @@ def uniform_positions(numel: int, count: int, seed: common.Seed, device: torch.d
     out = torch.empty(count, dtype=torch.int64, device=device)
     if count:
         _positions_kernel[(triton.cdiv(count, _BLOCK),)](out, count, numel, *seed, BLOCK=_BLOCK)
+    return out
+
+
+if HAVE_TRITON:
+    @_jit_seeded
+    def _keys_kernel(out_ptr, numel, seed_ptr, seed_base, G: tl.constexpr):
+        """out[8 g + j] = U[0, 1) from the Philox numbers of (seed, group g) (:func:`common._uniform8`)."""
+        group = tl.program_id(0) * G + tl.arange(0, G)
+        off = group[:, None] * 8 + tl.arange(0, 8)[None, :]
+        tl.store(out_ptr + off, _uniform8(_philox_seed(seed_ptr, seed_base), group, G), mask=off < numel)
+
+
+def uniform_keys(numel: int, seed: common.Seed, device: torch.device) -> torch.Tensor:
+    """``numel`` float32 keys uniform in [0, 1), drawn from ``seed`` (one kernel, the step read on the device)."""
+    out = torch.empty(numel, dtype=torch.float32, device=device)
+    if numel:
+        g = _BLOCK // 8
+        _keys_kernel[(triton.cdiv(numel, _BLOCK),)](out, numel, *seed, G=g)
     return out
