@@ -213,6 +213,26 @@ def test_fused_search_equals_the_reference_loop_bit_for_bit(name, ratio, rounds,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("ratio,rounds", [(0.01, 30), (0.2, 7), (0.05, 1)])
+def test_the_fused_band_candidates_equal_the_reference_with_the_same_keys(name, ratio, rounds):
+    """Count-then-compact with the keys drawn inside the passes: the positions and keys the reference gets from
+    a mask over the keys of :func:`_fast.uniform_keys` (the fast ``keys``), bit for bit, the capacity cutting."""
+    dev = _device()
+    mag = CASES[name].to(dev).abs()
+    k = num_selected(mag.numel(), ratio)
+    comp = MSTopK(ratio=ratio, samplings=rounds, allow_nonfinite=True, seed=5)
+    comp.step = 3
+    t1, c1, t2, c2 = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
+    for q, cap in [(1 - (k - c1 + 4) / (c2 - c1).clamp(min=1), k + 40), (torch.tensor(0.0), 7)]:
+        q = q.float().to(dev)
+        want = reference(MSTopK, "band_candidates")(comp, mag, t1, t2, q, cap)
+        got = comp.band_candidates(mag, t1, t2, q, cap)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (name, cap)
+    assert comp.random_draws == 0  # the keys came from the step on the device
+
+
+@pytest.mark.gpu
 def test_the_cuda_fast_path_never_synchronises():
     if not (torch.cuda.is_available() and _fast.HAVE_TRITON):
         pytest.skip("needs a CUDA GPU with triton (torch.cuda.set_sync_debug_mode)")

@@ -297,6 +297,11 @@ def _(self, numel, device):  # Philox from the step on the device, one kernel: a
     return _fast.uniform_keys(numel, _fast.seed_of(self, device), device)
 
 
+@override(MSTopK, "band_candidates", when=lambda self, mag, t1, t2, q, capacity: _fast.enabled(mag))
+def _(self, mag, t1, t2, q, capacity):  # count, then compact, the keys drawn in the passes: no key tensor or mask
+    return _fast.band_candidates(mag, t1, t2, q, _fast.seed_of(self, mag.device), capacity)
+
+
 @override(DGC, "_candidates", when=lambda self, flat, threshold, capacity:
           flat.dtype == torch.float32 and _fast.enabled(flat))
 def _(self, flat, threshold, capacity):  # count, then compact: the same positions, with no |g| or mask tensor

@@ -327,16 +327,22 @@ class MSTopK(_GatherSparse):
         over the whole band, without a top-k over all n entries (many times the memory floor on a GPU).
         """
         numel = mag.numel()
-        keys = self.keys(numel, mag.device)
         margin = 8 * math.sqrt(k) + 16
         capacity = min(numel, k + 2 * math.ceil(margin))
         # band_size >= want + 1 (c2 > k >= ... ) except with NaNs, where a small q only adds candidates
         q = 1 - (want + margin) / band_size.clamp(min=1)
-        candidate = (mag >= t2) & (mag < t1) & (keys >= q)
-        idx = torch.nonzero_static(candidate, size=capacity, fill_value=numel).view(-1)
-        ckeys = torch.where(idx < numel, keys[idx.clamp(max=numel - 1)], -1.0)
+        idx, ckeys = self.band_candidates(mag, t1, t2, q.float(), capacity)
         ordered, order = torch.sort(ckeys, descending=True)
         return torch.where(ordered >= 0, idx[order], numel)[:k]  # capacity >= k as numel >= k
+
+    def band_candidates(self, mag, t1, t2, q, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``capacity`` entries (ascending positions, int64; ``numel`` in unused slots) with
+        t2 <= mag < t1 whose key (:meth:`keys`) reaches ``q`` (0-d float32), and their keys (-1 in unused slots)."""
+        numel = mag.numel()
+        keys = self.keys(numel, mag.device)
+        candidate = (mag >= t2) & (mag < t1) & (keys >= q)
+        idx = torch.nonzero_static(candidate, size=capacity, fill_value=numel).view(-1)
+        return idx, torch.where(idx < numel, keys[idx.clamp(max=numel - 1)], -1.0)
 
 
 def _drop_fill(flat: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

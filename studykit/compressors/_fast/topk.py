@@ -15,7 +15,8 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
-           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions", "uniform_keys"]
+           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions", "uniform_keys",
+           "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -472,3 +473,67 @@ def uniform_keys(numel: int, seed: common.Seed, device: torch.device) -> torch.T
         g = _BLOCK // 8
         _keys_kernel[(triton.cdiv(numel, _BLOCK),)](out, numel, *seed, G=g)
     return out
+
+
+# ====================================================================== MSTopK's band candidates
+if HAVE_TRITON:
+    @triton.jit
+    def _band_keep(x_ptr, n, th_ptr, p, BLOCK: tl.constexpr):
+        """Block p's positions and which of its entries are in the band th[0] <= x < th[1] (NaN never is)."""
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = tl.load(x_ptr + idx, mask=m, other=float("nan"))
+        return idx, (v >= tl.load(th_ptr)) & (v < tl.load(th_ptr + 1)) & m
+
+    @triton.jit
+    def _block_keys(seed, p, BLOCK: tl.constexpr):
+        """Block p's keys, element for element those of :func:`uniform_keys` (:func:`common._uniform8` by group)."""
+        group = p * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
+        return tl.reshape(_uniform8(seed, group, BLOCK // 8), (BLOCK,))
+
+    @_jit_seeded
+    def _band_count_kernel(x_ptr, n, th_ptr, counts_ptr, seed_ptr, seed_base, BLOCK: tl.constexpr):
+        """counts[p] = how many of block p's entries are in the band with a key reaching th[2]."""
+        p = tl.program_id(0)
+        idx, band = _band_keep(x_ptr, n, th_ptr, p, BLOCK)
+        count = tl.sum(band.to(tl.int32), axis=0)
+        if count > 0:  # the band is a few entries: most blocks draw no keys
+            u = _block_keys(_philox_seed(seed_ptr, seed_base), p, BLOCK)
+            count = tl.sum((band & (u >= tl.load(th_ptr + 2))).to(tl.int32), axis=0)
+        tl.store(counts_ptr + p, count)
+
+    @_jit_seeded
+    def _band_compact_kernel(x_ptr, n, th_ptr, ends_ptr, pos_ptr, keys_ptr, cap, seed_ptr, seed_base,
+                             BLOCK: tl.constexpr):
+        """The positions (ascending) and keys of the entries ``_band_count_kernel`` counted, the first ``cap``:
+        block p writes its own from ``ends[p]`` minus its count on, so the order is ``torch.nonzero``'s."""
+        p = tl.program_id(0)
+        idx, band = _band_keep(x_ptr, n, th_ptr, p, BLOCK)
+        if tl.sum(band.to(tl.int32), axis=0) > 0:
+            u = _block_keys(_philox_seed(seed_ptr, seed_base), p, BLOCK)
+            keep = (band & (u >= tl.load(th_ptr + 2))).to(tl.int32)
+            slot = tl.load(ends_ptr + p) - tl.sum(keep, axis=0) + tl.cumsum(keep, axis=0) - 1
+            w = (keep != 0) & (slot < cap)
+            tl.store(pos_ptr + slot, idx.to(tl.int64), mask=w)
+            tl.store(keys_ptr + slot, u, mask=w)
+
+
+#: elements per program of the band passes (a multiple of 8: the keys come in groups of 8)
+_BAND_BLOCK = 1024
+
+
+def band_candidates(mag: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, q: torch.Tensor, seed: common.Seed,
+                    cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:meth:`~studykit.compressors.sparsification.MSTopK.band_candidates` in two passes over ``mag`` (count per
+    block, then compact), the keys drawn from ``seed`` inside them (those of :func:`uniform_keys`) and only in
+    blocks with a band entry: no key tensor, no mask. The same positions and keys, bit for bit."""
+    n, dev = mag.numel(), mag.device
+    th = torch.stack([t2.float(), t1.float(), q.float()])
+    grid = (triton.cdiv(n, _BAND_BLOCK),)
+    counts = torch.empty(grid[0], dtype=torch.int32, device=dev)
+    _band_count_kernel[grid](mag, n, th, counts, *seed, BLOCK=_BAND_BLOCK)
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
+    keys = torch.full((cap,), -1.0, dtype=torch.float32, device=dev)
+    _band_compact_kernel[grid](mag, n, th, ends, pos, keys, cap, *seed, BLOCK=_BAND_BLOCK)
+    return pos, keys
