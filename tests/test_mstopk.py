@@ -16,6 +16,9 @@ from studykit.compressors.fastpath import reference
 from studykit.compressors.sparsification import MSTopK, index_dtype, num_selected
 from tests.test_bench import _device
 
+if _fast.HAVE_TRITON:
+    from studykit.compressors._fast.topk import _band_candidates as fused_band
+
 #: ops that copy a device value to the host (the host then waits for the device): a Python conversion
 #: (``.item()``, ``bool(t)``, ``int(t)`` all end in ``_local_scalar_dense``) or an output shape that
 #: depends on the data
@@ -227,8 +230,10 @@ def test_the_fused_band_candidates_equal_the_reference_with_the_same_keys(name, 
     for q, cap in [(1 - (k - c1 + 4) / (c2 - c1).clamp(min=1), k + 40), (torch.tensor(0.0), 7)]:
         q = q.float().to(dev)
         want = reference(MSTopK, "band_candidates")(comp, mag, t1, t2, q, cap)
-        got = comp.band_candidates(mag, t1, t2, q, cap)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (name, cap)
+        fused = fused_band(mag, t1, t2, q, _fast.seed_of(comp, mag.device), cap)
+        kept = comp.band_candidates(mag, t1, t2, q, cap)  # the faster of the two on a GPU
+        for got in (fused, kept):
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (name, cap)
     assert comp.random_draws == 0  # the keys came from the step on the device
 
 

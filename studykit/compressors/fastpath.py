@@ -298,8 +298,9 @@ def _(self, numel, device):  # Philox from the step on the device, one kernel: a
 
 
 @override(MSTopK, "band_candidates", when=lambda self, mag, t1, t2, q, capacity: _fast.enabled(mag))
-def _(self, mag, t1, t2, q, capacity):  # count, then compact, the keys drawn in the passes: no key tensor or mask
-    return _fast.band_candidates(mag, t1, t2, q, _fast.seed_of(self, mag.device), capacity)
+def _(self, mag, t1, t2, q, capacity):  # count, then compact, the keys drawn in the passes (the faster kept)
+    return _fast.band_candidates(mag, t1, t2, q, _fast.seed_of(self, mag.device), capacity,
+                                 lambda: reference(MSTopK, "band_candidates")(self, mag, t1, t2, q, capacity))
 
 
 @override(DGC, "_candidates", when=lambda self, flat, threshold, capacity:

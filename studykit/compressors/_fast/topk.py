@@ -523,10 +523,20 @@ _BAND_BLOCK = 1024
 
 
 def band_candidates(mag: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, q: torch.Tensor, seed: common.Seed,
-                    cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    cap: int, unfused) -> tuple[torch.Tensor, torch.Tensor]:
     """:meth:`~studykit.compressors.sparsification.MSTopK.band_candidates` in two passes over ``mag`` (count per
     block, then compact), the keys drawn from ``seed`` inside them (those of :func:`uniform_keys`) and only in
-    blocks with a band entry: no key tensor, no mask. The same positions and keys, bit for bit."""
+    blocks with a band entry: no key tensor, no mask; the same positions and keys, bit for bit. ``unfused`` (no
+    arguments) computes the same from a key tensor and a mask: of the two, the faster on this device and size is
+    kept (:func:`common.pick`; under a CUDA graph capture, the one picked before, else the fused one)."""
+    fns = [lambda: _band_candidates(mag, t1, t2, q, seed, cap), unfused]
+    key = ("band_candidates", mag.device, mag.numel(), cap)
+    if mag.is_cuda and torch.cuda.is_current_stream_capturing():
+        return fns[common._PICKED.get(key, 0)]()
+    return fns[common.pick(key, fns)]()
+
+
+def _band_candidates(mag, t1, t2, q, seed, cap):
     n, dev = mag.numel(), mag.device
     th = torch.stack([t2.float(), t1.float(), q.float()])
     grid = (triton.cdiv(n, _BAND_BLOCK),)
