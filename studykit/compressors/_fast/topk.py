@@ -15,8 +15,8 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
-           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions", "uniform_keys",
-           "band_candidates"]
+           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions",
+           "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
