@@ -457,25 +457,7 @@ def uniform_positions(numel: int, count: int, seed: common.Seed, device: torch.d
     return out
 
 
-if HAVE_TRITON:
-    @_jit_seeded
-    def _keys_kernel(out_ptr, numel, seed_ptr, seed_base, G: tl.constexpr):
-        """out[8 g + j] = U[0, 1) from the Philox numbers of (seed, group g) (:func:`common._uniform8`)."""
-        group = tl.program_id(0) * G + tl.arange(0, G)
-        off = group[:, None] * 8 + tl.arange(0, 8)[None, :]
-        tl.store(out_ptr + off, _uniform8(_philox_seed(seed_ptr, seed_base), group, G), mask=off < numel)
-
-
-def uniform_keys(numel: int, seed: common.Seed, device: torch.device) -> torch.Tensor:
-    """``numel`` float32 keys uniform in [0, 1), drawn from ``seed`` (one kernel, the step read on the device)."""
-    out = torch.empty(numel, dtype=torch.float32, device=device)
-    if numel:
-        g = _BLOCK // 8
-        _keys_kernel[(triton.cdiv(numel, _BLOCK),)](out, numel, *seed, G=g)
-    return out
-
-
-# ====================================================================== MSTopK's band candidates
+# ====================================================================== MSTopK's band fill: keys and candidates
 if HAVE_TRITON:
     @triton.jit
     def _band_keep(x_ptr, n, th_ptr, p, BLOCK: tl.constexpr):
@@ -490,6 +472,13 @@ if HAVE_TRITON:
         """Block p's keys, element for element those of :func:`uniform_keys` (:func:`common._uniform8` by group)."""
         group = p * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
         return tl.reshape(_uniform8(seed, group, BLOCK // 8), (BLOCK,))
+
+    @_jit_seeded
+    def _keys_kernel(out_ptr, numel, seed_ptr, seed_base, BLOCK: tl.constexpr):
+        """out[i] = U[0, 1), the Philox numbers of (seed, i // 8) (:func:`_block_keys`)."""
+        p = tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + idx, _block_keys(_philox_seed(seed_ptr, seed_base), p, BLOCK), mask=idx < numel)
 
     @_jit_seeded
     def _band_count_kernel(x_ptr, n, th_ptr, counts_ptr, seed_ptr, seed_base, BLOCK: tl.constexpr):
@@ -520,6 +509,15 @@ if HAVE_TRITON:
 
 #: elements per program of the band passes (a multiple of 8: the keys come in groups of 8)
 _BAND_BLOCK = 1024
+
+
+def uniform_keys(numel: int, seed: common.Seed, device: torch.device) -> torch.Tensor:
+    """``numel`` float32 keys uniform in [0, 1), drawn from ``seed`` (one kernel, the step read on the device):
+    MSTopK's band-fill keys, the ones :func:`band_candidates` draws inside its passes."""
+    out = torch.empty(numel, dtype=torch.float32, device=device)
+    if numel:
+        _keys_kernel[(triton.cdiv(numel, _BLOCK),)](out, numel, *seed, BLOCK=_BLOCK)
+    return out
 
 
 def band_candidates(mag: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, q: torch.Tensor, seed: common.Seed,
