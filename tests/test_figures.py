@@ -375,7 +375,7 @@ def test_bandwidth_points_sit_at_the_rate_the_link_delivered():
     t = t[t["model"] == t["model"].iloc[0]]
     fig, ax = M.measured_bandwidth_plot(t, ["syncSGD"], title="p = 4")
     (bars,) = [c for c in ax.containers if hasattr(c, "has_yerr")]
-    x = np.sort(bars.lines[0].get_xdata())
+    x = np.sort(np.asarray(bars.lines[0].get_xdata(), dtype=float))  # matplotlib may keep an object array
     found = check.problems(fig)
     plt.close(fig)
     probe = t.groupby("rate_gbps")["measured_gbps"].median()
