@@ -14,6 +14,11 @@ counting and compacting passes alone (``_fast._compact_ge``) in every program sh
 (``_fast.COMPACT_SHAPES``). Records of kind ``bench`` (``phase`` ``topk_select``, ``params`` ``ratio`` and
 ``path`` ``sampled`` / ``radix`` / ``torch``; ``phase`` ``compact_ge``, ``params`` ``ratio``, ``block``, ``rows``)
 go to ``--out`` with the usual provenance.
+
+The chunked top-k's per-row selection (``_fast.row_topk``, rows of ``--chunk`` elements) is timed the same way in
+every program shape ``pick`` chooses among (``_fast.ROW_TOPK_SHAPES``: two bits a step or one, warps per row),
+each checked against ``torch.topk`` on the rows first, and its decoding (``_fast.row_scatter``): records of
+``phase`` ``row_topk`` (``params`` ``ratio``, ``chunk``, ``radix4``, ``warps``) and ``row_scatter``.
 """
 from __future__ import annotations
 
@@ -47,10 +52,49 @@ def candidates(x: torch.Tensor, k: int) -> dict:
     return fns
 
 
+def rows_per_chunk(x, model, ratio, chunk, floor, copy_gbps, device, timing, policy, writer) -> None:
+    """The per-row selection of the chunked top-k in each of ``ROW_TOPK_SHAPES`` and its decoding, timed side by
+    side (each shape first checked against ``torch.topk`` on the zero-padded rows)."""
+    n = x.numel()
+    kr = num_selected(chunk, ratio)  # topk_chunked's entries per chunk
+    if not _fast.row_topk_ok(chunk, kr):
+        return
+    rows = -(-n // chunk)
+    want = torch.topk(torch.nn.functional.pad(x, (0, rows * chunk - n)).view(rows, chunk).abs(), kr, dim=1).values
+    best = None
+    for radix4, warps in _fast.ROW_TOPK_SHAPES:
+        vals, offs = _fast.row_topk(x, chunk, kr, shape=(radix4, warps))
+        if not torch.equal(vals.view(rows, kr).abs().sort(dim=1, descending=True).values, want):
+            raise SystemExit(f"topk_select: row_topk radix4={radix4} warps={warps} did not select each row's top {kr}")
+        t = time_fn(lambda s=(radix4, warps): _fast.row_topk(x, chunk, kr, shape=s), device=device, **timing)
+        best = t.ms_median if best is None else min(best, t.ms_median)
+        print(f"topk {model:10s} ratio={ratio:<6g} row_topk chunk={chunk} radix4={int(radix4)} warps={warps} "
+              f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
+              flush=True)
+        _write(writer, policy, device, t, model, "row_topk", n, kr, floor, copy_gbps,
+               {"ratio": ratio, "chunk": chunk, "radix4": radix4, "warps": warps})
+    t = time_fn(lambda: _fast.row_scatter(vals, offs, n, chunk, kr), device=device, **timing)
+    print(f"topk {model:10s} ratio={ratio:<6g} row_scatter chunk={chunk} {t.ms_median:.4f} ms "
+          f"[{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor; "
+          f"fastest row_topk x {best / floor:.1f} floor", flush=True)
+    _write(writer, policy, device, t, model, "row_scatter", n, kr, floor, copy_gbps, {"ratio": ratio, "chunk": chunk})
+
+
+def _write(writer, policy, device, t, model, phase, numel, k, floor, copy_gbps, params, **extra) -> None:
+    """One ``bench`` record of this script (nothing without ``--out``)."""
+    if writer:
+        writer.write(make_record("bench", config_id(kind="bench", model=model, compressor="topk", params=params,
+                                                    phase=phase, device_type="cuda"),
+                                 timing=t, device=device, model=model, compressor="topk", params=params, phase=phase,
+                                 numel=numel, k=k, floor_ms=floor, copy_GBps=copy_gbps, **extra, **policy.fields(device)))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python benchmarks/topk_select.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["resnet50", "bert_base"], choices=M.available())
     ap.add_argument("--ratios", nargs="+", type=argtypes.fraction, default=[0.01, 0.001])
+    ap.add_argument("--chunk", type=argtypes.positive_int, default=4096,
+                    help="row length of the chunked top-k's per-row selection (default 4096, topk_chunked's)")
     bench.add_candidates_args(ap)
     args, policy, writer = bench.start_candidates(ap, argv)
     device, copy_gbps = bench.candidates_gpu("topk_select")
@@ -72,13 +116,8 @@ def main(argv=None) -> int:
                 times[path] = t
                 print(f"topk {model:10s} ratio={ratio:<6g} {path:8s} {t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] "
                       f"n={t.n_iter}  x {t.ms_median / floor:.1f} floor", flush=True)
-                if writer:
-                    params = {"ratio": ratio, "path": path}
-                    writer.write(make_record("bench", config_id(kind="bench", model=model, compressor="topk",
-                                                                params=params, phase="topk_select", device_type="cuda"),
-                                             timing=t, device=device, model=model, compressor="topk", params=params,
-                                             phase="topk_select", numel=numel, k=k, floor_ms=floor, copy_GBps=copy_gbps,
-                                             **policy.fields(device)))
+                _write(writer, policy, device, t, model, "topk_select", numel, k, floor, copy_gbps,
+                       {"ratio": ratio, "path": path})
             if "sampled" in fns:  # the compacting passes alone, at the sampled threshold, per program shape
                 t_bits, cap = _fast._threshold_from_sample(x, k)
                 for shape in _fast.COMPACT_SHAPES:
@@ -86,13 +125,9 @@ def main(argv=None) -> int:
                     print(f"topk {model:10s} ratio={ratio:<6g} compact_ge block={shape[0]} rows={shape[1]} "
                           f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
                           flush=True)
-                    if writer:
-                        params = {"ratio": ratio, "block": shape[0], "rows": shape[1]}
-                        writer.write(make_record("bench", config_id(kind="bench", model=model, compressor="topk",
-                                                                    params=params, phase="compact_ge", device_type="cuda"),
-                                                 timing=t, device=device, model=model, compressor="topk", params=params,
-                                                 phase="compact_ge", numel=numel, k=k, cap=cap, floor_ms=floor,
-                                                 copy_GBps=copy_gbps, **policy.fields(device)))
+                    _write(writer, policy, device, t, model, "compact_ge", numel, k, floor, copy_gbps,
+                           {"ratio": ratio, "block": shape[0], "rows": shape[1]}, cap=cap)
+            rows_per_chunk(x, model, ratio, args.chunk, floor, copy_gbps, device, timing, policy, writer)
             picked = list(fns)[_fast.pick(("topk", x.device, numel, k), list(fns.values()))]
             ratios = "  ".join(f"{p} / torch {t.ms_median / times['torch'].ms_median:.3f}"
                                for p, t in times.items() if p != "torch")

@@ -513,12 +513,16 @@ def test_radix_topk_with_ties_and_zeros(dev):
                                         (300, 300, 3), (40_000, 16384, 164)])
 def test_row_topk_equals_batched_torch_topk(dev, n, length, k):
     x = _x(n, dev)
-    vals, offs = _fast.row_topk(x, length, k)
     rows = -(-n // length)
     padded = torch.nn.functional.pad(x, (0, rows * length - n)).view(rows, length)
     ref = torch.topk(padded.abs(), k, dim=1).values
-    assert torch.equal(vals.view(rows, k).abs().sort(dim=1, descending=True).values, ref)
-    assert torch.equal(padded.gather(1, offs.view(rows, k).long()), vals.view(rows, k))
+    for shape in _fast.ROW_TOPK_SHAPES:  # every variant pick may keep, each checked itself
+        vals, offs = _fast.row_topk(x, length, k, shape=shape)
+        assert torch.equal(vals.view(rows, k).abs().sort(dim=1, descending=True).values, ref), shape
+        assert torch.equal(padded.gather(1, offs.view(rows, k).long()), vals.view(rows, k)), shape
+        pos = (torch.arange(rows, device=dev)[:, None] * length + offs.view(rows, k).long()).view(-1)
+        expected = torch.zeros(rows * length, device=dev).index_put_((pos,), vals)[:n]
+        assert torch.equal(_fast.row_scatter(vals, offs, n, length, k), expected), shape
 
 
 @pytest.mark.gpu

@@ -15,8 +15,8 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
-           "row_topk_ok", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search", "uniform_positions",
-           "uniform_keys", "band_candidates"]
+           "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
+           "uniform_positions", "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -254,8 +254,7 @@ if HAVE_TRITON:
         off = tl.arange(0, LP)
         idx = row * L + off
         m = (off < L) & (idx < n)
-        x = _ld(x_ptr + idx, m, 0.0, MASKED)
-        v = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
         if MASKED:
             v = tl.where(off < L, v, -1)  # lanes past the row never count
         t = tl.full((), 0, tl.int32)
@@ -280,17 +279,19 @@ if HAVE_TRITON:
         eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
         sel = gt | (eq & (eq_rank <= need))
         slot = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        x = tl.load(x_ptr + idx, mask=sel & m, other=0.0)  # the chosen again (L1/L2): |x| alone stays live
         tl.store(vals_ptr + row * K + slot, x, mask=sel)
         tl.store(offs_ptr + row * K + slot, off, mask=sel)
 
     @triton.jit
-    def _row_scatter_kernel(vals_ptr, offs_ptr, out_ptr, n, K, L: tl.constexpr, LP: tl.constexpr,
-                            KP: tl.constexpr):
-        """One worker's chunked top-k payload -> dense rows: zero the row, then put the K values."""
-        row = tl.program_id(0)
+    def _row_scatter_kernel(vals_ptr, offs_ptr, out_ptr, n, K, start, MASKED: tl.constexpr, L: tl.constexpr,
+                            LP: tl.constexpr, KP: tl.constexpr):
+        """One worker's chunked top-k payload -> dense rows: zero the row, then put the K values (rows
+        from ``start``; MASKED: the row may run past n or L is not a power of two)."""
+        row = start + tl.program_id(0)
         off = tl.arange(0, LP)
         idx = row * L + off
-        tl.store(out_ptr + idx, tl.zeros([LP], dtype=tl.float32), mask=(off < L) & (idx < n))
+        _st(out_ptr + idx, tl.zeros([LP], dtype=tl.float32), (off < L) & (idx < n), MASKED)
         tl.debug_barrier()  # the zeros land before the values (same program, same addresses)
         j = tl.arange(0, KP)
         mj = j < K
@@ -305,19 +306,24 @@ def row_topk_ok(length: int, k: int) -> bool:
     return 2 <= length <= 16384 and 1 <= k < length
 
 
-def row_topk(x: torch.Tensor, length: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+#: (two bits a step, warps) of the per-row kernel, the fastest kept per size (:func:`pick`): few warps per row
+#: keep the counts' reductions inside a warp, many spread the row's elements over more threads
+ROW_TOPK_SHAPES = tuple((radix4, warps) for radix4 in (True, False) for warps in (8, 4, 2, 1))
+
+
+def row_topk(x: torch.Tensor, length: int, k: int, shape: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k |x| inside each ``length``-element row of a flat fp32 tensor (the last row padded
     with zeros): values (rows * k,) fp32 and in-row offsets (rows * k,) int32, position order.
-    Ties at the threshold: first by position."""
+    Ties at the threshold: first by position. ``shape``: one of :data:`ROW_TOPK_SHAPES` (default:
+    the fastest on this device and size)."""
     n = x.numel()
     rows = -(-n // length)
     vals = torch.empty(rows * k, dtype=torch.float32, device=x.device)
     offs = torch.empty(rows * k, dtype=torch.int32, device=x.device)
     lp = triton.next_power_of_2(length)
-    warps = 8 if lp >= 4096 else 4
     full = n // length if lp == length else 0
 
-    def run(radix4):
+    def run(radix4, warps):
         if full:
             _row_topk_kernel[(full,)](x, n, vals, offs, k, 0, MASKED=False, L=length, LP=lp, RADIX4=radix4,
                                       num_warps=warps)
@@ -325,18 +331,26 @@ def row_topk(x: torch.Tensor, length: int, k: int) -> tuple[torch.Tensor, torch.
             _row_topk_kernel[(rows - full,)](x, n, vals, offs, k, full, MASKED=True, L=length, LP=lp,
                                              RADIX4=radix4, num_warps=warps)
 
-    choice = common.pick(("row_topk", x.device, n, length, k), [lambda: run(True), lambda: run(False)])
-    run(choice == 0)
+    if shape is None:
+        shape = ROW_TOPK_SHAPES[common.pick(("row_topk", x.device, n, length, k),
+                                            [lambda s=s: run(*s) for s in ROW_TOPK_SHAPES])]
+    run(*shape)
     return vals, offs
 
 
 def row_scatter(values: torch.Tensor, offsets: torch.Tensor, n: int, length: int, k: int) -> torch.Tensor:
-    """Inverse of :func:`row_topk` for one payload: a dense (n,) fp32 tensor, zeros elsewhere."""
+    """Inverse of :func:`row_topk` for one payload: a dense (n,) fp32 tensor, zeros elsewhere. The rows
+    that lie inside n (when ``length`` is a power of two) are zeroed without bounds masks, so their stores
+    are vectorised."""
     rows = -(-n // length)
     out = torch.empty(n, dtype=torch.float32, device=values.device)
     lp = triton.next_power_of_2(length)
-    _row_scatter_kernel[(rows,)](values, offsets, out, n, k, L=length, LP=lp, KP=triton.next_power_of_2(k),
-                                 num_warps=8 if lp >= 4096 else 4)
+    full = n // length if lp == length else 0
+    meta = dict(L=length, LP=lp, KP=triton.next_power_of_2(k), num_warps=8 if lp >= 4096 else 4)
+    if full:
+        _row_scatter_kernel[(full,)](values, offsets, out, n, k, 0, MASKED=False, **meta)
+    if rows > full:
+        _row_scatter_kernel[(rows - full,)](values, offsets, out, n, k, full, MASKED=True, **meta)
     return out
 
 
