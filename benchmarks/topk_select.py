@@ -16,9 +16,10 @@ counting and compacting passes alone (``_fast._compact_ge``) in every program sh
 go to ``--out`` with the usual provenance.
 
 The chunked top-k's per-row selection (``_fast.row_topk``, rows of ``--chunk`` elements) is timed the same way in
-every program shape ``pick`` chooses among (``_fast.ROW_TOPK_SHAPES``: two bits a step or one, warps per row),
+every program shape ``pick`` chooses among (``_fast.ROW_TOPK_SHAPES``: stopping once exactly k reach the
+threshold or taking all 31 steps, warps per row),
 each checked against ``torch.topk`` on the rows first, and its decoding (``_fast.row_scatter``): records of
-``phase`` ``row_topk`` (``params`` ``ratio``, ``chunk``, ``radix4``, ``warps``) and ``row_scatter``.
+``phase`` ``row_topk`` (``params`` ``ratio``, ``chunk``, ``stop``, ``warps``) and ``row_scatter``.
 """
 from __future__ import annotations
 
@@ -62,17 +63,17 @@ def rows_per_chunk(x, model, ratio, chunk, floor, copy_gbps, device, timing, pol
     rows = -(-n // chunk)
     want = torch.topk(torch.nn.functional.pad(x, (0, rows * chunk - n)).view(rows, chunk).abs(), kr, dim=1).values
     best = None
-    for radix4, warps in _fast.ROW_TOPK_SHAPES:
-        vals, offs = _fast.row_topk(x, chunk, kr, shape=(radix4, warps))
+    for stop, warps in _fast.ROW_TOPK_SHAPES:
+        vals, offs = _fast.row_topk(x, chunk, kr, shape=(stop, warps))
         if not torch.equal(vals.view(rows, kr).abs().sort(dim=1, descending=True).values, want):
-            raise SystemExit(f"topk_select: row_topk radix4={radix4} warps={warps} did not select each row's top {kr}")
-        t = time_fn(lambda s=(radix4, warps): _fast.row_topk(x, chunk, kr, shape=s), device=device, **timing)
+            raise SystemExit(f"topk_select: row_topk stop={stop} warps={warps} did not select each row's top {kr}")
+        t = time_fn(lambda s=(stop, warps): _fast.row_topk(x, chunk, kr, shape=s), device=device, **timing)
         best = t.ms_median if best is None else min(best, t.ms_median)
-        print(f"topk {model:10s} ratio={ratio:<6g} row_topk chunk={chunk} radix4={int(radix4)} warps={warps} "
+        print(f"topk {model:10s} ratio={ratio:<6g} row_topk chunk={chunk} stop={int(stop)} warps={warps} "
               f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
               flush=True)
         _write(writer, policy, device, t, model, "row_topk", n, kr, floor, copy_gbps,
-               {"ratio": ratio, "chunk": chunk, "radix4": radix4, "warps": warps})
+               {"ratio": ratio, "chunk": chunk, "stop": stop, "warps": warps})
     t = time_fn(lambda: _fast.row_scatter(vals, offs, n, chunk, kr), device=device, **timing)
     print(f"topk {model:10s} ratio={ratio:<6g} row_scatter chunk={chunk} {t.ms_median:.4f} ms "
           f"[{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor; "

@@ -526,6 +526,21 @@ def test_row_topk_equals_batched_torch_topk(dev, n, length, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n,length,k", [(3 * 4096 + 100, 4096, 41), (2_000, 512, 300)])
+def test_row_topk_takes_ties_first_by_position(dev, n, length, k):
+    """Few distinct magnitudes (and zeros, more of them than k leaves room for in some rows): the chosen offsets
+    are the first k of a stable sort by descending |x|, in every shape (the early stop included)."""
+    x = (torch.randint(-3, 4, (n,), generator=torch.Generator().manual_seed(1)) * 0.25).to(dev)
+    rows = -(-n // length)
+    padded = torch.nn.functional.pad(x, (0, rows * length - n)).view(rows, length)
+    want = torch.sort(-padded.abs(), dim=1, stable=True).indices[:, :k].sort(dim=1).values
+    for shape in _fast.ROW_TOPK_SHAPES:
+        vals, offs = _fast.row_topk(x, length, k, shape=shape)
+        assert torch.equal(offs.view(rows, k).long(), want), shape
+        assert torch.equal(padded.gather(1, want), vals.view(rows, k)), shape
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["topk", "topk_chunked", "dgc", "mstopk", "randomk"])
 def test_sparsifiers_on_the_fast_path_equal_reference_decoding(dev, reference, name):
     x = _x(200_003, dev)

@@ -246,10 +246,11 @@ def _radix_topk(x: torch.Tensor, k: int) -> torch.Tensor:
 if HAVE_TRITON:
     @triton.jit
     def _row_topk_kernel(x_ptr, n, vals_ptr, offs_ptr, K, start, MASKED: tl.constexpr, L: tl.constexpr,
-                         LP: tl.constexpr, RADIX4: tl.constexpr):
+                         LP: tl.constexpr, STOP: tl.constexpr):
         """Per row of L elements (zero past n): the K largest |x| (ties: first by position), values
-        and in-row offsets written in position order at row * K. The K-th largest magnitude is found
-        bit by bit from the top (RADIX4: two bits per step, three candidate counts at once)."""
+        and in-row offsets written in position order at row * K. The threshold t, the largest float bits
+        with at least K of |x| at or above it, is built one bit a step from the top; STOP: the steps end as
+        soon as exactly K reach it (every lower bit would then select the same K)."""
         row = start + tl.program_id(0)
         off = tl.arange(0, LP)
         idx = row * L + off
@@ -258,16 +259,13 @@ if HAVE_TRITON:
         if MASKED:
             v = tl.where(off < L, v, -1)  # lanes past the row never count
         t = tl.full((), 0, tl.int32)
-        if RADIX4:
-            j = tl.arange(0, 4)
-            for i in range(15):  # bits 30..1, two at a time
-                shift = 29 - 2 * i
-                cand = t | (j << shift)
-                cnt = tl.sum((v[None, :] >= cand[:, None]).to(tl.int32), axis=1)
-                best = tl.max(tl.where((cnt >= K) & (j > 0), j, 0), axis=0)
-                t = t | (best << shift)
-            cnt0 = tl.sum((v >= (t | 1)).to(tl.int32), axis=0)
-            t = tl.where(cnt0 >= K, t | 1, t)
+        if STOP:
+            bit = tl.full((), 30, tl.int32)
+            while bit >= 0:
+                cand = t | (tl.full((), 1, tl.int32) << bit)
+                cnt = tl.sum((v >= cand).to(tl.int32), axis=0)
+                t = tl.where(cnt >= K, cand, t)
+                bit = tl.where(cnt == K, -1, bit - 1)
         else:
             for i in range(31):  # the largest t with count(v >= t) >= K
                 cand = t | (1 << (30 - i))
@@ -306,9 +304,11 @@ def row_topk_ok(length: int, k: int) -> bool:
     return 2 <= length <= 16384 and 1 <= k < length
 
 
-#: (two bits a step, warps) of the per-row kernel, the fastest kept per size (:func:`pick`): few warps per row
-#: keep the counts' reductions inside a warp, many spread the row's elements over more threads
-ROW_TOPK_SHAPES = tuple((radix4, warps) for radix4 in (True, False) for warps in (8, 4, 2, 1))
+#: (stop early, warps) of the per-row kernel, the fastest kept per size (:func:`pick`): few warps per row keep the
+#: counts' reductions inside a warp, many spread the row's elements over more threads. (Two bits a step, three
+#: counts at once, was slower than one bit a step at every warp count on ResNet-50's and BERT-base's gradients on
+#: an H200: data/measurements/codec_kernels_h200/row_topk.)
+ROW_TOPK_SHAPES = tuple((stop, warps) for stop in (True, False) for warps in (8, 4, 2, 1))
 
 
 def row_topk(x: torch.Tensor, length: int, k: int, shape: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -323,13 +323,13 @@ def row_topk(x: torch.Tensor, length: int, k: int, shape: tuple | None = None) -
     lp = triton.next_power_of_2(length)
     full = n // length if lp == length else 0
 
-    def run(radix4, warps):
+    def run(stop, warps):
         if full:
-            _row_topk_kernel[(full,)](x, n, vals, offs, k, 0, MASKED=False, L=length, LP=lp, RADIX4=radix4,
+            _row_topk_kernel[(full,)](x, n, vals, offs, k, 0, MASKED=False, L=length, LP=lp, STOP=stop,
                                       num_warps=warps)
         if rows > full:
-            _row_topk_kernel[(rows - full,)](x, n, vals, offs, k, full, MASKED=True, L=length, LP=lp,
-                                             RADIX4=radix4, num_warps=warps)
+            _row_topk_kernel[(rows - full,)](x, n, vals, offs, k, full, MASKED=True, L=length, LP=lp, STOP=stop,
+                                             num_warps=warps)
 
     if shape is None:
         shape = ROW_TOPK_SHAPES[common.pick(("row_topk", x.device, n, length, k),
