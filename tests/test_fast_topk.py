@@ -129,7 +129,33 @@ def test_topk_abs_offers_the_sampled_method_only_where_it_applies(dev, monkeypat
     big, small = torch.randn(N).to(dev), torch.randn(5_000).to(dev)
     _fast.topk_abs(big, 1_000)
     _fast.topk_abs(small, 10)
-    assert seen == {("topk", big.device, N, 1_000): 3, ("topk", small.device, 5_000, 10): 2}
+    # radix select against torch.topk first, then the sampled method against their pick where it applies
+    assert seen == {("topk_no_sync", big.device, N, 1_000): 2, ("topk", big.device, N, 1_000): 2,
+                    ("topk_no_sync", small.device, 5_000, 10): 2}
+
+
+@pytest.mark.gpu
+def test_topk_abs_under_capture_replays_the_no_sync_pick(dev, monkeypatch):
+    """A process whose eager pick took the sampled method (it waits for the device) captures the method picked
+    among the other two, not radix select regardless; the replay selects the top k."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (CUDA graphs)")
+    picks = {"topk": 0, "topk_no_sync": 1}  # sampled, then torch.topk
+    monkeypatch.setattr(_fast, "pick", lambda key, fns: picks[key[0]])
+    monkeypatch.setattr(_fast, "_PICKED", {})
+    x = torch.randn(N, generator=torch.Generator().manual_seed(3)).to(dev)
+    _fast.topk_abs(x, 1_000)
+    _fast.common._PICKED[("topk_no_sync", x.device, N, 1_000)] = 1
+    called = []
+    monkeypatch.setattr(_fast.topk, "_radix_topk", lambda *a: called.append("radix"))
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.current_blas_handle()
+    with torch.cuda.graph(graph):
+        idx = _fast.topk_abs(x, 1_000)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert called == []
+    assert torch.equal(x[idx].abs().sort(descending=True).values, torch.topk(x.abs(), 1_000).values)
 
 
 @pytest.mark.gpu
