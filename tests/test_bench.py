@@ -1261,3 +1261,15 @@ def test_readme_states_the_candidate_scripts_former_defaults():
         recs = load_records(os.path.join(CODEC_KERNELS, sub, f"{name}.jsonl"), quiet=True)
         assert {(r["n_warmup"], r["flush_bytes"]) for r in recs} == {(3, 256 << 20)}, sub
     assert "3 warm-up calls, 256 MiB flushed" in text and text.count("--min-time-s 0.5 --budget-s 10 --warmup 3") == 2
+
+
+def test_picks_since_names_the_choices_made_since(monkeypatch):
+    """A codec's record names the fast path's choices its call made (the device left out), none when it made none."""
+    from studykit.measure.bench.codecs import picks_since
+
+    fresh = {("topk", torch.device("cpu"), 10, 2): 1}
+    monkeypatch.setattr(_fast, "_PICKED", fresh)
+    before = set(fresh)
+    fresh[("row_topk", torch.device("cpu"), 100, 4096, 41)] = 3
+    assert picks_since(before) == {"row_topk/100/4096/41": 3}
+    assert picks_since(set(fresh)) is None
