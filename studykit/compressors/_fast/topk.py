@@ -48,7 +48,8 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     best = no_sync[common.pick(("topk_no_sync",) + key, no_sync)]
     if not _sampled_ok(n, k):
         return best()
-    return [lambda: _sampled_topk(x, k), best][common.pick(("topk",) + key, [lambda: _sampled_topk(x, k), best])]()
+    fns = [lambda: _sampled_topk(x, k), best]
+    return fns[common.pick(("topk",) + key, fns)]()
 
 
 # ====================================================================== sampled threshold
