@@ -1265,11 +1265,10 @@ def test_readme_states_the_candidate_scripts_former_defaults():
 
 def test_picks_since_names_the_choices_made_since(monkeypatch):
     """A codec's record names the fast path's choices its call made (the device left out), none when it made none."""
-    from studykit.measure.bench.codecs import picks_since
-
     fresh = {("topk", torch.device("cpu"), 10, 2): 1}
     monkeypatch.setattr(_fast, "_PICKED", fresh)
     before = set(fresh)
     fresh[("row_topk", torch.device("cpu"), 100, 4096, 41)] = 3
-    assert picks_since(before) == {"row_topk/100/4096/41": 3}
-    assert picks_since(set(fresh)) is None
+    assert _fast.picks_since(before) == {"row_topk/100/4096/41": 3}
+    assert _fast.picks_since(set(fresh)) is None
+    assert _fast.picks_since(set()) == {"topk/10/2": 1, "row_topk/100/4096/41": 3}

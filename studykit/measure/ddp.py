@@ -58,6 +58,7 @@ from studykit import compressors as C
 from studykit import ddp as sk_ddp
 from studykit import models as M
 from studykit.comm import COMM_KINDS
+from studykit.compressors import _fast
 from studykit.measure.hook_times import measure_hook_times
 from studykit.measure.profile import effective_params
 from studykit.measure.records import RecordWriter, _network, config_id, done_ids, make_record
@@ -357,7 +358,9 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     what DDP's forward costs the hooks beside post. BatchNorm statistics then stay per rank; ``buckets``
     records keep DDP's default, and such hooks are not stamped (``hook_times``). ``bucket_view=True`` likewise builds
     those configurations with ``DDP(gradient_as_bucket_view=True)`` (the gradients are views into DDP's buckets:
-    no copy of the buckets' averages into them), ``gradient_as_bucket_view: true`` in their identity."""
+    no copy of the buckets' averages into them), ``gradient_as_bucket_view: true`` in their identity.
+    Each ``ddp`` record names the fast path's choices rank 0 had made by its end (``picked``,
+    :func:`studykit.compressors._fast.picks_since`): which method a codec's call, and so a captured hook, runs."""
     if switch_interval_ms is not None:
         if not 0 < switch_interval_ms <= 1000:
             raise ValueError(f"switch_interval_ms must be in (0, 1000] ms, got {switch_interval_ms}")
@@ -382,7 +385,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             try:
                 result = _measure(cfg, d, *_base(bases, cfg, d, seq_len), timing_kw, trace_dir)
                 rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
-                                  **fields, **result)
+                                  **fields, **result, picked=_fast.picks_since(set()))
             except ModuleNotFoundError as exc:  # torchvision/transformers missing (same on every rank)
                 rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
                                   status="skipped", reason=str(exc), **fields)

@@ -101,6 +101,10 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                  "timed without the host ahead) or perf_counter; null in records written before this field existed",
         "host_ms": "mean host-clock ms of one call without synchronising (Python, dispatch, launches); null in "
                    "records written before this field existed",
+        "picked": "bench: the fast path's choices this call made (studykit.compressors._fast.pick: "
+                  "{\"name/size/...\": index of the candidate taken}); null when it made none (a choice made for an "
+                  "earlier codec of the same sizes in the process is that record's) and in records written before "
+                  "this field existed",
     },
     "copy_bw": {
         "size_bytes": "bytes of the copied tensor",
@@ -155,6 +159,9 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                                    "gradient_as_bucket_view=True (`ddp --gradient-as-bucket-view`; an A/B that fits "
                                    "and scores leave out); null: DDP's default, as in every record written before "
                                    "this field existed",
+        "picked": "the fast path's choices (studykit.compressors._fast.pick) rank 0's process had made by the end of "
+                  "this configuration: which method each codec call, and so a captured hook, runs; null when none "
+                  "and in records written before this field existed",
     },
     "buckets": {  # `ddp --bucket-times` (syncSGD configurations): studykit.measure.ddp.measure_bucket_times
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",

@@ -25,7 +25,7 @@ except Exception:  # noqa: BLE001 - any import problem means: no fast path
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "enabled_for", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
-           "_launch1", "_PICKED", "pick", "abs_max", "rows"]
+           "_launch1", "_PICKED", "pick", "picks_since", "abs_max", "rows"]
 
 #: element counts from here on would overflow the kernels' int32 offsets
 _MAX_NUMEL = 2**31 - 2**20
@@ -206,6 +206,14 @@ def pick(key, candidates) -> int:
         times.append(start.elapsed_time(end))
     _PICKED[key] = min(range(len(times)), key=times.__getitem__)
     return _PICKED[key]
+
+
+def picks_since(before: set) -> dict | None:
+    """The choices :func:`pick` made since ``before`` (a set of its keys; ``set()``: every choice of this process):
+    ``{"name/size/...": index of the candidate taken}``, the device left out; None when there were none."""
+    new = {"/".join(str(p) for p in key if not isinstance(p, torch.device)): i
+           for key, i in _PICKED.items() if key not in before}
+    return new or None
 
 
 # ====================================================================== payload helpers

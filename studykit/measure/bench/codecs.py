@@ -168,7 +168,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
                     before = set(_fast._PICKED)
                     ct = time_call(fn, device, policy, fingerprint=lambda: replay_fingerprint(comp, 0))
                 rec = _bench_record(cid, device=device, timing=ct.timing, policy=policy, host_ms=ct.host_ms,
-                                    kernels=None, picked=picks_since(before), **dict(fields, timer=ct.timer))
+                                    kernels=None, picked=_fast.picks_since(before), **dict(fields, timer=ct.timer))
             except Exception as exc:  # noqa: BLE001 - one codec failing must not stop the run
                 if dev_type == "cuda":
                     torch.cuda.empty_cache()
@@ -227,15 +227,6 @@ def attach_kernels(records: Iterable[dict]) -> list[dict]:
             r = dict(r, kernels=counts[r["config_id"]])
         out.append(r)
     return out
-
-
-def picks_since(before: set) -> dict | None:
-    """The fast path's choices (:func:`studykit.compressors._fast.pick`) made since ``before`` (a set of its keys):
-    ``{"name/size/...": index of the candidate taken}``, the device left out; None when there were none (a choice
-    made earlier in the process, for another codec of the same sizes, is that codec's record's)."""
-    new = {"/".join(str(p) for p in key if not isinstance(p, torch.device)): i
-           for key, i in _fast._PICKED.items() if key not in before}
-    return new or None
 
 
 def _bench_record(cid: str, *, device, timing, policy: RepPolicy, **fields) -> dict:
