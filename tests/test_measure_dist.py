@@ -60,6 +60,7 @@ def test_ddp_syncsgd_hooks_post_and_builtin_skips(tmp_path):
         assert r["ms_min"] <= r["ms_mean"] <= r["ms_max"]
         if r["mode"] != "syncsgd":
             assert r["wire_bytes_per_iter"] > 0
+        assert "picked" in r and r["picked"] is None  # the fast path's choices: none on a CPU (no kernels to pick)
     assert by[("hook", "randomk", None)]["params"]["ratio"] == 0.25
     assert all(r["switch_interval_ms"] == pytest.approx(1e3 * sys.getswitchinterval()) for r in recs)
     # the GIL A/B: the same hook with another switch interval is another configuration, recorded as such
