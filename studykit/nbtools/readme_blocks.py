@@ -324,7 +324,7 @@ def _thc_signed_block(sub: str) -> str:
 def _topk_select_blocks() -> tuple[str, str]:
     """``benchmarks/topk_select.py``'s records: each exact selection against ``torch.topk``, and the counting and
     compacting passes alone per program shape."""
-    recs = _load(CODEC_KERNELS / "topk_sampled" / "topk_select.jsonl")
+    recs = _load(CODEC_KERNELS / "topk_sampled" / "topk_select.jsonl.gz")
     sel = {(r["model"], r["params"]["ratio"], r["params"]["path"]): r for r in recs if r["phase"] == "topk_select"}
     rows = ["| model | ratio | k | sampled: ms [q25-q75] n (x floor) | radix | torch.topk | sampled / torch | radix / torch |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
