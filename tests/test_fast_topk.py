@@ -1,5 +1,6 @@
-"""The sampled-threshold top-k of :mod:`studykit.compressors._fast` (``_sampled_topk``, one of the candidates
-``topk_abs`` picks from): exact on any input, its fallback when the sample misses, and its constants by hand.
+"""The sampled-threshold top-k of :mod:`studykit.compressors._fast` (``_sampled_topk`` and
+``_sampled_topk_nosync``, candidates ``topk_abs`` picks from): exact on any input, the fallback when the sample
+misses (decided on the host, or on the device inside a CUDA graph's replay), and its constants by hand.
 The kernel tests need a CUDA GPU with triton, or Triton's interpreter on the CPU::
 
     TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1 python -m pytest -q tests/test_fast_topk.py
@@ -57,20 +58,27 @@ class _Spy:
         monkeypatch.setattr(torch, "topk", spy)
 
 
+#: the two forms of the sampled method: the host decides whether the sample missed, or the device does
+SAMPLED = pytest.mark.parametrize("sampled", ["_sampled_topk", "_sampled_topk_nosync"])
+
+
 @pytest.mark.gpu
+@SAMPLED
 @pytest.mark.parametrize("k", [1, 1_000, 10_486, 50_000])
-def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(dev, monkeypatch, k):
+def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(dev, monkeypatch, k, sampled):
     x = torch.randn(N, generator=torch.Generator().manual_seed(k)).to(dev) * torch.linspace(0.1, 3, N).to(dev)
     spy = _Spy(monkeypatch)
-    idx = _fast._sampled_topk(x, k)
-    assert spy.sizes == [_fast._SAMPLES, _fast._sampled_threshold(k, N)[1]]  # no fallback
+    idx = getattr(_fast, sampled)(x, k)
+    assert spy.sizes == [_fast._SAMPLES, _fast._sampled_threshold(k, N)[1]]  # no torch.topk on everything
     _same_selection(x, idx, k)  # distinct positions, the top k magnitudes
 
 
 @pytest.mark.gpu
-def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch):
+@SAMPLED
+def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch, sampled):
     """Zeros at every sampled position: the threshold is 0, every element reaches it, far more than the room
-    kept; the result must still be the top k (by the fallback on everything)."""
+    kept (the candidates are then the first positions, holding few of the top k); the result must still be the
+    top k (by the fallback on everything: ``torch.topk``, or radix select decided on the device)."""
     k = 1_000
     x = torch.zeros(N)
     x[torch.randperm(N, generator=torch.Generator().manual_seed(1))[:5_000]] = torch.rand(5_000) + 1
@@ -80,13 +88,14 @@ def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch
     x[pos] = 0.0
     x = x.to(dev)
     spy = _Spy(monkeypatch)
-    idx = _fast._sampled_topk(x, k)
-    assert spy.sizes[-1] == N  # the fallback ran
+    idx = getattr(_fast, sampled)(x, k)
+    assert (spy.sizes[-1] == N) == (sampled == "_sampled_topk")  # torch.topk's fallback ran (or radix select's)
     _same_selection(x, idx, k)
 
 
 @pytest.mark.gpu
-def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch):
+@SAMPLED
+def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch, sampled):
     """Huge magnitudes exactly at the sampled positions: the threshold is huge and only those (at most
     65,536) reach it, fewer than k = 100,000."""
     k = 100_000
@@ -97,24 +106,37 @@ def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch)
     x[pos] = 1e6 + torch.arange(pos.numel(), dtype=torch.float32)
     x = x.to(dev)
     spy = _Spy(monkeypatch)
-    idx = _fast._sampled_topk(x, k)
-    assert spy.sizes[-1] == N
-    _same_selection(x, idx, k)
+    idx = getattr(_fast, sampled)(x, k)
+    assert (spy.sizes[-1] == N) == (sampled == "_sampled_topk")
+    _same_selection(x, idx, k)  # the candidates alone would hold n (unused room) among the positions
 
 
 @pytest.mark.gpu
-def test_sampled_topk_counts_nan_and_inf_as_torch_topk_does(dev):
+@SAMPLED
+def test_sampled_topk_counts_nan_and_inf_as_torch_topk_does(dev, sampled):
     x = torch.randn(N, generator=torch.Generator().manual_seed(3))
     x[[5, 77_777, N - 1]] = torch.tensor([float("nan"), float("-inf"), float("inf")])
     x = x.to(dev)
     k = 2_000
-    idx = _fast._sampled_topk(x, k)
+    idx = getattr(_fast, sampled)(x, k)
     ref = torch.topk(x.abs(), k).indices
     assert set(idx.tolist()) >= {5, 77_777, N - 1} and set(ref.tolist()) >= {5, 77_777, N - 1}
     finite = x[idx].isfinite()
     assert finite.sum() == k - 3
     assert torch.equal(x[idx][finite].abs().sort(descending=True).values,
                        x[ref][x[ref].isfinite()].abs().sort(descending=True).values)
+
+
+@pytest.mark.gpu
+def test_radix_topk_gated_on_the_device_leaves_out_alone_or_fills_it(dev):
+    """``skip`` nonzero: every kernel returns at once and ``out`` keeps what it held; zero: the top k."""
+    x = torch.randn(100_003, generator=torch.Generator().manual_seed(4)).to(dev)
+    k = 777
+    out = torch.full((k,), -5, dtype=torch.int64, device=dev)
+    assert _fast._radix_topk(x, k, out=out, skip=torch.ones(1, dtype=torch.int32, device=dev)) is out
+    assert (out == -5).all()
+    _fast._radix_topk(x, k, out=out, skip=torch.zeros(1, dtype=torch.int32, device=dev))
+    _same_selection(x, out, k)
 
 
 @pytest.mark.gpu
@@ -129,23 +151,25 @@ def test_topk_abs_offers_the_sampled_method_only_where_it_applies(dev, monkeypat
     big, small = torch.randn(N).to(dev), torch.randn(5_000).to(dev)
     _fast.topk_abs(big, 1_000)
     _fast.topk_abs(small, 10)
-    # radix select against torch.topk first, then the sampled method against their pick where it applies
-    assert seen == {("topk_no_sync", big.device, N, 1_000): 2, ("topk", big.device, N, 1_000): 2,
+    # the sampled method decided on the device (where it applies), radix select and torch.topk first, then the
+    # sampled method decided on the host against their pick
+    assert seen == {("topk_no_sync", big.device, N, 1_000): 3, ("topk", big.device, N, 1_000): 2,
                     ("topk_no_sync", small.device, 5_000, 10): 2}
 
 
 @pytest.mark.gpu
 def test_topk_abs_under_capture_replays_the_no_sync_pick(dev, monkeypatch):
-    """A process whose eager pick took the sampled method (it waits for the device) captures the method picked
-    among the other two, not radix select regardless; the replay selects the top k."""
+    """A process whose eager pick took the sampled method decided on the host (it waits for the device)
+    captures the method picked among the other three, not radix select regardless; the replay selects the top
+    k."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (CUDA graphs)")
-    picks = {"topk": 0, "topk_no_sync": 1}  # sampled, then torch.topk
+    picks = {"topk": 0, "topk_no_sync": 2}  # sampled (host), then torch.topk
     monkeypatch.setattr(_fast, "pick", lambda key, fns: picks.get(key[0], 0))  # compact_ge: its first shape
     monkeypatch.setattr(_fast, "_PICKED", {})
     x = torch.randn(N, generator=torch.Generator().manual_seed(3)).to(dev)
     _fast.topk_abs(x, 1_000)
-    _fast.common._PICKED[("topk_no_sync", x.device, N, 1_000)] = 1
+    _fast.common._PICKED[("topk_no_sync", x.device, N, 1_000)] = 2
     called = []
     monkeypatch.setattr(_fast.topk, "_radix_topk", lambda *a: called.append("radix"))
     graph = torch.cuda.CUDAGraph()
@@ -156,6 +180,31 @@ def test_topk_abs_under_capture_replays_the_no_sync_pick(dev, monkeypatch):
     torch.cuda.synchronize()
     assert called == []
     assert torch.equal(x[idx].abs().sort(descending=True).values, torch.topk(x.abs(), 1_000).values)
+
+
+@pytest.mark.gpu
+def test_captured_sampled_topk_decides_on_the_device_at_every_replay(dev):
+    """The sampled method decided on the device, held by a CUDA graph: replayed on a gradient its sample
+    suits, then (the same buffer, refilled) on one whose sampled positions are all zeros (the sample misses:
+    radix select runs inside the replay), it selects the top k both times."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (CUDA graphs)")
+    k = 1_000
+    x = torch.randn(N, generator=torch.Generator().manual_seed(5)).to(dev)
+    _fast._sampled_topk_nosync(x, k)  # eager: the sample positions and compact_ge's shape
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        idx = _fast._sampled_topk_nosync(x, k)
+    graph.replay()
+    torch.cuda.synchronize()
+    _same_selection(x, idx, k)
+    bad = torch.zeros(N)
+    bad[torch.randperm(N, generator=torch.Generator().manual_seed(6))[:5_000]] = torch.rand(5_000) + 1
+    bad[_fast._SAMPLE_POS[(x.device, N)].cpu()] = 0.0
+    x.copy_(bad.to(dev))
+    graph.replay()
+    torch.cuda.synchronize()
+    _same_selection(x, idx, k)
 
 
 @pytest.mark.gpu

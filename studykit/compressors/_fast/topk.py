@@ -14,39 +14,42 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
-           "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX", "_radix_topk",
-           "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
-           "uniform_positions", "uniform_keys", "band_candidates"]
+           "_sampled_topk_nosync", "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX",
+           "_RANK_BLOCK", "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
+           "mstopk_search", "uniform_positions", "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
 
 
 def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Three exact methods, the
+    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Four exact methods, the
     fastest on this device and size kept (:func:`pick`):
 
-    * a sampled threshold (:func:`_sampled_topk`, on large tensors only): one counting pass and one
-      compacting pass over |x| keep the few entries at or above a threshold drawn from a sample, then
-      ``torch.topk`` runs on those alone; one host synchronisation checks that they hold the top k
-      (else ``torch.topk`` on everything);
+    * a sampled threshold (on large tensors only): one counting pass and one compacting pass over |x| keep
+      the few entries at or above a threshold drawn from a sample, then ``torch.topk`` runs on those alone;
+      if they may miss some of the top k, the exact method runs on everything. Two forms: one host
+      synchronisation decides (:func:`_sampled_topk`, ``torch.topk`` on everything when missed), or the device
+      decides (:func:`_sampled_topk_nosync`, radix select on everything, its kernels idle when not needed);
     * radix select (:func:`_radix_topk`: three histogram passes over |x|'s bits find the k-th
-      largest magnitude; then everything above it and the first ones equal to it, ascending
-      positions; no sort, no host synchronisation);
+      largest magnitude; a counting and a compacting pass then write everything above it and the first ones
+      equal to it, ascending positions; no sort, no host synchronisation);
     * ``torch.topk`` itself.
 
-    The two without a host synchronisation are picked between first (key ``topk_no_sync``), then the sampled
-    method against that one. Under a CUDA graph capture (the DDP hook's graph runner) the sampled method is left
-    out (its check waits for the device): the faster of the other two runs, as an eager call picked it, else
-    ``torch.topk`` (radix select took 3.2x ``torch.topk``'s time on ResNet-50's gradient on an H200:
-    data/measurements/codec_kernels_h200/row_topk)."""
+    The three without a host synchronisation are picked between first (key ``topk_no_sync``), then the
+    synchronising sampled method against that pick. Under a CUDA graph capture (the DDP hook's graph runner)
+    the synchronising one is left out: the no-sync pick of an eager call with the same size runs, else
+    ``torch.topk``."""
     n = x.numel()
     no_sync = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
+    sampled = _sampled_ok(n, k)
+    if sampled:
+        no_sync.insert(0, lambda: _sampled_topk_nosync(x, k))
     key = (x.device, n, k)
     if x.is_cuda and torch.cuda.is_current_stream_capturing():  # no host synchronisation, no timing
         return no_sync[common._PICKED.get(("topk_no_sync",) + key, len(no_sync) - 1)]()
     best = no_sync[common.pick(("topk_no_sync",) + key, no_sync)]
-    if not _sampled_ok(n, k):
+    if not sampled:
         return best()
     fns = [lambda: _sampled_topk(x, k), best]
     return fns[common.pick(("topk",) + key, fns)]()
@@ -90,6 +93,18 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
         return torch.topk(x.abs(), k, sorted=False).indices
     return chosen
+
+
+def _sampled_topk_nosync(x: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`_sampled_topk` without its host synchronisation (so a CUDA graph can hold it): the candidates'
+    top k are written first; whether the sample missed is known on the device only, and radix select on all
+    of |x| (:func:`_radix_topk`, gated on it) overwrites them then, its kernels returning at once otherwise.
+    Always exact; a miss costs radix select's time."""
+    t, cap = _threshold_from_sample(x, k)
+    cand, cand_bits, found = compact_ge(x, t, cap)
+    out = cand[torch.topk(cand_bits, k, sorted=False).indices]
+    hit = ((found >= k) & (found <= cap)).to(torch.int32)
+    return _radix_topk(x, k, out=out, skip=hit)
 
 
 def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
@@ -170,57 +185,108 @@ def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row
 # ====================================================================== radix select
 if HAVE_TRITON:
     @triton.jit
-    def _hist_kernel(x_ptr, n, state_ptr, hist_ptr, start, MASKED: tl.constexpr, MATCH_SHIFT: tl.constexpr,
+    def _hist_kernel(x_ptr, n, state_ptr, hist_ptr, skip_ptr, start, MASKED: tl.constexpr, MATCH_SHIFT: tl.constexpr,
                      SHIFT: tl.constexpr, NBINS: tl.constexpr, FIRST: tl.constexpr, BLOCK: tl.constexpr,
-                     ITERS: tl.constexpr):
+                     ITERS: tl.constexpr, GATED: tl.constexpr):
         """Histogram of bits [SHIFT, SHIFT + log2 NBINS) of |x|'s float bits over the elements whose
-        higher bits (>> MATCH_SHIFT) equal the prefix chosen so far (state[0])."""
-        base = start + tl.program_id(0) * (BLOCK * ITERS)
-        prefix = tl.load(state_ptr)
-        acc = tl.zeros([NBINS], dtype=tl.int32)
-        for it in range(ITERS):
-            idx = base + it * BLOCK + tl.arange(0, BLOCK)
-            m = idx < n
-            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-            if not FIRST:
-                m = m & ((v >> MATCH_SHIFT) == prefix)
-            acc += tl.histogram((v >> SHIFT) & (NBINS - 1), NBINS, mask=m)
-        tl.atomic_add(hist_ptr + tl.arange(0, NBINS), acc, sem="relaxed")
+        higher bits (>> MATCH_SHIFT) equal the prefix chosen so far (state[0]). GATED: nothing done when
+        skip_ptr[0] is not 0."""
+        go = True
+        if GATED:
+            go = tl.load(skip_ptr) == 0
+        if go:
+            base = start + tl.program_id(0) * (BLOCK * ITERS)
+            prefix = tl.load(state_ptr)
+            acc = tl.zeros([NBINS], dtype=tl.int32)
+            for it in range(ITERS):
+                idx = base + it * BLOCK + tl.arange(0, BLOCK)
+                m = idx < n
+                v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+                if not FIRST:
+                    m = m & ((v >> MATCH_SHIFT) == prefix)
+                acc += tl.histogram((v >> SHIFT) & (NBINS - 1), NBINS, mask=m)
+            tl.atomic_add(hist_ptr + tl.arange(0, NBINS), acc, sem="relaxed")
 
     @triton.jit
-    def _select_bin_kernel(hist_ptr, state_ptr, BITS: tl.constexpr, NBINS: tl.constexpr):
+    def _select_bin_kernel(hist_ptr, state_ptr, skip_ptr, BITS: tl.constexpr, NBINS: tl.constexpr,
+                           GATED: tl.constexpr):
         """state = [prefix, k_left]: pick the bin holding the k_left-th largest, extend the prefix,
         and leave in k_left how many of that bin are still to take."""
-        prefix = tl.load(state_ptr)
-        k_left = tl.load(state_ptr + 1)
-        b = tl.arange(0, NBINS)
-        h = tl.load(hist_ptr + b)
-        at_least = tl.cumsum(h, axis=0, reverse=True)  # elements in bins >= b
-        chosen = tl.max(tl.where(at_least >= k_left, b, 0), axis=0)
-        above = tl.sum(tl.where(b > chosen, h, 0), axis=0)
-        tl.store(state_ptr, (prefix << BITS) | chosen)
-        tl.store(state_ptr + 1, k_left - above)
+        go = True
+        if GATED:
+            go = tl.load(skip_ptr) == 0
+        if go:
+            prefix = tl.load(state_ptr)
+            k_left = tl.load(state_ptr + 1)
+            b = tl.arange(0, NBINS)
+            h = tl.load(hist_ptr + b)
+            at_least = tl.cumsum(h, axis=0, reverse=True)  # elements in bins >= b
+            chosen = tl.max(tl.where(at_least >= k_left, b, 0), axis=0)
+            above = tl.sum(tl.where(b > chosen, h, 0), axis=0)
+            tl.store(state_ptr, (prefix << BITS) | chosen)
+            tl.store(state_ptr + 1, k_left - above)
 
     @triton.jit
-    def _threshold_masks_kernel(x_ptr, n, state_ptr, gt_ptr, eq_ptr, start, MASKED: tl.constexpr,
-                                BLOCK: tl.constexpr):
-        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        m = idx < n
-        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        t = tl.load(state_ptr)
-        _st(gt_ptr + idx, (v > t).to(tl.int8), m, MASKED)
-        _st(eq_ptr + idx, (v == t).to(tl.int8), m, MASKED)
+    def _rank_count_kernel(x_ptr, n, state_ptr, skip_ptr, counts_ptr, nblocks, start, MASKED: tl.constexpr,
+                           BLOCK: tl.constexpr, GATED: tl.constexpr):
+        """counts[0, p] and counts[1, p]: how many of block p's |x| are above and equal to the k-th largest
+        magnitude's float bits (state[0])."""
+        go = True
+        if GATED:
+            go = tl.load(skip_ptr) == 0
+        if go:
+            p = start // BLOCK + tl.program_id(0)
+            idx = p * BLOCK + tl.arange(0, BLOCK)
+            m = idx < n
+            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            t = tl.load(state_ptr)
+            tl.store(counts_ptr + p, tl.sum(((v > t) & m).to(tl.int32), axis=0))
+            tl.store(counts_ptr + nblocks + p, tl.sum(((v == t) & m).to(tl.int32), axis=0))
+
+    @triton.jit
+    def _rank_compact_kernel(x_ptr, n, state_ptr, skip_ptr, ends_ptr, nblocks, out_ptr, k, start,
+                             MASKED: tl.constexpr, BLOCK: tl.constexpr, GATED: tl.constexpr):
+        """The positions of the k largest: those above the k-th largest magnitude t (k - k_left of them) in
+        out[0:k - k_left], then the first k_left equal to it, each group ascending (``ends``: the inclusive
+        prefix sums of ``_rank_count_kernel``'s two rows of counts)."""
+        go = True
+        if GATED:
+            go = tl.load(skip_ptr) == 0
+        if go:
+            p = start // BLOCK + tl.program_id(0)
+            idx = p * BLOCK + tl.arange(0, BLOCK)
+            m = idx < n
+            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            t = tl.load(state_ptr)
+            gt = ((v > t) & m).to(tl.int32)
+            eq = ((v == t) & m).to(tl.int32)
+            slot_gt = tl.load(ends_ptr + p) - tl.sum(gt, axis=0) + tl.cumsum(gt, axis=0) - 1
+            slot_eq = (k - tl.load(state_ptr + 1) + tl.load(ends_ptr + nblocks + p) - tl.sum(eq, axis=0)
+                       + tl.cumsum(eq, axis=0) - 1)
+            tl.store(out_ptr + slot_gt, idx.to(tl.int64), mask=gt != 0)
+            tl.store(out_ptr + slot_eq, idx.to(tl.int64), mask=(eq != 0) & (slot_eq < k))
 
 
 #: bits of |x| (31 significant) decided per histogram pass: 11 + 11 + 9
 _RADIX = (11, 11, 9)
+#: elements per program of radix select's counting and compacting passes
+_RANK_BLOCK = 2048
 
 
-def _radix_topk(x: torch.Tensor, k: int) -> torch.Tensor:
+def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
+                skip: torch.Tensor | None = None) -> torch.Tensor:
+    """Positions (int64) of the k largest |x|: three histogram passes over |x|'s float bits find the k-th
+    largest magnitude t; a counting pass and a compacting pass write everything above t, then the first ones
+    equal to it (each ascending) into ``out`` (new if None). No host synchronisation. ``skip`` (a 1-element
+    int32 tensor): when it holds a nonzero value (known on the device only), every kernel returns at once and
+    ``out`` keeps what it held (:func:`_sampled_topk_nosync`'s fallback)."""
     n = x.numel()
     dev = x.device
+    out = torch.empty(k, dtype=torch.int64, device=dev) if out is None else out
+    gated = skip is not None
     state = torch.zeros(2, dtype=torch.int32, device=dev)  # (prefix, k still to take): no host copy
     state[1] = k
+    skip = state if skip is None else skip  # a placeholder pointer where nothing is gated
     hists = torch.zeros(sum(1 << b for b in _RADIX), dtype=torch.int32, device=dev)
     block, iters = 2048, 8
     done, start = 0, 0
@@ -228,20 +294,19 @@ def _radix_topk(x: torch.Tensor, k: int) -> torch.Tensor:
         nb = 1 << bits
         shift = 31 - done - bits
         hist = hists[start:start + nb]
-        _launch(_hist_kernel, n, n, block * iters, x, n, state, hist, MATCH_SHIFT=shift + bits, SHIFT=shift,
-                NBINS=nb, FIRST=i == 0, BLOCK=block, ITERS=iters)
-        _select_bin_kernel[(1,)](hist, state, BITS=bits, NBINS=nb)
+        _launch(_hist_kernel, n, n, block * iters, x, n, state, hist, skip, MATCH_SHIFT=shift + bits, SHIFT=shift,
+                NBINS=nb, FIRST=i == 0, BLOCK=block, ITERS=iters, GATED=gated)
+        _select_bin_kernel[(1,)](hist, state, skip, BITS=bits, NBINS=nb, GATED=gated)
         done += bits
         start += nb
-    gt = torch.empty(n, dtype=torch.int8, device=dev)
-    eq = torch.empty(n, dtype=torch.int8, device=dev)
-    _launch(_threshold_masks_kernel, n, n, _BLOCK, x, n, state, gt, eq, BLOCK=_BLOCK)
-    # all above the threshold (fewer than k), then the first k_left equal to it
-    idx_gt = torch.nonzero_static(gt.view(torch.bool), size=k, fill_value=n).view(-1)
-    idx_eq = torch.nonzero_static(eq.view(torch.bool), size=k, fill_value=n).view(-1)
-    n_gt = k - state[1].long()
-    slot = torch.arange(k, device=dev)
-    return torch.where(slot < n_gt, idx_gt, idx_eq[(slot - n_gt).clamp(min=0)])
+    nblocks = triton.cdiv(n, _RANK_BLOCK)
+    counts = torch.empty(2, nblocks, dtype=torch.int32, device=dev)
+    _launch(_rank_count_kernel, n, n, _RANK_BLOCK, x, n, state, skip, counts, nblocks, BLOCK=_RANK_BLOCK,
+            GATED=gated)
+    ends = torch.cumsum(counts, 1, dtype=torch.int32)
+    _launch(_rank_compact_kernel, n, n, _RANK_BLOCK, x, n, state, skip, ends, nblocks, out, k, BLOCK=_RANK_BLOCK,
+            GATED=gated)
+    return out
 
 
 # ====================================================================== top-k per row (chunked)
