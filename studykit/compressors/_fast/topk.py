@@ -285,7 +285,7 @@ def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
     out = torch.empty(k, dtype=torch.int64, device=dev) if out is None else out
     gated = skip is not None
     state = torch.zeros(2, dtype=torch.int32, device=dev)  # (prefix, k still to take): no host copy
-    state[1] = k
+    state[1:].fill_(k)
     skip = state if skip is None else skip  # a placeholder pointer where nothing is gated
     hists = torch.zeros(sum(1 << b for b in _RADIX), dtype=torch.int32, device=dev)
     block, iters = 2048, 8
