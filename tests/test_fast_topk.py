@@ -148,28 +148,33 @@ def test_topk_abs_offers_the_sampled_method_only_where_it_applies(dev, monkeypat
         return len(fns) - 1  # torch.topk
 
     monkeypatch.setattr(_fast, "pick", fake_pick)
+    monkeypatch.setattr(_fast, "pick_replayed", fake_pick)
     big, small = torch.randn(N).to(dev), torch.randn(5_000).to(dev)
     _fast.topk_abs(big, 1_000)
     _fast.topk_abs(small, 10)
-    # the sampled method decided on the device (where it applies), radix select and torch.topk first, then the
-    # sampled method decided on the host against their pick
-    assert seen == {("topk_no_sync", big.device, N, 1_000): 3, ("topk", big.device, N, 1_000): 2,
-                    ("topk_no_sync", small.device, 5_000, 10): 2}
+    # the sampled method decided on the device (where it applies), radix select and torch.topk first (timed eager,
+    # and as graph replays for a capture), then the sampled method decided on the host against the eager pick
+    want = {("topk_no_sync", big.device, N, 1_000): 3, ("topk", big.device, N, 1_000): 2,
+            ("topk_no_sync", small.device, 5_000, 10): 2}
+    if big.is_cuda:  # graphs exist on CUDA only
+        want |= {("topk_graph", big.device, N, 1_000): 3, ("topk_graph", small.device, 5_000, 10): 2}
+    assert seen == want
 
 
 @pytest.mark.gpu
 def test_topk_abs_under_capture_replays_the_no_sync_pick(dev, monkeypatch):
     """A process whose eager pick took the sampled method decided on the host (it waits for the device)
-    captures the method picked among the other three, not radix select regardless; the replay selects the top
-    k."""
+    captures the method its replay-timed pick took (here ``torch.topk``), not radix select regardless; the
+    replay selects the top k."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (CUDA graphs)")
-    picks = {"topk": 0, "topk_no_sync": 2}  # sampled (host), then torch.topk
+    picks = {"topk": 0, "topk_no_sync": 0, "topk_graph": 2}  # sampled (host), then torch.topk
     monkeypatch.setattr(_fast, "pick", lambda key, fns: picks.get(key[0], 0))  # compact_ge: its first shape
+    monkeypatch.setattr(_fast, "pick_replayed", lambda key, fns: 0)
     monkeypatch.setattr(_fast, "_PICKED", {})
     x = torch.randn(N, generator=torch.Generator().manual_seed(3)).to(dev)
     _fast.topk_abs(x, 1_000)
-    _fast.common._PICKED[("topk_no_sync", x.device, N, 1_000)] = 2
+    _fast.common._PICKED[("topk_graph", x.device, N, 1_000)] = 2
     called = []
     monkeypatch.setattr(_fast.topk, "_radix_topk", lambda *a: called.append("radix"))
     graph = torch.cuda.CUDAGraph()
@@ -180,6 +185,23 @@ def test_topk_abs_under_capture_replays_the_no_sync_pick(dev, monkeypatch):
     torch.cuda.synchronize()
     assert called == []
     assert torch.equal(x[idx].abs().sort(descending=True).values, torch.topk(x.abs(), 1_000).values)
+
+
+@pytest.mark.gpu
+def test_pick_replayed_times_graph_replays_and_leaves_out_what_cannot_be_captured(dev, monkeypatch):
+    """A candidate that waits for the device cannot be captured: left out with the others timed as replays
+    (the pick is remembered per key); the last candidate failing to capture is an error."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (CUDA graphs)")
+    monkeypatch.setattr(_fast, "_PICKED", {})
+    x = torch.randn(1 << 20, device=dev)
+    waits = lambda: float(x.sum())  # noqa: E731 - a host synchronisation
+    fast, slow = (lambda: x.add(1)), (lambda: [x.mul(2) for _ in range(50)])
+    assert _fast.pick_replayed(("t", 1), [waits, slow, fast]) == 2
+    assert _fast.common._PICKED[("t", 1)] == 2
+    with pytest.raises(RuntimeError):
+        _fast.pick_replayed(("t", 2), [fast, waits])
+    assert torch.rand(3, device=dev).shape == (3,)  # random draws still work after the failed captures
 
 
 @pytest.mark.gpu

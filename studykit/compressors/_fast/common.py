@@ -25,7 +25,7 @@ except Exception:  # noqa: BLE001 - any import problem means: no fast path
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "enabled_for", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
-           "_launch1", "_PICKED", "pick", "picks_since", "abs_max", "rows"]
+           "_launch1", "_PICKED", "pick", "pick_replayed", "picks_since", "abs_max", "rows"]
 
 #: element counts from here on would overflow the kernels' int32 offsets
 _MAX_NUMEL = 2**31 - 2**20
@@ -201,6 +201,43 @@ def pick(key, candidates) -> int:
         start.record()
         fn()
         fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    _PICKED[key] = min(range(len(times)), key=times.__getitem__)
+    return _PICKED[key]
+
+
+def pick_replayed(key, candidates) -> int:
+    """:func:`pick` for calls a CUDA graph will hold: each candidate (none may wait for the device) captured once
+    and its replays timed (two after one), so launches cost what a replay pays for them, not what an eager call's
+    host does. A candidate whose capture fails is left out (the last one is the plain-PyTorch path). Remembered
+    per ``key``; without CUDA (or under the interpreter) the first is taken."""
+    if key in _PICKED:
+        return _PICKED[key]
+    if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
+        _PICKED[key] = 0
+        return 0
+    times = []
+    for i, fn in enumerate(candidates):
+        fn()  # eager first: the picks and lazily made state a capture cannot make
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                fn()
+        except RuntimeError:
+            times.append(float("inf"))
+            scratch = torch.zeros(1, device="cuda")  # takes the default generator out of capture mode
+            with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+                scratch.add_(1)
+            if i == len(candidates) - 1:
+                raise  # the plain-PyTorch path cannot be captured: no graph can hold this call
+            continue
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        graph.replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
