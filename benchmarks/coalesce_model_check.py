@@ -29,12 +29,13 @@ RECORDS = "data/measurements/bandwidth/h200_p2d"
 
 def table() -> pd.DataFrame:
     from studykit.perfmodel.verify import cli
+    from studykit.perfmodel.verify.files import read_predictions
 
     with tempfile.TemporaryDirectory() as tmp:
         rc = cli.main(["--records", str(ROOT / RECORDS), *ARGS, "--out", tmp])
         if rc:
             raise SystemExit(f"verify failed ({rc})")
-        p = pd.read_csv(Path(tmp) / "predictions.csv")
+        p = read_predictions(tmp)
     h = p[(p["mode"] == "hook") & (p["variant"] == "extended")].copy()
     h["coalesce_mb"] = h["config"].str.extract(r"coalesce=([0-9.]+)MB")[0].fillna("none (per bucket)")
     return h

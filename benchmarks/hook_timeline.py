@@ -119,6 +119,7 @@ def predicted(folder: Path, ddp: dict, calibration: str) -> tuple[dict, pd.DataF
     FOLDER's records) and the same prediction's per-bucket moments (``verify --timelines``)."""
     from studykit.nbtools import datacli
     from studykit.perfmodel.verify import cli
+    from studykit.perfmodel.verify.files import read_predictions
 
     manifest = datacli.load_manifest()
     if calibration not in manifest.entries:
@@ -135,7 +136,7 @@ def predicted(folder: Path, ddp: dict, calibration: str) -> tuple[dict, pd.DataF
     with tempfile.TemporaryDirectory() as tmp:
         if cli.main(["--records", str(folder), *args, "--timelines", "--out", tmp, "--quiet"]) != 0:
             raise SystemExit(f"hook_timeline: verify with the options of {calibration} failed on {folder}")
-        rows = pd.read_csv(Path(tmp) / "predictions.csv")
+        rows = read_predictions(tmp)
         tl = pd.read_csv(Path(tmp) / "timelines.csv")
     tl = tl[(tl["config_id"] == ddp["config_id"]) & (tl["variant"] == "extended")].sort_values("bucket")
     if tl.empty:

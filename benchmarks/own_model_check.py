@@ -16,7 +16,7 @@ FOLDER holds what ``scripts/gpu_bandwidth.sh`` wrote with ``LOCAL=1 SWEEP=1`` fo
    (syncSGD, PyTorch's fp16 hook = the fp16 baseline, each compressor as a hook and after the backward pass) beside
    its prediction;
 3. prints the table and the median / max relative error per group against the targets (syncSGD, fp16 and post:
-   5 % median, 10 % max; hooks: 5 % / 15 %), and with ``--out`` writes ``calibration.json``, ``predictions.csv``
+   5 % median, 10 % max; hooks: 5 % / 15 %), and with ``--out`` writes ``calibration.json``, ``predictions.csv.gz``
    and ``summary.json`` (with provenance) there.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ from studykit import paths  # noqa: E402
 from studykit.measure.records import load_records, provenance  # noqa: E402
 from studykit.perfmodel.calibration import Calibration  # noqa: E402
 from studykit.perfmodel.fit import eq1_bandwidth_from_busbw  # noqa: E402
+from studykit.perfmodel.verify.files import write_predictions  # noqa: E402
 
 #: (median, max) relative error targets: syncSGD, the fp16 baseline and post together, and hooks; each group alone too
 TARGETS = {"syncSGD, fp16 baseline and post": (0.05, 0.10), "hook": (0.05, 0.15), "syncSGD": (0.05, 0.10),
@@ -171,7 +172,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="records of one model on one cluster (see the module docstring)")
     ap.add_argument("--fit-rate", type=float, required=True, help="the emulated rate (Gbit/s) the fit may use")
-    ap.add_argument("--out", type=Path, default=None, help="write calibration.json, predictions.csv, summary.json")
+    ap.add_argument("--out", type=Path, default=None, help="write calibration.json, predictions.csv.gz, summary.json")
     ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside data/")
     a = ap.parse_args(argv)
     for f in ("tcomp", "profile", "sweep", "ddp", "probe"):
@@ -208,7 +209,7 @@ def main(argv=None) -> int:
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "calibration.json").write_text(cal_text)
-        pred.to_csv(a.out / "predictions.csv", index=False, float_format="%.6g")
+        write_predictions(pred, a.out)  # predictions.csv.gz, as verify writes it
         (a.out / "summary.json").write_text(json.dumps(
             {"records": str(a.folder), "fit_rate_gbps": a.fit_rate, "groups": summary,
              "argv": " ".join(sys.argv), "provenance": provenance()}, indent=1, default=str) + "\n")

@@ -41,7 +41,7 @@
 # %% tags=["parameters"]
 campaigns: list = ["h200_p2", "h200_p2b", "h200_p4"]  # folders under data/measurements/bandwidth (one card kind and world size each)
 stat: str = "ms_median"  # statistic of every record: ms_median, ms_mean or ms_min
-model_lines: bool = True  # draw the model's predictions (data/verification/bandwidth/<campaign>/predictions.csv)
+model_lines: bool = True  # draw the model's predictions (data/verification/bandwidth/<campaign>/predictions.csv.gz)
 n_boot: int = 500  # bootstrap resamples of the timed iterations for each crossover's interval
 hook_stamps: str = "gpu_checks_h200/hooks.jsonl"  # under data/measurements: a ddp call with --hook-times beside syncSGD and post (last section)
 hook_campaign: str = "h200_p2c"  # folder under data/measurements/bandwidth with every compressor as hook and post (hook vs post section)
@@ -88,7 +88,7 @@ probes.groupby(["campaign", "rate_gbps"]).agg(measured_gbps=("measured_gbps", "m
 
 # %%
 def predictions_of(campaign):
-    f = paths.DATA / "verification" / "bandwidth" / campaign / "predictions.csv"
+    f = paths.DATA / "verification" / "bandwidth" / campaign / "predictions.csv.gz"
     return X.predicted_table(pd.read_csv(f)) if model_lines and f.exists() else None
 
 
@@ -132,7 +132,7 @@ X.beside_paper(out, paper, ["PyTorch PowerSGD r4 hook", "powersgd r4 (post)", "p
 
 # %%
 from studykit.perfmodel import verify
-pooled = paths.DATA / "verification" / "bandwidth" / "h200_p2_all" / "predictions.csv"
+pooled = paths.DATA / "verification" / "bandwidth" / "h200_p2_all" / "predictions.csv.gz"
 verify.implied_encode_decode(pd.read_csv(pooled), worst=8).round(3) if pooled.exists() else "no pooled verification"
 
 # %% [markdown]

@@ -142,9 +142,9 @@ else:
 
 # %%
 scaling_dirs = {"median": paths.DATA / "verification" / "scaling", "min": paths.DATA / "verification" / "scaling" / "min"}
-scaling = {k: pd.read_csv(d / "predictions.csv") for k, d in scaling_dirs.items() if (d / "predictions.csv").is_file()}
+scaling = {k: verify.read_predictions(d) for k, d in scaling_dirs.items() if (d / verify.PREDICTIONS).is_file()}
 if not scaling:
-    print("no data/verification/scaling/predictions.csv: run the command above")
+    print("no data/verification/scaling/predictions.csv.gz: run the command above")
 else:
     display(pd.concat({k: verify.summarize(v, by=("group", "variant")) for k, v in scaling.items()}, names=["stat"])
             .style.format({"median_abs_rel_error": "{:.1%}", "max_abs_rel_error": "{:.1%}", "mean_rel_error": "{:+.1%}"}))

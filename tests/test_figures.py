@@ -35,7 +35,7 @@ def cal():
 
 
 def verify_pred():
-    return _once("pred", lambda: pd.read_csv(paths.DATA / "verification" / "predictions.csv"))
+    return _once("pred", lambda: pd.read_csv(paths.DATA / "verification" / "predictions.csv.gz"))
 
 
 def training():
@@ -68,7 +68,7 @@ def bandwidth_tables():
     def make():
         table = X.iteration_table(load_records(paths.MEASUREMENTS / "bandwidth" / "h200_p2" / "ddp.jsonl"))
         table = table[table["model"] == table["model"].iloc[0]]
-        pred = X.predicted_table(pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv"))
+        pred = X.predicted_table(pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv.gz"))
         return table, X.speedup_table(table, "syncSGD"), pred
     return _once("bw", make)
 
@@ -157,7 +157,7 @@ def _verify(name):
     from studykit.plots import verify as V
 
     if name == "scaling_plot":
-        return V.scaling_plot({"median": pd.read_csv(paths.DATA / "verification" / "scaling" / "predictions.csv")})
+        return V.scaling_plot({"median": pd.read_csv(paths.DATA / "verification" / "scaling" / "predictions.csv.gz")})
     if name == "own_model_figure":
         own = paths.DATA / "verification" / "own_model"
         return V.own_model_figure(sorted(s.parent for s in own.glob("*/summary.json")))

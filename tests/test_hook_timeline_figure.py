@@ -194,7 +194,7 @@ def test_verify_timelines_writes_each_hook_predictions_buckets(tmp_path):
     args = datacli.verify_args(datacli.load_manifest().entries["verification/bandwidth/h200_p2n/buckets/gamma1"],
                                records=False)
     assert cli.main(["--records", str(folder), *args, "--timelines", "--out", str(tmp_path), "--quiet"]) == 0
-    pred = pd.read_csv(tmp_path / "predictions.csv")
+    pred = pd.read_csv(tmp_path / "predictions.csv.gz")
     tl = pd.read_csv(tmp_path / "timelines.csv")
     hooks = pred[(pred["mode"] == "hook") & (pred["variant"] == "extended")]
     assert len(hooks) > 0 and set(tl["config"]) == set(hooks["config"])

@@ -188,6 +188,38 @@ def test_compare_files_by_kind(tmp_path):
     assert o.verdict == "differs" and "['warnings']" in o.detail
 
 
+def test_compare_files_reads_a_gzipped_csv_as_its_csv(tmp_path):
+    """verify's predictions.csv.gz: compared as the CSV it holds (the same tolerance), not as compressed bytes."""
+    import gzip
+
+    from studykit.perfmodel.verify.files import write_csv_gz
+
+    old = pd.DataFrame({"config": ["a b", "c"], "ms": [10.0, 20.0], "inputs": ["gamma=1.000", "x"]})
+    write_csv_gz(old, tmp_path / "old.csv.gz")
+    text = gzip.decompress((tmp_path / "old.csv.gz").read_bytes())
+    (tmp_path / "level1.csv.gz").write_bytes(gzip.compress(text, compresslevel=1, mtime=12345))  # other bytes
+    assert (tmp_path / "level1.csv.gz").read_bytes() != (tmp_path / "old.csv.gz").read_bytes()
+    o = datacli.compare_files(tmp_path / "level1.csv.gz", tmp_path / "old.csv.gz", "e", "f")
+    assert o.verdict == "identical"
+    write_csv_gz(old.assign(ms=[10.0000001, 20.0]), tmp_path / "close.csv.gz", float_format="%.10g")
+    o = datacli.compare_files(tmp_path / "close.csv.gz", tmp_path / "old.csv.gz", "e", "f")
+    assert o.verdict == "within tolerance" and 0 < o.max_rel < datacli.RTOL
+    write_csv_gz(old.assign(ms=[10.0, 21.0]), tmp_path / "far.csv.gz")
+    o = datacli.compare_files(tmp_path / "far.csv.gz", tmp_path / "old.csv.gz", "e", "f")
+    assert o.verdict == "differs" and "column ms, row 3" in o.detail
+    (tmp_path / "broken.csv.gz").write_bytes(b"not gzip")
+    o = datacli.compare_files(tmp_path / "broken.csv.gz", tmp_path / "old.csv.gz", "e", "f")
+    assert o.verdict == "differs" and "could not be read as CSV" in o.detail
+
+
+def test_verify_entries_output_the_gzipped_predictions_and_none_is_left_plain():
+    """Every verify entry's outputs name predictions.csv.gz, and no plain predictions.csv is left under data/."""
+    entries = [e for e in MANIFEST.entries.values() if e.generator and e.generator["kind"] == "verify"]
+    assert entries and all(f"{e.path}/predictions.csv.gz" in e.outputs for e in entries)
+    assert not any(o.endswith("/predictions.csv") for e in entries for o in e.outputs)
+    assert sorted(paths.DATA.rglob("predictions.csv")) == []
+
+
 def test_report_counts_and_names_each_difference():
     outcomes = [datacli.Outcome("e", "e/a.csv", "identical"), datacli.Outcome("e", "e/b.csv", "within tolerance", 2e-6),
                 datacli.Outcome("e", "e/c.csv", "differs", 0.1, "column ms, row 2: 1.0 vs 1.1 (committed)")]
@@ -263,7 +295,7 @@ def test_check_fails_naming_a_file_that_differs(tmp_path, monkeypatch, capsys):
 # ------------------------------------------------------------------ data/archive/
 #: superseded entries left outside data/archive/ because something current still reads them (entry -> the reader)
 NOT_ARCHIVED = {
-    "verification/bandwidth/h200_p2_all": "notebooks/bandwidth.py (its predictions.csv, the implied encode/decode)",
+    "verification/bandwidth/h200_p2_all": "notebooks/bandwidth.py (its predictions.csv.gz, the implied encode/decode)",
     "verification/bandwidth/h200_p4": "notebooks/bandwidth.py (predictions_of: the model lines of campaign h200_p4)",
     "training/tta_gpu2/tta_10g": "notebooks/time_to_accuracy.py (gpu_runs)",
     "training/tta_gpu2/tta_2.5g": "notebooks/time_to_accuracy.py (gpu_runs)",

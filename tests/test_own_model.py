@@ -25,7 +25,7 @@ def test_both_world_sizes_are_committed():
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.name)
 def test_summary_is_what_the_predictions_give(folder):
-    pred = pd.read_csv(folder / "predictions.csv")
+    pred = pd.read_csv(folder / "predictions.csv.gz")
     assert (pred["rel_error"] - (pred["predicted_ms"] - pred["measured_ms"]) / pred["measured_ms"]).abs().max() < 1e-4
     summary = json.loads((folder / "summary.json").read_text())
     again = {g["group"]: g for g in _check_module().summarize(pred)}
@@ -43,7 +43,7 @@ def test_p4_check_regenerates(tmp_path):
     rc = _check_module().main([str(paths.MEASUREMENTS / "own_model" / "vit_b16_p4"), "--fit-rate", "8",
                                "--out", str(tmp_path)])
     assert rc == 0
-    got, want = pd.read_csv(tmp_path / "predictions.csv"), pd.read_csv(committed / "predictions.csv")
+    got, want = pd.read_csv(tmp_path / "predictions.csv.gz"), pd.read_csv(committed / "predictions.csv.gz")
     assert list(got["candidate"]) == list(want["candidate"])
     assert got["predicted_ms"].to_numpy() == pytest.approx(want["predicted_ms"].to_numpy(), rel=1e-4)
 
@@ -60,7 +60,7 @@ def test_advise_asks_at_the_batch_the_calibration_measured():
     adv = studykit.advise("examples/vit_b16.py:build", gpus=4, bandwidth_gbps=12, calibration=cal, mode="post",
                           compressors=["powersgd"], evidence=False)
     assert adv.inputs["batch_size"] == 32
-    pred = pd.read_csv(path.parent / "predictions.csv")
+    pred = pd.read_csv(path.parent / "predictions.csv.gz")
     row = pred[(pred["rate_gbps"] == 12) & (pred["candidate"] == "syncSGD")].iloc[0]
     got = {r["candidate"]: r["iteration_ms"] for r in adv.ranking(4, 12)}["syncSGD"]
     # the check predicted at the probed bandwidth, not the nominal 12: close, not equal

@@ -15,13 +15,13 @@ pytestmark = pytest.mark.data
 
 OWN = paths.DATA / "verification" / "own_model"
 FOLDERS = [OWN / "vit_b16_p2", OWN / "vit_b16_p4"]
-#: the groups of the committed summary.json files and the predictions.csv groups each one pools
+#: the groups of the committed summary.json files and the predictions.csv.gz groups each one pools
 MEMBERS = {"syncSGD, fp16 baseline and post": ("syncSGD", "fp16 baseline", "post"), "hook": ("hook",),
            "syncSGD": ("syncSGD",), "fp16 baseline": ("fp16 baseline",), "post": ("post",)}
 
 
 def _predictions() -> pd.DataFrame:
-    return pd.concat([pd.read_csv(f / "predictions.csv").assign(folder=f.name) for f in FOLDERS], ignore_index=True)
+    return pd.concat([pd.read_csv(f / "predictions.csv.gz").assign(folder=f.name) for f in FOLDERS], ignore_index=True)
 
 
 def _points(ax) -> np.ndarray:
@@ -66,7 +66,7 @@ def test_table_medians_match_the_predictions():
 
 
 def test_a_folder_without_the_check_files_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="predictions.csv"):
+    with pytest.raises(FileNotFoundError, match="predictions.csv.gz"):
         V.own_model_figure([tmp_path])
     with pytest.raises(FileNotFoundError, match="summary.json"):
         V.own_model_table([tmp_path])

@@ -9,8 +9,8 @@ import pytest  # noqa: E402
 from studykit import paths  # noqa: E402
 from studykit.plots import verify as V  # noqa: E402
 
-PRED = paths.DATA / "verification" / "predictions.csv"
-SCALING = paths.DATA / "verification" / "scaling" / "predictions.csv"
+PRED = paths.DATA / "verification" / "predictions.csv.gz"
+SCALING = paths.DATA / "verification" / "scaling" / "predictions.csv.gz"
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,14 @@ COMMITTED = [
     ("quantize", {"bits": 8}, "short", "quantize b8", "measurements/bandwidth/README.md", "crossovers"),
     ("powersgd", {"rank": 32, "orthogonalize": "cholesky"}, "short", "powersgd r32 cholesky",
      "measurements/bandwidth/README.md", "hook-vs-post-p2e"),
-    ("powersgd", {"rank": 4}, "kv", "powersgd rank=4", "verification/own_model/vit_b16_p4/predictions.csv",
+    ("powersgd", {"rank": 4}, "kv", "powersgd rank=4", "verification/own_model/vit_b16_p4/predictions.csv.gz",
      "candidate"),
-    ("topk", {"ratio": 0.01}, "kv", "topk ratio=0.01", "verification/own_model/vit_b16_p4/predictions.csv",
+    ("topk", {"ratio": 0.01}, "kv", "topk ratio=0.01", "verification/own_model/vit_b16_p4/predictions.csv.gz",
      "candidate"),
     ("thc", {"bits": 4, "rotation": "full", "chunk": 65536, "saturation": 0.0}, "key",
-     "thc {bits:4,chunk:65536,rotation:full,saturation:0.0}", "verification/predictions.csv", "config"),
+     "thc {bits:4,chunk:65536,rotation:full,saturation:0.0}", "verification/predictions.csv.gz", "config"),
     ("powersgd", {"rank": 4, "warm_start": True, "min_compression": 1.0}, "key",
-     "powersgd {min_compression:1.0,rank:4,warm_start:true}", "verification/predictions.csv", "config"),
+     "powersgd {min_compression:1.0,rank:4,warm_start:true}", "verification/predictions.csv.gz", "config"),
 ]
 
 
@@ -41,7 +41,7 @@ def _committed_texts(path: str, where: str) -> list[str]:
     """The labels a committed file shows: a generated README block's method cells, or a CSV column's values
     (a verify configuration name up to its world size)."""
     full = paths.DATA / path
-    if path.endswith(".csv"):
+    if path.endswith((".csv", ".csv.gz")):
         values = pd.read_csv(full)[where].dropna().astype(str)
         return sorted({v.split(" p=")[0] for v in values})
     text = full.read_text()

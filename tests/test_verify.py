@@ -282,7 +282,7 @@ def test_buckets_paper_and_ddp():
 def test_cli_writes_the_csv_from_committed_records(tmp_path, capsys):
     rc = verify.main(["verify", "--records", str(GPU), "--out", str(tmp_path), "--no-hook"])
     assert rc == 0
-    df = pd.read_csv(tmp_path / "predictions.csv")
+    df = pd.read_csv(tmp_path / "predictions.csv.gz")
     assert set(verify.REQUIRED_COLUMNS) <= set(df.columns)
     assert len(df) >= 30 and df["predicted_ms"].gt(0).all() and df["measured_ms"].gt(0).all()
     assert ((df["predicted_ms"] - df["measured_ms"]) / df["measured_ms"] - df["rel_error"]).abs().max() < 1e-4
@@ -397,7 +397,7 @@ def test_cli_world_size_holdout_on_the_scaling_records(tmp_path):
     gpu4 = paths.MEASUREMENTS / "gpu4"
     rc = verify.main(["verify", "--records", str(gpu4), "--holdout", "world_size", "--out", str(tmp_path), "--quiet"])
     assert rc == 0
-    df = pd.read_csv(tmp_path / "predictions.csv")
+    df = pd.read_csv(tmp_path / "predictions.csv.gz")
     assert (df["world_size"] == 4).all() and df["calibrated_on"].str.contains("sweep p<=2").all()
     verify.check_world_size_holdout(df, 2)
     verify.check_disjoint(df)
@@ -676,7 +676,7 @@ def test_gamma_from_buckets_measures_gamma_and_fits_the_rest_at_it(tmp_path):
     out = tmp_path / "measured"
     assert verify.main(["verify", "--records", str(folder), *args, "--gamma-from", "buckets",
                         "--out", str(out), "--quiet"]) == 0
-    d = pd.read_csv(out / "predictions.csv")
+    d = pd.read_csv(out / "predictions.csv.gz")
     sync = d[(d["variant"] == "extended") & (d["mode"] == "syncsgd")]
     assert sync["inputs"].str.contains("measured (median last-bucket ready / T_comp of 6 buckets record(s)",
                                        regex=False).all()
@@ -693,18 +693,18 @@ def test_gamma_from_buckets_measures_gamma_and_fits_the_rest_at_it(tmp_path):
     out = tmp_path / "p2"
     assert verify.main(["verify", *bandwidth_run("h200_p2"), "--gamma-from", "buckets", "--out", str(out),
                         "--quiet"]) == 0
-    base = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv")
-    new = pd.read_csv(out / "predictions.csv")
+    base = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv.gz")
+    new = pd.read_csv(out / "predictions.csv.gz")
     pd.testing.assert_series_equal(new["predicted_ms"], base["predicted_ms"])
     ext = new[(new["variant"] == "extended") & (new["mode"] == "syncsgd")]
     assert ext["inputs"].str.contains("--gamma-from buckets: no buckets record", regex=False).all()
 
 
 def test_verify_uses_measured_ready_times_where_recorded():
-    rows = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2b" / "predictions.csv")
+    rows = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2b" / "predictions.csv.gz")
     sync = rows[(rows["variant"] == "extended") & (rows["mode"] == "syncsgd")]
     assert sync["inputs"].str.contains("bucket ready times measured").all()
-    p2 = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv")
+    p2 = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2" / "predictions.csv.gz")
     assert not p2["inputs"].str.contains("bucket ready times measured").any()  # h200_p2 has no buckets records
 
 
@@ -728,7 +728,7 @@ def test_implied_encode_decode_by_hand():
 def test_bandwidth_readme_reading_of_the_implied_encode_decode_holds():
     """data/verification/bandwidth/README.md's reading of its implied-ed block (the block itself: data regen)."""
     folder = paths.DATA / "verification" / "bandwidth"
-    t = verify.implied_encode_decode(pd.read_csv(folder / "h200_p2_all" / "predictions.csv"), worst=8)
+    t = verify.implied_encode_decode(pd.read_csv(folder / "h200_p2_all" / "predictions.csv.gz"), worst=8)
     # the README's reading: calibrating encode/decode on post iterations lowers the post-backward maxima
     for base in ("h200_p2_all", "h200_p4"):
         for sub in ("", "/holdout_model"):
@@ -824,8 +824,8 @@ def test_a_campaign_with_a_round2_folder_scores_as_its_rounds_pooled(tmp_path):
     shutil.copytree(paths.MEASUREMENTS / "bandwidth" / "h200_p2f_repeat", camp / "round2")
     args = bandwidth_run("h200_p2f/path_model", records=False)
     assert verify.main(["verify", "--records", str(camp), *args, "--out", str(tmp_path / "v"), "--quiet"]) == 0
-    new = pd.read_csv(tmp_path / "v" / "predictions.csv")
-    old = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2f_pooled" / "path_model" / "predictions.csv")
+    new = pd.read_csv(tmp_path / "v" / "predictions.csv.gz")
+    old = pd.read_csv(paths.DATA / "verification" / "bandwidth" / "h200_p2f_pooled" / "path_model" / "predictions.csv.gz")
     assert len(new) == len(old) and (new["n_records"] == 2).sum() == (old["n_records"] == 2).sum() > 0
     pd.testing.assert_series_equal(new["predicted_ms"], old["predicted_ms"], rtol=1e-9)
     pd.testing.assert_series_equal(new["measured_ms"], old["measured_ms"], rtol=1e-9)
@@ -841,12 +841,12 @@ def test_vgg19_hooks_without_the_gamma_rule_are_what_the_readme_says(tmp_path, m
     run = ["verify", *bandwidth_run("h200_p2i/path_model"), *HOOK_FITTED, "--quiet"]  # the hooks at syncSGD's gamma
     monkeypatch.setattr(fit.inputs, "GAMMA_MIN_SENSITIVITY", 0.0)
     assert verify.main(run + ["--out", str(tmp_path / "free")]) == 0
-    free = pd.read_csv(tmp_path / "free" / "predictions.csv")
+    free = pd.read_csv(tmp_path / "free" / "predictions.csv.gz")
     hooks = free[(free["variant"] == "extended") & (free["mode"] == "hook")]
     assert hooks["abs_rel_error"].median() > 0.25
     assert hooks["gamma"].min() == fit.GAMMA_GRID[0] and hooks["gamma"].max() >= 1.7
     monkeypatch.setattr(fit.inputs, "GAMMA_MIN_SENSITIVITY", 0.02)
-    committed = pd.read_csv(paths.DATA / _vb("h200_p2i/path_model") / "predictions.csv")
+    committed = pd.read_csv(paths.DATA / _vb("h200_p2i/path_model") / "predictions.csv.gz")
     ch = committed[(committed["variant"] == "extended") & (committed["mode"] == "hook")]
     assert ch["inputs"].str.contains("gamma=1.000 (not identifiable", regex=False).all()
     moved = ch["inputs"].str.extract(r"at most ([0-9.]+)%")[0].astype(float)
@@ -913,7 +913,7 @@ def test_verification_readme_reading_of_the_measured_gamma_holds():
     text = " ".join((paths.DATA / "verification" / "bandwidth" / "README.md").read_text().split())
 
     def read(sub):
-        d = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "predictions.csv")
+        d = pd.read_csv(paths.DATA / "verification" / "bandwidth" / sub / "predictions.csv.gz")
         return d[d["variant"] == "extended"]
     fit_g, meas_g, moved, fit_better = [], {}, [], 0
     for c in GAMMA_MEASURED_CAMPAIGNS:
@@ -948,7 +948,7 @@ def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
     assert f"by at most {worst:.1f} points" in text
     assert one["h200_p2h_pooled"][1] <= 0.05 and one["h200_p2h_pooled"][2] <= 0.15
     assert fitted["h200_p2i_pooled"] == one["h200_p2i_pooled"]
-    p2m = {s: pd.read_csv(paths.DATA / _vb(s) / "predictions.csv") for s in P2M_VARIANTS}
+    p2m = {s: pd.read_csv(paths.DATA / _vb(s) / "predictions.csv.gz") for s in P2M_VARIANTS}
     chain = p2m["h200_p2m/buckets/gamma1"]
     chain = chain[(chain["variant"] == "extended") & (chain["mode"] == "hook")]
     whole = p2m["h200_p2m/path_model/gamma_fitted"]
@@ -963,7 +963,7 @@ def test_verification_readme_reading_of_hook_gamma_and_the_host_chain_holds():
     # the four-rate campaigns: gamma's swing on ResNet-101, the host chain per model
     pct = lambda e: f"{100 * e[1]:.1f} % / {100 * e[2]:.1f} %"  # noqa: E731
     assert f"{pct(fitted['h200_p2p'])} with the fitted gamma, {pct(one['h200_p2p'])} at gamma 1" in text
-    g = pd.read_csv(paths.DATA / _vb("h200_p2p/path_model/gamma_fitted") / "predictions.csv")
+    g = pd.read_csv(paths.DATA / _vb("h200_p2p/path_model/gamma_fitted") / "predictions.csv.gz")
     g = g[(g["variant"] == "extended") & (g["mode"] == "hook")].groupby("rate_gbps")["gamma"].first()
     assert g.idxmin() == 25.0 and g.idxmax() == 2.5
     assert f"swings from {g.min():.2f} (25 Gbit/s held out) to {g.max():.2f} (2.5 Gbit/s held out)" in text
@@ -1019,7 +1019,7 @@ def test_buckets_without_per_bucket_records_keeps_the_whole_call_input_and_says_
         a = list(args)
         a[a.index("--encode-decode-from") + 1] = ed
         assert verify.main(["verify", *a, "--out", str(tmp_path / ed), "--quiet"]) == 0
-        out[ed] = pd.read_csv(tmp_path / ed / "predictions.csv")
+        out[ed] = pd.read_csv(tmp_path / ed / "predictions.csv.gz")
     pd.testing.assert_series_equal(out["buckets"]["predicted_ms"], out["host_ahead"]["predicted_ms"])
     hooks = out["buckets"][out["buckets"]["mode"] == "hook"]
     ext = hooks[hooks["variant"] == "extended"]

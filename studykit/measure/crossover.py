@@ -347,12 +347,12 @@ def markdown_table(out: pd.DataFrame, methods: Sequence[str]) -> str:
 
 
 def predicted_table(predictions: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
-    """The model's predictions (a ``verify`` predictions.csv) as method, model, rate_gbps, predicted_ms,
+    """The model's predictions (a ``verify`` predictions.csv.gz) as method, model, rate_gbps, predicted_ms,
     with ``base_ms`` the predicted syncSGD time of the same model and rate (for predicted speed-ups)."""
     need = {"variant", "model", "mode", "compressor", "params", "bucket_mb", "rate_gbps", "predicted_ms"}
     missing = need - set(predictions.columns)
     if missing:
-        raise ValueError(f"predictions lack columns {sorted(missing)}: give a predictions.csv written by "
+        raise ValueError(f"predictions lack columns {sorted(missing)}: give the predictions.csv.gz written by "
                          f"`python -m studykit verify`")
     p = predictions[predictions["variant"] == variant].copy()
     if p.empty:

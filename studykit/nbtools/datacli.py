@@ -15,7 +15,8 @@ folder) or ``main`` (a module's ``main(argv)``). Each ``[[block]]`` names the bu
 
 Entries are rebuilt first, then blocks, which read the files under ``data/``. The check compares numbers within a
 tolerance (:data:`RTOL`, :data:`ATOL`; a number printed with decimals may also differ by one unit in its last
-printed digit, a rounding flip) and everything else exactly.
+printed digit, a rounding flip) and everything else exactly; a gzipped CSV (``.csv.gz``, as ``verify`` writes its
+predictions) is compared as the CSV it holds.
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ MANIFEST = paths.DATA / "campaigns.toml"
 STATUSES = ("current", "superseded", "archive")
 #: generator kind -> its required fields
 GENERATOR_FIELDS = {"verify": ("records", "args"), "report": ("script", "records", "outputs"), "main": ("module", "argv")}
-#: the files ``verify --out`` writes
-VERIFY_OUTPUTS = ("predictions.csv", "summary.csv", "networks.csv", "by_batch.csv")
+#: the files ``verify --out`` writes (the predictions gzipped: ``studykit.perfmodel.verify.files``)
+VERIFY_OUTPUTS = ("predictions.csv.gz", "summary.csv", "networks.csv", "by_batch.csv")
 RTOL = 1e-4  # relative tolerance of a regenerated number (the committed CSVs carry 6 significant digits)
 ATOL = 1e-8  # absolute tolerance, for numbers near zero
 _ENTRY_KEYS = ("question", "date", "machine", "commit", "status", "superseded_by", "note", "command", "generator")
@@ -305,10 +306,29 @@ def _close(x: float, y: float) -> bool:
     return (math.isnan(x) and math.isnan(y)) or abs(x - y) <= ATOL + RTOL * abs(y)
 
 
+def _is_csv(path: Path) -> bool:
+    """A CSV file, plain (``.csv``) or gzipped (``.csv.gz``)."""
+    return path.name.endswith((".csv", ".csv.gz"))
+
+
+def _same_gzipped_text(new: Path, old: Path) -> bool:
+    """Two gzipped files that decompress to the same bytes (two gzip streams of one text may differ: another
+    compression level or header); false where either is not gzip."""
+    import gzip
+    import zlib
+
+    try:
+        return gzip.decompress(new.read_bytes()) == gzip.decompress(old.read_bytes())
+    except (OSError, EOFError, zlib.error):  # gzip.BadGzipFile is an OSError
+        return False
+
+
 def _csv_difference(new: Path, old: Path) -> tuple[bool, float, str]:
+    """A CSV file (``.csv`` or ``.csv.gz``, read by pandas either way) against the committed one: the same columns
+    and rows, numbers within tolerance, text by :func:`text_difference`."""
     import pandas as pd
 
-    a, b = pd.read_csv(new), pd.read_csv(old)
+    a, b = pd.read_csv(new), pd.read_csv(old)  # compression inferred from the name (.gz: gzip)
     if list(a.columns) != list(b.columns):
         return False, math.inf, f"columns {list(a.columns)} vs {list(b.columns)} (committed)"
     if len(a) != len(b):
@@ -384,13 +404,17 @@ class Outcome:
 
 
 def compare_files(new: Path, old: Path, name: str, file: str, ignore: Iterable[str] = ()) -> Outcome:
-    """``new`` against the committed ``old``: byte for byte, else within tolerance by the file's kind."""
+    """``new`` against the committed ``old``: byte for byte (a gzipped CSV's decompressed bytes), else within
+    tolerance by the file's kind (a ``.csv.gz`` read as CSV, as a ``.csv``)."""
     if not new.exists() or not old.exists():
         return Outcome(name, file, "missing", math.inf, "not regenerated" if old.exists() else "not committed")
-    if new.read_bytes() == old.read_bytes():
+    if new.read_bytes() == old.read_bytes() or (new.name.endswith(".csv.gz") and _same_gzipped_text(new, old)):
         return Outcome(name, file, "identical")
-    if new.suffix == ".csv":
-        ok, rel, where = _csv_difference(new, old)
+    if _is_csv(new):
+        try:
+            ok, rel, where = _csv_difference(new, old)
+        except (ValueError, OSError, EOFError) as exc:  # a damaged file (pandas' parser errors are ValueErrors)
+            ok, rel, where = False, math.inf, f"could not be read as CSV: {exc}"
     elif new.suffix in (".json", ".jsonl"):
         ok, rel, where = _json_difference(_records(new), _records(old), "", frozenset(ignore))
     else:

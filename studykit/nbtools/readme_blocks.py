@@ -534,9 +534,15 @@ def lr_block(root: Path | str = TTA_LR) -> str:
 
 
 # ------------------------------------------------------------------ verification, claims, crossovers, runners
-def _verification(folder: str, name: str = "predictions.csv"):
+def _verification(folder: str, name: str | None = None):
+    """A table of the verification ``folder`` under ``data/``: its predictions (``predictions.csv.gz``) unless
+    ``name`` names another of its CSV files (``summary.csv``)."""
     import pandas as pd
 
+    if name is None:
+        from studykit.perfmodel.verify.files import read_predictions
+
+        return read_predictions(paths.DATA / folder)
     return pd.read_csv(paths.DATA / folder / name)
 
 

@@ -223,31 +223,37 @@ OWN_MODEL_MARKERS = {"syncSGD": "o", "fp16 baseline": "s", "post": "^", "hook": 
 
 def _own_model_folders(folders) -> list[Path]:
     """``folders`` (one or several) as paths, each checked to hold what ``benchmarks/own_model_check.py --out``
-    writes: ``predictions.csv`` and ``summary.json``."""
+    writes: ``predictions.csv.gz`` (or an earlier version's ``predictions.csv``) and ``summary.json``."""
+    from studykit.perfmodel.verify.files import OLD_PREDICTIONS, PREDICTIONS
+
     folders = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
     if not folders:
         raise ValueError("no folders given: pass the --out folders of benchmarks/own_model_check.py "
                          "(e.g. data/verification/own_model/vit_b16_p2)")
-    missing = [str(f / n) for f in folders for n in ("predictions.csv", "summary.json") if not (f / n).is_file()]
+    missing = [str(f / PREDICTIONS) for f in folders
+               if not (f / PREDICTIONS).is_file() and not (f / OLD_PREDICTIONS).is_file()]
+    missing += [str(f / "summary.json") for f in folders if not (f / "summary.json").is_file()]
     if missing:
         raise FileNotFoundError(f"missing {', '.join(missing)}: give folders that benchmarks/own_model_check.py "
-                                "--out wrote (predictions.csv and summary.json)")
+                                f"--out wrote ({PREDICTIONS} and summary.json)")
     return folders
 
 
 def own_model_figure(folders: str | Path | Iterable[str | Path]):
     """Predicted against measured iteration time (ms, log-log) of every row of each folder's
-    ``predictions.csv`` (``benchmarks/own_model_check.py``): a marker per group, a colour per world size,
+    ``predictions.csv.gz`` (``benchmarks/own_model_check.py``): a marker per group, a colour per world size,
     y = x dashed and the +-10 % band shaded; the title names each folder's fit rate (``summary.json``).
     Returns ``(fig, ax)``."""
     import seaborn as sns
 
+    from studykit.perfmodel.verify.files import PREDICTIONS, read_predictions
+
     folders = _own_model_folders(folders)
     fit = {f.name: json.loads((f / "summary.json").read_text())["fit_rate_gbps"] for f in folders}
-    pred = pd.concat([pd.read_csv(f / "predictions.csv").assign(folder=f.name) for f in folders], ignore_index=True)
+    pred = pd.concat([read_predictions(f).assign(folder=f.name) for f in folders], ignore_index=True)
     unknown = sorted(set(pred["group"]) - set(OWN_MODEL_MARKERS))
     if unknown:
-        raise ValueError(f"predictions.csv groups {unknown} are not among {list(OWN_MODEL_MARKERS)}")
+        raise ValueError(f"{PREDICTIONS} groups {unknown} are not among {list(OWN_MODEL_MARKERS)}")
     drawn = pred.dropna(subset=["measured_ms", "predicted_ms"])
     fig, ax = new(width=6.5, height=5.0, layout="constrained")
     sizes = sorted(drawn["world_size"].unique())
@@ -283,10 +289,12 @@ def own_model_figure(folders: str | Path | Iterable[str | Path]):
 def own_model_table(folders: str | Path | Iterable[str | Path]) -> pd.DataFrame:
     """Each folder's ``summary.json`` groups (``benchmarks/own_model_check.py``): folder, world size, the fit's
     rate (Gbit/s), group, n, median and max |relative error| (fractions), their targets and whether both are met."""
+    from studykit.perfmodel.verify.files import read_predictions
+
     rows = []
     for f in _own_model_folders(folders):
         summary = json.loads((f / "summary.json").read_text())
-        sizes = sorted(int(p) for p in pd.read_csv(f / "predictions.csv")["world_size"].unique())
+        sizes = sorted(int(p) for p in read_predictions(f)["world_size"].unique())
         world = sizes[0] if len(sizes) == 1 else ", ".join(map(str, sizes))  # a folder scored at several sizes
         for g in summary["groups"]:
             rows.append({"folder": f.name, "world_size": world, "fit_rate_gbps": summary["fit_rate_gbps"],

@@ -91,11 +91,13 @@ minimum of ``ms_min``, the median of any other statistic (:func:`_pool`,
 
 The package holds one module per job: :mod:`.platform` (a records folder read into a :class:`Platform`),
 :mod:`.scoring` (one record through the model, leave-one-out calibration, :func:`verify_platform`),
-:mod:`.tables` (summaries and Markdown tables of the outputs) and :mod:`.cli` (:func:`verify` over
-platforms, the command's parser and :func:`main`).
+:mod:`.tables` (summaries and Markdown tables of the outputs), :mod:`.files` (the gzipped predictions file,
+``predictions.csv.gz``: :func:`read_predictions`) and :mod:`.cli` (:func:`verify` over platforms, the command's
+parser and :func:`main`).
 """
 # every name that other modules, tests and notebooks read from here (a few underscore helpers included)
 from studykit.perfmodel.verify.cli import build_parser, default_sources, main, verify
+from studykit.perfmodel.verify.files import PREDICTIONS, read_predictions, write_predictions
 from studykit.perfmodel.verify.platform import STATS, Platform, load_platform
 from studykit.perfmodel.verify.scoring import (CALIBRATE_MAX_P, DDP_DEFAULT_BUCKET_MB, ENCODE_DECODE_SOURCES,
                                                GAMMA_SOURCES, GROUPS, HOOK_GAMMA_SOURCES, MIB,
@@ -112,4 +114,5 @@ __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", 
            "implied_encode_decode", "implied_encode_decode_markdown",
            "small_batch_table", "SMALL_BATCH", "load_platform",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
-           "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main"]
+           "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main",
+           "PREDICTIONS", "read_predictions", "write_predictions"]

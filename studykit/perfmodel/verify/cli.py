@@ -1,5 +1,5 @@
 """``python -m studykit verify``'s command: :func:`verify` over platforms, :func:`build_parser` and
-:func:`main` (writes predictions.csv, summary.csv, by_batch.csv and networks.csv)."""
+:func:`main` (writes predictions.csv.gz, summary.csv, by_batch.csv and networks.csv)."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from studykit import paths
+from studykit.perfmodel.verify.files import PREDICTIONS, write_predictions
 from studykit.perfmodel.verify.platform import STATS, _inputs, _isnull, load_platform
 from studykit.perfmodel.verify.scoring import (CALIBRATE_MAX_P, ENCODE_DECODE_SOURCES, GAMMA_SOURCES,
                                                HOOK_GAMMA_SOURCES, PATH_OVERHEAD_SOURCES, VARIANTS,
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             "world_size", "rate_gbps", "overhead_ms", "t_comp_ms", "t_obs_ms", "t_comm_ms", "t_encode_decode_ms",
             "gamma", "delta_ms", "k_buckets", "bound", "n_iter", "n_records", "meas_iqr_rel", "inputs"]
     pred = pred[[c for c in cols if c in pred.columns]]
-    pred.to_csv(out / "predictions.csv", index=False, float_format="%.6g")
+    write_predictions(pred, out)  # gzipped, deterministic (its rows repeat long strings: ~19x smaller)
     summ = summarize(pred)
     summ.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     nets.to_csv(out / "networks.csv", index=False, float_format="%.6g")
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             print("note:", n)
         if len(notes) > 20:
             print(f"note: ... {len(notes) - 20} more")
-        print(f"wrote {_shown(out) / 'predictions.csv'} ({len(pred)} rows), summary.csv, by_batch.csv, networks.csv")
+        print(f"wrote {_shown(out) / PREDICTIONS} ({len(pred)} rows), summary.csv, by_batch.csv, networks.csv")
     return 0
 
 

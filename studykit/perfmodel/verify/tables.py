@@ -34,9 +34,10 @@ def implied_encode_decode(predictions: pd.DataFrame, *, variant: str = "extended
     (Eq. 1 of Agarwal et al. 2022, https://arxiv.org/abs/2103.00543, Sec. 4.1, with the extended model's
     overhead ``O``; nothing overlaps after the backward pass), so ``measured - O - T_comp - T_comm`` is the
     encode/decode the iteration actually paid, if every other term is right. One row per model and
-    compressor configuration of ``predictions`` (a ``verify`` ``predictions.csv``): how many rates, the
-    profiled ``T_encode_decode`` (ms, median), the implied one (ms, median over the rates), their ratio and
-    the largest |relative error| of the iteration time. ``worst``: keep only that many rows, largest error
+    compressor configuration of ``predictions`` (a ``verify`` ``predictions.csv.gz``, as
+    :func:`~studykit.perfmodel.verify.files.read_predictions` reads it): how many rates, the profiled
+    ``T_encode_decode`` (ms, median), the implied one (ms, median over the rates), their ratio and the largest
+    |relative error| of the iteration time. ``worst``: keep only that many rows, largest error
     first (default: all, same order)."""
     need = {"variant", "mode", "model", "compressor", "params", "measured_ms", "overhead_ms", "t_comp_ms",
             "t_comm_ms", "t_encode_decode_ms", "rel_error"}
