@@ -1273,3 +1273,55 @@ def test_picks_since_names_the_choices_made_since(monkeypatch):
     assert _fast.picks_since(before) == {"row_topk/100/4096/41": 3}
     assert _fast.picks_since(set(fresh)) is None
     assert _fast.picks_since(set()) == {"topk/10/2": 1, "row_topk/100/4096/41": 3}
+
+
+def test_codec_kernels_readme_reading_of_the_device_decided_topk_holds():
+    """data/measurements/codec_kernels_h200/README.md on topk_nosync/: every number of its reading, from the
+    records (per-kernel times and picks from the logs, which print them)."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `topk_nosync/`"):]
+    before, after = (RB.topk_nosync_records(c) for c in RB.TOPK_NOSYNC_RUNS)
+    assert RB.TOPK_NOSYNC_RUNS == ("9f804a5", "e4a8ed4") and all(f"`{c}`" in text for c in RB.TOPK_NOSYNC_RUNS)
+
+    def ms(sel, model, path, replayed=False, digits=2):
+        return f"{sel[(model, path, replayed)]['ms_median']:.{digits}f}"
+
+    nosync_r = after[("resnet50", "sampled_nosync", True)]
+    assert nosync_r["ms_median"] < after[("resnet50", "torch", True)]["ms_median"]
+    assert (f"takes {ms(after, 'resnet50', 'sampled_nosync', True)} ms on ResNet-50's gradient at 1 %, against "
+            f"{ms(after, 'resnet50', 'torch', True)} ms for `torch.topk` "
+            f"({nosync_r['ms_median'] / nosync_r['floor_ms']:.1f}x the floor)") in text
+    assert (f"and {ms(after, 'bert_base', 'sampled_nosync', True)} against {ms(after, 'bert_base', 'torch', True)} "
+            "ms on BERT-base's") in text
+    eager = (after[("resnet50", p, False)]["ms_median"] for p in ("sampled_nosync", "sampled"))
+    assert next(eager) > next(eager)
+    assert (f"({ms(after, 'resnet50', 'sampled_nosync')} against {ms(after, 'resnet50', 'sampled')} ms on "
+            "ResNet-50)") in text
+    log = (Path(CODEC_KERNELS) / "topk_nosync" / "topk_select_e4a8ed4.log").read_text(encoding="utf-8")
+    picks = re.findall(r"topk_abs picked: .*'topk_graph/\d+/\d+': (\d)", log)
+    assert picks == ["0", "0"]  # both models: the device-decided sampled method, first of the no-sync candidates
+    # radix select: 11-bit passes before, from the per-kernel lines printed after ResNet-50's radix replay
+    old = (Path(CODEC_KERNELS) / "topk_nosync" / "topk_select_9f804a5.log").read_text(encoding="utf-8")
+    part = old[old.index("resnet50   ratio=0.01   radix graph"):]
+    part = part[:part.index("\ntopk ")]
+    hist = [float(m) for m in re.findall(r"([\d.]+) us\s+_hist_kernel", part)][::2]  # each pass: bulk, then its tail
+    assert len(hist) == 3 and f"the 11-bit passes took {hist[0] / 1e3:.2f} ms each" in text
+    assert f"{hist[1] / 1e3:.2f}" == f"{hist[0] / 1e3:.2f}" and f"the 9-bit pass {hist[2] / 1e3:.2f} ms" in text
+    assert (f"radix select took {ms(after, 'resnet50', 'radix')} ms in all, against {ms(before, 'resnet50', 'radix')} "
+            f"ms, and {ms(after, 'bert_base', 'radix')} against {ms(before, 'bert_base', 'radix')} ms") in text
+    assert after[("bert_base", "radix", False)]["ms_median"] < after[("bert_base", "torch", False)]["ms_median"]
+    # the codec runs
+    runs = load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_nosync" / "codecs.jsonl"), quiet=True)
+    prev = load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_rows" / "codecs.jsonl"), quiet=True)
+    runs, prev = ([r for r in rs if r["kind"] == "bench"] for rs in (runs, prev))  # not the kernel counts
+    topk = [r for r in runs if r["compressor"] == "topk" and r["params"].get("scope") == "global"]
+    dgc = sorted(r["ms_median"] for r in runs if r["compressor"] == "dgc")
+    dgc_prev = sorted(r["ms_median"] for r in prev if r["compressor"] == "dgc")
+    assert len(topk) == 2 and len(dgc) == 2 and len(dgc_prev) == 2
+    t1 = next(r for r in topk if r.get("picked"))
+    assert f"take {t1['ms_median']:.3f} ms replayed ({max(r['ms_median'] for r in topk) / t1['floor_ms']:.1f}x" in text
+    d1 = next(r for r in runs if r["compressor"] == "dgc" and r.get("picked"))
+    assert d1["picked"]["topk_graph/511142/255571"] == 1 == d1["picked"]["topk_no_sync/511142/255571"]  # radix
+    assert not _fast._sampled_ok(511_142, 255_571) and "511,142 candidates" in text
+    assert (f"DGC took {dgc[0]:.3f} and {dgc[1]:.3f} ms in its two runs ({dgc[1] / d1['floor_ms']:.1f}x" in text
+            and f"measured {dgc_prev[0]:.3f} and {dgc_prev[1]:.3f} ms" in text)

@@ -32,7 +32,7 @@ def codec_runs_block(campaigns: list) -> str:
         eager = int((compared.get("timer") == "cuda_events_eager").sum()) if "timer" in compared.columns else 0
         targets = bench.speed_targets(compared)
         verdicts = targets["verdict"].isin(["PASS", "MISS"])
-        commits = sorted({str(r.get("git_commit", "unknown")) for r in records})
+        commits = sorted({str(r.get("git_commit", "unknown"))[:7] for r in records})  # short hashes
         out.append(f"| {Path(c).name} | {', '.join(commits)} | {'; '.join(TIMED.get(t, t) for t in timers)} | "
                    f"{int(judged.sum())} of {len(judged)} | {eager if 'cuda_graph' in timers else ''} | "
                    f"{int((targets['verdict'] == 'PASS').sum())} of {int(verdicts.sum())} |")

@@ -349,6 +349,33 @@ def _topk_select_blocks() -> tuple[str, str]:
     return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
 
 
+#: topk_nosync/'s record files, one per commit (the same configurations: loaded apart, not merged)
+TOPK_NOSYNC_RUNS = ("9f804a5", "e4a8ed4")
+#: topk_select's paths in the order the table shows them
+TOPK_PATHS = ("sampled", "sampled_nosync", "radix", "torch")
+
+
+def topk_nosync_records(commit: str) -> dict:
+    """``{(model, path, replayed): record}`` of ``topk_nosync/topk_select_<commit>.jsonl.gz``'s selections."""
+    recs = _load(CODEC_KERNELS / "topk_nosync" / f"topk_select_{commit}.jsonl.gz")
+    return {(r["model"], r["params"]["path"], bool(r["params"].get("graph"))): r for r in recs
+            if r["phase"] == "topk_select"}
+
+
+def _topk_nosync_block() -> str:
+    """TopK's exact selections eager and replayed, per commit and model: ms (x floor)."""
+    rows = ["| commit | model | k | " + " | ".join(f"{p} {how}" for p in TOPK_PATHS
+                                                   for how in (("eager", "replayed") if p != "sampled" else ("eager",)))
+            + " |", "|---|---|---:|" + "---:|" * (2 * len(TOPK_PATHS) - 1)]
+    for commit in TOPK_NOSYNC_RUNS:
+        sel = topk_nosync_records(commit)
+        for model in dict.fromkeys(m for m, _, _ in sel):
+            cells = [sel[(model, p, g)] for p in TOPK_PATHS for g in ((False, True) if p != "sampled" else (False,))]
+            rows.append(f"| `{commit}` | {model} | {cells[0]['k']} | " + " | ".join(
+                f"{r['ms_median']:.3f} ({r['ms_median'] / r['floor_ms']:.1f})" for r in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def _topk_codec_block() -> str:
     """The TopK codecs' ``codec_kernels`` records, fast path beside the reference."""
     recs = _load(CODEC_KERNELS / "topk_sampled" / "codec_kernels.jsonl")
@@ -400,6 +427,7 @@ def codec_kernels_blocks() -> dict[str, str]:
     blocks["thc-tf32x3"] = _thc_signed_block("thc_tf32x3")
     blocks["topk-select"], blocks["topk-compact"] = _topk_select_blocks()
     blocks["topk-codecs"] = _topk_codec_block()
+    blocks["topk-nosync"] = _topk_nosync_block()
     return blocks
 
 
