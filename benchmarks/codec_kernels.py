@@ -12,7 +12,9 @@ Two passes over the codecs, in one process:
    kind ``bench``, with the copy bandwidth and memory floor of this run);
 2. then, after every timing (the profiler slows every later launch), the same call ``--reps`` times under
    ``torch.profiler`` (:func:`studykit.measure.bench.kernel_times`): each kernel's median device time
-   (records of kind ``codec_kernels``).
+   (records of kind ``codec_kernels``). With ``--graph`` the call is captured as a CUDA graph and its replays are
+   profiled, since a capture may run other kernels than an eager call (TopK's selection is picked apart for
+   replays); a call that cannot be replayed is profiled eagerly (``profiled``: ``replay`` or ``eager``).
 
 The sum of a codec's kernel medians is what its kernels alone cost: no codec built from these kernels can
 be timed below it. What the timed call takes beyond that sum is launch gaps and small waits between
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from studykit import compressors as C  # noqa: E402
 from studykit import models as M  # noqa: E402
 from studykit.measure import bench  # noqa: E402
+from studykit.ddp.hook import replay_fingerprint  # noqa: E402
 from studykit.measure.records import RecordWriter, config_id, load_records, make_record  # noqa: E402
 from studykit.measure.runtime import CompressorSpec, note, parse_compressor_specs  # noqa: E402
 
@@ -75,9 +78,15 @@ def _profile_one(spec, fast: bool, flat, per_tensor, writer, done, device, model
     if cid in done:
         return
     try:
-        kernels = bench.kernel_times(fn, device, reps=reps, flush_bytes=policy.flush_for(device))
+        call, profiled = fn, "eager"
+        if policy.graph:  # the kernels a replay runs (a capture may choose otherwise than an eager call)
+            fn()  # eager first, as the timing pass did: the picks a capture replays
+            graph = bench.capture_call(fn, device, lambda: replay_fingerprint(comp, 0))
+            if graph is not None:
+                call, profiled = graph.replay, "replay"
+        kernels = bench.kernel_times(call, device, reps=reps, flush_bytes=policy.flush_for(device))
         rec = make_record("codec_kernels", cid, device=device, reps=reps, kernels=kernels, n_kernels=len(kernels),
-                          ms_kernels=sum(k["us_median"] for k in kernels) / 1e3, **ident)
+                          ms_kernels=sum(k["us_median"] for k in kernels) / 1e3, profiled=profiled, **ident)
     except (ValueError, RuntimeError) as exc:
         rec = make_record("codec_kernels", cid, device=device, status="error", reps=reps,
                           reason=f"{type(exc).__name__}: {exc}"[:500], **ident)
@@ -117,7 +126,8 @@ def report(out: Path, verbose: bool = True, write: bool = True) -> str:
         top = sorted(k["kernels"], key=lambda x: -x["us_median"])[:3]
         names = "; ".join(f"{x['name'][:48]}: {x['us_median']:.1f} ({100 * x['us_median'] / 1e3 / total:.0f} %)"
                           for x in top)
-        cell_k = f"{total:.4f} ({total / floor:.2f})" if floor else f"{total:.4f}"
+        cell_k = (f"{total:.4f} ({total / floor:.2f})" if floor else f"{total:.4f}") + (
+            ", replayed" if k.get("profiled") == "replay" else "")
         gap = f"{t['ms_median'] - total:.4f}" if t else ""
         rows.append(f"| {_codec_cell(k)} | {bench._params_str(k['params'])} | {cell_t} | {k['n_kernels']} | "
                     f"{cell_k} | {gap} | {names} |")

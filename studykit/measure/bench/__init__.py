@@ -29,7 +29,7 @@ from studykit.measure.bench.targets import AGREE_TOL, SPEED_TARGETS, TARGETS, Sp
 # outside __all__ but reached as bench.NAME by the benchmark scripts and tests: the modules' other names, and
 # those bench's code takes from the measure modules
 from studykit.measure.bench.calls import (BUDGET_S, _fast_paths, _host_ms, _kernels, _settle, _time,  # noqa: F401
-                                          kernel_times, policy_text, split_calls)
+                                          capture_call, kernel_times, policy_text, split_calls)
 from studykit.measure.bench.cli import DDP_MODELS, DDP_SPECS, build_parser  # noqa: F401
 from studykit.measure.bench.codecs import (FAST_CODECS, LOW_RANK, RAW_TIMES_MAX, codec_inputs,  # noqa: F401
                                            encdec_call)
