@@ -1325,3 +1325,36 @@ def test_codec_kernels_readme_reading_of_the_device_decided_topk_holds():
     assert not _fast._sampled_ok(511_142, 255_571) and "511,142 candidates" in text
     assert (f"DGC took {dgc[0]:.3f} and {dgc[1]:.3f} ms in its two runs ({dgc[1] / d1['floor_ms']:.1f}x" in text
             and f"measured {dgc_prev[0]:.3f} and {dgc_prev[1]:.3f} ms" in text)
+
+
+def test_codec_kernels_readme_reading_of_the_replayed_profiles_holds():
+    """data/measurements/codec_kernels_h200/README.md on replayed_nosync/: every number, from the records."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `replayed_nosync/`"):]
+    recs = load_records(str(Path(CODEC_KERNELS) / "replayed_nosync" / "codec_kernels.jsonl"), quiet=True)
+    timed = {r["compressor"]: r for r in recs if r["kind"] == "bench"}
+    kern = {r["compressor"]: r for r in recs if r["kind"] == "codec_kernels"}
+    assert {r["git_commit"][:7] for r in recs if r.get("git_commit")} == {"577f0e9"} and "`577f0e9`" in text
+    assert all(k["profiled"] == "replay" for k in kern.values())
+
+    def us(name, *parts):  # the kernels whose names hold any of parts, summed
+        return sum(x["us_median"] for x in kern[name]["kernels"] if any(p in x["name"] for p in parts))
+
+    for name, label in (("topk", "TopK's"), ("dgc", "DGC's")):
+        t, k = timed[name], kern[name]
+        assert f"{t['ms_median']:.3f} ms ({t['ms_median'] / t['floor_ms']:.1f}x" in text
+        assert f"its {k['n_kernels']} kernels {k['ms_kernels']:.3f} ms" in text and label in text
+    big = {}  # each Triton kernel's bulk launch (its masked tail launch is the smaller one)
+    for x in kern["topk"]["kernels"]:
+        big[x["name"]] = max(big.get(x["name"], 0.0), x["us_median"])
+    assert f"compacting pass ({big['_compact_ge_kernel']:.0f} us)" in text
+    assert f"counting pass ({big['_count_ge_kernel']:.0f} us)" in text
+    fill = max(x["us_median"] for x in kern["topk"]["kernels"] if "FillFunctor<float>" in x["name"])
+    assert f"zero fill ({fill:.0f} us)" in text
+    assert f"take {us('topk', 'mbtopk', 'scan_by_key'):.0f} us together" in text
+    gated = [x for x in kern["topk"]["kernels"] if x["name"].startswith(("_hist_kernel", "_select_bin", "_rank_"))]
+    assert f"select's {len(gated)} gated kernels, idle because the sample held, take " \
+           f"{sum(x['us_median'] for x in gated):.0f} us" in text
+    assert f"`torch.topk`'s kernels take {us('dgc', 'mbtopk', 'scan_by_key'):.0f} us" in text
+    dgc_compact = max(x["us_median"] for x in kern["dgc"]["kernels"] if x["name"] == "_compact_ge_kernel")
+    assert f"its compacting pass {dgc_compact:.0f} us" in text
