@@ -180,6 +180,42 @@ def pick(key, candidates) -> int:
     guard that keeps a fused path from ever being slower than the plain-PyTorch one it replaces.
     The plain path comes last: a candidate before it that raises (a kernel this GPU or Triton cannot
     build) is left out with a warning. Without CUDA (or under the interpreter) the first is taken."""
+    return _pick_timed(key, candidates, _eager)
+
+
+def pick_replayed(key, candidates) -> int:
+    """:func:`pick` for calls a CUDA graph will hold: each candidate captured once (after an eager call) and its
+    replays timed, so launches cost what a replay pays for them, not what an eager call's host does. A candidate
+    whose capture fails (it waits for the device) is left out with a warning, as in :func:`pick`."""
+    return _pick_timed(key, candidates, _captured)
+
+
+def _eager(fn):
+    """:func:`pick`'s warm-up: one call; the call itself is timed."""
+    fn()
+    return fn
+
+
+def _captured(fn):
+    """:func:`pick_replayed`'s warm-up: one eager call (the picks and lazily made state a capture cannot make), the
+    capture, one replay; the replay is timed. A failed capture is raised after the default generator is taken out
+    of capture mode (the capture's end, which would, never ran)."""
+    fn()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            fn()
+    except RuntimeError:
+        scratch = torch.zeros(1, device="cuda")
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+            scratch.add_(1)
+        raise
+    graph.replay()
+    return graph.replay
+
+
+def _pick_timed(key, candidates, warm) -> int:
+    """:func:`pick` and :func:`pick_replayed`: ``warm(fn)`` readies each candidate and returns what to time."""
     if key in _PICKED:
         return _PICKED[key]
     if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
@@ -188,56 +224,19 @@ def pick(key, candidates) -> int:
     times = []
     for i, fn in enumerate(candidates):
         try:
-            fn()
+            call = warm(fn)
         except Exception as exc:  # noqa: BLE001 - e.g. a tl.dot precision this GPU or Triton lacks
             if i == len(candidates) - 1:
                 raise  # the last candidate is the plain-PyTorch path: its failure is a real error
             times.append(float("inf"))
             warnings.warn(f"fast path {key[0]!r}: candidate {i} failed ({type(exc).__name__}: {exc}); left out",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=3)
             continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
-        fn()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    _PICKED[key] = min(range(len(times)), key=times.__getitem__)
-    return _PICKED[key]
-
-
-def pick_replayed(key, candidates) -> int:
-    """:func:`pick` for calls a CUDA graph will hold: each candidate (none may wait for the device) captured once
-    and its replays timed (two after one), so launches cost what a replay pays for them, not what an eager call's
-    host does. A candidate whose capture fails is left out (the last one is the plain-PyTorch path). Remembered
-    per ``key``; without CUDA (or under the interpreter) the first is taken."""
-    if key in _PICKED:
-        return _PICKED[key]
-    if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
-        _PICKED[key] = 0
-        return 0
-    times = []
-    for i, fn in enumerate(candidates):
-        fn()  # eager first: the picks and lazily made state a capture cannot make
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                fn()
-        except RuntimeError:
-            times.append(float("inf"))
-            scratch = torch.zeros(1, device="cuda")  # takes the default generator out of capture mode
-            with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
-                scratch.add_(1)
-            if i == len(candidates) - 1:
-                raise  # the plain-PyTorch path cannot be captured: no graph can hold this call
-            continue
-        graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        graph.replay()
+        call()
+        call()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))

@@ -189,12 +189,23 @@ def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row
 # ====================================================================== radix select
 if HAVE_TRITON:
     @triton.jit
+    def _rank_masks(x_ptr, n, state_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
+        """Block p's positions and which of its |x| are above and equal to the k-th largest magnitude's float bits
+        (state[0]), as int32 0/1: ``(p, idx, gt, eq)``."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        t = tl.load(state_ptr)
+        return p, idx, ((v > t) & m).to(tl.int32), ((v == t) & m).to(tl.int32)
+
+    @triton.jit
     def _hist_kernel(x_ptr, n, state_ptr, hist_ptr, skip_ptr, start, MASKED: tl.constexpr, MATCH_SHIFT: tl.constexpr,
                      SHIFT: tl.constexpr, NBINS: tl.constexpr, FIRST: tl.constexpr, BLOCK: tl.constexpr,
                      ITERS: tl.constexpr, GATED: tl.constexpr):
         """Histogram of bits [SHIFT, SHIFT + log2 NBINS) of |x|'s float bits over the elements whose
-        higher bits (>> MATCH_SHIFT) equal the prefix chosen so far (state[0]). GATED: nothing done when
-        skip_ptr[0] is not 0."""
+        higher bits (>> MATCH_SHIFT) equal the prefix chosen so far (state[0]). GATED (every kernel of radix
+        select): nothing done when skip_ptr[0] is not 0."""
         go = True
         if GATED:
             go = tl.load(skip_ptr) == 0
@@ -239,13 +250,9 @@ if HAVE_TRITON:
         if GATED:
             go = tl.load(skip_ptr) == 0
         if go:
-            p = start // BLOCK + tl.program_id(0)
-            idx = p * BLOCK + tl.arange(0, BLOCK)
-            m = idx < n
-            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-            t = tl.load(state_ptr)
-            tl.store(counts_ptr + p, tl.sum(((v > t) & m).to(tl.int32), axis=0))
-            tl.store(counts_ptr + nblocks + p, tl.sum(((v == t) & m).to(tl.int32), axis=0))
+            p, idx, gt, eq = _rank_masks(x_ptr, n, state_ptr, start, MASKED, BLOCK)
+            tl.store(counts_ptr + p, tl.sum(gt, axis=0))
+            tl.store(counts_ptr + nblocks + p, tl.sum(eq, axis=0))
 
     @triton.jit
     def _rank_compact_kernel(x_ptr, n, state_ptr, skip_ptr, ends_ptr, nblocks, out_ptr, k, start,
@@ -257,13 +264,7 @@ if HAVE_TRITON:
         if GATED:
             go = tl.load(skip_ptr) == 0
         if go:
-            p = start // BLOCK + tl.program_id(0)
-            idx = p * BLOCK + tl.arange(0, BLOCK)
-            m = idx < n
-            v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-            t = tl.load(state_ptr)
-            gt = ((v > t) & m).to(tl.int32)
-            eq = ((v == t) & m).to(tl.int32)
+            p, idx, gt, eq = _rank_masks(x_ptr, n, state_ptr, start, MASKED, BLOCK)
             slot_gt = tl.load(ends_ptr + p) - tl.sum(gt, axis=0) + tl.cumsum(gt, axis=0) - 1
             # the scan runs over both rows back to back: the equal ones' sums start past all the counts above t
             n_gt_all = tl.load(ends_ptr + nblocks - 1)
