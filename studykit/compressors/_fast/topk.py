@@ -31,7 +31,7 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
       if they may miss some of the top k, the exact method runs on everything. Two forms: one host
       synchronisation decides (:func:`_sampled_topk`, ``torch.topk`` on everything when missed), or the device
       decides (:func:`_sampled_topk_nosync`, radix select on everything, its kernels idle when not needed);
-    * radix select (:func:`_radix_topk`: three histogram passes over |x|'s bits find the k-th
+    * radix select (:func:`_radix_topk`: four histogram passes over |x|'s bits (:data:`_RADIX`) find the k-th
       largest magnitude; a counting and a compacting pass then write everything above it and the first ones
       equal to it, ascending positions; no sort, no host synchronisation);
     * ``torch.topk`` itself.
@@ -40,8 +40,9 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     synchronising sampled method against that pick. Under a CUDA graph capture (the DDP hook's graph runner,
     ``bench --graph``) the synchronising one is left out, and the pick is the one an eager call with the same size
     made among the other three timed as graph replays (key ``topk_graph``, :func:`pick_replayed`; eager, the
-    device-decided sampled method pays its host's many launches: on an H200, ResNet-50's gradient at 1 %, 0.97 ms
-    eager against 0.30 ms replayed, ``torch.topk`` 0.58 ms replayed); ``torch.topk`` where none was made."""
+    device-decided sampled method pays its host's many launches: on an H200, ResNet-50's gradient at 1 %, 0.78 ms
+    eager against 0.30 ms replayed, ``torch.topk`` 0.59 ms replayed: codec_kernels_h200/topk_nosync);
+    ``torch.topk`` where none was made."""
     n = x.numel()
     no_sync = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
     sampled = _sampled_ok(n, k)
@@ -283,7 +284,7 @@ _RANK_BLOCK = 4096
 
 def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
                 skip: torch.Tensor | None = None) -> torch.Tensor:
-    """Positions (int64) of the k largest |x|: three histogram passes over |x|'s float bits find the k-th
+    """Positions (int64) of the k largest |x|: histogram passes over |x|'s float bits (:data:`_RADIX`) find the k-th
     largest magnitude t; a counting pass and a compacting pass write everything above t, then the first ones
     equal to it (each ascending) into ``out`` (new if None). No host synchronisation. ``skip`` (a 1-element
     int32 tensor): when it holds a nonzero value (known on the device only), every kernel returns at once and
