@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from studykit.comm import COMM_KINDS, Communicator, RecordingComm, make_comm
 from studykit.compressors import Compressor, get
+from studykit.compressors._fast.common import settle_generators
 from studykit.compressors.base import _shares_memory, all_finite, copy_back, views
 from studykit.compressors.registry import as_bool
 
@@ -542,15 +543,6 @@ def _capture(state: HookState, comp: Compressor, group: list, gkey, ids: list, w
     state.bytes_sent += rec.nbytes
     state.calls += 1
     return [b for b, *_ in group]
-
-
-def settle_generators(device: torch.device) -> None:
-    """After a failed capture: PyTorch's default CUDA generator stays in capture mode (the capture's end, which
-    takes it out, never ran), and every later random operation (the model's dropout) would fail; a trivial
-    capture that succeeds takes it out."""
-    scratch = torch.zeros(1, device=device)
-    with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
-        scratch.add_(1)
 
 
 def replay_fingerprint(comp: Compressor, key) -> tuple:

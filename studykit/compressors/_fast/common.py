@@ -25,7 +25,7 @@ except Exception:  # noqa: BLE001 - any import problem means: no fast path
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "enabled_for", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
-           "_launch1", "_PICKED", "pick", "pick_replayed", "picks_since", "abs_max", "rows"]
+           "_launch1", "_PICKED", "pick", "pick_replayed", "settle_generators", "picks_since", "abs_max", "rows"]
 
 #: element counts from here on would overflow the kernels' int32 offsets
 _MAX_NUMEL = 2**31 - 2**20
@@ -206,12 +206,19 @@ def _captured(fn):
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fn()
     except RuntimeError:
-        scratch = torch.zeros(1, device="cuda")
-        with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
-            scratch.add_(1)
+        settle_generators(torch.device("cuda"))
         raise
     graph.replay()
     return graph.replay
+
+
+def settle_generators(device: torch.device) -> None:
+    """After a failed capture: PyTorch's default CUDA generator stays in capture mode (the capture's end, which
+    takes it out, never ran), and every later random operation (a model's dropout) would fail; a trivial
+    capture that succeeds takes it out."""
+    scratch = torch.zeros(1, device=device)
+    with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+        scratch.add_(1)
 
 
 def _pick_timed(key, candidates, warm) -> int:

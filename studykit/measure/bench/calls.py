@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from studykit.compressors._fast.common import settle_generators
 from studykit.measure.timing import (L2_FLUSH_BYTES, MIN_REPS, MIN_TIME_S, HostSyncCall, Timing, host_clock, host_ms,
                                     time_fn)
 
@@ -176,8 +177,6 @@ def capture_call(fn: Callable[[], object], device, fingerprint: Callable[[], obj
     """``fn``'s call captured as a CUDA graph (the capture runs the call once), or None where a replay would not be
     its next call: the capture failed (the call waits for the device), or ``fingerprint()`` (taken before and after)
     changed: the call drew host-seeded random numbers or replaced its state tensors."""
-    from studykit.ddp.hook import settle_generators
-
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError(f"capture_call needs a CUDA device (CUDA graphs), got {device}")
