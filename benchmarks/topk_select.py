@@ -1,6 +1,6 @@
 """The exact top-k selections that :func:`studykit.compressors._fast.topk_abs` chooses between with
 :func:`studykit.compressors._fast.pick`, timed side by side in one process on a flat gradient: the sampled
-threshold (a count pass and a compact pass keep the candidates, ``torch.topk`` on those; whether they hold the
+threshold (a count pass and a compact pass keep the candidates, radix select on those; whether they hold the
 top k decided by one host synchronisation, ``_sampled_topk``, or on the device, ``_sampled_topk_nosync``),
 radix select (``_radix_topk``) and ``torch.topk`` itself. CUDA only.
 
@@ -15,10 +15,10 @@ this process. The methods without a host synchronisation are also timed as a CUD
 ``params`` ``graph`` true; checked against ``torch.topk`` first), and the kit's own ones per kernel (device
 times, ``bench.kernel_times``, printed only). Where the sampled method applies, also its counting and
 compacting passes alone (``_fast._compact_ge``) in every program shape ``pick`` chooses among
-(``_fast.COMPACT_SHAPES``). Records of kind ``bench`` (``phase`` ``topk_select``, ``params`` ``ratio`` and
-``path`` ``sampled`` / ``sampled_nosync`` / ``radix`` / ``torch``; ``phase`` ``compact_ge``, ``params``
-``ratio``, ``block``, ``rows``)
-go to ``--out`` with the usual provenance.
+(``_fast.COMPACT_SHAPES``), eagerly and replayed. Records of kind ``bench`` (``phase`` ``topk_select``, ``params``
+``ratio`` and ``path`` ``sampled`` / ``sampled_nosync`` / ``radix`` / ``torch``; ``phase`` ``compact_ge``,
+``params`` ``ratio``, ``block`` and ``rows`` (a prefix sum over x's elements) or ``span`` (the bitmask walked),
+``graph`` true where replayed) go to ``--out`` with the usual provenance.
 
 The chunked top-k's per-row selection (``_fast.row_topk``, rows of ``--chunk`` elements) is timed the same way in
 every program shape ``pick`` chooses among (``_fast.ROW_TOPK_SHAPES``: stopping once exactly k reach the
@@ -89,6 +89,29 @@ def rows_per_chunk(x, model, ratio, chunk, floor, copy_gbps, device, timing, pol
     _write(writer, policy, device, t, model, "row_scatter", n, kr, floor, copy_gbps, {"ratio": ratio, "chunk": chunk})
 
 
+def compact_shapes(x, model, ratio, k, floor, copy_gbps, device, timing, policy, writer) -> None:
+    """The counting and compacting passes alone at the sampled method's threshold, in each of ``COMPACT_SHAPES``
+    (each first checked against ``torch.nonzero_static``), timed eagerly and as a CUDA graph's replay."""
+    n = x.numel()
+    t_bits, cap = _fast._threshold_from_sample(x, k)
+    want = torch.nonzero_static(x.abs().view(torch.int32) >= t_bits, size=cap, fill_value=n).view(-1)
+    for block, form in _fast.COMPACT_SHAPES:
+        shape = {"block": block, "span": -form} if form < 0 else {"block": block, "rows": form}
+        label = " ".join(f"{a}={b}" for a, b in shape.items())
+        fn = lambda b=block, f=form: _fast._compact_ge(x, t_bits, cap, b, f)  # noqa: E731
+        if not torch.equal(fn()[0], want):
+            raise SystemExit(f"topk_select: compact_ge {label} did not keep the entries at the threshold")
+        held = {}
+        graph = capture_call(lambda: held.setdefault("out", fn()), device)
+        for replayed, call in ((False, fn), (True, graph.replay)):
+            t = time_fn(call, device=device, **timing)
+            print(f"topk {model:10s} ratio={ratio:<6g} compact_ge {label}{' graph' if replayed else ''} "
+                  f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
+                  flush=True)
+            _write(writer, policy, device, t, model, "compact_ge", n, k, floor, copy_gbps,
+                   {"ratio": ratio, **shape, **({"graph": True} if replayed else {})}, cap=cap)
+
+
 def _write(writer, policy, device, t, model, phase, numel, k, floor, copy_gbps, params, **extra) -> None:
     """One ``bench`` record of this script (nothing without ``--out``)."""
     if writer:
@@ -145,14 +168,7 @@ def main(argv=None) -> int:
                         for kt in kernel_times(fn, device):
                             print(f"    {kt['us_median']:8.1f} us  {kt['name'][:90]}", flush=True)
             if "sampled" in fns:  # the compacting passes alone, at the sampled threshold, per program shape
-                t_bits, cap = _fast._threshold_from_sample(x, k)
-                for shape in _fast.COMPACT_SHAPES:
-                    t = time_fn(lambda s=shape: _fast._compact_ge(x, t_bits, cap, *s), device=device, **timing)
-                    print(f"topk {model:10s} ratio={ratio:<6g} compact_ge block={shape[0]} rows={shape[1]} "
-                          f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
-                          flush=True)
-                    _write(writer, policy, device, t, model, "compact_ge", numel, k, floor, copy_gbps,
-                           {"ratio": ratio, "block": shape[0], "rows": shape[1]}, cap=cap)
+                compact_shapes(x, model, ratio, k, floor, copy_gbps, device, timing, policy, writer)
             rows_per_chunk(x, model, ratio, args.chunk, floor, copy_gbps, device, timing, policy, writer)
             before = set(_fast.common._PICKED)
             _fast.topk_abs(x, k)

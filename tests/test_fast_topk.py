@@ -44,18 +44,24 @@ def _same_selection(x, idx, k):
 
 
 class _Spy:
-    """Records the sizes ``torch.topk`` is called on (the sampled method calls it on the sample and on the
-    candidates; its fallback on everything)."""
+    """Records the sizes ``torch.topk`` is called on (the synchronising sampled method's fallback on everything)
+    and those radix select runs on, with whether it was gated on a device flag (the sampled method selects
+    from the sample and from the candidates with it; the device-decided form's fallback on everything is gated)."""
 
     def __init__(self, monkeypatch):
-        self.sizes = []
-        real = torch.topk
+        self.sizes, self.radix = [], []
+        real, real_radix = torch.topk, _fast.topk._radix_select
 
         def spy(t, *a, **kw):
             self.sizes.append(t.numel())
             return real(t, *a, **kw)
 
+        def spy_radix(x, k, skip=None):
+            self.radix.append((x.numel(), skip is not None))
+            return real_radix(x, k, skip)
+
         monkeypatch.setattr(torch, "topk", spy)
+        monkeypatch.setattr(_fast.topk, "_radix_select", spy_radix)
 
 
 #: the two forms of the sampled method: the host decides whether the sample missed, or the device does
@@ -69,7 +75,9 @@ def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(
     x = torch.randn(N, generator=torch.Generator().manual_seed(k)).to(dev) * torch.linspace(0.1, 3, N).to(dev)
     spy = _Spy(monkeypatch)
     idx = getattr(_fast, sampled)(x, k)
-    assert spy.sizes == [_fast._SAMPLES, _fast._sampled_threshold(k, N)[1]]  # no torch.topk on everything
+    cap = _fast._sampled_threshold(k, N)[1]
+    assert spy.sizes == []  # no torch.topk at all: radix select on the sample and the candidates, then (gated) all
+    assert spy.radix == [(_fast._SAMPLES, False), (cap, False)] + [(N, True)] * (sampled == "_sampled_topk_nosync")
     _same_selection(x, idx, k)  # distinct positions, the top k magnitudes
 
 
@@ -89,7 +97,7 @@ def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch
     x = x.to(dev)
     spy = _Spy(monkeypatch)
     idx = getattr(_fast, sampled)(x, k)
-    assert (spy.sizes[-1] == N) == (sampled == "_sampled_topk")  # torch.topk's fallback ran (or radix select's)
+    assert spy.sizes == [N] * (sampled == "_sampled_topk")  # torch.topk's fallback ran (or radix select's)
     _same_selection(x, idx, k)
 
 
@@ -107,7 +115,7 @@ def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch,
     x = x.to(dev)
     spy = _Spy(monkeypatch)
     idx = getattr(_fast, sampled)(x, k)
-    assert (spy.sizes[-1] == N) == (sampled == "_sampled_topk")
+    assert spy.sizes == [N] * (sampled == "_sampled_topk")
     _same_selection(x, idx, k)  # the candidates alone would hold n (unused room) among the positions
 
 
@@ -244,4 +252,4 @@ def test_compact_ge_is_nonzero_static_of_the_mask(dev, cap, shape):
     assert torch.equal(pos, want)
     assert found.item() == (x.abs() >= t).sum().item()
     used = pos < n
-    assert torch.equal(bits[used], x[pos[used]].abs().view(torch.int32)) and (bits[~used] == -1).all()
+    assert torch.equal(bits[used], x[pos[used]].abs().view(torch.int32)) and (bits[~used] == 0).all()

@@ -14,9 +14,10 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
-           "_sampled_topk_nosync", "_threshold_from_sample", "COMPACT_SHAPES", "compact_ge", "_compact_ge", "_RADIX",
-           "_RANK_BLOCK", "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
-           "mstopk_search", "uniform_positions", "uniform_keys", "band_candidates"]
+           "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES", "compact_ge",
+           "_compact_ge", "_compact_ge_bits", "_RADIX", "_RANK_BLOCK", "_radix_select", "_radix_topk", "row_topk_ok",
+           "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
+           "uniform_positions", "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -94,7 +95,7 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     bits, so NaN counts as the largest, as in ``torch.topk``."""
     t, cap = _threshold_from_sample(x, k)
     cand, cand_bits, found = compact_ge(x, t, cap)
-    chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
+    chosen = _top_candidates(cand, cand_bits, k)
     if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
         return torch.topk(x.abs(), k, sorted=False).indices
     return chosen
@@ -107,7 +108,7 @@ def _sampled_topk_nosync(x: torch.Tensor, k: int) -> torch.Tensor:
     Always exact; a miss costs radix select's time."""
     t, cap = _threshold_from_sample(x, k)
     cand, cand_bits, found = compact_ge(x, t, cap)
-    out = cand[torch.topk(cand_bits, k, sorted=False).indices]
+    out = _top_candidates(cand, cand_bits, k)
     hit = ((found >= k) & (found <= cap)).to(torch.int32)
     return _radix_topk(x, k, out=out, skip=hit)
 
@@ -120,8 +121,13 @@ def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
         g = torch.Generator().manual_seed(n)
         pos = _SAMPLE_POS[(dev, n)] = torch.randint(0, n, (_SAMPLES,), generator=g).to(dev)
     r, cap = _sampled_threshold(k, n)
-    t = torch.topk(x.view(torch.int32)[pos].bitwise_and_(0x7FFFFFFF), r, sorted=False).values.min().reshape(1)
-    return t, cap
+    return _radix_select(x[pos], r)[:1], cap
+
+
+def _top_candidates(cand: torch.Tensor, cand_bits: torch.Tensor, k: int) -> torch.Tensor:
+    """The positions of the k largest of :func:`compact_ge`'s candidates: radix select on their magnitudes' float
+    bits (the unused slots hold +0.0's bits: they tie only with zeros, and come after every candidate)."""
+    return cand[_radix_topk(cand_bits.view(torch.float32), k)]
 
 
 # ====================================================================== entries at or above a threshold
@@ -158,32 +164,94 @@ if HAVE_TRITON:
         tl.store(pos_ptr + slot, idx.to(tl.int64), mask=w)
         tl.store(bits_ptr + slot, v, mask=w)
 
+    @triton.jit
+    def _mask_ge_kernel(x_ptr, n, t_ptr, counts_ptr, words_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
+        """Block p's |x| >= t (float bits, t_ptr[0]) as a bitmask: bit j of words[32 i + j's word] says whether
+        element p * BLOCK + 32 i + j reaches it; counts[p]: how many do."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
+        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        keep = ((v >= tl.load(t_ptr)) & m).to(tl.int32)
+        tl.store(counts_ptr + p, tl.sum(keep, axis=0))
+        shifted = tl.reshape(keep, (BLOCK // 32, 32)) << tl.arange(0, 32)[None, :]
+        tl.store(words_ptr + p * (BLOCK // 32) + tl.arange(0, BLOCK // 32), tl.xor_sum(shifted, axis=1))
 
-#: (elements per program, prefix-sum rows) of the counting and compacting passes, the fastest kept per size
-#: (:func:`pick`): the compacting pass takes a prefix sum over its program's elements, in one go (rows 0) or
-#: inside rows of 32 and then over the rows
-COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32))
+    @triton.jit
+    def _mask_compact_kernel(x_ptr, words_ptr, nwords, ends_ptr, nblocks, pos_ptr, bits_ptr, cap,
+                             BLOCK: tl.constexpr, SPAN: tl.constexpr):
+        """The positions (ascending) and |x| float bits of the elements ``_mask_ge_kernel`` marked, the first
+        ``cap`` of them: program q takes the SPAN elements from q * SPAN on (SPAN // 32 words; ``ends``: the
+        inclusive prefix sums of the counts of its blocks of BLOCK), counts each word's bits, and then walks the
+        32 bit positions, every word at once; x is read again only where a bit is set."""
+        W: tl.constexpr = SPAN // 32
+        q = tl.program_id(0)
+        wi = q * W + tl.arange(0, W)
+        w = tl.load(words_ptr + wi, mask=wi < nwords, other=0)
+        c = w.to(tl.uint32, bitcast=True)  # the bits set per word (SWAR popcount)
+        c = c - ((c >> 1) & 0x55555555)
+        c = (c & 0x33333333) + ((c >> 2) & 0x33333333)
+        c = (c + (c >> 4)) & 0x0F0F0F0F
+        c = ((c * 0x01010101) >> 24).to(tl.int32)
+        last = tl.minimum((q + 1) * (SPAN // BLOCK), nblocks) - 1
+        slot = tl.load(ends_ptr + last) - tl.sum(c, axis=0) + tl.cumsum(c, axis=0) - c
+        for j in tl.static_range(32):
+            keep = ((w >> j) & 1) != 0
+            idx = wi * 32 + j
+            v = tl.load(x_ptr + idx, mask=keep, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            ok = keep & (slot < cap)
+            tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
+            tl.store(bits_ptr + slot, v, mask=ok)
+            slot += keep.to(tl.int32)
+
+
+#: program shapes of the counting and compacting passes, the fastest kept per size (:func:`pick`): ``(block,
+#: rows)``: the compacting pass reads x again and takes a prefix sum over its program's elements, in one go (rows
+#: 0) or inside rows of 32 and then over the rows; ``(block, -span)``: the counting pass also writes a bitmask,
+#: and the compacting pass walks the bitmask, ``span`` elements per program (:func:`_compact_ge_bits`)
+COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32), (1024, -8192), (1024, -32768),
+                  (4096, -32768))
 
 
 def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
     """The entries of flat fp32 ``x`` with ``|x| >= t`` (``t_bits``: a 1-element int32 tensor, t's float
     bits; NaN counts as the largest), in two passes (count per block, then compact): ``(positions, bits,
     found)``, ``positions`` (int64, ascending, ``x.numel()`` in the unused slots) and ``bits`` (|x|'s float
-    bits, -1 in the unused slots) of the first ``cap`` of them, ``found`` (a 1-element int32 tensor) how
-    many there are in all. For ``t >= 0`` the positions are ``torch.nonzero_static(x.abs() >= t, size=cap,
-    fill_value=x.numel())``'s. The program shape is one of :data:`COMPACT_SHAPES`."""
+    bits, 0 in the unused slots: +0.0, at or below every magnitude) of the first ``cap`` of them, ``found`` (a
+    1-element int32 tensor) how many there are in all. For ``t >= 0`` the positions are
+    ``torch.nonzero_static(x.abs() >= t, size=cap, fill_value=x.numel())``'s. The program shape is one of
+    :data:`COMPACT_SHAPES`."""
     fns = [lambda s=s: _compact_ge(x, t_bits, cap, *s) for s in COMPACT_SHAPES]
     return fns[common.pick(("compact_ge", x.device, x.numel(), cap), fns)]()
 
 
 def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row: int = 0):
+    if row < 0:
+        return _compact_ge_bits(x, t_bits, cap, block, -row)
     n, dev = x.numel(), x.device
     counts = torch.empty(triton.cdiv(n, block), dtype=torch.int32, device=dev)
     _launch(_count_ge_kernel, n, n, block, x, n, t_bits, counts, BLOCK=block)
     ends = torch.cumsum(counts, 0, dtype=torch.int32)
     pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
-    bits = torch.full((cap,), -1, dtype=torch.int32, device=dev)  # below every magnitude's bits
+    bits = torch.zeros(cap, dtype=torch.int32, device=dev)
     _launch(_compact_ge_kernel, n, n, block, x, n, t_bits, ends, pos, bits, cap, BLOCK=block, ROW=row)
+    return pos, bits, ends[-1:]
+
+
+def _compact_ge_bits(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int):
+    """:func:`compact_ge` through a bitmask: the counting pass (blocks of ``block``) writes one bit per element
+    beside its counts, and the compacting pass reads the bitmask (x's size / 32) instead of x, ``span``
+    elements (a multiple of ``block``) per program, with no prefix sum over elements."""
+    n, dev = x.numel(), x.device
+    nblocks = triton.cdiv(n, block)
+    counts = torch.empty(nblocks, dtype=torch.int32, device=dev)
+    words = torch.empty(nblocks * (block // 32), dtype=torch.int32, device=dev)
+    _launch(_mask_ge_kernel, n, n, block, x, n, t_bits, counts, words, BLOCK=block)
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
+    bits = torch.zeros(cap, dtype=torch.int32, device=dev)
+    _mask_compact_kernel[(triton.cdiv(n, span),)](x, words, words.numel(), ends, nblocks, pos, bits, cap,
+                                                   BLOCK=block, SPAN=span)
     return pos, bits, ends[-1:]
 
 
@@ -282,22 +350,19 @@ _RADIX = (8, 8, 8, 7)
 _RANK_BLOCK = 4096
 
 
-def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
-                skip: torch.Tensor | None = None) -> torch.Tensor:
-    """Positions (int64) of the k largest |x|: histogram passes over |x|'s float bits (:data:`_RADIX`) find the k-th
-    largest magnitude t; a counting pass and a compacting pass write everything above t, then the first ones
-    equal to it (each ascending) into ``out`` (new if None). No host synchronisation. ``skip`` (a 1-element
-    int32 tensor): when it holds a nonzero value (known on the device only), every kernel returns at once and
-    ``out`` keeps what it held (:func:`_sampled_topk_nosync`'s fallback)."""
+def _radix_select(x: torch.Tensor, k: int, skip: torch.Tensor | None = None) -> torch.Tensor:
+    """The k-th largest |x| of flat fp32 ``x``, found by histogram passes over |x|'s float bits (:data:`_RADIX`),
+    as a 2-element int32 tensor on the device: ``(its float bits, how many equal to it belong to the k largest)``.
+    No host synchronisation. ``skip``: as in :func:`_radix_topk`."""
     n = x.numel()
     dev = x.device
-    out = torch.empty(k, dtype=torch.int64, device=dev) if out is None else out
     gated = skip is not None
     state = torch.zeros(2, dtype=torch.int32, device=dev)  # (prefix, k still to take): no host copy
     state[1:].fill_(k)
     skip = state if skip is None else skip  # a placeholder pointer where nothing is gated
     hists = torch.zeros(sum(1 << b for b in _RADIX), dtype=torch.int32, device=dev)
-    block, iters = 2048, 8
+    block = 2048
+    iters = max(1, min(8, n // (block * 1024)))  # enough programs for small x (a sample, the candidates)
     done, start = 0, 0
     for i, bits in enumerate(_RADIX):
         nb = 1 << bits
@@ -308,6 +373,22 @@ def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
         _select_bin_kernel[(1,)](hist, state, skip, BITS=bits, NBINS=nb, GATED=gated)
         done += bits
         start += nb
+    return state
+
+
+def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
+                skip: torch.Tensor | None = None) -> torch.Tensor:
+    """Positions (int64) of the k largest |x|: :func:`_radix_select` finds the k-th largest magnitude t; a
+    counting pass and a compacting pass write everything above t, then the first ones equal to it (each
+    ascending) into ``out`` (new if None). No host synchronisation. ``skip`` (a 1-element int32 tensor): when it
+    holds a nonzero value (known on the device only), every kernel returns at once and ``out`` keeps what it held
+    (:func:`_sampled_topk_nosync`'s fallback)."""
+    n = x.numel()
+    dev = x.device
+    out = torch.empty(k, dtype=torch.int64, device=dev) if out is None else out
+    gated = skip is not None
+    state = _radix_select(x, k, skip)
+    skip = state if skip is None else skip
     nblocks = triton.cdiv(n, _RANK_BLOCK)
     counts = torch.empty(2, nblocks, dtype=torch.int32, device=dev)
     _launch(_rank_count_kernel, n, n, _RANK_BLOCK, x, n, state, skip, counts, nblocks, BLOCK=_RANK_BLOCK,
