@@ -106,8 +106,8 @@ def compact_shapes(x, model, ratio, k, floor, copy_gbps, device, timing, policy,
         for replayed, call in ((False, fn), (True, graph.replay)):
             t = time_fn(call, device=device, **timing)
             print(f"topk {model:10s} ratio={ratio:<6g} compact_ge {label}{' graph' if replayed else ''} "
-                  f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
-                  flush=True)
+                  f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  "
+                  f"x {t.ms_median / floor:.1f} floor", flush=True)
             _write(writer, policy, device, t, model, "compact_ge", n, k, floor, copy_gbps,
                    {"ratio": ratio, **shape, **({"graph": True} if replayed else {})}, cap=cap)
 

@@ -15,8 +15,8 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES", "compact_ge",
-           "_compact_ge", "_compact_ge_bits", "_RADIX", "_RANK_BLOCK", "_radix_select", "_radix_topk", "row_topk_ok",
-           "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
+           "_compact_ge", "_compact_ge_bits", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
+           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
            "uniform_positions", "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
@@ -178,39 +178,45 @@ if HAVE_TRITON:
         tl.store(words_ptr + p * (BLOCK // 32) + tl.arange(0, BLOCK // 32), tl.xor_sum(shifted, axis=1))
 
     @triton.jit
+    def _popcount(u):
+        """Bits set in each uint32 of ``u`` (SWAR: pairs, nibbles, bytes, then the bytes' sum in the top byte)."""
+        u = u - ((u >> 1) & 0x55555555)
+        u = (u & 0x33333333) + ((u >> 2) & 0x33333333)
+        u = (u + (u >> 4)) & 0x0F0F0F0F
+        return ((u * 0x01010101) >> 24).to(tl.int32)
+
+    @triton.jit
     def _mask_compact_kernel(x_ptr, words_ptr, nwords, ends_ptr, nblocks, pos_ptr, bits_ptr, cap,
                              BLOCK: tl.constexpr, SPAN: tl.constexpr):
         """The positions (ascending) and |x| float bits of the elements ``_mask_ge_kernel`` marked, the first
-        ``cap`` of them: program q takes the SPAN elements from q * SPAN on (SPAN // 32 words; ``ends``: the
-        inclusive prefix sums of the counts of its blocks of BLOCK), counts each word's bits, and then walks the
-        32 bit positions, every word at once; x is read again only where a bit is set."""
+        ``cap`` of them: program q takes the SPAN elements from q * SPAN on as SPAN // 32 words by 32 bits
+        (``ends``: the inclusive prefix sums of the counts of its blocks of BLOCK). An element's slot is its
+        word's first slot plus the bits set below it in its word (a popcount, no prefix sum over elements); x is
+        read again only where a bit is set."""
         W: tl.constexpr = SPAN // 32
         q = tl.program_id(0)
         wi = q * W + tl.arange(0, W)
-        w = tl.load(words_ptr + wi, mask=wi < nwords, other=0)
-        c = w.to(tl.uint32, bitcast=True)  # the bits set per word (SWAR popcount)
-        c = c - ((c >> 1) & 0x55555555)
-        c = (c & 0x33333333) + ((c >> 2) & 0x33333333)
-        c = (c + (c >> 4)) & 0x0F0F0F0F
-        c = ((c * 0x01010101) >> 24).to(tl.int32)
+        w = tl.load(words_ptr + wi, mask=wi < nwords, other=0).to(tl.uint32, bitcast=True)
+        c = _popcount(w)
         last = tl.minimum((q + 1) * (SPAN // BLOCK), nblocks) - 1
-        slot = tl.load(ends_ptr + last) - tl.sum(c, axis=0) + tl.cumsum(c, axis=0) - c
-        for j in tl.static_range(32):
-            keep = ((w >> j) & 1) != 0
-            idx = wi * 32 + j
-            v = tl.load(x_ptr + idx, mask=keep, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-            ok = keep & (slot < cap)
-            tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
-            tl.store(bits_ptr + slot, v, mask=ok)
-            slot += keep.to(tl.int32)
+        first = tl.load(ends_ptr + last) - tl.sum(c, axis=0) + tl.cumsum(c, axis=0) - c
+        j = tl.arange(0, 32)
+        below = (tl.full([32], 1, tl.uint32) << j.to(tl.uint32)) - 1
+        slot = first[:, None] + _popcount(w[:, None] & below[None, :])
+        keep = ((w[:, None] >> j[None, :].to(tl.uint32)) & 1) != 0
+        idx = wi[:, None] * 32 + j[None, :]
+        v = tl.load(x_ptr + idx, mask=keep, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        ok = keep & (slot < cap)
+        tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
+        tl.store(bits_ptr + slot, v, mask=ok)
 
 
 #: program shapes of the counting and compacting passes, the fastest kept per size (:func:`pick`): ``(block,
 #: rows)``: the compacting pass reads x again and takes a prefix sum over its program's elements, in one go (rows
 #: 0) or inside rows of 32 and then over the rows; ``(block, -span)``: the counting pass also writes a bitmask,
 #: and the compacting pass walks the bitmask, ``span`` elements per program (:func:`_compact_ge_bits`)
-COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32), (1024, -8192), (1024, -32768),
-                  (4096, -32768))
+COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32), (1024, -1024), (1024, -2048),
+                  (1024, -4096), (4096, -4096), (2048, -8192))
 
 
 def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
@@ -240,8 +246,8 @@ def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row
 
 def _compact_ge_bits(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int):
     """:func:`compact_ge` through a bitmask: the counting pass (blocks of ``block``) writes one bit per element
-    beside its counts, and the compacting pass reads the bitmask (x's size / 32) instead of x, ``span``
-    elements (a multiple of ``block``) per program, with no prefix sum over elements."""
+    beside its counts, and the compacting pass reads the bitmask (x's size / 32) and x only where a bit is set,
+    ``span`` elements (a multiple of ``block``) per program, with no prefix sum over elements."""
     n, dev = x.numel(), x.device
     nblocks = triton.cdiv(n, block)
     counts = torch.empty(nblocks, dtype=torch.int32, device=dev)
@@ -258,15 +264,14 @@ def _compact_ge_bits(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int
 # ====================================================================== radix select
 if HAVE_TRITON:
     @triton.jit
-    def _rank_masks(x_ptr, n, state_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
+    def _rank_masks(x_ptr, n, state_ptr, p, MASKED: tl.constexpr, BLOCK: tl.constexpr):
         """Block p's positions and which of its |x| are above and equal to the k-th largest magnitude's float bits
-        (state[0]), as int32 0/1: ``(p, idx, gt, eq)``."""
-        p = start // BLOCK + tl.program_id(0)
+        (state[0]), as int32 0/1: ``(idx, gt, eq)``."""
         idx = p * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
         t = tl.load(state_ptr)
-        return p, idx, ((v > t) & m).to(tl.int32), ((v == t) & m).to(tl.int32)
+        return idx, ((v > t) & m).to(tl.int32), ((v == t) & m).to(tl.int32)
 
     @triton.jit
     def _hist_kernel(x_ptr, n, state_ptr, hist_ptr, skip_ptr, start, MASKED: tl.constexpr, MATCH_SHIFT: tl.constexpr,
@@ -312,35 +317,43 @@ if HAVE_TRITON:
 
     @triton.jit
     def _rank_count_kernel(x_ptr, n, state_ptr, skip_ptr, counts_ptr, nblocks, start, MASKED: tl.constexpr,
-                           BLOCK: tl.constexpr, GATED: tl.constexpr):
+                           BLOCK: tl.constexpr, GATED: tl.constexpr, GROUP: tl.constexpr):
         """counts[0, p] and counts[1, p]: how many of block p's |x| are above and equal to the k-th largest
-        magnitude's float bits (state[0])."""
+        magnitude's float bits (state[0]); GROUP blocks per program."""
         go = True
         if GATED:
             go = tl.load(skip_ptr) == 0
         if go:
-            p, idx, gt, eq = _rank_masks(x_ptr, n, state_ptr, start, MASKED, BLOCK)
-            tl.store(counts_ptr + p, tl.sum(gt, axis=0))
-            tl.store(counts_ptr + nblocks + p, tl.sum(eq, axis=0))
+            for g in range(GROUP):
+                p = start // BLOCK + tl.program_id(0) * GROUP + g
+                idx, gt, eq = _rank_masks(x_ptr, n, state_ptr, p, MASKED, BLOCK)
+                live = p < nblocks
+                tl.store(counts_ptr + p, tl.sum(gt, axis=0), mask=live)
+                tl.store(counts_ptr + nblocks + p, tl.sum(eq, axis=0), mask=live)
 
     @triton.jit
     def _rank_compact_kernel(x_ptr, n, state_ptr, skip_ptr, ends_ptr, nblocks, out_ptr, k, start,
-                             MASKED: tl.constexpr, BLOCK: tl.constexpr, GATED: tl.constexpr):
+                             MASKED: tl.constexpr, BLOCK: tl.constexpr, GATED: tl.constexpr, GROUP: tl.constexpr):
         """The positions of the k largest: those above the k-th largest magnitude t (k - k_left of them) in
         out[0:k - k_left], then the first k_left equal to it, each group ascending (``ends``: the inclusive
-        prefix sums of ``_rank_count_kernel``'s two rows of counts, taken back to back as one)."""
+        prefix sums of ``_rank_count_kernel``'s two rows of counts, taken back to back as one); GROUP blocks per
+        program."""
         go = True
         if GATED:
             go = tl.load(skip_ptr) == 0
         if go:
-            p, idx, gt, eq = _rank_masks(x_ptr, n, state_ptr, start, MASKED, BLOCK)
-            slot_gt = tl.load(ends_ptr + p) - tl.sum(gt, axis=0) + tl.cumsum(gt, axis=0) - 1
             # the scan runs over both rows back to back: the equal ones' sums start past all the counts above t
             n_gt_all = tl.load(ends_ptr + nblocks - 1)
-            slot_eq = (k - tl.load(state_ptr + 1) + tl.load(ends_ptr + nblocks + p) - n_gt_all - tl.sum(eq, axis=0)
-                       + tl.cumsum(eq, axis=0) - 1)
-            tl.store(out_ptr + slot_gt, idx.to(tl.int64), mask=gt != 0)
-            tl.store(out_ptr + slot_eq, idx.to(tl.int64), mask=(eq != 0) & (slot_eq < k))
+            eq_first = k - tl.load(state_ptr + 1) - n_gt_all
+            for g in range(GROUP):
+                p = start // BLOCK + tl.program_id(0) * GROUP + g
+                idx, gt, eq = _rank_masks(x_ptr, n, state_ptr, p, MASKED, BLOCK)
+                live = p < nblocks
+                slot_gt = tl.load(ends_ptr + p, mask=live, other=0) - tl.sum(gt, axis=0) + tl.cumsum(gt, axis=0) - 1
+                slot_eq = (eq_first + tl.load(ends_ptr + nblocks + p, mask=live, other=0) - tl.sum(eq, axis=0)
+                           + tl.cumsum(eq, axis=0) - 1)
+                tl.store(out_ptr + slot_gt, idx.to(tl.int64), mask=gt != 0)
+                tl.store(out_ptr + slot_eq, idx.to(tl.int64), mask=(eq != 0) & (slot_eq < k))
 
 
 #: bits of |x| (31 significant) decided per histogram pass: 8 + 8 + 8 + 7 (an 11-bit histogram pass took 0.67 ms
@@ -348,6 +361,12 @@ if HAVE_TRITON:
 _RADIX = (8, 8, 8, 7)
 #: elements per program of radix select's counting and compacting passes
 _RANK_BLOCK = 4096
+#: gated on a device flag (:func:`_sampled_topk_nosync`'s fallback), radix select runs as fewer, longer programs:
+#: histogram passes of this many blocks of 2048 per program, counting and compacting passes of this many blocks of
+#: :data:`_RANK_BLOCK`; when the flag says skip, every program returns at once, and fewer cost less (on an H200,
+#: ResNet-50's gradient: 33 us idle with one block per program); when it says run (the sample missed), longer
+#: programs are slower
+_GATED_ITERS, _GATED_GROUP = 64, 16
 
 
 def _radix_select(x: torch.Tensor, k: int, skip: torch.Tensor | None = None) -> torch.Tensor:
@@ -362,7 +381,8 @@ def _radix_select(x: torch.Tensor, k: int, skip: torch.Tensor | None = None) -> 
     skip = state if skip is None else skip  # a placeholder pointer where nothing is gated
     hists = torch.zeros(sum(1 << b for b in _RADIX), dtype=torch.int32, device=dev)
     block = 2048
-    iters = max(1, min(8, n // (block * 1024)))  # enough programs for small x (a sample, the candidates)
+    # enough programs for small x (a sample, the candidates); gated, few long ones: idle, each costs a launch slot
+    iters = _GATED_ITERS if gated else max(1, min(8, n // (block * 1024)))
     done, start = 0, 0
     for i, bits in enumerate(_RADIX):
         nb = 1 << bits
@@ -390,12 +410,13 @@ def _radix_topk(x: torch.Tensor, k: int, out: torch.Tensor | None = None,
     state = _radix_select(x, k, skip)
     skip = state if skip is None else skip
     nblocks = triton.cdiv(n, _RANK_BLOCK)
+    group = _GATED_GROUP if gated else 1
     counts = torch.empty(2, nblocks, dtype=torch.int32, device=dev)
-    _launch(_rank_count_kernel, n, n, _RANK_BLOCK, x, n, state, skip, counts, nblocks, BLOCK=_RANK_BLOCK,
-            GATED=gated)
+    _launch(_rank_count_kernel, n, n, _RANK_BLOCK * group, x, n, state, skip, counts, nblocks, BLOCK=_RANK_BLOCK,
+            GATED=gated, GROUP=group)
     ends = torch.cumsum(counts.view(-1), 0, dtype=torch.int32)  # flat: one scan (a scan per row is slower)
-    _launch(_rank_compact_kernel, n, n, _RANK_BLOCK, x, n, state, skip, ends, nblocks, out, k, BLOCK=_RANK_BLOCK,
-            GATED=gated)
+    _launch(_rank_compact_kernel, n, n, _RANK_BLOCK * group, x, n, state, skip, ends, nblocks, out, k,
+            BLOCK=_RANK_BLOCK, GATED=gated, GROUP=group)
     return out
 
 
