@@ -75,7 +75,7 @@ def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(
     x = torch.randn(N, generator=torch.Generator().manual_seed(k)).to(dev) * torch.linspace(0.1, 3, N).to(dev)
     spy = _Spy(monkeypatch)
     idx = getattr(_fast, sampled)(x, k)
-    cap = _fast._sampled_threshold(k, N)[1]
+    cap = -(-_fast._sampled_threshold(k, N)[1] // _fast._ROOM_ALIGN) * _fast._ROOM_ALIGN  # whole programs
     assert spy.sizes == []  # no torch.topk at all: radix select on the sample and the candidates, then (gated) all
     assert spy.radix == [(_fast._SAMPLES, False), (cap, False)] + [(N, True)] * (sampled == "_sampled_topk_nosync")
     _same_selection(x, idx, k)  # distinct positions, the top k magnitudes
@@ -133,6 +133,20 @@ def test_sampled_topk_counts_nan_and_inf_as_torch_topk_does(dev, sampled):
     assert finite.sum() == k - 3
     assert torch.equal(x[idx][finite].abs().sort(descending=True).values,
                        x[ref][x[ref].isfinite()].abs().sort(descending=True).values)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [s for s in _fast.COMPACT_SHAPES if s[1] < 0])
+@pytest.mark.parametrize("cap", [5_000, 100_003])
+def test_compact_ge_bitmask_walks_full_words(dev, cap, shape):
+    """Threshold 0: every element is kept (every word of the bitmask full, zeros included); the positions are
+    the first ``cap``, the magnitudes' bits beside them."""
+    n = 100_003
+    x = torch.randn(n, generator=torch.Generator().manual_seed(9)).to(dev)
+    x[::7] = 0.0
+    pos, bits, found = _fast._compact_ge(x, torch.zeros(1, dtype=torch.int32, device=dev), cap, *shape)
+    assert torch.equal(pos, torch.arange(cap, device=dev)) and found.item() == n
+    assert torch.equal(bits, x[:cap].abs().view(torch.int32))
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ from studykit.compressors._fast import common
 from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
+__all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES", "compact_ge",
            "_compact_ge", "_compact_ge_bits", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
            "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
@@ -28,8 +28,8 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     fastest on this device and size kept (:func:`pick`):
 
     * a sampled threshold (on large tensors only): one counting pass and one compacting pass over |x| keep
-      the few entries at or above a threshold drawn from a sample, then ``torch.topk`` runs on those alone;
-      if they may miss some of the top k, the exact method runs on everything. Two forms: one host
+      the few entries at or above a threshold drawn from a sample (radix select on the sample), then radix
+      select runs on those alone; if they may miss some of the top k, the exact method runs on everything. Two forms: one host
       synchronisation decides (:func:`_sampled_topk`, ``torch.topk`` on everything when missed), or the device
       decides (:func:`_sampled_topk_nosync`, radix select on everything, its kernels idle when not needed);
     * radix select (:func:`_radix_topk`: four histogram passes over |x|'s bits (:data:`_RADIX`) find the k-th
@@ -65,6 +65,9 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
 #: |x| sampled at this many positions (fixed per size) for :func:`_sampled_topk`'s threshold
 _SAMPLES = 1 << 16
 _SAMPLE_POS: dict = {}
+#: the candidates' room is a multiple of this: of every program size radix select takes (2048 to 16384 elements
+#: per histogram program, :data:`_RANK_BLOCK` per counting and compacting program)
+_ROOM_ALIGN = 16384
 
 
 def _sampled_threshold(k: int, n: int) -> tuple[int, int]:
@@ -88,8 +91,8 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     """The k largest |x| through a threshold estimated from a sample (the idea of Lin et al. 2018's
     sampled threshold, https://arxiv.org/abs/1712.01887, Sec. 3, made exact): |x| at ``_SAMPLES``
     random positions (drawn once per size, seeded by it) gives the threshold
-    (:func:`_sampled_threshold`); a counting pass and a compacting pass keep the entries at or above it,
-    ``torch.topk`` takes the k largest of those. If fewer than k reached the threshold, or more than
+    (:func:`_sampled_threshold`, radix select on the sample); a counting pass and a compacting pass keep the
+    entries at or above it, radix select takes the k largest of those (:func:`_top_candidates`). If fewer than k reached the threshold, or more than
     the room kept, the candidates may miss some of the top k: then (one host synchronisation tells)
     ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
     bits, so NaN counts as the largest, as in ``torch.topk``."""
@@ -114,14 +117,17 @@ def _sampled_topk_nosync(x: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
-    """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates."""
+    """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates
+    (:func:`_sampled_threshold`'s, rounded up to a multiple of :data:`_ROOM_ALIGN`)."""
     n, dev = x.numel(), x.device
     pos = _SAMPLE_POS.get((dev, n))
     if pos is None:
         g = torch.Generator().manual_seed(n)
         pos = _SAMPLE_POS[(dev, n)] = torch.randint(0, n, (_SAMPLES,), generator=g).to(dev)
     r, cap = _sampled_threshold(k, n)
-    return _radix_select(x[pos], r)[:1], cap
+    # room rounded up to whole programs of radix select on the candidates (no masked launch for a rest); it
+    # stays within n: the sampled method needs twice the room
+    return _radix_select(x[pos], r)[:1], min(n, -(-cap // _ROOM_ALIGN) * _ROOM_ALIGN)
 
 
 def _top_candidates(cand: torch.Tensor, cand_bits: torch.Tensor, k: int) -> torch.Tensor:
@@ -189,34 +195,35 @@ if HAVE_TRITON:
     def _mask_compact_kernel(x_ptr, words_ptr, nwords, ends_ptr, nblocks, pos_ptr, bits_ptr, cap,
                              BLOCK: tl.constexpr, SPAN: tl.constexpr):
         """The positions (ascending) and |x| float bits of the elements ``_mask_ge_kernel`` marked, the first
-        ``cap`` of them: program q takes the SPAN elements from q * SPAN on as SPAN // 32 words by 32 bits
-        (``ends``: the inclusive prefix sums of the counts of its blocks of BLOCK). An element's slot is its
-        word's first slot plus the bits set below it in its word (a popcount, no prefix sum over elements); x is
-        read again only where a bit is set."""
+        ``cap`` of them: program q takes the SPAN elements from q * SPAN on, SPAN // 32 words (``ends``: the
+        inclusive prefix sums of the counts of its blocks of BLOCK). Each step takes every word's lowest set bit
+        and clears it, until no word has one left: the work follows the marked elements, not x's size; x is
+        read again only at them."""
         W: tl.constexpr = SPAN // 32
         q = tl.program_id(0)
         wi = q * W + tl.arange(0, W)
         w = tl.load(words_ptr + wi, mask=wi < nwords, other=0).to(tl.uint32, bitcast=True)
         c = _popcount(w)
         last = tl.minimum((q + 1) * (SPAN // BLOCK), nblocks) - 1
-        first = tl.load(ends_ptr + last) - tl.sum(c, axis=0) + tl.cumsum(c, axis=0) - c
-        j = tl.arange(0, 32)
-        below = (tl.full([32], 1, tl.uint32) << j.to(tl.uint32)) - 1
-        slot = first[:, None] + _popcount(w[:, None] & below[None, :])
-        keep = ((w[:, None] >> j[None, :].to(tl.uint32)) & 1) != 0
-        idx = wi[:, None] * 32 + j[None, :]
-        v = tl.load(x_ptr + idx, mask=keep, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        ok = keep & (slot < cap)
-        tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
-        tl.store(bits_ptr + slot, v, mask=ok)
+        slot = tl.load(ends_ptr + last) - tl.sum(c, axis=0) + tl.cumsum(c, axis=0) - c  # each word's first
+        while tl.max(c, axis=0) > 0:
+            has = c > 0
+            idx = wi * 32 + _popcount(w ^ (w - 1)) - 1  # the lowest set bit's: it and the bits below it, less one
+            v = tl.load(x_ptr + idx, mask=has, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            ok = has & (slot < cap)
+            tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
+            tl.store(bits_ptr + slot, v, mask=ok)
+            w = w & (w - 1)
+            c -= has.to(tl.int32)
+            slot += has.to(tl.int32)
 
 
 #: program shapes of the counting and compacting passes, the fastest kept per size (:func:`pick`): ``(block,
 #: rows)``: the compacting pass reads x again and takes a prefix sum over its program's elements, in one go (rows
 #: 0) or inside rows of 32 and then over the rows; ``(block, -span)``: the counting pass also writes a bitmask,
 #: and the compacting pass walks the bitmask, ``span`` elements per program (:func:`_compact_ge_bits`)
-COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32), (1024, -1024), (1024, -2048),
-                  (1024, -4096), (4096, -4096), (2048, -8192))
+COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32), (1024, -1024), (1024, -4096),
+                  (4096, -4096), (2048, -8192), (4096, -16384))
 
 
 def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
@@ -247,7 +254,7 @@ def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row
 def _compact_ge_bits(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int):
     """:func:`compact_ge` through a bitmask: the counting pass (blocks of ``block``) writes one bit per element
     beside its counts, and the compacting pass reads the bitmask (x's size / 32) and x only where a bit is set,
-    ``span`` elements (a multiple of ``block``) per program, with no prefix sum over elements."""
+    ``span`` elements (a multiple of ``block``) per program, its work following the set bits."""
     n, dev = x.numel(), x.device
     nblocks = triton.cdiv(n, block)
     counts = torch.empty(nblocks, dtype=torch.int32, device=dev)
