@@ -28,10 +28,11 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     fastest on this device and size kept (:func:`pick`):
 
     * a sampled threshold (on large tensors only): one counting pass and one compacting pass over |x| keep
-      the few entries at or above a threshold drawn from a sample (radix select on the sample), then radix
-      select runs on those alone; if they may miss some of the top k, the exact method runs on everything. Two forms: one host
-      synchronisation decides (:func:`_sampled_topk`, ``torch.topk`` on everything when missed), or the device
-      decides (:func:`_sampled_topk_nosync`, radix select on everything, its kernels idle when not needed);
+      the few entries at or above a threshold drawn from a sample, then a selection runs on those alone; if
+      they may miss some of the top k, the exact method runs on everything. Two forms: one host
+      synchronisation decides (:func:`_sampled_topk`: ``torch.topk`` on the sample, the candidates and, when
+      missed, everything: few launches for eager calls), or the device decides (:func:`_sampled_topk_nosync`:
+      radix select on each, on everything gated, its kernels idle when not needed: a graph's replay);
     * radix select (:func:`_radix_topk`: four histogram passes over |x|'s bits (:data:`_RADIX`) find the k-th
       largest magnitude; a counting and a compacting pass then write everything above it and the first ones
       equal to it, ascending positions; no sort, no host synchronisation);
@@ -91,14 +92,15 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     """The k largest |x| through a threshold estimated from a sample (the idea of Lin et al. 2018's
     sampled threshold, https://arxiv.org/abs/1712.01887, Sec. 3, made exact): |x| at ``_SAMPLES``
     random positions (drawn once per size, seeded by it) gives the threshold
-    (:func:`_sampled_threshold`, radix select on the sample); a counting pass and a compacting pass keep the
-    entries at or above it, radix select takes the k largest of those (:func:`_top_candidates`). If fewer than k reached the threshold, or more than
-    the room kept, the candidates may miss some of the top k: then (one host synchronisation tells)
-    ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
+    (:func:`_sampled_threshold`); a counting pass and a compacting pass keep the entries at or above it,
+    ``torch.topk`` takes the k largest of those (on the sample too: few launches, for eager calls; the
+    device-decided form, which a CUDA graph holds, selects with radix select instead). If fewer than k reached
+    the threshold, or more than the room kept, the candidates may miss some of the top k: then (one host
+    synchronisation tells) ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
     bits, so NaN counts as the largest, as in ``torch.topk``."""
-    t, cap = _threshold_from_sample(x, k)
+    t, cap = _threshold_from_sample(x, k, radix=False)
     cand, cand_bits, found = compact_ge(x, t, cap)
-    chosen = _top_candidates(cand, cand_bits, k)
+    chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
     if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
         return torch.topk(x.abs(), k, sorted=False).indices
     return chosen
@@ -116,9 +118,10 @@ def _sampled_topk_nosync(x: torch.Tensor, k: int) -> torch.Tensor:
     return _radix_topk(x, k, out=out, skip=hit)
 
 
-def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
+def _threshold_from_sample(x: torch.Tensor, k: int, radix: bool = True) -> tuple[torch.Tensor, int]:
     """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates
-    (:func:`_sampled_threshold`'s, rounded up to a multiple of :data:`_ROOM_ALIGN`)."""
+    (:func:`_sampled_threshold`'s, rounded up to a multiple of :data:`_ROOM_ALIGN`): the sample's r-th largest
+    by radix select (a graph's replay: ~10 short kernels), or by ``torch.topk`` (eager: fewer launches)."""
     n, dev = x.numel(), x.device
     pos = _SAMPLE_POS.get((dev, n))
     if pos is None:
@@ -127,7 +130,10 @@ def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
     r, cap = _sampled_threshold(k, n)
     # room rounded up to whole programs of radix select on the candidates (no masked launch for a rest); it
     # stays within n: the sampled method needs twice the room
-    return _radix_select(x[pos], r)[:1], min(n, -(-cap // _ROOM_ALIGN) * _ROOM_ALIGN)
+    room = min(n, -(-cap // _ROOM_ALIGN) * _ROOM_ALIGN)
+    if radix:
+        return _radix_select(x[pos], r)[:1], room
+    return torch.topk(x.view(torch.int32)[pos].bitwise_and_(0x7FFFFFFF), r, sorted=False).values.min().reshape(1), room
 
 
 def _top_candidates(cand: torch.Tensor, cand_bits: torch.Tensor, k: int) -> torch.Tensor:
