@@ -1,8 +1,9 @@
 """The exact top-k selections that :func:`studykit.compressors._fast.topk_abs` chooses between with
 :func:`studykit.compressors._fast.pick`, timed side by side in one process on a flat gradient: the sampled
-threshold (a count pass and a compact pass keep the candidates, radix select on those; whether they hold the
-top k decided by one host synchronisation, ``_sampled_topk``, or on the device, ``_sampled_topk_nosync``),
-radix select (``_radix_topk``) and ``torch.topk`` itself. CUDA only.
+threshold (a count pass and a compact pass keep the candidates; whether they hold the top k decided by one host
+synchronisation, ``_sampled_topk``, ``torch.topk`` on the sample and the candidates, or on the device,
+``_sampled_topk_nosync``, radix select on each), radix select (``_radix_topk``) and ``torch.topk`` itself. CUDA
+only.
 
     python benchmarks/topk_select.py --out topk_select.jsonl
     python benchmarks/topk_select.py --models resnet50 --ratios 0.01 --min-time-s 1
@@ -17,8 +18,9 @@ times, ``bench.kernel_times``, printed only). Where the sampled method applies, 
 compacting passes alone (``_fast._compact_ge``) in every program shape ``pick`` chooses among
 (``_fast.COMPACT_SHAPES``), eagerly and replayed. Records of kind ``bench`` (``phase`` ``topk_select``, ``params``
 ``ratio`` and ``path`` ``sampled`` / ``sampled_nosync`` / ``radix`` / ``torch``; ``phase`` ``compact_ge``,
-``params`` ``ratio``, ``block`` and ``rows`` (a prefix sum over x's elements) or ``span`` (the bitmask walked),
-``graph`` true where replayed) go to ``--out`` with the usual provenance.
+``params`` ``ratio``, ``block``, ``span`` (elements per program of the bitmask's walk; records before
+``topk_bitmask/`` have ``rows`` instead: a prefix sum over x's elements), ``graph`` true where replayed) go to
+``--out`` with the usual provenance.
 
 The chunked top-k's per-row selection (``_fast.row_topk``, rows of ``--chunk`` elements) is timed the same way in
 every program shape ``pick`` chooses among (``_fast.ROW_TOPK_SHAPES``: stopping once exactly k reach the
@@ -95,10 +97,10 @@ def compact_shapes(x, model, ratio, k, floor, copy_gbps, device, timing, policy,
     n = x.numel()
     t_bits, cap = _fast._threshold_from_sample(x, k)
     want = torch.nonzero_static(x.abs().view(torch.int32) >= t_bits, size=cap, fill_value=n).view(-1)
-    for block, form in _fast.COMPACT_SHAPES:
-        shape = {"block": block, "span": -form} if form < 0 else {"block": block, "rows": form}
-        label = " ".join(f"{a}={b}" for a, b in shape.items())
-        fn = lambda b=block, f=form: _fast._compact_ge(x, t_bits, cap, b, f)  # noqa: E731
+    for block, span in _fast.COMPACT_SHAPES:
+        shape = {"block": block, "span": span}
+        label = f"block={block} span={span}"
+        fn = lambda b=block, s=span: _fast._compact_ge(x, t_bits, cap, b, s)  # noqa: E731
         if not torch.equal(fn()[0], want):
             raise SystemExit(f"topk_select: compact_ge {label} did not keep the entries at the threshold")
         held = {}

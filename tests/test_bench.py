@@ -1327,6 +1327,87 @@ def test_codec_kernels_readme_reading_of_the_device_decided_topk_holds():
             and f"measured {dgc_prev[0]:.3f} and {dgc_prev[1]:.3f} ms" in text)
 
 
+def test_codec_kernels_readme_reading_of_the_bitmask_selection_holds():
+    """data/measurements/codec_kernels_h200/README.md on topk_bitmask/ and replayed_bitmask/ (and the codec runs
+    of codec_repeat_h200_bitmask/): every number, from the records; the compacting shapes kept are the winners."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `topk_bitmask/`"):]
+    sel, comp = RB.topk_bitmask_records()
+    prev = RB.topk_nosync_records("e4a8ed4")
+    assert {r["git_commit"][:7] for r in sel.values()} == {"f908c72"}
+
+    def ms(recs, model, path, replayed=True):
+        return f"{recs[(model, path, replayed)]['ms_median']:.3f}"
+
+    r = sel[("resnet50", "sampled_nosync", True)]
+    assert (f"now takes {ms(sel, 'resnet50', 'sampled_nosync')} ms on ResNet-50's gradient at 1 % "
+            f"({r['ms_median'] / r['floor_ms']:.1f}x the floor; {ms(prev, 'resnet50', 'sampled_nosync')} ms at "
+            f"`e4a8ed4`) and {ms(sel, 'bert_base', 'sampled_nosync')} ms on BERT-base's "
+            f"({ms(prev, 'bert_base', 'sampled_nosync')} ms before), against {ms(sel, 'resnet50', 'torch')} and "
+            f"{ms(sel, 'bert_base', 'torch')} ms for `torch.topk`") in text
+    # every bitmask shape beats every prefix-sum shape, eager and replayed, per model; those kept are the bitmask's
+    kept = {(r["params"]["block"], r["params"]["span"]) for r in comp if "span" in r["params"]}
+    assert kept == set(_fast.COMPACT_SHAPES)
+    spans = {}
+    for model in ("resnet50", "bert_base"):
+        for g in (False, True):
+            got = [r for r in comp if r["model"] == model and bool(r["params"].get("graph")) == g]
+            bits = [r["ms_median"] for r in got if "span" in r["params"]]
+            scan = [r["ms_median"] for r in got if "rows" in r["params"]]
+            assert len(bits) == 5 and len(scan) == 5 and max(bits) < min(scan)
+            spans[(model, g)] = (min(bits), max(bits), min(scan))
+    for model, label in (("resnet50", "on ResNet-50 against"), ("bert_base", "against")):
+        lo, hi, best = spans[(model, True)]
+        assert f"{lo:.3f} to {hi:.3f} ms {label} {best:.3f} ms" in text
+    eager = sel[("resnet50", "sampled", False)]
+    assert (f"host-decided sampled method took {eager['ms_median']:.3f} ms on ResNet-50" in text
+            and f"range {eager['ms_q25']:.3f} to {eager['ms_q75']:.3f} ms" in text)
+    log = (Path(CODEC_KERNELS) / "topk_bitmask" / "topk_select.log").read_text(encoding="utf-8")
+    assert f"sampled  {eager['ms_median']:.4f} ms" in log
+    # replayed_bitmask/
+    recs = load_records(str(Path(CODEC_KERNELS) / "replayed_bitmask" / "codec_kernels.jsonl"), quiet=True)
+    timed = {r["compressor"]: r for r in recs if r["kind"] == "bench"}
+    kern = {r["compressor"]: r for r in recs if r["kind"] == "codec_kernels"}
+    assert {r["git_commit"][:7] for r in recs if r.get("git_commit")} == {"251cc87"} and "kit `251cc87`" in text
+    assert all(k["profiled"] == "replay" for k in kern.values())
+    assert all(timed[c]["picked"][f"compact_ge/25557032/{cap}"] >= 5 for c, cap in (("topk", 458752), ("dgc", 511142)))
+
+    def big(name, kernel):  # a Triton kernel's bulk launch (its masked tail launch is the smaller one)
+        return max(x["us_median"] for x in kern[name]["kernels"] if x["name"] == kernel)
+
+    t, k = timed["topk"], kern["topk"]
+    old = load_records(str(Path(CODEC_KERNELS) / "replayed_nosync" / "codec_kernels.jsonl"), quiet=True)
+    old_t = next(r for r in old if r["kind"] == "bench" and r["compressor"] == "topk")
+    fill = max(x["us_median"] for x in k["kernels"] if "FillFunctor<float>" in x["name"])
+    assert (f"took {t['ms_median']:.3f} ms ({t['ms_median'] / t['floor_ms']:.1f}x the floor; "
+            f"{old_t['ms_median']:.3f} ms in `replayed_nosync/`), its {k['n_kernels']} kernels "
+            f"{k['ms_kernels']:.3f} ms alone") in text
+    assert (f"the gradient), the decode's zero fill ({fill:.0f} us) and the compacting pass "
+            f"({big('topk', '_mask_compact_kernel'):.0f} us, was ") in text
+    assert f"the bitmask ({big('topk', '_mask_ge_kernel'):.0f} us" in text
+    d, old_d = timed["dgc"], next(r for r in old if r["kind"] == "bench" and r["compressor"] == "dgc")
+    tk = [x for x in kern["dgc"]["kernels"] if x["name"].startswith("Memset") or "mbtopk" in x["name"]
+          or "scan_by_key" in x["name"]]  # torch.topk's kernels
+    assert (f"DGC's replayed call took {d['ms_median']:.3f} ms ({d['ms_median'] / d['floor_ms']:.1f}x; "
+            f"{old_d['ms_median']:.3f} ms before)") in text
+    assert (f"1 % sample, {sum(x['us_median'] for x in tk):.0f} us in {len(tk)} kernels), the counting pass "
+            f"({big('dgc', '_mask_ge_kernel'):.0f} us) and the compacting pass "
+            f"({big('dgc', '_mask_compact_kernel'):.0f} us)") in text
+    assert 511142 % _fast._ROOM_ALIGN != 0  # DGC's room: not whole programs of radix select
+    # codec_repeat_h200_bitmask/: both runs and the verdicts
+    runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_bitmask" / "codecs.jsonl"),
+                                    quiet=True) if r["kind"] == "bench"]
+    verdicts = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
+    for name, label, verdict in (("topk", "TopK", "PASS"), ("dgc", "DGC", "MISS")):
+        two = [r for r in runs if r["compressor"] == name]
+        assert len(two) == 2
+        worst = max(r["ms_median"] for r in two) / two[0]["floor_ms"]
+        assert f"{label} {two[0]['ms_median']:.4f} and {two[1]['ms_median']:.4f} ms" in text
+        row = verdicts[(verdicts["compressor"] == name) & (verdicts["verdict"].isin(["PASS", "MISS"]))]
+        assert list(row["verdict"]) == [verdict] and f"{float(row['value'].iloc[0]):.1f}" == f"{worst:.1f}"
+        assert f"{worst:.1f}x" in text and f"({verdict})" in text
+
+
 def test_codec_kernels_readme_reading_of_the_replayed_profiles_holds():
     """data/measurements/codec_kernels_h200/README.md on replayed_nosync/: every number, from the records."""
     text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())

@@ -376,6 +376,47 @@ def _topk_nosync_block() -> str:
     return "\n".join(rows) + "\n"
 
 
+def topk_bitmask_records() -> tuple[dict, list]:
+    """``topk_bitmask/topk_select.jsonl.gz``: ``({(model, path, replayed): selection record}, [compact_ge
+    records])``."""
+    recs = _load(CODEC_KERNELS / "topk_bitmask" / "topk_select.jsonl.gz")
+    sel = {(r["model"], r["params"]["path"], bool(r["params"].get("graph"))): r for r in recs
+           if r["phase"] == "topk_select"}
+    return sel, [r for r in recs if r["phase"] == "compact_ge"]
+
+
+def _topk_bitmask_blocks() -> tuple[str, str]:
+    """TopK's exact selections at ``topk_bitmask/``'s commit beside ``topk_nosync/``'s last, replayed: ms (x floor);
+    and the counting and compacting passes per program shape, eager and replayed."""
+    sel, comp = topk_bitmask_records()
+    prev = topk_nosync_records(TOPK_NOSYNC_RUNS[-1])
+    commit = next(iter(sel.values()))["git_commit"][:7]
+    paths = [p for p in TOPK_PATHS if p != "sampled"]
+    rows = ["| commit | model | k | " + " | ".join(f"{p} replayed" for p in paths) + " |",
+            "|---|---|---:|" + "---:|" * len(paths)]
+    for c, recs in ((TOPK_NOSYNC_RUNS[-1], prev), (commit, sel)):
+        for model in dict.fromkeys(m for m, _, _ in recs):
+            cells = [recs[(model, p, True)] for p in paths]
+            rows.append(f"| `{c}` | {model} | {cells[0]['k']} | " + " | ".join(
+                f"{r['ms_median']:.3f} ({r['ms_median'] / r['floor_ms']:.1f})" for r in cells) + " |")
+
+    def shape(r):
+        p = r["params"]
+        return (p["block"], f"bitmask, {p['span']} per program" if "span" in p else
+                ("rows of 32" if p["rows"] else "one prefix sum"))
+
+    shapes = list(dict.fromkeys(shape(r) for r in comp))
+    by = {(r["model"], shape(r), bool(r["params"].get("graph"))): r for r in comp}
+    crow = ["| block | compacting pass | " + " | ".join(
+        f"{m} {how}" for m in dict.fromkeys(r["model"] for r in comp) for how in ("eager", "replayed")) + " |",
+        "|---:|---|" + "---:|" * (2 * len({r["model"] for r in comp}))]
+    for b, form in shapes:
+        cells = [by[(m, (b, form), g)] for m in dict.fromkeys(r["model"] for r in comp) for g in (False, True)]
+        crow.append(f"| {b} | {form} | " + " | ".join(
+            f"{r['ms_median']:.4f} ({r['ms_median'] / r['floor_ms']:.1f})" for r in cells) + " |")
+    return "\n".join(rows) + "\n", "\n".join(crow) + "\n"
+
+
 def _topk_codec_block() -> str:
     """The TopK codecs' ``codec_kernels`` records, fast path beside the reference."""
     recs = _load(CODEC_KERNELS / "topk_sampled" / "codec_kernels.jsonl")
@@ -428,6 +469,7 @@ def codec_kernels_blocks() -> dict[str, str]:
     blocks["topk-select"], blocks["topk-compact"] = _topk_select_blocks()
     blocks["topk-codecs"] = _topk_codec_block()
     blocks["topk-nosync"] = _topk_nosync_block()
+    blocks["topk-bitmask"], blocks["topk-bitmask-compact"] = _topk_bitmask_blocks()
     return blocks
 
 

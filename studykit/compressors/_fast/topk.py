@@ -15,7 +15,7 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
            "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES", "compact_ge",
-           "_compact_ge", "_compact_ge_bits", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
+           "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
            "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
            "uniform_positions", "uniform_keys", "band_candidates"]
 
@@ -96,8 +96,8 @@ def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     ``torch.topk`` takes the k largest of those (on the sample too: few launches, for eager calls; the
     device-decided form, which a CUDA graph holds, selects with radix select instead). If fewer than k reached
     the threshold, or more than the room kept, the candidates may miss some of the top k: then (one host
-    synchronisation tells) ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are compared as float
-    bits, so NaN counts as the largest, as in ``torch.topk``."""
+    synchronisation tells) ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are
+    compared as float bits, so NaN counts as the largest, as in ``torch.topk``."""
     t, cap = _threshold_from_sample(x, k, radix=False)
     cand, cand_bits, found = compact_ge(x, t, cap)
     chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
@@ -144,38 +144,6 @@ def _top_candidates(cand: torch.Tensor, cand_bits: torch.Tensor, k: int) -> torc
 
 # ====================================================================== entries at or above a threshold
 if HAVE_TRITON:
-    @triton.jit
-    def _count_ge_kernel(x_ptr, n, t_ptr, counts_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
-        """counts[p] = how many of block p's |x| reach the threshold t_ptr[0], compared as float bits (so NaN
-        counts as the largest, as in ``torch.topk``)."""
-        p = start // BLOCK + tl.program_id(0)
-        idx = p * BLOCK + tl.arange(0, BLOCK)
-        m = idx < n
-        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        tl.store(counts_ptr + p, tl.sum(((v >= tl.load(t_ptr)) & m).to(tl.int32), axis=0))
-
-    @triton.jit
-    def _compact_ge_kernel(x_ptr, n, t_ptr, ends_ptr, pos_ptr, bits_ptr, cap, start, MASKED: tl.constexpr,
-                           BLOCK: tl.constexpr, ROW: tl.constexpr):
-        """The positions (ascending) and |x| float bits of the elements counted by ``_count_ge_kernel``,
-        the first ``cap`` of them: block p writes its own from ``ends[p]`` minus its count on (``ends``: the
-        inclusive prefix sums of the counts), so the order is ``torch.nonzero``'s."""
-        p = start // BLOCK + tl.program_id(0)
-        idx = p * BLOCK + tl.arange(0, BLOCK)
-        m = idx < n
-        v = _ld(x_ptr + idx, m, 0.0, MASKED).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        keep = ((v >= tl.load(t_ptr)) & m).to(tl.int32)
-        if ROW == 0:  # one prefix sum over the block
-            slot = tl.load(ends_ptr + p) - tl.sum(keep, axis=0) + tl.cumsum(keep, axis=0) - 1
-        else:  # prefix sums inside rows of ROW, then over the rows' sums
-            k2 = tl.reshape(keep, (BLOCK // ROW, ROW))
-            rows = tl.sum(k2, axis=1)
-            first = tl.load(ends_ptr + p) - tl.sum(rows, axis=0) + tl.cumsum(rows, axis=0) - rows
-            slot = tl.reshape(first[:, None] + tl.cumsum(k2, axis=1) - 1, (BLOCK,))
-        w = (keep != 0) & (slot < cap)
-        tl.store(pos_ptr + slot, idx.to(tl.int64), mask=w)
-        tl.store(bits_ptr + slot, v, mask=w)
-
     @triton.jit
     def _mask_ge_kernel(x_ptr, n, t_ptr, counts_ptr, words_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
         """Block p's |x| >= t (float bits, t_ptr[0]) as a bitmask: bit j of words[32 i + j's word] says whether
@@ -224,12 +192,11 @@ if HAVE_TRITON:
             slot += has.to(tl.int32)
 
 
-#: program shapes of the counting and compacting passes, the fastest kept per size (:func:`pick`): ``(block,
-#: rows)``: the compacting pass reads x again and takes a prefix sum over its program's elements, in one go (rows
-#: 0) or inside rows of 32 and then over the rows; ``(block, -span)``: the counting pass also writes a bitmask,
-#: and the compacting pass walks the bitmask, ``span`` elements per program (:func:`_compact_ge_bits`)
-COMPACT_SHAPES = ((256, 0), (1024, 0), (4096, 0), (1024, 32), (4096, 32), (1024, -1024), (1024, -4096),
-                  (4096, -4096), (2048, -8192), (4096, -16384))
+#: ``(block, span)`` of the counting and compacting passes, the fastest kept per size (:func:`pick`): the counting
+#: pass writes a bitmask and counts per block of ``block`` elements, the compacting pass walks ``span`` elements'
+#: bits per program (a prefix sum over each program's elements, in one go or in rows of 32, read x again and was
+#: slower in every shape timed: codec_kernels_h200/topk_bitmask)
+COMPACT_SHAPES = ((1024, 1024), (1024, 4096), (4096, 4096), (2048, 8192), (4096, 16384))
 
 
 def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
@@ -244,23 +211,10 @@ def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
     return fns[common.pick(("compact_ge", x.device, x.numel(), cap), fns)]()
 
 
-def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, row: int = 0):
-    if row < 0:
-        return _compact_ge_bits(x, t_bits, cap, block, -row)
-    n, dev = x.numel(), x.device
-    counts = torch.empty(triton.cdiv(n, block), dtype=torch.int32, device=dev)
-    _launch(_count_ge_kernel, n, n, block, x, n, t_bits, counts, BLOCK=block)
-    ends = torch.cumsum(counts, 0, dtype=torch.int32)
-    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
-    bits = torch.zeros(cap, dtype=torch.int32, device=dev)
-    _launch(_compact_ge_kernel, n, n, block, x, n, t_bits, ends, pos, bits, cap, BLOCK=block, ROW=row)
-    return pos, bits, ends[-1:]
-
-
-def _compact_ge_bits(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int):
-    """:func:`compact_ge` through a bitmask: the counting pass (blocks of ``block``) writes one bit per element
-    beside its counts, and the compacting pass reads the bitmask (x's size / 32) and x only where a bit is set,
-    ``span`` elements (a multiple of ``block``) per program, its work following the set bits."""
+def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int):
+    """:func:`compact_ge` in one shape: the counting pass (blocks of ``block``) writes one bit per element beside
+    its counts, and the compacting pass reads the bitmask (x's size / 32) and x only where a bit is set, ``span``
+    elements (a multiple of ``block``) per program, its work following the set bits."""
     n, dev = x.numel(), x.device
     nblocks = triton.cdiv(n, block)
     counts = torch.empty(nblocks, dtype=torch.int32, device=dev)
