@@ -335,10 +335,14 @@ def test_the_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch,
         C.get(name, error_feedback=False).reduce(torch.randn(4096, generator=torch.Generator().manual_seed(0)))
 
 
-def test_dgc_candidates_reach_the_compaction_then_the_radix_select_kernel(monkeypatch):
+def test_dgc_candidates_reach_the_threshold_the_compaction_then_the_radix_select_kernel(monkeypatch):
     from studykit.compressors import _fast
 
     monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, "kth_abs", lambda x, k: (_ for _ in ()).throw(_KernelCalled("kth_abs")))
+    with pytest.raises(_KernelCalled, match="kth_abs"):
+        C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))
+    monkeypatch.setattr(_fast, "kth_abs", lambda x, k: torch.topk(x.abs(), k).values[-1:])  # the kernels', in PyTorch
     monkeypatch.setattr(_fast, "compact_ge", lambda x, t, cap: (_ for _ in ()).throw(_KernelCalled("compact_ge")))
     with pytest.raises(_KernelCalled, match="compact_ge"):
         C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))

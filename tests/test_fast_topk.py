@@ -152,6 +152,22 @@ def test_compact_ge_bitmask_walks_full_words(dev, cap, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("which", [0, 1])  # radix select's histogram passes, torch.topk
+@pytest.mark.parametrize("k", [1, 777, 40_000])
+def test_kth_abs_is_the_kth_largest_magnitude_by_either_method(dev, monkeypatch, which, k):
+    """DGC's threshold: few distinct magnitudes (ties everywhere, zeros, infinities), both methods ``kth_abs``
+    picks between give the k-th largest |x| exactly, as a 1-element tensor."""
+    monkeypatch.setattr(_fast, "pick", lambda key, fns: which)
+    monkeypatch.setattr(_fast, "pick_replayed", lambda key, fns: which)
+    x = torch.randint(-50, 51, (65_536,), generator=torch.Generator().manual_seed(k)) * 0.5
+    x[[3, 9]] = torch.tensor([float("inf"), float("-inf")])
+    x = x.to(dev)
+    got = _fast.kth_abs(x, k)
+    assert got.shape == (1,) and got.dtype == torch.float32
+    assert got.item() == torch.sort(x.abs(), descending=True).values[k - 1].item()
+
+
+@pytest.mark.gpu
 def test_radix_topk_gated_on_the_device_leaves_out_alone_or_fills_it(dev):
     """``skip`` nonzero: every kernel returns at once and ``out`` keeps what it held; zero: the top k."""
     x = torch.randn(100_003, generator=torch.Generator().manual_seed(4)).to(dev)

@@ -303,6 +303,11 @@ def _(self, mag, t1, t2, q, capacity):  # count, then compact, the keys drawn in
                                  lambda: reference(MSTopK, "band_candidates")(self, mag, t1, t2, q, capacity))
 
 
+@override(DGC, "_kth_largest", when=lambda self, x, rank: x.dtype == torch.float32 and _fast.enabled(x))
+def _(self, x, rank):  # radix select's histogram passes or torch.topk, whichever is faster here (eager or replayed)
+    return _fast.kth_abs(x, rank).view(())
+
+
 @override(DGC, "_candidates", when=lambda self, flat, threshold, capacity:
           flat.dtype == torch.float32 and _fast.enabled(flat))
 def _(self, flat, threshold, capacity):  # count, then compact: the same positions, with no |g| or mask tensor

@@ -397,17 +397,21 @@ class DGC(_GatherSparse):
             return flat[indices], indices
         samples = min(numel, max(math.ceil(self.sample_ratio * numel), self.MIN_SAMPLES))
         if samples == numel:  # exact threshold: the k-th largest magnitude
-            threshold = torch.topk(flat.abs(), k, sorted=False).values.min()
+            threshold = self._kth_largest(flat, k)
         else:
             pos = self.positions(numel, samples, flat.device)
             rank = min(samples, math.ceil(self.TARGET * k * samples / numel))
-            threshold = torch.topk(flat[pos].abs(), rank, sorted=False).values.min()
+            threshold = self._kth_largest(flat[pos], rank)
         cand = self._candidates(flat, threshold, capacity)
         valid = cand < numel
         cand = torch.where(valid, cand, 0)
         top = self._top_candidates(flat, cand, valid, k)
         indices = torch.where(valid[top], cand[top], numel)
         return _drop_fill(flat, indices)
+
+    def _kth_largest(self, x, rank):
+        """The ``rank``-th largest magnitude of ``x`` (NaN counts as the largest): the candidates' threshold."""
+        return torch.topk(x.abs(), rank, sorted=False).values.min()
 
     def _candidates(self, flat, threshold, capacity):
         """Positions of the first ``capacity`` entries (by position) with ``|flat| >= threshold``; ``numel``

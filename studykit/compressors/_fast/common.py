@@ -24,8 +24,9 @@ except Exception:  # noqa: BLE001 - any import problem means: no fast path
     HAVE_TRITON = False
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "enabled_for", "Seed", "seed_of", "no_seed", "_BLOCK", "_NB", "_launch",
-           "_launch1", "_PICKED", "pick", "pick_replayed", "settle_generators", "picks_since", "abs_max", "rows"]
+__all__ = ["HAVE_TRITON", "_MAX_NUMEL", "_interpret_on_cpu", "enabled", "enabled_for", "Seed", "seed_of", "no_seed",
+           "_BLOCK", "_NB", "_launch", "_launch1", "_PICKED", "pick", "pick_replayed", "pick_no_sync", "settle_generators",
+           "picks_since", "abs_max", "rows"]
 
 #: element counts from here on would overflow the kernels' int32 offsets
 _MAX_NUMEL = 2**31 - 2**20
@@ -188,6 +189,18 @@ def pick_replayed(key, candidates) -> int:
     replays timed, so launches cost what a replay pays for them, not what an eager call's host does. A candidate
     whose capture fails (it waits for the device) is left out with a warning, as in :func:`pick`."""
     return _pick_timed(key, candidates, _captured)
+
+
+def pick_no_sync(key, graph_key, candidates, device: torch.device) -> int:
+    """Which of ``candidates`` (none waits for the device) to call now: under a CUDA graph capture (no timing
+    there), the one the replay-timed pick made eagerly under ``graph_key`` (:func:`pick_replayed`; the last
+    candidate where none was made); eager, :func:`pick`'s under ``key``, after the replay-timed pick is made on
+    CUDA (a later capture reads it)."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return _PICKED.get(graph_key, len(candidates) - 1)
+    if device.type == "cuda":
+        pick_replayed(graph_key, candidates)
+    return pick(key, candidates)
 
 
 def _eager(fn):

@@ -13,11 +13,11 @@ from studykit.compressors._fast import common
 from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["topk_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok", "_sampled_topk",
-           "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES", "compact_ge",
-           "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
-           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "mstopk_search",
-           "uniform_positions", "uniform_keys", "band_candidates"]
+__all__ = ["topk_abs", "kth_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok",
+           "_sampled_topk", "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
+           "compact_ge", "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
+           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
+           "mstopk_search", "uniform_positions", "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -41,9 +41,9 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     The three without a host synchronisation are picked between first (key ``topk_no_sync``), then the
     synchronising sampled method against that pick. Under a CUDA graph capture (the DDP hook's graph runner,
     ``bench --graph``) the synchronising one is left out, and the pick is the one an eager call with the same size
-    made among the other three timed as graph replays (key ``topk_graph``, :func:`pick_replayed`; eager, the
-    device-decided sampled method pays its host's many launches: on an H200, ResNet-50's gradient at 1 %, 0.78 ms
-    eager against 0.30 ms replayed, ``torch.topk`` 0.59 ms replayed: codec_kernels_h200/topk_nosync);
+    made among the other three timed as graph replays (keys ``topk_graph``, :func:`pick_no_sync`; eager, the
+    device-decided sampled method pays its host's many launches: on an H200, ResNet-50's gradient at 1 %, 1.99 ms
+    eager against 0.147 ms replayed, ``torch.topk`` 0.592 ms replayed: codec_kernels_h200/topk_bitmask);
     ``torch.topk`` where none was made."""
     n = x.numel()
     no_sync = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
@@ -51,15 +51,22 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     if sampled:
         no_sync.insert(0, lambda: _sampled_topk_nosync(x, k))
     key = (x.device, n, k)
-    if x.is_cuda and torch.cuda.is_current_stream_capturing():  # no host synchronisation, no timing
-        return no_sync[common._PICKED.get(("topk_graph",) + key, len(no_sync) - 1)]()
-    if x.is_cuda:  # what a capture replays: the fastest as a graph's replay (launches cost the host nothing)
-        common.pick_replayed(("topk_graph",) + key, no_sync)
-    best = no_sync[common.pick(("topk_no_sync",) + key, no_sync)]
-    if not sampled:
+    best = no_sync[common.pick_no_sync(("topk_no_sync",) + key, ("topk_graph",) + key, no_sync, x.device)]
+    if not sampled or (x.is_cuda and torch.cuda.is_current_stream_capturing()):  # a capture cannot wait
         return best()
     fns = [lambda: _sampled_topk(x, k), best]
     return fns[common.pick(("topk",) + key, fns)]()
+
+
+def kth_abs(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th largest |x| of a flat fp32 tensor, as a 1-element tensor (NaN counts as the largest, as in
+    ``torch.topk``): radix select's histogram passes (:func:`_radix_select`: about ten short kernels, the faster
+    as a graph's replay) or ``torch.topk`` (fewer launches, often the faster eagerly), picked as in
+    :func:`topk_abs` (:func:`pick_no_sync`, keys ``kth`` and ``kth_graph``). DGC's sampled threshold."""
+    fns = [lambda: _radix_select(x, k)[:1].view(torch.float32),
+           lambda: torch.topk(x.abs(), k, sorted=False).values.min().reshape(1)]
+    key = (x.device, x.numel(), k)
+    return fns[common.pick_no_sync(("kth",) + key, ("kth_graph",) + key, fns, x.device)]()
 
 
 # ====================================================================== sampled threshold
