@@ -153,8 +153,8 @@ def _top_candidates(cand: torch.Tensor, cand_bits: torch.Tensor, k: int) -> torc
 if HAVE_TRITON:
     @triton.jit
     def _mask_ge_kernel(x_ptr, n, t_ptr, counts_ptr, words_ptr, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
-        """Block p's |x| >= t (float bits, t_ptr[0]) as a bitmask: bit j of words[32 i + j's word] says whether
-        element p * BLOCK + 32 i + j reaches it; counts[p]: how many do."""
+        """Block p's |x| >= t (float bits, t_ptr[0]) as a bitmask: bit j of its i-th word (words[p * BLOCK // 32 +
+        i]) says whether element p * BLOCK + 32 i + j reaches t; counts[p]: how many do."""
         p = start // BLOCK + tl.program_id(0)
         idx = p * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
