@@ -21,6 +21,7 @@ from studykit.comm import LocalComm
 from studykit.compressors import _fast
 from studykit.compressors import quantization as Q
 from studykit.measure.records import load_records
+from studykit.nbtools import codec_blocks as CB
 from studykit.nbtools import readme_blocks as RB
 from studykit.nbtools.readme_blocks import CODEC_KERNELS, TOPK_DDP, TOPK_DDP_RUNS
 from tests.conftest import worker_grads
@@ -964,9 +965,9 @@ def test_atomo_table_block_and_reading_hold():
         sub / "codec_kernels.jsonl.gz", verbose=False, write=False)
     text = (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8")
     a, b = "<!-- atomo:begin -->\n", "<!-- atomo:end -->"
-    assert text[text.index(a) + len(a):text.index(b)] == RB.atomo_block(), "regenerate with python -m studykit data " \
+    assert text[text.index(a) + len(a):text.index(b)] == CB.atomo_block(), "regenerate with python -m studykit data " \
         "regen --only measurements/codec_kernels_h200/README.md"
-    rows = {svd: (t, k, solver) for svd, t, k, solver in RB.atomo_rows()}
+    rows = {svd: (t, k, solver) for svd, t, k, solver in CB.atomo_rows()}
     assert set(rows) == {"exact", "gram"}
     for t, k, solver in rows.values():
         assert solver > 10 * 20 and solver > k["ms_kernels"] / 2  # an order of magnitude above 20 ms, most of it
@@ -1089,7 +1090,7 @@ def test_codec_kernels_readme_reading_of_tf32x3_holds():
 
 def test_codec_kernels_readme_block_is_the_generated_one():
     text = (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8")
-    for marker, want in RB.codec_kernels_blocks().items():
+    for marker, want in CB.codec_kernels_blocks().items():
         a, b = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
         assert text[text.index(a) + len(a):text.index(b)] == want, "regenerate with python -m studykit data regen " \
             "--only measurements/codec_kernels_h200/README.md"
@@ -1280,8 +1281,8 @@ def test_codec_kernels_readme_reading_of_the_device_decided_topk_holds():
     records (per-kernel times and picks from the logs, which print them)."""
     text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
     text = text[text.index("## `topk_nosync/`"):]
-    before, after = (RB.topk_nosync_records(c) for c in RB.TOPK_NOSYNC_RUNS)
-    assert RB.TOPK_NOSYNC_RUNS == ("9f804a5", "e4a8ed4") and all(f"`{c}`" in text for c in RB.TOPK_NOSYNC_RUNS)
+    before, after = (CB.topk_nosync_records(c) for c in CB.TOPK_NOSYNC_RUNS)
+    assert CB.TOPK_NOSYNC_RUNS == ("9f804a5", "e4a8ed4") and all(f"`{c}`" in text for c in CB.TOPK_NOSYNC_RUNS)
 
     def ms(sel, model, path, replayed=False, digits=2):
         return f"{sel[(model, path, replayed)]['ms_median']:.{digits}f}"
@@ -1332,8 +1333,8 @@ def test_codec_kernels_readme_reading_of_the_bitmask_selection_holds():
     of codec_repeat_h200_bitmask/): every number, from the records; the compacting shapes kept are the winners."""
     text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
     text = text[text.index("## `topk_bitmask/`"):]
-    sel, comp = RB.topk_bitmask_records()
-    prev = RB.topk_nosync_records("e4a8ed4")
+    sel, comp = CB.topk_bitmask_records()
+    prev = CB.topk_nosync_records("e4a8ed4")
     assert {r["git_commit"][:7] for r in sel.values()} == {"f908c72"}
 
     def ms(recs, model, path, replayed=True):

@@ -449,7 +449,7 @@ BUILDERS: dict[str, Callable[..., object]] = {
     "trace_ab": RB.trace_ab_block, "benchmark_hook_targets": RB.benchmark_hook_targets_block,
     "hook_vs_post": RB.hook_vs_post_block, "fp16_vs_torch": RB.fp16_vs_torch_block,
     "rerun_spread": RB.rerun_spread_block, "measured_crossovers": RB.measured_crossovers_block,
-    "hook_host": RB.hook_host_blocks, "codec_kernels": RB.codec_kernels_blocks, "atomo": RB.atomo_block,
+    "hook_host": RB.hook_host_blocks, "codec_kernels": CB.codec_kernels_blocks, "atomo": CB.atomo_block,
     "topk_ddp": RB.topk_ddp_block, "tta": RB.tta_block, "tta_tuned": RB.tta_tuned_block,
     "lr": RB.lr_block,
 }
