@@ -105,6 +105,8 @@ def compact_shapes(x, model, ratio, k, floor, copy_gbps, device, timing, policy,
             raise SystemExit(f"topk_select: compact_ge {label} did not keep the entries at the threshold")
         held = {}
         graph = capture_call(lambda: held.setdefault("out", fn()), device)
+        if graph is None:
+            raise SystemExit(f"topk_select: compact_ge {label} could not be captured as a CUDA graph")
         for replayed, call in ((False, fn), (True, graph.replay)):
             t = time_fn(call, device=device, **timing)
             print(f"topk {model:10s} ratio={ratio:<6g} compact_ge {label}{' graph' if replayed else ''} "
