@@ -335,26 +335,43 @@ def test_the_overrides_reach_their_kernels_when_the_fast_path_is_on(monkeypatch,
         C.get(name, error_feedback=False).reduce(torch.randn(4096, generator=torch.Generator().manual_seed(0)))
 
 
-def test_dgc_candidates_reach_the_threshold_the_compaction_then_the_radix_select_kernel(monkeypatch):
+def test_dgc_reaches_its_sample_threshold_compaction_selection_and_take_kernels_in_order(monkeypatch):
+    """On CPU with the fast path forced on: DGC's select reaches the fused sample, the k-th largest, the
+    compaction, the selection among the candidates and the take, in that order (each kernel reached is then
+    replaced by what it computes, in PyTorch); with all five stand-ins the result is the reference's with the
+    same sample (its first positions)."""
     from studykit.compressors import _fast
+    from studykit.compressors.sparsification import DGC, _drop_fill
 
-    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
-    monkeypatch.setattr(_fast, "kth_abs", lambda x, k: (_ for _ in ()).throw(_KernelCalled("kth_abs")))
-    with pytest.raises(_KernelCalled, match="kth_abs"):
-        C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))
-    monkeypatch.setattr(_fast, "kth_abs", lambda x, k: torch.topk(x.abs(), k).values[-1:])  # the kernels', in PyTorch
-    monkeypatch.setattr(_fast, "compact_ge", lambda x, t, cap: (_ for _ in ()).throw(_KernelCalled("compact_ge")))
-    with pytest.raises(_KernelCalled, match="compact_ge"):
-        C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))
+    def pad(t, room, fill):
+        return torch.cat([t, torch.full((room - t.numel(),), fill, dtype=t.dtype)])
 
-    def compact(x, t_bits, cap):  # what the kernels compute, in PyTorch
+    def compact(x, t_bits, cap, room):
         pos = torch.nonzero_static(x.abs() >= t_bits.view(torch.float32), size=cap, fill_value=x.numel()).view(-1)
-        return pos, None, None
+        bits = torch.where(pos < x.numel(), x[pos.clamp(max=x.numel() - 1)].abs(), 0.0).view(torch.int32)
+        return pad(pos, room, x.numel()), pad(bits, room, 0), None
 
-    monkeypatch.setattr(_fast, "compact_ge", compact)
-    monkeypatch.setattr(_fast, "topk_abs", lambda x, k: (_ for _ in ()).throw(_KernelCalled("topk_abs")))
-    with pytest.raises(_KernelCalled, match="topk_abs"):
-        C.get("dgc", ratio=0.01, error_feedback=False).reduce(torch.randn(100_000))
+    stand_ins = {"sample_abs_bits": lambda x, count, seed, room: pad(x[:count].abs().view(torch.int32), room, 0),
+                 "kth_abs": lambda x, k: torch.topk(x.abs(), k).values[-1:],
+                 "compact_ge": compact,
+                 "topk_abs": lambda x, k: torch.topk(x.abs(), k, sorted=False).indices,
+                 "take_slots": lambda x, cand, top: _drop_fill(x, cand[top])}
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, "enabled_for", lambda device, numel: True)
+    for i, name in enumerate(stand_ins):
+        for later in list(stand_ins)[i:]:
+            monkeypatch.setattr(_fast, later, lambda *a, _k=later: (_ for _ in ()).throw(_KernelCalled(_k)))
+        with pytest.raises(_KernelCalled, match=f"^{name}$"):
+            DGC(ratio=0.01).select(x, [x.numel()])
+        monkeypatch.setattr(_fast, name, stand_ins[name])
+    vals, idx = DGC(ratio=0.01).select(x, [x.numel()])
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: False)
+    monkeypatch.setattr(_fast, "enabled_for", lambda device, numel: False)
+    monkeypatch.setattr(DGC, "positions", lambda self, numel, count, device: torch.arange(count))
+    want_vals, want_idx = DGC(ratio=0.01).select(x, [x.numel()])
+    assert idx.numel() == 1000 and torch.equal(idx.sort().values, want_idx.sort().values)
+    assert torch.equal(vals[idx.argsort()], want_vals[want_idx.argsort()])
 
 
 DECODE_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "signs_decode", "ef_signsgd": "signs_decode",

@@ -285,3 +285,74 @@ def test_compact_ge_is_nonzero_static_of_the_mask(dev, cap, shape):
     assert found.item() == (x.abs() >= t).sum().item()
     used = pos < n
     assert torch.equal(bits[used], x[pos[used]].abs().view(torch.int32)) and (bits[~used] == 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("room", [None, 40_000])
+def test_compact_ge_in_a_larger_room_leaves_the_slots_past_cap_unused(dev, room):
+    """DGC's candidates in buffers of whole radix select programs: the first ``cap`` slots as without a room,
+    every slot past them unused (position n, bits 0); a room smaller than cap is refused."""
+    n, cap = 100_003, 5_000
+    x = torch.randn(n, generator=torch.Generator().manual_seed(7)).to(dev)
+    t = torch.tensor([0.5], device=dev).view(torch.int32)  # about 62 % pass: far more than cap
+    pos, bits, found = _fast.compact_ge(x, t, cap, room)
+    assert pos.numel() == bits.numel() == (room or cap)
+    want = torch.nonzero_static(x.abs() >= 0.5, size=cap, fill_value=n).view(-1)
+    assert torch.equal(pos[:cap], want) and (pos[cap:] == n).all() and (bits[cap:] == 0).all()
+    assert found.item() == (x.abs() >= 0.5).sum().item()
+    with pytest.raises(ValueError, match="room 10 is smaller than cap 5000"):
+        _fast.compact_ge(x, t, cap, 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("count,room", [(10_486, None), (10_486, 16_384), (1, 4_097)])
+def test_sample_abs_bits_is_the_magnitude_at_the_uniform_positions(dev, count, room):
+    """DGC's sample in one kernel: |x| at the positions ``uniform_positions`` draws from the same seed, as float
+    bits, then +0.0 to the end of the room."""
+    n = 2**20 + 3
+    x = torch.randn(n, generator=torch.Generator().manual_seed(count)).to(dev)
+    seed = _fast.Seed(torch.tensor([5], device=dev), 2**62 + 12_345)
+    got = _fast.sample_abs_bits(x, count, seed, room)
+    pos = _fast.uniform_positions(n, count, seed, dev)
+    assert got.dtype == torch.int32 and got.numel() == (room or count)
+    assert torch.equal(got[:count], x[pos].abs().view(torch.int32)) and (got[count:] == 0).all()
+    with pytest.raises(ValueError, match="room 0 is smaller than count"):
+        _fast.sample_abs_bits(x, count, seed, 0)
+
+
+@pytest.mark.gpu
+def test_take_slots_is_the_candidates_values_and_positions_with_unused_slots_as_zeros(dev):
+    """DGC's payload in one kernel: as the reference ``_drop_fill(x, cand[top])``, an unused slot (position n)
+    becoming value 0 at position 0; NaN and -inf values carried as they are."""
+    from studykit.compressors.sparsification import _drop_fill
+
+    n = 50_000
+    x = torch.randn(n, generator=torch.Generator().manual_seed(1))
+    x[[11, 12]] = torch.tensor([float("nan"), float("-inf")])
+    cand = torch.cat([torch.tensor([11, 12]), torch.randperm(n, generator=torch.Generator().manual_seed(2))[:6000],
+                      torch.full((2000,), n)])
+    top = torch.randperm(cand.numel(), generator=torch.Generator().manual_seed(3))[:5000]
+    top[:3] = torch.tensor([0, 1, cand.numel() - 1])  # the NaN, the -inf and an unused slot
+    want_vals, want_idx = _drop_fill(x, cand[top])
+    vals, idx = _fast.take_slots(x.to(dev), cand.to(dev), top.to(dev))
+    assert torch.equal(idx.cpu(), want_idx)
+    torch.testing.assert_close(vals.cpu(), want_vals, rtol=0, atol=0, equal_nan=True)  # the same bits
+    assert vals[0].isnan().item() and vals[1].item() == float("-inf")
+    assert vals[2].item() == 0 and idx[2].item() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [2**20 + 3, 300_001])  # the sampled threshold; 300,001: a room past n's programs
+def test_dgc_on_the_fast_path_selects_what_its_reference_does_from_the_same_sample(dev, monkeypatch, n):
+    """DGC's select with its fast overrides (fused sample, k-th largest, compaction into an aligned room, radix
+    select among the candidates, the take) against its plain-PyTorch methods drawing the same positions (the
+    ``positions`` kernel alone on): the same k values and positions."""
+    from studykit.compressors.sparsification import DGC
+
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n)).to(dev)
+    fast_vals, fast_idx = DGC(ratio=0.01).select(x, [n])
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: False)  # every override but positions' (enabled_for)
+    ref_vals, ref_idx = DGC(ratio=0.01).select(x, [n])
+    assert fast_idx.numel() == ref_idx.numel() == math.ceil(0.01 * n)
+    order_f, order_r = torch.argsort(fast_idx), torch.argsort(ref_idx)
+    assert torch.equal(fast_idx[order_f], ref_idx[order_r]) and torch.equal(fast_vals[order_f], ref_vals[order_r])

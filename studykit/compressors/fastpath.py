@@ -308,17 +308,32 @@ def _(self, x, rank):  # radix select's histogram passes or torch.topk, whicheve
     return _fast.kth_abs(x, rank).view(())
 
 
+@override(DGC, "_sample_kth", when=lambda self, flat, samples, rank:
+          flat.dtype == torch.float32 and _fast.enabled(flat))
+def _(self, flat, samples, rank):
+    # the positions' Philox numbers and the gather in one kernel (no positions in memory), into a buffer of whole
+    # radix select programs whose zeros past the sample leave its rank-th largest alone
+    bits = _fast.sample_abs_bits(flat, samples, _fast.seed_of(self, flat.device), _fast.aligned(samples))
+    return _fast.kth_abs(bits.view(torch.float32), rank).view(())
+
+
 @override(DGC, "_candidates", when=lambda self, flat, threshold, capacity:
           flat.dtype == torch.float32 and _fast.enabled(flat))
-def _(self, flat, threshold, capacity):  # count, then compact: the same positions, with no |g| or mask tensor
-    return _fast.compact_ge(flat, threshold.reshape(1).view(torch.int32), capacity)[0]
+def _(self, flat, threshold, capacity):
+    # count, then compact: the same positions, the magnitudes beside them (no |g| or mask tensor), in buffers of
+    # whole radix select programs (unused slots past capacity: position numel, magnitude 0, as the reference's)
+    pos, bits, _ = _fast.compact_ge(flat, threshold.reshape(1).view(torch.int32), capacity, _fast.aligned(capacity))
+    return pos, bits.view(torch.float32)
 
 
-@override(DGC, "_top_candidates", when=lambda self, flat, cand, valid, k: _fast.enabled(flat) and k < cand.numel())
-def _(self, flat, cand, valid, k):
-    # radix select (or torch.topk, whichever is faster here) on the candidates; padding slots
-    # score 0 instead of -1: they can only tie with zero magnitudes, which decode to the same zeros
-    return _fast.topk_abs(torch.where(valid, flat[cand], 0.0), k)
+@override(DGC, "_top_candidates", when=lambda self, mags, k: _fast.enabled(mags) and k < mags.numel())
+def _(self, mags, k):  # radix select (or torch.topk, whichever is faster here) on the candidates' magnitudes
+    return _fast.topk_abs(mags, k)
+
+
+@override(DGC, "_take", when=lambda self, flat, cand, top: _fast.enabled(flat, cand))
+def _(self, flat, cand, top):  # the slots' positions and values in one kernel
+    return _fast.take_slots(flat, cand, top)
 
 
 def _row_ok(self: TopKChunked, numel: int) -> bool:

@@ -399,28 +399,33 @@ class DGC(_GatherSparse):
         if samples == numel:  # exact threshold: the k-th largest magnitude
             threshold = self._kth_largest(flat, k)
         else:
-            pos = self.positions(numel, samples, flat.device)
-            rank = min(samples, math.ceil(self.TARGET * k * samples / numel))
-            threshold = self._kth_largest(flat[pos], rank)
-        cand = self._candidates(flat, threshold, capacity)
-        valid = cand < numel
-        cand = torch.where(valid, cand, 0)
-        top = self._top_candidates(flat, cand, valid, k)
-        indices = torch.where(valid[top], cand[top], numel)
-        return _drop_fill(flat, indices)
+            threshold = self._sample_kth(flat, samples, min(samples, math.ceil(self.TARGET * k * samples / numel)))
+        cand, mags = self._candidates(flat, threshold, capacity)
+        return self._take(flat, cand, self._top_candidates(mags, k))
 
     def _kth_largest(self, x, rank):
         """The ``rank``-th largest magnitude of ``x`` (NaN counts as the largest): the candidates' threshold."""
         return torch.topk(x.abs(), rank, sorted=False).values.min()
 
-    def _candidates(self, flat, threshold, capacity):
-        """Positions of the first ``capacity`` entries (by position) with ``|flat| >= threshold``; ``numel``
-        fills the unused slots."""
-        return torch.nonzero_static(flat.abs() >= threshold, size=capacity, fill_value=flat.numel()).view(-1)
+    def _sample_kth(self, flat, samples, rank):
+        """The ``rank``-th largest magnitude of ``flat`` at ``samples`` random positions (:meth:`positions`)."""
+        return self._kth_largest(flat[self.positions(flat.numel(), samples, flat.device)], rank)
 
-    def _top_candidates(self, flat, cand, valid, k):
-        """Slots (into ``cand``) of the ``k`` largest magnitudes ``|flat[cand]|``; invalid slots score -1."""
-        return torch.topk(torch.where(valid, flat[cand].abs(), -1.0), k, sorted=False).indices
+    def _candidates(self, flat, threshold, capacity):
+        """The first ``capacity`` positions (ascending) with ``|flat| >= threshold``, ``numel`` in the unused
+        slots, and the magnitudes there, 0 in the unused slots (at or below every candidate's)."""
+        cand = torch.nonzero_static(flat.abs() >= threshold, size=capacity, fill_value=flat.numel()).view(-1)
+        valid = cand < flat.numel()
+        return cand, torch.where(valid, flat[torch.where(valid, cand, 0)].abs(), 0.0)
+
+    def _top_candidates(self, mags, k):
+        """Slots (into the candidates) of the ``k`` largest magnitudes ``mags``."""
+        return torch.topk(mags, k, sorted=False).indices
+
+    def _take(self, flat, cand, top):
+        """The payload of the candidates in slots ``top``: their values and positions (value 0 at position 0 for
+        an unused slot)."""
+        return _drop_fill(flat, cand[top])
 
 
 # -------------------------------------------------------------------- TopK-chunked

@@ -1,6 +1,6 @@
 """Fused kernels of the top-k sparsifiers: the exact top-k of |g| (:func:`topk_abs`, choosing between a sampled
 threshold, a radix select and ``torch.topk``), DGC's compaction of the entries above a threshold
-(:func:`compact_ge`), the top-k inside each row of a chunked gradient and its decoding (:func:`row_topk`,
+(:func:`compact_ge`, :func:`sample_abs_bits`, :func:`take_slots`), the top-k inside each row of a chunked gradient and its decoding (:func:`row_topk`,
 :func:`row_scatter`), and MSTopK's threshold search (:func:`mstopk_search`); each kernel next to the function
 that launches it."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ __all__ = ["topk_abs", "kth_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sa
            "_sampled_topk", "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
            "compact_ge", "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
            "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
-           "mstopk_search", "uniform_positions", "uniform_keys", "band_candidates"]
+           "mstopk_search", "uniform_positions", "sample_abs_bits", "take_slots", "aligned", "uniform_keys",
+           "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -76,6 +77,12 @@ _SAMPLE_POS: dict = {}
 #: the candidates' room is a multiple of this: of every program size radix select takes (2048 to 16384 elements
 #: per histogram program, :data:`_RANK_BLOCK` per counting and compacting program)
 _ROOM_ALIGN = 16384
+
+
+def aligned(n: int) -> int:
+    """``n`` rounded up to a multiple of :data:`_ROOM_ALIGN`: a buffer of that many elements is whole programs of
+    radix select and the compacting passes (no masked launch for a rest)."""
+    return -(-n // _ROOM_ALIGN) * _ROOM_ALIGN
 
 
 def _sampled_threshold(k: int, n: int) -> tuple[int, int]:
@@ -137,7 +144,7 @@ def _threshold_from_sample(x: torch.Tensor, k: int, radix: bool = True) -> tuple
     r, cap = _sampled_threshold(k, n)
     # room rounded up to whole programs of radix select on the candidates (no masked launch for a rest); it
     # stays within n: the sampled method needs twice the room
-    room = min(n, -(-cap // _ROOM_ALIGN) * _ROOM_ALIGN)
+    room = min(n, aligned(cap))
     if radix:
         return _radix_select(x[pos], r)[:1], room
     return torch.topk(x.view(torch.int32)[pos].bitwise_and_(0x7FFFFFFF), r, sorted=False).values.min().reshape(1), room
@@ -206,30 +213,35 @@ if HAVE_TRITON:
 COMPACT_SHAPES = ((1024, 1024), (1024, 4096), (4096, 4096), (2048, 8192), (4096, 16384))
 
 
-def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int):
+def compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, room: int | None = None):
     """The entries of flat fp32 ``x`` with ``|x| >= t`` (``t_bits``: a 1-element int32 tensor, t's float
     bits; NaN counts as the largest), in two passes (count per block, then compact): ``(positions, bits,
     found)``, ``positions`` (int64, ascending, ``x.numel()`` in the unused slots) and ``bits`` (|x|'s float
-    bits, 0 in the unused slots: +0.0, at or below every magnitude) of the first ``cap`` of them, ``found`` (a
-    1-element int32 tensor) how many there are in all. For ``t >= 0`` the positions are
+    bits, 0 in the unused slots: +0.0, at or below every magnitude) of the first ``cap`` of them, in buffers of
+    ``room`` slots (``cap`` if None; more: the slots past ``cap`` unused), ``found`` (a 1-element int32 tensor)
+    how many there are in all. For ``t >= 0`` the first ``cap`` positions are
     ``torch.nonzero_static(x.abs() >= t, size=cap, fill_value=x.numel())``'s. The program shape is one of
     :data:`COMPACT_SHAPES`."""
-    fns = [lambda s=s: _compact_ge(x, t_bits, cap, *s) for s in COMPACT_SHAPES]
-    return fns[common.pick(("compact_ge", x.device, x.numel(), cap), fns)]()
+    room = cap if room is None else room
+    if room < cap:
+        raise ValueError(f"compact_ge: room {room} is smaller than cap {cap}")
+    fns = [lambda s=s: _compact_ge(x, t_bits, cap, *s, room=room) for s in COMPACT_SHAPES]
+    return fns[common.pick(("compact_ge", x.device, x.numel(), cap, room), fns)]()
 
 
-def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int):
+def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, span: int, room: int | None = None):
     """:func:`compact_ge` in one shape: the counting pass (blocks of ``block``) writes one bit per element beside
     its counts, and the compacting pass reads the bitmask (x's size / 32) and x only where a bit is set, ``span``
     elements (a multiple of ``block``) per program, its work following the set bits."""
     n, dev = x.numel(), x.device
+    room = cap if room is None else room
     nblocks = triton.cdiv(n, block)
     counts = torch.empty(nblocks, dtype=torch.int32, device=dev)
     words = torch.empty(nblocks * (block // 32), dtype=torch.int32, device=dev)
     _launch(_mask_ge_kernel, n, n, block, x, n, t_bits, counts, words, BLOCK=block)
     ends = torch.cumsum(counts, 0, dtype=torch.int32)
-    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
-    bits = torch.zeros(cap, dtype=torch.int32, device=dev)
+    pos = torch.full((room,), n, dtype=torch.int64, device=dev)
+    bits = torch.zeros(room, dtype=torch.int32, device=dev)
     _mask_compact_kernel[(triton.cdiv(n, span),)](x, words, words.numel(), ends, nblocks, pos, bits, cap,
                                                    BLOCK=block, SPAN=span)
     return pos, bits, ends[-1:]
@@ -605,14 +617,39 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
 
 # ====================================================================== RandomK's and DGC's random positions
 if HAVE_TRITON:
+    @triton.jit
+    def _philox_positions(seed_ptr, seed_base, i, numel):
+        """The positions :func:`uniform_positions` draws at indices ``i``: a Philox number of (seed, i) modulo
+        numel, two 32-bit words as one 63-bit integer, so the modulo's bias is below numel / 2^63."""
+        r0, r1, _, _ = tl.randint4x(_philox_seed(seed_ptr, seed_base), i)
+        return ((r0.to(tl.uint64) << 31) ^ r1.to(tl.uint64)).to(tl.int64) % numel
+
     @_jit_seeded
     def _positions_kernel(out_ptr, count, numel, seed_ptr, seed_base, BLOCK: tl.constexpr):
-        """out[i] = a Philox number of (seed, i) modulo numel: two 32-bit words as one 63-bit integer, so the
-        modulo's bias is below numel / 2^63."""
+        """out[i] = the i-th position (:func:`_philox_positions`)."""
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        r0, r1, _, _ = tl.randint4x(_philox_seed(seed_ptr, seed_base), i)
-        v = ((r0.to(tl.uint64) << 31) ^ r1.to(tl.uint64)).to(tl.int64)
-        tl.store(out_ptr + i, v % numel, mask=i < count)
+        tl.store(out_ptr + i, _philox_positions(seed_ptr, seed_base, i, numel), mask=i < count)
+
+    @_jit_seeded
+    def _sample_bits_kernel(x_ptr, out_ptr, count, room, numel, seed_ptr, seed_base, BLOCK: tl.constexpr):
+        """out[i] = |x|'s float bits at the i-th position (:func:`_philox_positions`) for i < count, 0 (+0.0)
+        from count to room."""
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = i < count
+        pos = _philox_positions(seed_ptr, seed_base, i, numel)
+        v = tl.load(x_ptr + pos, mask=live, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        tl.store(out_ptr + i, v, mask=i < room)
+
+    @triton.jit
+    def _take_kernel(x_ptr, n, cand_ptr, top_ptr, k, val_ptr, idx_ptr, BLOCK: tl.constexpr):
+        """val[i], idx[i] = x[p], p for p = cand[top[i]]; 0, 0 where p is n (an unused slot)."""
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = i < k
+        p = tl.load(cand_ptr + tl.load(top_ptr + i, mask=m, other=0), mask=m, other=0)
+        ok = m & (p < n)
+        p = tl.where(ok, p, 0)
+        tl.store(val_ptr + i, tl.load(x_ptr + p, mask=ok, other=0.0), mask=m)
+        tl.store(idx_ptr + i, p, mask=m)
 
 
 def uniform_positions(numel: int, count: int, seed: common.Seed, device: torch.device) -> torch.Tensor:
@@ -621,6 +658,31 @@ def uniform_positions(numel: int, count: int, seed: common.Seed, device: torch.d
     if count:
         _positions_kernel[(triton.cdiv(count, _BLOCK),)](out, count, numel, *seed, BLOCK=_BLOCK)
     return out
+
+
+def sample_abs_bits(x: torch.Tensor, count: int, seed: common.Seed, room: int | None = None) -> torch.Tensor:
+    """``x[uniform_positions(x.numel(), count, seed)].abs()`` as float bits (int32) in one kernel, without the
+    positions in memory, in a buffer of ``room`` (``count`` if None) elements, +0.0 past ``count``: DGC's
+    sample. Zeros added to a sample of magnitudes leave its r-th largest alone for r <= count."""
+    room = count if room is None else room
+    if room < count:
+        raise ValueError(f"sample_abs_bits: room {room} is smaller than count {count}")
+    out = torch.empty(room, dtype=torch.int32, device=x.device)
+    if room:
+        _sample_bits_kernel[(triton.cdiv(room, _BLOCK),)](x, out, count, room, x.numel(), *seed, BLOCK=_BLOCK)
+    return out
+
+
+def take_slots(x: torch.Tensor, cand: torch.Tensor, top: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, positions)`` of the candidates in slots ``top`` in one kernel: ``p = cand[top]`` (int64) and
+    ``x[p]``, value 0 at position 0 where ``p`` is ``x.numel()`` (an unused slot), as DGC's reference takes
+    them."""
+    k = top.numel()
+    vals = torch.empty(k, dtype=x.dtype, device=x.device)
+    idx = torch.empty(k, dtype=torch.int64, device=x.device)
+    if k:
+        _take_kernel[(triton.cdiv(k, _BLOCK),)](x, x.numel(), cand, top, k, vals, idx, BLOCK=_BLOCK)
+    return vals, idx
 
 
 # ====================================================================== MSTopK's band fill: keys and candidates
