@@ -616,6 +616,11 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
 
 
 # ====================================================================== RandomK's and DGC's random positions
+#: elements per program of the kernels that draw positions or gather at them (a sample, a payload: about 1 % of a
+#: gradient): 4096 (:data:`_BLOCK`) left an H200 under half busy on ResNet-50's 1 % (63 programs; DGC's fused sample
+#: and its take 19 us each, codec_kernels_h200/dgc_fused's first run)
+_GATHER_BLOCK = 512
+
 if HAVE_TRITON:
     @triton.jit
     def _philox_positions(seed_ptr, seed_base, i, numel):
@@ -656,7 +661,7 @@ def uniform_positions(numel: int, count: int, seed: common.Seed, device: torch.d
     """``count`` positions (int64) uniform in ``[0, numel)``, drawn with replacement from ``seed`` (one kernel)."""
     out = torch.empty(count, dtype=torch.int64, device=device)
     if count:
-        _positions_kernel[(triton.cdiv(count, _BLOCK),)](out, count, numel, *seed, BLOCK=_BLOCK)
+        _positions_kernel[(triton.cdiv(count, _GATHER_BLOCK),)](out, count, numel, *seed, BLOCK=_GATHER_BLOCK)
     return out
 
 
@@ -669,7 +674,8 @@ def sample_abs_bits(x: torch.Tensor, count: int, seed: common.Seed, room: int | 
         raise ValueError(f"sample_abs_bits: room {room} is smaller than count {count}")
     out = torch.empty(room, dtype=torch.int32, device=x.device)
     if room:
-        _sample_bits_kernel[(triton.cdiv(room, _BLOCK),)](x, out, count, room, x.numel(), *seed, BLOCK=_BLOCK)
+        _sample_bits_kernel[(triton.cdiv(room, _GATHER_BLOCK),)](x, out, count, room, x.numel(), *seed,
+                                                                 BLOCK=_GATHER_BLOCK)
     return out
 
 
@@ -681,7 +687,7 @@ def take_slots(x: torch.Tensor, cand: torch.Tensor, top: torch.Tensor) -> tuple[
     vals = torch.empty(k, dtype=x.dtype, device=x.device)
     idx = torch.empty(k, dtype=torch.int64, device=x.device)
     if k:
-        _take_kernel[(triton.cdiv(k, _BLOCK),)](x, x.numel(), cand, top, k, vals, idx, BLOCK=_BLOCK)
+        _take_kernel[(triton.cdiv(k, _GATHER_BLOCK),)](x, x.numel(), cand, top, k, vals, idx, BLOCK=_GATHER_BLOCK)
     return vals, idx
 
 
