@@ -1409,6 +1409,64 @@ def test_codec_kernels_readme_reading_of_the_bitmask_selection_holds():
         assert f"{worst:.1f}x" in text and f"({verdict})" in text
 
 
+def test_codec_kernels_readme_reading_of_dgc_fused_holds():
+    """data/measurements/codec_kernels_h200/README.md on dgc_fused/ (and its block-4096 run in the archive, and the
+    codec runs of codec_repeat_h200_dgc/): every number, from the records."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `dgc_fused/`"):]
+
+    def profile(path):
+        recs = load_records(str(path / "codec_kernels.jsonl"), quiet=True)
+        return ({r["compressor"]: r for r in recs if r["kind"] == "bench"},
+                {r["compressor"]: r for r in recs if r["kind"] == "codec_kernels"}, recs)
+
+    def us(kern, name):
+        return next(x["us_median"] for x in kern["kernels"] if x["name"] == name)
+
+    timed, kern, recs = profile(Path(CODEC_KERNELS) / "dgc_fused")
+    old_t, old_k, _ = profile(Path(CODEC_KERNELS) / "replayed_bitmask")
+    wide_t, wide_k, wide = profile(Path(CODEC_KERNELS).parent.parent / "archive" / "measurements" / "codec_kernels_h200"
+                                   / "dgc_fused_block4096")
+    assert {r["git_commit"][:7] for r in recs if r.get("git_commit")} == {"7731d69"} and "kit `7731d69`" in text
+    assert {r["git_commit"][:7] for r in wide if r.get("git_commit")} == {"74943c4"} and "kit `74943c4`" in text
+    d, k, od, ok = timed["dgc"], kern["dgc"], old_t["dgc"], old_k["dgc"]
+    assert k["profiled"] == "replay"
+    assert (f"took {d['ms_median']:.3f} ms ({d['ms_median'] / d['floor_ms']:.1f}x the floor; {od['ms_median']:.3f} ms "
+            f"in `replayed_bitmask/`), its {k['n_kernels']} kernels {k['ms_kernels']:.3f} ms alone "
+            f"({ok['n_kernels']} kernels, {ok['ms_kernels']:.3f} ms, before)") in text
+    names = [x["name"] for x in k["kernels"]]
+    before = k["kernels"][:names.index("_mask_ge_kernel")]  # the sample and its threshold
+    old_before = ok["kernels"][:[x["name"] for x in ok["kernels"]].index("_mask_ge_kernel")]
+    assert names[0] == "_sample_bits_kernel" and old_before[0]["name"] == "_positions_kernel"
+    assert f"one kernel ({us(k, '_sample_bits_kernel'):.0f} us;" in text
+    assert f"took {old_before[0]['us_median'] + old_before[1]['us_median']:.0f} us together" in text
+    assert (f"{sum(x['us_median'] for x in before):.0f} us from the start of the call to the threshold, against "
+            f"{sum(x['us_median'] for x in old_before):.0f} us when `torch.topk` found it") in text
+    assert any("mbtopk" in x["name"] for x in old_before) and not any("mbtopk" in x for x in names)
+    assert d["picked"]["kth_graph/262144/3834"] == 0  # radix select, as graph replays
+    room = _fast.aligned(511_142)
+    assert room == 524_288 and f"({room:,} slots for at most 511,142 candidates)" in text
+    assert f"compact_ge/25557032/511142/{room}" in d["picked"]
+    assert f"taken in one kernel ({us(k, '_take_kernel'):.0f} us)" in text
+    assert (f"the fused sample took {us(wide_k['dgc'], '_sample_bits_kernel'):.0f} us, the take "
+            f"{us(wide_k['dgc'], '_take_kernel'):.0f} us, the call {wide_t['dgc']['ms_median']:.3f} ms") in text
+    assert math.ceil(255_571 / 4096) == 63 and _fast._GATHER_BLOCK == 512
+    assert kern["randomk"]["status"] == "error" and "split_calls" in kern["randomk"]["reason"]
+    r = timed["randomk"]
+    assert f"its timed call took {r['ms_median']:.3f} ms ({r['ms_median'] / r['floor_ms']:.1f}x)" in text
+    # codec_repeat_h200_dgc/: both runs and the verdicts
+    runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_dgc" / "codecs.jsonl"),
+                                    quiet=True) if r["kind"] == "bench"]
+    verdicts = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
+    for name, label in (("topk", "TopK"), ("dgc", "DGC"), ("randomk", "RandomK")):
+        two = [r for r in runs if r["compressor"] == name]
+        assert len(two) == 2
+        worst = max(r["ms_median"] for r in two) / two[0]["floor_ms"]
+        row = verdicts[(verdicts["compressor"] == name) & (verdicts["verdict"].isin(["PASS", "MISS"]))]
+        assert list(row["verdict"]) == ["PASS"] and f"{float(row['value'].iloc[0]):.1f}" == f"{worst:.1f}"
+        assert f"{label} {two[0]['ms_median']:.4f} and {two[1]['ms_median']:.4f} ms ({worst:.1f}x, PASS)" in text
+
+
 def test_codec_kernels_readme_reading_of_the_replayed_profiles_holds():
     """data/measurements/codec_kernels_h200/README.md on replayed_nosync/: every number, from the records."""
     text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())

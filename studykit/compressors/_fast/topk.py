@@ -1,8 +1,8 @@
 """Fused kernels of the top-k sparsifiers: the exact top-k of |g| (:func:`topk_abs`, choosing between a sampled
-threshold, a radix select and ``torch.topk``), DGC's compaction of the entries above a threshold
-(:func:`compact_ge`, :func:`sample_abs_bits`, :func:`take_slots`), the top-k inside each row of a chunked gradient and its decoding (:func:`row_topk`,
-:func:`row_scatter`), and MSTopK's threshold search (:func:`mstopk_search`); each kernel next to the function
-that launches it."""
+threshold, a radix select and ``torch.topk``), DGC's sample, its compaction of the entries above a threshold and
+its payload (:func:`sample_abs_bits`, :func:`compact_ge`, :func:`take_slots`), the top-k inside each row of a
+chunked gradient and its decoding (:func:`row_topk`, :func:`row_scatter`), and MSTopK's threshold search
+(:func:`mstopk_search`); each kernel next to the function that launches it."""
 from __future__ import annotations
 
 import math
@@ -17,8 +17,8 @@ __all__ = ["topk_abs", "kth_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sa
            "_sampled_topk", "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
            "compact_ge", "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
            "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
-           "mstopk_search", "uniform_positions", "sample_abs_bits", "take_slots", "aligned", "uniform_keys",
-           "band_candidates"]
+           "mstopk_search", "_GATHER_BLOCK", "uniform_positions", "sample_abs_bits", "take_slots", "aligned",
+           "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -618,7 +618,8 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
 # ====================================================================== RandomK's and DGC's random positions
 #: elements per program of the kernels that draw positions or gather at them (a sample, a payload: about 1 % of a
 #: gradient): 4096 (:data:`_BLOCK`) left an H200 under half busy on ResNet-50's 1 % (63 programs; DGC's fused sample
-#: and its take 19 us each, codec_kernels_h200/dgc_fused's first run)
+#: and its take 19 and 20 us, data/archive/measurements/codec_kernels_h200/dgc_fused_block4096; 13 and 6 us so,
+#: codec_kernels_h200/dgc_fused)
 _GATHER_BLOCK = 512
 
 if HAVE_TRITON:
