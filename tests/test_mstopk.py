@@ -251,3 +251,36 @@ def test_the_cuda_fast_path_never_synchronises():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert (out != 0).sum() == num_selected(x.numel(), 0.01)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", _fast.MSTOPK_SHAPES)
+@pytest.mark.parametrize("name", ["gauss", "few-levels"])
+def test_every_shape_of_the_search_passes_equals_the_reference_loop(shape, name):
+    """Each program shape of the histogram passes, on a size with whole programs and a masked rest (one block a
+    program): the reference loop's thresholds and counts, bit for bit; an unknown shape is refused."""
+    dev = _device()
+    src = CASES[name]
+    mag = src.repeat(-(-100_003 // src.numel()))[:100_003].to(dev).abs()
+    k = num_selected(mag.numel(), 0.01)
+    comp = MSTopK(ratio=0.01, samplings=30)
+    want = reference(MSTopK, "_search")(comp, mag, k, mag.mean(), mag.max(), torch.int32)
+    got = _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32, shape=shape)
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), (want, got)
+    with pytest.raises(ValueError, match=r"shape \(1, 1, 1\) is not one of MSTOPK_SHAPES"):
+        _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32, shape=(1, 1, 1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gauss", "few-levels", "equal", "zeros"])
+def test_the_entries_above_the_threshold_on_the_fast_path_are_the_references(name):
+    """MSTopK's certain entries (``mag >= t1``, the first k by position) counted then compacted: the reference's
+    ``torch.nonzero_static`` positions, at the search's own threshold and at +inf (none above)."""
+    dev = _device()
+    mag = CASES[name].to(dev).abs()
+    k = num_selected(mag.numel(), 0.05)
+    comp = MSTopK(ratio=0.05)
+    t1 = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)[0]
+    for t in (t1, torch.tensor(math.inf, device=dev)):
+        want = reference(MSTopK, "_above")(comp, mag, t, k)
+        assert torch.equal(comp._above(mag, t, k), want)

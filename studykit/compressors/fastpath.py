@@ -292,6 +292,11 @@ def _(self, mag, k, lo, hi, count_dtype):  # the same search, _fast._MSTOPK_BITS
     return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
 
 
+@override(MSTopK, "_above", when=lambda self, mag, t1, k: mag.dtype == torch.float32 and _fast.enabled(mag))
+def _(self, mag, t1, k):  # count, then compact (a bitmask pass and a walk of it) instead of a mask and nonzero
+    return _fast.compact_ge(mag, t1.reshape(1).view(torch.int32), k)[0]
+
+
 @override(MSTopK, "keys", when=lambda self, numel, device: _fast.enabled_for(device, numel))
 def _(self, numel, device):  # Philox from the step on the device, one kernel: a CUDA graph replays it
     return _fast.uniform_keys(numel, _fast.seed_of(self, device), device)

@@ -282,8 +282,7 @@ class MSTopK(_GatherSparse):
         lo, hi = mag.mean(), mag.max()
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
         t1, c1, t2, c2 = self._search(mag, k, lo, hi, count_dtype)
-        # first k positions at or above t1 (there are c1 <= k); the fill value numel marks "none"
-        idx_above = torch.nonzero_static(mag >= t1, size=k, fill_value=numel).view(-1)
+        idx_above = self._above(mag, t1, k)
         idx_band = self.band_fill(mag, t1, t2, k - c1, c2 - c1, k)
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
@@ -305,6 +304,11 @@ class MSTopK(_GatherSparse):
             t1, c1 = torch.where(few, mid, t1), torch.where(few, count, c1)
             t2, c2 = torch.where(few, t2, mid), torch.where(few, c2, count)
         return t1, c1, t2, c2
+
+    def _above(self, mag, t1, k: int) -> torch.Tensor:
+        """The first ``k`` positions (ascending, int64) with ``mag >= t1`` (there are c1 <= k), ``numel`` in the
+        unused slots."""
+        return torch.nonzero_static(mag >= t1, size=k, fill_value=mag.numel()).view(-1)
 
     def keys(self, numel: int, device: torch.device) -> torch.Tensor:
         """This step's random keys of the band fill: ``numel`` float32 uniform in [0, 1) from the generator of
