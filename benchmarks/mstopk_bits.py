@@ -4,7 +4,6 @@ timed side by side in one process on a flat gradient. CUDA only.
 
     python benchmarks/mstopk_bits.py --out mstopk_bits.jsonl
     python benchmarks/mstopk_bits.py --models resnet50 --bits 4 5 6 8 10 --min-time-s 1
-    python benchmarks/mstopk_bits.py --models resnet50 --bits 6 --shapes   # and each program shape at bits 6
 
 Fewer leaves make a pass cheaper (Triton's histogram costs more the more bins it fills) and the passes more
 numerous; every ``bits`` gives the same thresholds and counts, bit for bit (checked before timing). Per model it
@@ -12,9 +11,7 @@ prints each setting's median (ms, interquartile range, repetitions; ``bench``'s 
 the L2 flushed before every call, plain CUDA events), its ratio to the kit's setting
 (``_fast._MSTOPK_BITS``) and the floor (one read and one write of the fp32 gradient at this run's copy
 bandwidth). Records of kind ``bench`` (``compressor`` ``mstopk``, ``phase`` ``search``, ``params`` ``ratio``,
-``samplings``, ``bits``) go to ``--out`` with the usual provenance. ``--shapes``: then each program shape of the
-histogram passes (``_fast.MSTOPK_SHAPES``: block, blocks per program, warps) at the kit's ``bits``, beside the one
-:func:`studykit.compressors._fast.common.pick` keeps (records with ``block``, ``iters`` and ``warps`` in ``params``).
+``samplings``, ``bits``) go to ``--out`` with the usual provenance.
 """
 from __future__ import annotations
 
@@ -44,7 +41,6 @@ def main(argv=None) -> int:
     ap.add_argument("--samplings", type=argtypes.int_range(1), default=30, help="binary-search steps (MSTopK's)")
     ap.add_argument("--bits", nargs="+", type=argtypes.int_range(1, 10), default=[3, 4, 5, 6, 8, 10],
                     help="steps resolved per pass over |g|")
-    ap.add_argument("--shapes", action="store_true", help="also time every program shape of the histogram passes")
     bench.add_candidates_args(ap)
     args, policy, writer = bench.start_candidates(ap, argv)
     device, copy_gbps = bench.candidates_gpu("mstopk_bits")
@@ -79,36 +75,7 @@ def main(argv=None) -> int:
                                          timing=t, device=device, model=model, compressor="mstopk", params=params,
                                          phase="search", numel=numel, k=k, floor_ms=floor, copy_GBps=copy_gbps,
                                          **policy.fields(device)))
-        if args.shapes:
-            _shapes(args, model, mag, lo, hi, k, floor, want, timing, policy, writer, device, copy_gbps)
     return 0
-
-
-def _shapes(args, model, mag, lo, hi, k, floor, want, timing, policy, writer, device, copy_gbps):
-    """Each of ``_fast.MSTOPK_SHAPES`` at the kit's bits, timed side by side (the same thresholds checked first)."""
-    bits = _fast._MSTOPK_BITS
-    picked = _fast._PICKED.get(("mstopk_search", device, mag.numel(), bits))
-    times = {}
-    for shape in _fast.MSTOPK_SHAPES:
-        def run(s=shape):
-            return _fast.mstopk_search(mag, k, args.samplings, lo, hi, torch.int32, bits=bits, shape=s)
-        if not all(torch.equal(g, w) for g, w in zip(run(), want)):
-            raise SystemExit(f"mstopk_bits: shape {shape} found another threshold on {model}")
-        t = times[shape] = time_fn(run, device=device, **timing)
-        first = times[_fast.MSTOPK_SHAPES[0]].ms_median
-        mark = "  (picked)" if picked is not None and _fast.MSTOPK_SHAPES[picked] == shape else ""
-        print(f"mstopk {model:10s} bits={bits} block={shape[0]:<4d} iters={shape[1]} warps={shape[2]:<2d} "
-              f"{t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor"
-              f"  / {_fast.MSTOPK_SHAPES[0]} {t.ms_median / first:.3f}{mark}", flush=True)
-        if writer:
-            params = {"ratio": args.ratio, "samplings": args.samplings, "bits": bits, "block": shape[0],
-                      "iters": shape[1], "warps": shape[2]}
-            writer.write(make_record("bench", config_id(kind="bench", model=model, compressor="mstopk", params=params,
-                                                        phase="search", device_type="cuda"),
-                                     timing=t, device=device, model=model, compressor="mstopk", params=params,
-                                     phase="search", numel=mag.numel(), k=k, floor_ms=floor, copy_GBps=copy_gbps,
-                                     picked=picked is not None and _fast.MSTOPK_SHAPES[picked] == shape,
-                                     **policy.fields(device)))
 
 
 if __name__ == "__main__":

@@ -254,21 +254,18 @@ def test_the_cuda_fast_path_never_synchronises():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", _fast.MSTOPK_SHAPES)
 @pytest.mark.parametrize("name", ["gauss", "few-levels"])
-def test_every_shape_of_the_search_passes_equals_the_reference_loop(shape, name):
-    """Each program shape of the histogram passes, on a size with whole programs and a masked rest (one block a
-    program): the reference loop's thresholds and counts, bit for bit; an unknown shape is refused."""
+def test_the_search_passes_with_a_masked_rest_equal_the_reference_loop(name):
+    """A size with whole programs of the histogram passes and a masked rest (one block a program): the reference
+    loop's thresholds and counts, bit for bit."""
     dev = _device()
     src = CASES[name]
     mag = src.repeat(-(-100_003 // src.numel()))[:100_003].to(dev).abs()
     k = num_selected(mag.numel(), 0.01)
     comp = MSTopK(ratio=0.01, samplings=30)
     want = reference(MSTopK, "_search")(comp, mag, k, mag.mean(), mag.max(), torch.int32)
-    got = _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32, shape=shape)
+    got = _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32)
     assert all(torch.equal(g, w) for g, w in zip(got, want)), (want, got)
-    with pytest.raises(ValueError, match=r"shape \(1, 1, 1\) is not one of MSTOPK_SHAPES"):
-        _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32, shape=(1, 1, 1))
 
 
 @pytest.mark.gpu

@@ -16,7 +16,7 @@ from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, 
 __all__ = ["topk_abs", "kth_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok",
            "_sampled_topk", "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
            "compact_ge", "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
-           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS", "MSTOPK_SHAPES",
+           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
            "mstopk_search", "_GATHER_BLOCK", "uniform_positions", "sample_abs_bits", "take_slots", "aligned",
            "uniform_keys", "band_candidates"]
 
@@ -525,7 +525,8 @@ if HAVE_TRITON:
                             BLOCK: tl.constexpr, ITERS: tl.constexpr):
         """Histogram over the 2**BITS leaves of the binary-search tree below [lo, hi] = st[0:2]: each
         entry descends BITS levels by the same fp32 midpoints (l + h) / 2 the search computes, right
-        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf)."""
+        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf); leaf 0 is
+        not counted."""
         lo = tl.load(st_ptr)
         hi = tl.load(st_ptr + 1)
         base = start + tl.program_id(0) * (BLOCK * ITERS)
@@ -543,10 +544,9 @@ if HAVE_TRITON:
                 lo_v = tl.where(right, mid, lo_v)
                 hi_v = tl.where(right, hi_v, mid)
                 leaf = leaf * 2 + right.to(tl.int32)
-            if MASKED:
-                acc += tl.histogram(leaf, 1 << BITS, mask=m)
-            else:
-                acc += tl.histogram(leaf, 1 << BITS)
+            # leaf 0 is never read (the walk reads the leaves right of a split): left out, the histogram skips the
+            # entries below the bracket, nearly all of them after the first pass, which all counted into one bin
+            acc += tl.histogram(leaf, 1 << BITS, mask=m & (leaf != 0))
         tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
 
     @triton.jit
@@ -589,50 +589,36 @@ if HAVE_TRITON:
 _MSTOPK_BITS = 6
 
 
-#: ``(block, iters, warps)`` of the search's histogram passes: programs of ``iters`` blocks of ``block`` entries on
-#: ``warps`` warps, the fastest kept per size (:func:`common.pick`); the entries past the whole programs run masked,
-#: one block per program (one masked program for all of them took 10 us a pass on ResNet-50's gradient on an H200,
-#: codec_kernels_h200/replayed_bands)
-MSTOPK_SHAPES = ((1024, 8, 4), (1024, 2, 4), (2048, 1, 4), (2048, 4, 8), (4096, 1, 8), (4096, 2, 16))
-
-
 def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype,
-                  bits: int = _MSTOPK_BITS, shape: tuple[int, int, int] | None = None):
+                  bits: int = _MSTOPK_BITS):
     """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / bits)
     passes over ``mag`` and two launches a pass, instead of a pass and two launches a step: each
     pass histograms every entry into the 2**bits leaves of the next ``bits`` steps' midpoint tree, and a
     one-program kernel then takes those steps with the counts read from the histogram. Returns
     the 0-d tensors (t1, c1, t2, c2) of :class:`~studykit.compressors.sparsification.MSTopK`'s
     reference loop, bit for bit (the same fp32 midpoints (lo + hi) / 2, exact integer counts), at any
-    ``bits`` (1 to 10; fewer leaves cost more passes and less per pass: ``benchmarks/mstopk_bits.py``) and any
-    ``shape`` of the histogram passes (one of :data:`MSTOPK_SHAPES`; None: the fastest here)."""
+    ``bits`` (1 to 10): fewer leaves cost more passes and less per pass (``benchmarks/mstopk_bits.py``).
+    The entries past whole programs run masked, one block a program (one masked program for all of them took
+    10 us a pass on ResNet-50's gradient on an H200, codec_kernels_h200/replayed_bands; 3 us so,
+    codec_kernels_h200/mstopk_shapes, where five other program shapes were no faster)."""
     if not (isinstance(bits, int) and 1 <= bits <= 10):
         raise ValueError(f"bits must be an integer in [1, 10], got {bits!r}")
-    if shape is not None:
-        if tuple(shape) not in MSTOPK_SHAPES:
-            raise ValueError(f"shape {shape!r} is not one of MSTOPK_SHAPES {MSTOPK_SHAPES}")
-        return _mstopk_search(mag, k, rounds, lo, hi, count_dtype, bits, *shape)
-    fns = [lambda s=s: _mstopk_search(mag, k, rounds, lo, hi, count_dtype, bits, *s) for s in MSTOPK_SHAPES]
-    return fns[common.pick(("mstopk_search", mag.device, mag.numel(), bits), fns)]()
-
-
-def _mstopk_search(mag, k, rounds, lo, hi, count_dtype, bits, block, iters, warps):
     n = mag.numel()
     dev = mag.device
     st = torch.stack([lo.float(), hi.float(), torch.full((), float("inf"), device=dev), torch.zeros((), device=dev)])
     cnt = torch.arange(2, dtype=torch.int32, device=dev) * n  # [c1, c2] = [0, n], made on the device
     steps = [min(bits, rounds - i) for i in range(0, rounds, bits)]
     hists = torch.zeros(sum(1 << b for b in steps), dtype=torch.int32, device=dev)
+    block, iters = 1024, 8
     bulk, start = n // (block * iters), 0
     rest = triton.cdiv(n - bulk * block * iters, block)
     for b in steps:
         hist = hists[start:start + (1 << b)]
         if bulk:
-            _mstopk_hist_kernel[(bulk,)](mag, n, st, hist, 0, MASKED=False, BITS=b, BLOCK=block, ITERS=iters,
-                                         num_warps=warps)
+            _mstopk_hist_kernel[(bulk,)](mag, n, st, hist, 0, MASKED=False, BITS=b, BLOCK=block, ITERS=iters)
         if rest:
             _mstopk_hist_kernel[(rest,)](mag, n, st, hist, bulk * block * iters, MASKED=True, BITS=b, BLOCK=block,
-                                         ITERS=1, num_warps=warps)
+                                         ITERS=1)
         _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=b)
         start += 1 << b
     return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)
