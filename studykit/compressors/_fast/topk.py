@@ -525,8 +525,7 @@ if HAVE_TRITON:
                             BLOCK: tl.constexpr, ITERS: tl.constexpr):
         """Histogram over the 2**BITS leaves of the binary-search tree below [lo, hi] = st[0:2]: each
         entry descends BITS levels by the same fp32 midpoints (l + h) / 2 the search computes, right
-        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf); leaf 0 is
-        not counted."""
+        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf)."""
         lo = tl.load(st_ptr)
         hi = tl.load(st_ptr + 1)
         base = start + tl.program_id(0) * (BLOCK * ITERS)
@@ -544,9 +543,12 @@ if HAVE_TRITON:
                 lo_v = tl.where(right, mid, lo_v)
                 hi_v = tl.where(right, hi_v, mid)
                 leaf = leaf * 2 + right.to(tl.int32)
-            # leaf 0 is never read (the walk reads the leaves right of a split): left out, the histogram skips the
-            # entries below the bracket, nearly all of them after the first pass, which all counted into one bin
-            acc += tl.histogram(leaf, 1 << BITS, mask=m & (leaf != 0))
+            # every leaf counted (leaving out leaf 0, never read, made the pass 1.5x slower on an H200: its mask
+            # costs more than the bins it spares; archive/measurements/codec_kernels_h200/mstopk_leaf0)
+            if MASKED:
+                acc += tl.histogram(leaf, 1 << BITS, mask=m)
+            else:
+                acc += tl.histogram(leaf, 1 << BITS)
         tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
 
     @triton.jit
