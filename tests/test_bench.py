@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import statistics
 from pathlib import Path
 from typing import ClassVar
 
@@ -1465,6 +1466,73 @@ def test_codec_kernels_readme_reading_of_dgc_fused_holds():
         row = verdicts[(verdicts["compressor"] == name) & (verdicts["verdict"].isin(["PASS", "MISS"]))]
         assert list(row["verdict"]) == ["PASS"] and f"{float(row['value'].iloc[0]):.1f}" == f"{worst:.1f}"
         assert f"{label} {two[0]['ms_median']:.4f} and {two[1]['ms_median']:.4f} ms ({worst:.1f}x, PASS)" in text
+
+
+def test_codec_kernels_readme_reading_of_mstopk_shapes_holds():
+    """data/measurements/codec_kernels_h200/README.md on mstopk_shapes/ (its leaf-0 trial in the archive, and the
+    codec runs of codec_repeat_h200_mstopk_search/): every number, from the records."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `mstopk_shapes/`"):]
+    archive = Path(CODEC_KERNELS).parent.parent / "archive" / "measurements" / "codec_kernels_h200"
+
+    def profile(path):
+        recs = load_records(str(path / "codec_kernels.jsonl"), quiet=True)
+        return (next(r for r in recs if r["kind"] == "bench" and r["compressor"] == "mstopk"),
+                next(r for r in recs if r["kind"] == "codec_kernels" and r["compressor"] == "mstopk"))
+
+    def after_search(kern, count):  # the first ``count`` kernels after the last walk of the search
+        names = [x["name"] for x in kern["kernels"]]
+        last = max(i for i, n in enumerate(names) if n == "_mstopk_walk_kernel")
+        return kern["kernels"][last + 1:last + 1 + count]
+
+    t, k = profile(Path(CODEC_KERNELS) / "mstopk_shapes")
+    old_t, old_k = profile(Path(CODEC_KERNELS) / "replayed_bands")
+    leaf_t, leaf_k = profile(archive / "mstopk_leaf0")
+    assert t["git_commit"][:7] == "a7f08c3" and leaf_t["git_commit"][:7] == "7209170"
+    assert (f"took {t['ms_median']:.3f} ms ({t['ms_median'] / t['floor_ms']:.1f}x the floor; {old_t['ms_median']:.3f} "
+            f"ms in `replayed_bands/`)") in text
+    new_above = after_search(k, 7)
+    assert [x["name"] for x in new_above][0] == "_mask_ge_kernel" and new_above[-1]["name"] == "_mask_compact_kernel"
+    old_above = after_search(old_k, 4)  # the comparison, then torch.nonzero's three kernels
+    assert "flag_kernel" in old_above[-1]["name"] and "calc_block_sums" in old_above[1]["name"]
+    assert (f"(the bitmask pass and its walk: {sum(x['us_median'] for x in new_above):.0f} us), instead of a "
+            f"comparison and `torch.nonzero` ({sum(x['us_median'] for x in old_above):.0f} us)") in text
+
+    def hists(kern):  # (bulk, masked rest) of each search pass
+        h = [x["us_median"] for x in kern["kernels"] if x["name"] == "_mstopk_hist_kernel"]
+        return h[0::2], h[1::2]
+
+    bulk, rest = hists(k)
+    old_bulk, old_rest = hists(old_k)
+    assert len(bulk) == 5 and f"{max(rest):.0f} us a pass, against {min(old_rest):.0f} us as one program" in text
+    assert f"{min(old_rest):.0f}" == f"{max(old_rest):.0f}" and f"{min(rest):.0f}" == f"{max(rest):.0f}"
+    assert {f"{b:.0f}" for b in bulk} == {"56"} and "five search passes remain its largest cost, 56 us each" in text
+    assert f"{statistics.median(hists(leaf_k)[0]):.0f}" == "85" and "made a pass 85 us, slower" in text
+    shapes = load_records(str(Path(CODEC_KERNELS) / "mstopk_shapes" / "mstopk_shapes.jsonl"), quiet=True)
+    by = {m: {tuple(r["params"][p] for p in ("block", "iters", "warps")): r for r in shapes
+              if r["model"] == m and "block" in r["params"]} for m in ("resnet50", "bert_base")}
+    assert len(by["bert_base"]) == len(by["resnet50"]) == 6
+    bert = {s: r["ms_median"] for s, r in by["bert_base"].items()}
+    best = min(bert, key=bert.get)
+    others = sorted(v for s, v in bert.items() if s != best)
+    assert best == (1024, 8, 4) and f"{bert[best]:.3f} ms for the search, the others {others[0]:.3f} to " \
+        f"{others[-1]:.3f} ms" in text
+    first = next(r for r in shapes if r["model"] == "resnet50" and "block" not in r["params"])
+    picked = next(r for r in by["resnet50"].values() if r["picked"])
+    assert f"timed {first['ms_median']:.3f} ms first and {picked['ms_median']:.3f} ms later" in text
+    # codec_repeat_h200_mstopk_search/ against codec_repeat_h200_nosync/
+    runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_mstopk_search" /
+                                        "codecs.jsonl"), quiet=True) if r["kind"] == "bench"]
+    before = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_nosync" / "codecs.jsonl"),
+                                      quiet=True) if r["kind"] == "bench" and r["compressor"] == "mstopk"]
+    verdicts = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
+    assert [r["git_commit"][:7] for r in runs] == ["4b790ba"] * 2
+    worst = max(r["ms_median"] for r in runs) / runs[0]["floor_ms"]
+    worst_before = max(r["ms_median"] / r["floor_ms"] for r in before)
+    row = verdicts[(verdicts["compressor"] == "mstopk") & (verdicts["verdict"].isin(["PASS", "MISS"]))]
+    assert list(row["verdict"]) == ["MISS"] and f"{float(row['value'].iloc[0]):.1f}" == f"{worst:.1f}"
+    assert (f"{runs[0]['ms_median']:.4f} and {runs[1]['ms_median']:.4f} ms, {worst:.1f}x the floor, against its 10x "
+            f"target (MISS; {worst_before:.1f}x in `../codec_repeat_h200_nosync/`)") in text
 
 
 def test_codec_kernels_readme_reading_of_the_replayed_profiles_holds():

@@ -40,8 +40,8 @@ helpers and the Triton helpers every kernel inlines), :mod:`~studykit.compressor
 (half-precision casts), :mod:`~studykit.compressors._fast.packing` (signSGD, EF-SignSGD, TernGrad, natural
 compression), :mod:`~studykit.compressors._fast.quantize` (QSGD, quantize, THC's levels),
 :mod:`~studykit.compressors._fast.hadamard` (THC's rotation) and :mod:`~studykit.compressors._fast.topk`
-(top-k, DGC's sample, compaction and payload, chunked top-k, MSTopK's search, RandomK's and DGC's random
-positions).
+(top-k, DGC's sample, compaction and payload, chunked top-k, MSTopK's search and certain entries, RandomK's and
+DGC's random positions).
 
 ``_fast.NAME`` reads the name from the module that defines it, and setting or deleting ``_fast.NAME`` (as
 ``monkeypatch.setattr`` does) changes it there, where that module's functions look it up (the other modules
