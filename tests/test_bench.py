@@ -914,6 +914,18 @@ def test_split_calls_drops_the_flush_and_takes_each_kernels_median():
         bench.split_calls(odd, 3)
 
 
+def test_split_calls_matches_kernels_that_start_in_another_order_by_name_and_occurrence():
+    """A CUDA graph's concurrent branches (a fill beside a gather) may start in either order: each kernel is
+    matched by its name and the count of same-named ones before it, in call 1's order."""
+    ev = [(0, 50.0, "flush"), (60, 10.0, "fill"), (61, 4.0, "gather"), (80, 2.0, "fill"),
+          (100, 50.0, "flush"), (160, 6.0, "gather"), (161, 12.0, "fill"), (180, 3.0, "fill"),
+          (200, 50.0, "flush"), (260, 11.0, "fill"), (261, 5.0, "gather"), (280, 1.0, "fill")]
+    out = bench.split_calls(ev, 3)
+    assert out == [{"name": "fill", "us_median": 11.0, "us_min": 10.0}, {"name": "gather", "us_median": 5.0,
+                                                                       "us_min": 4.0},
+                   {"name": "fill", "us_median": 2.0, "us_min": 1.0}]
+
+
 def test_kernel_times_refuses_a_cpu_device():
     with pytest.raises(ValueError, match="needs a CUDA device"):
         bench.kernel_times(lambda: None, "cpu")

@@ -239,18 +239,31 @@ def kernel_times(fn: Callable[[], object], device, *, reps: int = 20, flush_byte
 
 def split_calls(events: Sequence[tuple], reps: int) -> list[dict]:
     """:func:`kernel_times`' device events ``(start_us, duration_us, name)`` of ``reps`` rounds of (one flush
-    kernel, one call) -> per kernel of the call, in order: ``{"name", "us_median", "us_min"}``."""
+    kernel, one call) -> per kernel of the call, in the first call's order: ``{"name", "us_median", "us_min"}``.
+    Kernels a CUDA graph runs concurrently (branches without a dependency between them) may start in another
+    order from call to call: a kernel is matched across calls by its name and how many kernels of that name
+    started before it in its call."""
     import statistics
 
     ev = sorted(events)
     if not ev or len(ev) % reps:
         raise ValueError(f"split_calls: {len(ev)} device events are not {reps} equal rounds of a flush and a call")
     per = len(ev) // reps
-    rounds = [ev[i * per:(i + 1) * per] for i in range(reps)]
-    names = [e[2] for e in rounds[0]]
+    rounds = [_by_occurrence(ev[i * per:(i + 1) * per]) for i in range(reps)]
     for i, r in enumerate(rounds[1:], 2):
-        if [e[2] for e in r] != names:
+        if sorted(r) != sorted(rounds[0]):
             raise ValueError(f"split_calls: call {i} launched other kernels than call 1 (a codec whose calls "
                              f"differ cannot be split into per-kernel times)")
-    return [{"name": names[j], "us_median": statistics.median(r[j][1] for r in rounds),
-             "us_min": min(r[j][1] for r in rounds)} for j in range(1, per)]  # position 0: the flush
+    keys = list(rounds[0])[1:]  # position 0: the flush
+    return [{"name": key[0], "us_median": statistics.median(r[key] for r in rounds),
+             "us_min": min(r[key] for r in rounds)} for key in keys]
+
+
+def _by_occurrence(events: Sequence[tuple]) -> dict:
+    """``{(name, j): duration_us}`` of one round's events in start order, ``j`` counting earlier ones named so."""
+    seen: dict = {}
+    out = {}
+    for _, us, name in events:
+        j = seen[name] = seen.get(name, -1) + 1
+        out[(name, j)] = us
+    return out
