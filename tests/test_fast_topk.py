@@ -349,8 +349,13 @@ def test_dgc_on_the_fast_path_selects_what_its_reference_does_from_the_same_samp
     ``positions`` kernel alone on): the same k values and positions."""
     from studykit.compressors.sparsification import DGC
 
+    from studykit.compressors.fastpath import OVERRIDES
+
     x = torch.randn(n, generator=torch.Generator().manual_seed(n)).to(dev)
-    fast_vals, fast_idx = DGC(ratio=0.01).select(x, [n])
+    comp = DGC(ratio=0.01)
+    assert all(OVERRIDES[(DGC, m)].when(comp, *args) for m, args in  # the kernels run, not the reference twice
+               (("_sample_kth", (x, 4096, 10)), ("_candidates", (x, None, 100))))
+    fast_vals, fast_idx = comp.select(x, [n])
     monkeypatch.setattr(_fast, "enabled", lambda *tensors: False)  # every override but positions' (enabled_for)
     ref_vals, ref_idx = DGC(ratio=0.01).select(x, [n])
     assert fast_idx.numel() == ref_idx.numel() == math.ceil(0.01 * n)

@@ -12,7 +12,7 @@ from studykit import compressors as C
 from studykit.comm import LocalComm
 from studykit.compressors import _fast
 from studykit.compressors.base import CompressorError
-from studykit.compressors.fastpath import reference
+from studykit.compressors.fastpath import OVERRIDES, reference
 from studykit.compressors.sparsification import MSTopK, index_dtype, num_selected
 from tests.test_bench import _device
 
@@ -279,5 +279,6 @@ def test_the_entries_above_the_threshold_on_the_fast_path_are_the_references(nam
     comp = MSTopK(ratio=0.05)
     t1 = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)[0]
     for t in (t1, torch.tensor(math.inf, device=dev)):
+        assert OVERRIDES[(MSTopK, "_above")].when(comp, mag, t, k)  # the kernels run, not the reference twice
         want = reference(MSTopK, "_above")(comp, mag, t, k)
         assert torch.equal(comp._above(mag, t, k), want)
