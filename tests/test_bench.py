@@ -1260,7 +1260,8 @@ def test_topk_select_refuses_a_ratio_outside_0_1(capsys):
 
 
 @pytest.mark.parametrize("argv,flag", [(["--bits", "11"], "--bits"), (["--bits", "0"], "--bits"),
-                                       (["--samplings", "0"], "--samplings")])
+                                       (["--samplings", "0"], "--samplings"), (["--keep-from", "-1"], "--keep-from"),
+                                       (["--keep-from", "all"], "--keep-from")])
 def test_mstopk_bits_refuses_bits_the_search_cannot_take(argv, flag, capsys):
     with pytest.raises(SystemExit) as exc:
         _benchmark("mstopk_bits").main(argv)

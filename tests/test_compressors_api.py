@@ -310,7 +310,7 @@ class _KernelCalled(Exception):
 #: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
 FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
                 "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_pack",
-                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "mstopk_search", "topk_chunked": "row_topk",
+                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "abs_and_max", "topk_chunked": "row_topk",
                 "randomk": "uniform_positions"}
 
 
@@ -372,6 +372,43 @@ def test_dgc_reaches_its_sample_threshold_compaction_selection_and_take_kernels_
     want_vals, want_idx = DGC(ratio=0.01).select(x, [x.numel()])
     assert idx.numel() == 1000 and torch.equal(idx.sort().values, want_idx.sort().values)
     assert torch.equal(vals[idx.argsort()], want_vals[want_idx.argsort()])
+
+
+def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_in_order(monkeypatch):
+    """On CPU with the fast path forced on: MSTopK's select reaches |g| with its maximum, the search, the
+    compaction of its certain entries, the band fill's keys and its candidates, in that order (each kernel reached
+    is then replaced by what it computes, in PyTorch); with all the stand-ins it sends exactly k distinct
+    positions, the entries at or above the threshold among them."""
+    from studykit.compressors import _fast
+    from studykit.compressors.fastpath import reference
+    from studykit.compressors.sparsification import MSTopK
+
+    def search(mag, k, rounds, lo, hi, count_dtype):
+        return reference(MSTopK, "_search")(MSTopK(samplings=rounds), mag, k, lo, hi, count_dtype)
+
+    def compact(x, t_bits, cap):
+        pos = torch.nonzero_static(x.abs() >= t_bits.view(torch.float32), size=cap, fill_value=x.numel()).view(-1)
+        return pos, None, None
+
+    stand_ins = {"abs_and_max": lambda x: (x.abs(), x.abs().max()),
+                 "mstopk_search": search,
+                 "compact_ge": compact,
+                 "band_candidates": lambda mag, t1, t2, q, seed, cap, unfused: unfused(),
+                 "uniform_keys": lambda numel, seed, device: torch.rand(numel, generator=torch.Generator().manual_seed(1))}
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
+    monkeypatch.setattr(_fast, "enabled_for", lambda device, numel: True)
+    monkeypatch.setattr(_fast, "seed_of", lambda comp, device: None)
+    for i, name in enumerate(stand_ins):
+        for later in list(stand_ins)[i:]:
+            monkeypatch.setattr(_fast, later, lambda *a, _k=later: (_ for _ in ()).throw(_KernelCalled(_k)))
+        with pytest.raises(_KernelCalled, match=f"^{name}$"):
+            MSTopK(ratio=0.01).select(x, [x.numel()])
+        monkeypatch.setattr(_fast, name, stand_ins[name])
+    vals, idx = MSTopK(ratio=0.01).select(x, [x.numel()])
+    t1 = search(x.abs(), 1000, 30, x.abs().mean(), x.abs().max(), torch.int32)[0]
+    assert idx.unique().numel() == 1000 and torch.equal(vals, x[idx])
+    assert set(torch.nonzero(x.abs() >= t1).view(-1).tolist()) <= set(idx.tolist())
 
 
 DECODE_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "signs_decode", "ef_signsgd": "signs_decode",

@@ -13,7 +13,7 @@ from studykit.compressors import _fast
 from studykit.compressors._fast import common, topk
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = (_fast.common, _fast.precision, _fast.packing, _fast.quantize, _fast.hadamard, _fast.topk)
+MODULES = (_fast.common, _fast.precision, _fast.packing, _fast.quantize, _fast.hadamard, _fast.topk, _fast.mstopk)
 
 
 def test_each_exported_name_is_defined_in_exactly_one_module():

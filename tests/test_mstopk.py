@@ -17,7 +17,7 @@ from studykit.compressors.sparsification import MSTopK, index_dtype, num_selecte
 from tests.test_bench import _device
 
 if _fast.HAVE_TRITON:
-    from studykit.compressors._fast.topk import _band_candidates as fused_band
+    from studykit.compressors._fast.mstopk import _band_candidates as fused_band
 
 #: ops that copy a device value to the host (the host then waits for the device): a Python conversion
 #: (``.item()``, ``bool(t)``, ``int(t)`` all end in ``_local_scalar_dense``) or an output shape that
@@ -204,13 +204,15 @@ CASES = {"gauss": gaussian(40_000, 8), "equal": torch.ones(3000), "zeros": torch
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("ratio,rounds", [(0.01, 30), (0.2, 7), (1.0, 12), (0.05, 1)])
 @pytest.mark.parametrize("bits", [_fast._MSTOPK_BITS, 4])
-def test_fused_search_equals_the_reference_loop_bit_for_bit(name, ratio, rounds, bits):
+@pytest.mark.parametrize("keep_from", [1, 0, None])
+def test_fused_search_equals_the_reference_loop_bit_for_bit(name, ratio, rounds, bits, keep_from):
+    """Every pass over all of |g|, or from pass ``keep_from`` on over the entries the previous pass kept."""
     dev = _device()
     mag = CASES[name].to(dev).abs()
     k = num_selected(mag.numel(), ratio)
     comp = MSTopK(ratio=ratio, samplings=rounds, allow_nonfinite=True)
     want = reference(MSTopK, "_search")(comp, mag, k, mag.mean(), mag.max(), torch.int32)
-    got = _fast.mstopk_search(mag, k, rounds, mag.mean(), mag.max(), torch.int32, bits=bits)
+    got = _fast.mstopk_search(mag, k, rounds, mag.mean(), mag.max(), torch.int32, bits=bits, keep_from=keep_from)
     for w, g in zip(want, got):
         assert g.dtype == w.dtype and (torch.equal(g, w) or (w.isnan() and g.isnan())), (want, got)
 
@@ -255,7 +257,8 @@ def test_the_cuda_fast_path_never_synchronises():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gauss", "few-levels"])
-def test_the_search_passes_with_a_masked_rest_equal_the_reference_loop(name):
+@pytest.mark.parametrize("keep_from", [1, 0])
+def test_the_search_passes_with_a_masked_rest_equal_the_reference_loop(name, keep_from):
     """A size with whole programs of the histogram passes and a masked rest (one block a program): the reference
     loop's thresholds and counts, bit for bit."""
     dev = _device()
@@ -264,7 +267,7 @@ def test_the_search_passes_with_a_masked_rest_equal_the_reference_loop(name):
     k = num_selected(mag.numel(), 0.01)
     comp = MSTopK(ratio=0.01, samplings=30)
     want = reference(MSTopK, "_search")(comp, mag, k, mag.mean(), mag.max(), torch.int32)
-    got = _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32)
+    got = _fast.mstopk_search(mag, k, 30, mag.mean(), mag.max(), torch.int32, keep_from=keep_from)
     assert all(torch.equal(g, w) for g, w in zip(got, want)), (want, got)
 
 
@@ -282,3 +285,28 @@ def test_the_entries_above_the_threshold_on_the_fast_path_are_the_references(nam
         assert OVERRIDES[(MSTopK, "_above")].when(comp, mag, t, k)  # the kernels run, not the reference twice
         want = reference(MSTopK, "_above")(comp, mag, t, k)
         assert torch.equal(comp._above(mag, t, k), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_magnitudes_and_their_maximum_in_one_pass_are_the_references(name):
+    """|g| with its maximum in one pass (``_fast.abs_and_max``, one atomic a program on the float bits): |g| and
+    the maximum bit for bit (NaN where the reference's is), at a size with a masked rest (100,003) and at the
+    case's own; the mean is the reference's own."""
+    dev = _device()
+    comp = MSTopK(ratio=0.01, allow_nonfinite=True)
+    for x in (CASES[name], CASES[name].repeat(-(-100_003 // CASES[name].numel()))[:100_003]):
+        x = (-x).to(dev)  # negative entries and -0.0 too
+        assert OVERRIDES[(MSTopK, "_magnitudes")].when(comp, x)  # the kernel runs, not the reference twice
+        got = comp._magnitudes(x)
+        want = reference(MSTopK, "_magnitudes")(comp, x)
+        assert torch.equal(got[0], want[0]) or (want[0].isnan() == got[0].isnan()).all()
+        assert torch.equal(got[1], want[1]) or (want[1].isnan() and got[1].isnan())
+        assert torch.equal(got[2], want[2]) or (want[2].isnan() and got[2].isnan()), (got[2], want[2])
+
+
+def test_abs_and_max_refuses_an_empty_tensor():
+    if not _fast.HAVE_TRITON:
+        pytest.skip("needs triton")
+    with pytest.raises(ValueError, match="empty"):
+        _fast.abs_and_max(torch.zeros(0))

@@ -287,6 +287,13 @@ def _(self, flat, k):  # sampled threshold, radix select or torch.topk: the fast
     return _fast.topk_abs(flat, k)
 
 
+@override(MSTopK, "_magnitudes",
+          when=lambda self, flat: flat.dtype == torch.float32 and flat.numel() > 0 and _fast.enabled(flat))
+def _(self, flat):  # |g| and its maximum in one pass (the maximum exact); the mean torch's, as the reference's
+    mag, hi = _fast.abs_and_max(flat.reshape(-1))
+    return mag.view_as(flat), mag.mean(), hi
+
+
 @override(MSTopK, "_search", when=lambda self, mag, k, lo, hi, count_dtype: _fast.enabled(mag))
 def _(self, mag, k, lo, hi, count_dtype):  # the same search, _fast._MSTOPK_BITS steps per pass over |g|
     return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)

@@ -278,8 +278,7 @@ class MSTopK(_GatherSparse):
     def select(self, flat, sizes):
         numel = flat.numel()
         k = num_selected(numel, self.ratio)
-        mag = flat.abs()
-        lo, hi = mag.mean(), mag.max()
+        mag, lo, hi = self._magnitudes(flat)
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
         t1, c1, t2, c2 = self._search(mag, k, lo, hi, count_dtype)
         idx_above = self._above(mag, t1, k)
@@ -287,6 +286,11 @@ class MSTopK(_GatherSparse):
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
         return _drop_fill(flat, indices)
+
+    def _magnitudes(self, flat):
+        """|g| and the search's bracket, its mean and its maximum (0-d tensors; NaN if an entry is NaN)."""
+        mag = flat.abs()
+        return mag, mag.mean(), mag.max()
 
     def _search(self, mag, k, lo, hi, count_dtype):
         """``samplings`` rounds of binary search for the threshold (Shi et al. 2021, Algorithm 1);

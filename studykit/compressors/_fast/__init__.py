@@ -39,9 +39,9 @@ Layout: one module per codec family, each kernel next to the function that launc
 helpers and the Triton helpers every kernel inlines), :mod:`~studykit.compressors._fast.precision`
 (half-precision casts), :mod:`~studykit.compressors._fast.packing` (signSGD, EF-SignSGD, TernGrad, natural
 compression), :mod:`~studykit.compressors._fast.quantize` (QSGD, quantize, THC's levels),
-:mod:`~studykit.compressors._fast.hadamard` (THC's rotation) and :mod:`~studykit.compressors._fast.topk`
-(top-k, DGC's sample, compaction and payload, chunked top-k, MSTopK's search and certain entries, RandomK's and
-DGC's random positions).
+:mod:`~studykit.compressors._fast.hadamard` (THC's rotation), :mod:`~studykit.compressors._fast.topk`
+(top-k, DGC's sample, compaction and payload, chunked top-k, RandomK's and DGC's random positions) and
+:mod:`~studykit.compressors._fast.mstopk` (MSTopK's |g| and maximum, threshold search and band fill).
 
 ``_fast.NAME`` reads the name from the module that defines it, and setting or deleting ``_fast.NAME`` (as
 ``monkeypatch.setattr`` does) changes it there, where that module's functions look it up (the other modules
@@ -52,12 +52,12 @@ from __future__ import annotations
 import sys
 import types
 
-from studykit.compressors._fast import common, hadamard, packing, precision, quantize, topk
+from studykit.compressors._fast import common, hadamard, mstopk, packing, precision, quantize, topk
 
 __all__ = ["HAVE_TRITON", "enabled", "seed_of"]
 
 #: the module that defines each name this package exports
-_HOME = {name: module for module in (common, precision, packing, quantize, hadamard, topk) for name in module.__all__}
+_HOME = {name: module for module in (common, precision, packing, quantize, hadamard, topk, mstopk) for name in module.__all__}
 
 
 def _forward(name: str, home: types.ModuleType) -> property:

@@ -1,8 +1,9 @@
 """Fused kernels of the top-k sparsifiers: the exact top-k of |g| (:func:`topk_abs`, choosing between a sampled
 threshold, a radix select and ``torch.topk``), DGC's sample, its compaction of the entries above a threshold and
 its payload (:func:`sample_abs_bits`, :func:`compact_ge`, :func:`take_slots`), the top-k inside each row of a
-chunked gradient and its decoding (:func:`row_topk`, :func:`row_scatter`), and MSTopK's threshold search
-(:func:`mstopk_search`); each kernel next to the function that launches it."""
+chunked gradient and its decoding (:func:`row_topk`, :func:`row_scatter`), and RandomK's and DGC's random
+positions (:func:`uniform_positions`); each kernel next to the function that launches it (MSTopK's are in
+:mod:`~studykit.compressors._fast.mstopk`)."""
 from __future__ import annotations
 
 import math
@@ -10,18 +11,17 @@ import math
 import torch
 
 from studykit.compressors._fast import common
-from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
+from studykit.compressors._fast.common import HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "kth_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok",
            "_sampled_topk", "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
            "compact_ge", "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
-           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter", "_MSTOPK_BITS",
-           "mstopk_search", "_GATHER_BLOCK", "uniform_positions", "sample_abs_bits", "take_slots", "aligned",
-           "uniform_keys", "band_candidates"]
+           "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter",
+           "_GATHER_BLOCK", "uniform_positions", "sample_abs_bits", "take_slots", "aligned"]
 
 if HAVE_TRITON:
-    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
+    from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st
 
 
 def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -518,114 +518,6 @@ def row_scatter(values: torch.Tensor, offsets: torch.Tensor, n: int, length: int
     return out
 
 
-# ====================================================================== MSTopK's threshold search
-if HAVE_TRITON:
-    @triton.jit
-    def _mstopk_hist_kernel(mag_ptr, n, st_ptr, hist_ptr, start, MASKED: tl.constexpr, BITS: tl.constexpr,
-                            BLOCK: tl.constexpr, ITERS: tl.constexpr):
-        """Histogram over the 2**BITS leaves of the binary-search tree below [lo, hi] = st[0:2]: each
-        entry descends BITS levels by the same fp32 midpoints (l + h) / 2 the search computes, right
-        when mag >= mid (entries below lo end in leaf 0, those at or above hi in the last leaf)."""
-        lo = tl.load(st_ptr)
-        hi = tl.load(st_ptr + 1)
-        base = start + tl.program_id(0) * (BLOCK * ITERS)
-        acc = tl.zeros([1 << BITS], dtype=tl.int32)
-        for it in range(ITERS):
-            idx = base + it * BLOCK + tl.arange(0, BLOCK)
-            m = idx < n
-            v = _ld(mag_ptr + idx, m, 0.0, MASKED)
-            lo_v = tl.zeros([BLOCK], dtype=tl.float32) + lo
-            hi_v = tl.zeros([BLOCK], dtype=tl.float32) + hi
-            leaf = tl.zeros([BLOCK], dtype=tl.int32)
-            for _ in tl.static_range(BITS):
-                mid = (lo_v + hi_v) * 0.5  # == (lo + hi) / 2: halving is exact
-                right = v >= mid
-                lo_v = tl.where(right, mid, lo_v)
-                hi_v = tl.where(right, hi_v, mid)
-                leaf = leaf * 2 + right.to(tl.int32)
-            # every leaf counted (leaving out leaf 0, never read, made the pass 1.5x slower on an H200: its mask
-            # costs more than the bins it spares; archive/measurements/codec_kernels_h200/mstopk_leaf0)
-            if MASKED:
-                acc += tl.histogram(leaf, 1 << BITS, mask=m)
-            else:
-                acc += tl.histogram(leaf, 1 << BITS)
-        tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
-
-    @triton.jit
-    def _mstopk_walk_kernel(st_ptr, cnt_ptr, hist_ptr, k, BITS: tl.constexpr):
-        """BITS binary-search steps on st = [lo, hi, t1, t2], cnt = [c1, c2], each step's count
-        #(mag >= mid) read from the leaf histogram: the entries in the leaves right of the split."""
-        lo = tl.load(st_ptr)
-        hi = tl.load(st_ptr + 1)
-        t1 = tl.load(st_ptr + 2)
-        t2 = tl.load(st_ptr + 3)
-        c1 = tl.load(cnt_ptr)
-        c2 = tl.load(cnt_ptr + 1)
-        leaves = tl.arange(0, 1 << BITS)
-        at_least = tl.cumsum(tl.load(hist_ptr + leaves), axis=0, reverse=True)  # entries in leaves >= j
-        first = 0  # first leaf of the current node
-        for d in tl.static_range(BITS):
-            half = 1 << (BITS - 1 - d)  # d is a constexpr of static_range: so is half (Triton 3.6 refuses
-            # re-binding a name annotated tl.constexpr in an unrolled loop)
-            mid = (lo + hi) * 0.5
-            count = tl.sum(tl.where(leaves == first + half, at_least, 0), axis=0)
-            few = count <= k
-            hi = tl.where(few, mid, hi)
-            lo = tl.where(few, lo, mid)
-            t1 = tl.where(few, mid, t1)
-            c1 = tl.where(few, count, c1)
-            t2 = tl.where(few, t2, mid)
-            c2 = tl.where(few, c2, count)
-            first = tl.where(few, first, first + half)
-        tl.store(st_ptr, lo)
-        tl.store(st_ptr + 1, hi)
-        tl.store(st_ptr + 2, t1)
-        tl.store(st_ptr + 3, t2)
-        tl.store(cnt_ptr, c1)
-        tl.store(cnt_ptr + 1, c2)
-
-
-#: binary-search steps MSTopK's fused search resolves per pass over |g| (a 2**6-leaf histogram, 5 passes for
-#: MSTopK's 30 steps): on an H200 the search took 0.39 ms on ResNet-50's gradient and 1.20 ms on BERT-base's,
-#: 0.25x and 0.20x its time at 10 bits (data/measurements/codec_kernels_h200/mstopk_bits)
-_MSTOPK_BITS = 6
-
-
-def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype,
-                  bits: int = _MSTOPK_BITS):
-    """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / bits)
-    passes over ``mag`` and two launches a pass, instead of a pass and two launches a step: each
-    pass histograms every entry into the 2**bits leaves of the next ``bits`` steps' midpoint tree, and a
-    one-program kernel then takes those steps with the counts read from the histogram. Returns
-    the 0-d tensors (t1, c1, t2, c2) of :class:`~studykit.compressors.sparsification.MSTopK`'s
-    reference loop, bit for bit (the same fp32 midpoints (lo + hi) / 2, exact integer counts), at any
-    ``bits`` (1 to 10): fewer leaves cost more passes and less per pass (``benchmarks/mstopk_bits.py``).
-    The entries past whole programs run masked, one block a program (one masked program for all of them took
-    10 us a pass on ResNet-50's gradient on an H200, codec_kernels_h200/replayed_bands; 3 us so,
-    codec_kernels_h200/mstopk_shapes, where five other program shapes were no faster)."""
-    if not (isinstance(bits, int) and 1 <= bits <= 10):
-        raise ValueError(f"bits must be an integer in [1, 10], got {bits!r}")
-    n = mag.numel()
-    dev = mag.device
-    st = torch.stack([lo.float(), hi.float(), torch.full((), float("inf"), device=dev), torch.zeros((), device=dev)])
-    cnt = torch.arange(2, dtype=torch.int32, device=dev) * n  # [c1, c2] = [0, n], made on the device
-    steps = [min(bits, rounds - i) for i in range(0, rounds, bits)]
-    hists = torch.zeros(sum(1 << b for b in steps), dtype=torch.int32, device=dev)
-    block, iters = 1024, 8
-    bulk, start = n // (block * iters), 0
-    rest = triton.cdiv(n - bulk * block * iters, block)
-    for b in steps:
-        hist = hists[start:start + (1 << b)]
-        if bulk:
-            _mstopk_hist_kernel[(bulk,)](mag, n, st, hist, 0, MASKED=False, BITS=b, BLOCK=block, ITERS=iters)
-        if rest:
-            _mstopk_hist_kernel[(rest,)](mag, n, st, hist, bulk * block * iters, MASKED=True, BITS=b, BLOCK=block,
-                                         ITERS=1)
-        _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=b)
-        start += 1 << b
-    return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)
-
-
 # ====================================================================== RandomK's and DGC's random positions
 #: elements per program of the kernels that draw positions or gather at them (a sample, a payload: about 1 % of a
 #: gradient): 4096 (:data:`_BLOCK`) left an H200 under half busy on ResNet-50's 1 % (63 programs; DGC's fused sample
@@ -701,93 +593,3 @@ def take_slots(x: torch.Tensor, cand: torch.Tensor, top: torch.Tensor) -> tuple[
     if k:
         _take_kernel[(triton.cdiv(k, _GATHER_BLOCK),)](x, x.numel(), cand, top, k, vals, idx, BLOCK=_GATHER_BLOCK)
     return vals, idx
-
-
-# ====================================================================== MSTopK's band fill: keys and candidates
-if HAVE_TRITON:
-    @triton.jit
-    def _band_keep(x_ptr, n, th_ptr, p, BLOCK: tl.constexpr):
-        """Block p's positions and which of its entries are in the band th[0] <= x < th[1] (NaN never is)."""
-        idx = p * BLOCK + tl.arange(0, BLOCK)
-        m = idx < n
-        v = tl.load(x_ptr + idx, mask=m, other=float("nan"))
-        return idx, (v >= tl.load(th_ptr)) & (v < tl.load(th_ptr + 1)) & m
-
-    @triton.jit
-    def _block_keys(seed, p, BLOCK: tl.constexpr):
-        """Block p's keys, element for element those of :func:`uniform_keys` (:func:`common._uniform8` by group)."""
-        group = p * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
-        return tl.reshape(_uniform8(seed, group, BLOCK // 8), (BLOCK,))
-
-    @_jit_seeded
-    def _keys_kernel(out_ptr, numel, seed_ptr, seed_base, BLOCK: tl.constexpr):
-        """out[i] = U[0, 1), the Philox numbers of (seed, i // 8) (:func:`_block_keys`)."""
-        p = tl.program_id(0)
-        idx = p * BLOCK + tl.arange(0, BLOCK)
-        tl.store(out_ptr + idx, _block_keys(_philox_seed(seed_ptr, seed_base), p, BLOCK), mask=idx < numel)
-
-    @_jit_seeded
-    def _band_count_kernel(x_ptr, n, th_ptr, counts_ptr, seed_ptr, seed_base, BLOCK: tl.constexpr):
-        """counts[p] = how many of block p's entries are in the band with a key reaching th[2]."""
-        p = tl.program_id(0)
-        idx, band = _band_keep(x_ptr, n, th_ptr, p, BLOCK)
-        count = tl.sum(band.to(tl.int32), axis=0)
-        if count > 0:  # the band is a few entries: most blocks draw no keys
-            u = _block_keys(_philox_seed(seed_ptr, seed_base), p, BLOCK)
-            count = tl.sum((band & (u >= tl.load(th_ptr + 2))).to(tl.int32), axis=0)
-        tl.store(counts_ptr + p, count)
-
-    @_jit_seeded
-    def _band_compact_kernel(x_ptr, n, th_ptr, ends_ptr, pos_ptr, keys_ptr, cap, seed_ptr, seed_base,
-                             BLOCK: tl.constexpr):
-        """The positions (ascending) and keys of the entries ``_band_count_kernel`` counted, the first ``cap``:
-        block p writes its own from ``ends[p]`` minus its count on, so the order is ``torch.nonzero``'s."""
-        p = tl.program_id(0)
-        idx, band = _band_keep(x_ptr, n, th_ptr, p, BLOCK)
-        if tl.sum(band.to(tl.int32), axis=0) > 0:
-            u = _block_keys(_philox_seed(seed_ptr, seed_base), p, BLOCK)
-            keep = (band & (u >= tl.load(th_ptr + 2))).to(tl.int32)
-            slot = tl.load(ends_ptr + p) - tl.sum(keep, axis=0) + tl.cumsum(keep, axis=0) - 1
-            w = (keep != 0) & (slot < cap)
-            tl.store(pos_ptr + slot, idx.to(tl.int64), mask=w)
-            tl.store(keys_ptr + slot, u, mask=w)
-
-
-#: elements per program of the band passes (a multiple of 8: the keys come in groups of 8)
-_BAND_BLOCK = 1024
-
-
-def uniform_keys(numel: int, seed: common.Seed, device: torch.device) -> torch.Tensor:
-    """``numel`` float32 keys uniform in [0, 1), drawn from ``seed`` (one kernel, the step read on the device):
-    MSTopK's band-fill keys, the ones :func:`band_candidates` draws inside its passes."""
-    out = torch.empty(numel, dtype=torch.float32, device=device)
-    if numel:
-        _keys_kernel[(triton.cdiv(numel, _BLOCK),)](out, numel, *seed, BLOCK=_BLOCK)
-    return out
-
-
-def band_candidates(mag: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, q: torch.Tensor, seed: common.Seed,
-                    cap: int, unfused) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`~studykit.compressors.sparsification.MSTopK.band_candidates` in two passes over ``mag`` (count per
-    block, then compact), the keys drawn from ``seed`` inside them (those of :func:`uniform_keys`) and only in
-    blocks with a band entry: no key tensor, no mask; the same positions and keys, bit for bit. ``unfused`` (no
-    arguments) computes the same from a key tensor and a mask: of the two, the faster on this device and size is
-    kept (:func:`common.pick`; under a CUDA graph capture, the one picked before, else the fused one)."""
-    fns = [lambda: _band_candidates(mag, t1, t2, q, seed, cap), unfused]
-    key = ("band_candidates", mag.device, mag.numel(), cap)
-    if mag.is_cuda and torch.cuda.is_current_stream_capturing():
-        return fns[common._PICKED.get(key, 0)]()
-    return fns[common.pick(key, fns)]()
-
-
-def _band_candidates(mag, t1, t2, q, seed, cap):
-    n, dev = mag.numel(), mag.device
-    th = torch.stack([t2.float(), t1.float(), q.float()])
-    grid = (triton.cdiv(n, _BAND_BLOCK),)
-    counts = torch.empty(grid[0], dtype=torch.int32, device=dev)
-    _band_count_kernel[grid](mag, n, th, counts, *seed, BLOCK=_BAND_BLOCK)
-    ends = torch.cumsum(counts, 0, dtype=torch.int32)
-    pos = torch.full((cap,), n, dtype=torch.int64, device=dev)
-    keys = torch.full((cap,), -1.0, dtype=torch.float32, device=dev)
-    _band_compact_kernel[grid](mag, n, th, ends, pos, keys, cap, *seed, BLOCK=_BAND_BLOCK)
-    return pos, keys
