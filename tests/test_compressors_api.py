@@ -310,7 +310,7 @@ class _KernelCalled(Exception):
 #: the kernel each registered fast codec reaches first (names in studykit.compressors._fast)
 FIRST_KERNEL = {"fp16": "cast", "bf16": "cast", "signsgd": "pack", "ef_signsgd": "pack", "qsgd": "qsgd_encode",
                 "terngrad": "terngrad_encode", "natural": "natural_encode", "quantize": "quantize_pack",
-                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "abs_and_max", "topk_chunked": "row_topk",
+                "thc": "rotate_signed", "topk": "topk_abs", "mstopk": "abs_mean_max", "topk_chunked": "row_topk",
                 "randomk": "uniform_positions"}
 
 
@@ -375,7 +375,7 @@ def test_dgc_reaches_its_sample_threshold_compaction_selection_and_take_kernels_
 
 
 def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_in_order(monkeypatch):
-    """On CPU with the fast path forced on: MSTopK's select reaches |g| with its maximum, the search, the
+    """On CPU with the fast path forced on: MSTopK's select reaches |g| with its mean and maximum, the search, the
     compaction of its certain entries, the band fill's keys and its candidates, in that order (each kernel reached
     is then replaced by what it computes, in PyTorch); with all the stand-ins it sends exactly k distinct
     positions, the entries at or above the threshold among them."""
@@ -390,7 +390,7 @@ def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_i
         pos = torch.nonzero_static(x.abs() >= t_bits.view(torch.float32), size=cap, fill_value=x.numel()).view(-1)
         return pos, None, None
 
-    stand_ins = {"abs_and_max": lambda x: (x.abs(), x.abs().max()),
+    stand_ins = {"abs_mean_max": lambda x: (x.abs(), x.abs().mean(), x.abs().max()),
                  "mstopk_search": search,
                  "compact_ge": compact,
                  "band_candidates": lambda mag, t1, t2, q, seed, cap, unfused: unfused(),

@@ -289,9 +289,9 @@ def _(self, flat, k):  # sampled threshold, radix select or torch.topk: the fast
 
 @override(MSTopK, "_magnitudes",
           when=lambda self, flat: flat.dtype == torch.float32 and flat.numel() > 0 and _fast.enabled(flat))
-def _(self, flat):  # |g| and its maximum in one pass (the maximum exact); the mean torch's, as the reference's
-    mag, hi = _fast.abs_and_max(flat.reshape(-1))
-    return mag.view_as(flat), mag.mean(), hi
+def _(self, flat):  # |g|, its mean and maximum in one pass (the mean summed per block, then over the blocks)
+    mag, lo, hi = _fast.abs_mean_max(flat.reshape(-1))
+    return mag.view_as(flat), lo, hi
 
 
 @override(MSTopK, "_search", when=lambda self, mag, k, lo, hi, count_dtype: _fast.enabled(mag))

@@ -15,8 +15,9 @@ A kernel computes the same function on the same inputs, with two documented diff
   way); the multiset of selected magnitudes is the same;
 * magnitudes are compared as float bits in the top-k selections, so a NaN reaches every threshold
   (it counts as the largest, as in ``torch.topk``; DGC's reference comparison ``|g| >= t`` leaves it out);
-* EF-SignSGD's scale ``||g||_1 / d`` is summed per block and then over the blocks (a fixed
-  order, so deterministic), which rounds differently from ``g.abs().sum()`` in the last bits.
+* EF-SignSGD's scale ``||g||_1 / d`` and MSTopK's lower bracket, the mean of ``|g|``, are summed per block
+  and then over the blocks (a fixed order, so deterministic), which rounds differently from
+  ``g.abs().sum()`` and ``g.abs().mean()`` in the last bits; MSTopK's search from that mean is exact.
 
 Payloads keep the reference's wire format byte for byte (bit-packed fields as
 :func:`~studykit.compressors.quantization.pack_fields` lays them out), so a payload from either

@@ -1,5 +1,5 @@
-"""Fused kernels of MSTopK (Shi et al. 2021, https://arxiv.org/abs/2010.10458): |g| with its maximum in one
-pass (:func:`abs_and_max`), the binary search for the threshold a few steps per pass (:func:`mstopk_search`), and
+"""Fused kernels of MSTopK (Shi et al. 2021, https://arxiv.org/abs/2010.10458): |g| with its mean and maximum in
+one pass (:func:`abs_mean_max`), the binary search for the threshold a few steps per pass (:func:`mstopk_search`), and
 the band fill's keys and candidates (:func:`uniform_keys`, :func:`band_candidates`); its certain entries are
 :func:`~studykit.compressors._fast.topk.compact_ge`'s. Each kernel next to the function that launches it."""
 from __future__ import annotations
@@ -12,35 +12,42 @@ from studykit.compressors._fast import common
 from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["abs_and_max", "_MSTOPK_BITS", "mstopk_search", "uniform_keys", "band_candidates"]
+__all__ = ["abs_mean_max", "_MSTOPK_BITS", "mstopk_search", "uniform_keys", "band_candidates"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
 
 
-# ====================================================================== |g| and its maximum
+# ====================================================================== |g|, its mean and its maximum
 if HAVE_TRITON:
     @triton.jit
-    def _abs_max_kernel(x_ptr, out_ptr, max_ptr, n, start, MASKED: tl.constexpr, BLOCK: tl.constexpr):
-        """out = |x|; max_ptr[0] (int32, 0 before) = the largest |x|'s float bits (one atomic per program: the
-        bits of non-negative floats order as the floats, and a NaN's lie above +inf's)."""
-        idx = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    def _abs_mean_max_kernel(x_ptr, out_ptr, sums_ptr, max_ptr, n, start, MASKED: tl.constexpr,
+                             BLOCK: tl.constexpr):
+        """out = |x|; sums[p] = block p's sum of |x|; max_ptr[0] (int32, 0 before) = the largest |x|'s float bits
+        (one atomic a program: the bits of non-negative floats order as the floats, and a NaN's lie above
+        +inf's)."""
+        p = start // BLOCK + tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         v = tl.abs(_ld(x_ptr + idx, m, 0.0, MASKED))
         _st(out_ptr + idx, v, m, MASKED)
+        tl.store(sums_ptr + p, tl.sum(v, axis=0))
         tl.atomic_max(max_ptr, tl.max(v.to(tl.int32, bitcast=True), axis=0), sem="relaxed")
 
 
-def abs_and_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x.abs(), x.abs().max())`` of a flat fp32 ``x`` in one pass over it, the maximum a 0-d tensor (NaN if any
-    entry is NaN, as ``torch.max``'s); exact."""
+def abs_mean_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x.abs(), mean, max)`` of a flat fp32 ``x`` in one pass over it (and a sum over one number per block of
+    :data:`~studykit.compressors._fast.common._BLOCK`), the mean and the maximum 0-d tensors. The maximum is exact
+    (NaN if an entry is NaN, as ``torch.max``'s); the mean is summed per block and then over the blocks, a fixed
+    order (so deterministic), which rounds differently from ``x.abs().mean()`` in the last bits."""
     n = x.numel()
     if n == 0:
-        raise ValueError("abs_and_max: x is empty (max of nothing)")
+        raise ValueError("abs_mean_max: x is empty (no mean or maximum of nothing)")
     out = torch.empty_like(x)
+    sums = torch.empty(triton.cdiv(n, _BLOCK), dtype=torch.float32, device=x.device)
     bits = torch.zeros(1, dtype=torch.int32, device=x.device)
-    _launch(_abs_max_kernel, n, n, _BLOCK, x, out, bits, n, BLOCK=_BLOCK)
-    return out, bits.view(torch.float32).view(())
+    _launch(_abs_mean_max_kernel, n, n, _BLOCK, x, out, sums, bits, n, BLOCK=_BLOCK)
+    return out, sums.sum() / n, bits.view(torch.float32).view(())
 
 
 # ====================================================================== MSTopK's threshold search
@@ -72,16 +79,18 @@ if HAVE_TRITON:
         tl.store(keep_ptr + slot, v, mask=keep)
 
     @triton.jit
-    def _mstopk_hist_kernel(mag_ptr, n, st_ptr, hist_ptr, keep_ptr, kept_ptr, start, MASKED: tl.constexpr,
-                            BITS: tl.constexpr, BLOCK: tl.constexpr, ITERS: tl.constexpr, KEEP: tl.constexpr):
+    def _mstopk_hist_kernel(mag_ptr, n, st_ptr, hist_ptr, counts_ptr, words_ptr, start, MASKED: tl.constexpr,
+                            BITS: tl.constexpr, BLOCK: tl.constexpr, ITERS: tl.constexpr, MARK: tl.constexpr):
         """Histogram over the 2**BITS leaves of the binary-search tree below [lo, hi] = st[0:2]
-        (:func:`_mstopk_leaf`); KEEP: the entries at or above lo also appended to keep_ptr (:func:`_mstopk_keep`)."""
+        (:func:`_mstopk_leaf`); MARK: which entries are at or above lo, as ``_mask_ge_kernel``'s bitmask and
+        counts per block of BLOCK (block p's bit j of word i: entry p * BLOCK + 32 i + j), for
+        ``_mask_compact_kernel`` to compact in order."""
         lo = tl.load(st_ptr)
         hi = tl.load(st_ptr + 1)
-        base = start + tl.program_id(0) * (BLOCK * ITERS)
+        first = start // BLOCK + tl.program_id(0) * ITERS  # this program's first block
         acc = tl.zeros([1 << BITS], dtype=tl.int32)
         for it in range(ITERS):
-            idx = base + it * BLOCK + tl.arange(0, BLOCK)
+            idx = (first + it) * BLOCK + tl.arange(0, BLOCK)
             m = idx < n
             v = _ld(mag_ptr + idx, m, 0.0, MASKED)
             leaf = _mstopk_leaf(v, lo, hi, BITS)
@@ -91,8 +100,12 @@ if HAVE_TRITON:
                 acc += tl.histogram(leaf, 1 << BITS, mask=m)
             else:
                 acc += tl.histogram(leaf, 1 << BITS)
-            if KEEP:
-                _mstopk_keep(v, m, lo, keep_ptr, kept_ptr)
+            if MARK:
+                keep = ((v >= lo) & m).to(tl.int32)
+                tl.store(counts_ptr + first + it, tl.sum(keep, axis=0))
+                shifted = tl.reshape(keep, (BLOCK // 32, 32)) << tl.arange(0, 32)[None, :]
+                tl.store(words_ptr + (first + it) * (BLOCK // 32) + tl.arange(0, BLOCK // 32),
+                         tl.xor_sum(shifted, axis=1))
         tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
 
     @triton.jit
@@ -178,13 +191,17 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
     ``bits`` (1 to 10): fewer leaves cost more passes and less per pass (``benchmarks/mstopk_bits.py``).
 
     ``keep_from``: from this pass on (0 the first; None never), each pass but the last also keeps the entries
-    at or above its lower bound ``lo`` (in any order, in a buffer as large as ``mag``), and the next pass reads
-    only those: an entry below ``lo`` ends in leaf 0 of every later pass, which no step reads, and a histogram
-    does not depend on the order. The first pass's ``lo`` is the mean, which over half of a Gaussian's entries
-    reach; later ones keep a few per cent.
+    at or above its lower bound ``lo`` (in a buffer as large as ``mag``), and the next pass reads only those: an
+    entry below ``lo`` ends in leaf 0 of every later pass, which no step reads, and a histogram does not depend
+    on the order. The first pass that keeps reads all of ``mag``: it marks its entries in a bitmask, which
+    ``_mask_compact_kernel`` then compacts in order (appending each block's with an atomic made the pass about
+    twice as long on an H200); later ones append theirs in any order, one atomic a block. The first pass's
+    ``lo`` is the mean, which over half of a Gaussian's entries reach; later ones keep a few per cent.
     The entries past whole programs run masked, one block a program (one masked program for all of them took
     10 us a pass on ResNet-50's gradient on an H200, codec_kernels_h200/replayed_bands; 3 us so,
     codec_kernels_h200/mstopk_shapes, where five other program shapes were no faster)."""
+    from studykit.compressors._fast.topk import _mask_compact_kernel
+
     if not (isinstance(bits, int) and 1 <= bits <= 10):
         raise ValueError(f"bits must be an integer in [1, 10], got {bits!r}")
     if keep_from is not None and not (isinstance(keep_from, int) and keep_from >= 0):
@@ -196,27 +213,38 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
     steps = [min(bits, rounds - i) for i in range(0, rounds, bits)]
     stores = [keep_from is not None and keep_from <= i < len(steps) - 1 for i in range(len(steps))]
     hists = torch.zeros(sum(1 << b for b in steps) + len(steps), dtype=torch.int32, device=dev)
-    kept = hists[-len(steps):]  # kept[i]: how many entries pass i kept
+    kept = hists[-len(steps):]  # kept[i]: how many entries pass i kept (the passes after the first that keeps)
     bufs = [torch.empty(n, dtype=torch.float32, device=dev) for _ in range(min(2, sum(stores)))]
-    block, iters = 1024, 8
-    bulk, start = n // (block * iters), 0
+    block, iters, span = 1024, 8, 4096
+    nblocks = triton.cdiv(n, block)
+    bulk = n // (block * iters)
     rest = triton.cdiv(n - bulk * block * iters, block)
-    src = None  # the entries the previous pass kept (None: all of mag)
+    src, src_n, start = None, None, 0  # the entries the previous pass kept and their count (None: all of mag)
     for i, b in enumerate(steps):
         hist = hists[start:start + (1 << b)]
-        dst = bufs[i % len(bufs)] if stores[i] else mag  # mag: not written (KEEP off)
+        dst = bufs[i % len(bufs)] if stores[i] else None
         if src is None:
+            mark = dst is not None
+            counts = torch.empty(nblocks if mark else 1, dtype=torch.int32, device=dev)
+            words = torch.empty(nblocks * (block // 32) if mark else 1, dtype=torch.int32, device=dev)
             if bulk:
-                _mstopk_hist_kernel[(bulk,)](mag, n, st, hist, dst, kept[i:], 0, MASKED=False, BITS=b, BLOCK=block,
-                                             ITERS=iters, KEEP=stores[i])
+                _mstopk_hist_kernel[(bulk,)](mag, n, st, hist, counts, words, 0, MASKED=False, BITS=b, BLOCK=block,
+                                             ITERS=iters, MARK=mark)
             if rest:
-                _mstopk_hist_kernel[(rest,)](mag, n, st, hist, dst, kept[i:], bulk * block * iters, MASKED=True,
-                                             BITS=b, BLOCK=block, ITERS=1, KEEP=stores[i])
+                _mstopk_hist_kernel[(rest,)](mag, n, st, hist, counts, words, bulk * block * iters, MASKED=True,
+                                             BITS=b, BLOCK=block, ITERS=1, MARK=mark)
+            if mark:
+                ends = torch.cumsum(counts, 0, dtype=torch.int32)
+                _mask_compact_kernel[(triton.cdiv(n, span),)](mag, words, words.numel(), ends, nblocks, dst,
+                                                               dst.view(torch.int32), n, BLOCK=block, SPAN=span,
+                                                               POS=False)
+                src, src_n = dst, ends[-1:]
         else:
-            _mstopk_kept_hist_kernel[(_kept_programs(dev),)](src, kept[i - 1:], st, hist, dst, kept[i:], BITS=b,
-                                                             BLOCK=block, KEEP=stores[i])
+            _mstopk_kept_hist_kernel[(_kept_programs(dev),)](src, src_n, st, hist, dst if stores[i] else src,
+                                                             kept[i:], BITS=b, BLOCK=block, KEEP=stores[i])
+            if stores[i]:
+                src, src_n = dst, kept[i:i + 1]
         _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=b)
-        src = dst if stores[i] else src
         start += 1 << b
     return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)
 

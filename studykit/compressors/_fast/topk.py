@@ -181,12 +181,12 @@ if HAVE_TRITON:
 
     @triton.jit
     def _mask_compact_kernel(x_ptr, words_ptr, nwords, ends_ptr, nblocks, pos_ptr, bits_ptr, cap,
-                             BLOCK: tl.constexpr, SPAN: tl.constexpr):
+                             BLOCK: tl.constexpr, SPAN: tl.constexpr, POS: tl.constexpr = True):
         """The positions (ascending) and |x| float bits of the elements ``_mask_ge_kernel`` marked, the first
         ``cap`` of them: program q takes the SPAN elements from q * SPAN on, SPAN // 32 words (``ends``: the
         inclusive prefix sums of the counts of its blocks of BLOCK). Each step takes every word's lowest set bit
         and clears it, until no word has one left: the work follows the marked elements, not x's size; x is
-        read again only at them."""
+        read again only at them. POS False: the positions are not written (``pos_ptr`` unused)."""
         W: tl.constexpr = SPAN // 32
         q = tl.program_id(0)
         wi = q * W + tl.arange(0, W)
@@ -199,7 +199,8 @@ if HAVE_TRITON:
             idx = wi * 32 + _popcount(w ^ (w - 1)) - 1  # the lowest set bit's: it and the bits below it, less one
             v = tl.load(x_ptr + idx, mask=has, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
             ok = has & (slot < cap)
-            tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
+            if POS:
+                tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
             tl.store(bits_ptr + slot, v, mask=ok)
             w = w & (w - 1)
             c -= has.to(tl.int32)
