@@ -915,8 +915,9 @@ def test_split_calls_drops_the_flush_and_takes_each_kernels_median():
     with pytest.raises(ValueError, match="are not 2 equal rounds"):
         bench.split_calls(ev, 2)
     odd = ev[:6] + [(200, 50.0, "flush"), (260, 11.0, "a"), (275, 3.0, "c")]
-    with pytest.raises(ValueError, match="call 3 launched other kernels than call 1"):
+    with pytest.raises(ValueError, match="call 3 launched other kernels than call 1") as exc:
         bench.split_calls(odd, 3)
+    assert "b #1 in call 1" in str(exc.value) and "c #1 in call 3" in str(exc.value)  # which kernels differ
 
 
 def test_split_calls_matches_kernels_that_start_in_another_order_by_name_and_occurrence():

@@ -252,8 +252,10 @@ def split_calls(events: Sequence[tuple], reps: int) -> list[dict]:
     rounds = [_by_occurrence(ev[i * per:(i + 1) * per]) for i in range(reps)]
     for i, r in enumerate(rounds[1:], 2):
         if sorted(r) != sorted(rounds[0]):
+            only = [f"{name[:60]} #{j + 1} in call {c}" for c, a, b in ((1, rounds[0], r), (i, r, rounds[0]))
+                    for name, j in sorted(set(a) - set(b))][:4]
             raise ValueError(f"split_calls: call {i} launched other kernels than call 1 (a codec whose calls "
-                             f"differ cannot be split into per-kernel times)")
+                             f"differ cannot be split into per-kernel times): {'; '.join(only)}")
     keys = list(rounds[0])[1:]  # position 0: the flush
     return [{"name": key[0], "us_median": statistics.median(r[key] for r in rounds),
              "us_min": min(r[key] for r in rounds)} for key in keys]
