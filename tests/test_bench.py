@@ -920,6 +920,15 @@ def test_split_calls_drops_the_flush_and_takes_each_kernels_median():
     assert "b #1 in call 1" in str(exc.value) and "c #1 in call 3" in str(exc.value)  # which kernels differ
 
 
+def test_split_calls_takes_a_memset_under_either_of_the_profilers_names():
+    """RandomK's replayed call on an H200: one memset was "Memset (Unknown)" in call 1 and "Memset (Device)" in
+    call 2; both are the call's memset."""
+    ev = [(0, 50.0, "flush"), (60, 1.0, "Memset (Unknown)"), (70, 4.0, "gather"),
+          (100, 50.0, "flush"), (160, 3.0, "Memset (Device)"), (170, 6.0, "gather")]
+    assert bench.split_calls(ev, 2) == [{"name": "Memset", "us_median": 2.0, "us_min": 1.0},
+                                        {"name": "gather", "us_median": 5.0, "us_min": 4.0}]
+
+
 def test_split_calls_matches_kernels_that_start_in_another_order_by_name_and_occurrence():
     """A CUDA graph's concurrent branches (a fill beside a gather) may start in either order: each kernel is
     matched by its name and the count of same-named ones before it, in call 1's order."""

@@ -376,7 +376,7 @@ def test_dgc_reaches_its_sample_threshold_compaction_selection_and_take_kernels_
 
 def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_in_order(monkeypatch):
     """On CPU with the fast path forced on: MSTopK's select reaches |g| with its mean and maximum, the search, the
-    compaction of its certain entries, the band fill's keys and its candidates, in that order (each kernel reached
+    compaction of its certain entries, the band fill's keys and its candidates, and the payload, in that order (each kernel reached
     is then replaced by what it computes, in PyTorch); with all the stand-ins it sends exactly k distinct
     positions, the entries at or above the threshold among them."""
     from studykit.compressors import _fast
@@ -394,7 +394,9 @@ def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_i
                  "mstopk_search": search,
                  "compact_ge": compact,
                  "band_candidates": lambda mag, t1, t2, q, seed, cap, unfused: unfused(),
-                 "uniform_keys": lambda numel, seed, device: torch.rand(numel, generator=torch.Generator().manual_seed(1))}
+                 "uniform_keys": lambda numel, seed, device: torch.rand(numel, generator=torch.Generator().manual_seed(1)),
+                 "mstopk_assemble": lambda flat, above, c1, band: reference(MSTopK, "_assemble")(None, flat, above, c1,
+                                                                                               band)}
     x = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(_fast, "enabled", lambda *tensors: True)
     monkeypatch.setattr(_fast, "enabled_for", lambda device, numel: True)

@@ -312,3 +312,25 @@ def test_abs_mean_max_refuses_an_empty_tensor():
         pytest.skip("needs triton")
     with pytest.raises(ValueError, match="empty"):
         _fast.abs_mean_max(torch.zeros(0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c1", [0, 3, 40, 50])
+def test_the_assembled_payload_is_the_references(c1):
+    """The payload from the certain entries and the band fill in one kernel (``_fast.mstopk_assemble``): the
+    reference's values and positions bit for bit, with empty slots (position numel) in both lists, c1 from none
+    to all of k."""
+    dev = _device()
+    n, k = 1000, 50
+    flat = gaussian(n, 3).to(dev)
+    gen = torch.Generator().manual_seed(4)
+    above = torch.randperm(n, generator=gen)[:k].sort().values
+    above[c1:] = n  # the unused slots of the certain entries
+    band = torch.randperm(n, generator=gen)[:k]
+    band[-5:] = n  # a band with fewer entries than slots
+    above, band, c = above.to(dev), band.to(dev), torch.tensor(c1, dtype=torch.int32, device=dev)
+    comp = MSTopK(ratio=k / n)
+    assert OVERRIDES[(MSTopK, "_assemble")].when(comp, flat, above, c, band)  # the kernel runs
+    got = comp._assemble(flat, above, c, band)
+    want = reference(MSTopK, "_assemble")(comp, flat, above, c, band)
+    assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want)), (got, want)

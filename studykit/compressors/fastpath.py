@@ -315,6 +315,12 @@ def _(self, mag, t1, t2, q, capacity):  # count, then compact, the keys drawn in
                                  lambda: reference(MSTopK, "band_candidates")(self, mag, t1, t2, q, capacity))
 
 
+@override(MSTopK, "_assemble", when=lambda self, flat, idx_above, c1, idx_band:
+          flat.dtype == torch.float32 and _fast.enabled(flat))
+def _(self, flat, idx_above, c1, idx_band):  # one kernel instead of a dozen small ones over k slots
+    return _fast.mstopk_assemble(flat, idx_above, c1, idx_band)
+
+
 @override(DGC, "_kth_largest", when=lambda self, x, rank: x.dtype == torch.float32 and _fast.enabled(x))
 def _(self, x, rank):  # radix select's histogram passes or torch.topk, whichever is faster here (eager or replayed)
     return _fast.kth_abs(x, rank).view(())

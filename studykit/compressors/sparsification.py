@@ -283,6 +283,12 @@ class MSTopK(_GatherSparse):
         t1, c1, t2, c2 = self._search(mag, k, lo, hi, count_dtype)
         idx_above = self._above(mag, t1, k)
         idx_band = self.band_fill(mag, t1, t2, k - c1, c2 - c1, k)
+        return self._assemble(flat, idx_above, c1, idx_band)
+
+    def _assemble(self, flat, idx_above, c1, idx_band):
+        """The payload's k (values, int64 positions): the first c1 (0-d) of ``idx_above``, then the first k - c1
+        of ``idx_band``; a slot whose position is ``numel`` (no entry) sends value 0 at position 0."""
+        k = idx_above.numel()
         slot = torch.arange(k, device=flat.device)
         indices = torch.where(slot < c1, idx_above, idx_band[(slot - c1).clamp(min=0)])
         return _drop_fill(flat, indices)

@@ -1,7 +1,7 @@
 """Fused kernels of MSTopK (Shi et al. 2021, https://arxiv.org/abs/2010.10458): |g| with its mean and maximum in
 one pass (:func:`abs_mean_max`), the binary search for the threshold a few steps per pass (:func:`mstopk_search`), and
-the band fill's keys and candidates (:func:`uniform_keys`, :func:`band_candidates`); its certain entries are
-:func:`~studykit.compressors._fast.topk.compact_ge`'s. Each kernel next to the function that launches it."""
+the band fill's keys and candidates (:func:`uniform_keys`, :func:`band_candidates`) and the payload from both
+(:func:`mstopk_assemble`); its certain entries are :func:`~studykit.compressors._fast.topk.compact_ge`'s. Each kernel next to the function that launches it."""
 from __future__ import annotations
 
 import functools
@@ -12,7 +12,8 @@ from studykit.compressors._fast import common
 from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["abs_mean_max", "_MSTOPK_BITS", "mstopk_search", "uniform_keys", "band_candidates"]
+__all__ = ["abs_mean_max", "_MSTOPK_BITS", "mstopk_search", "uniform_keys", "band_candidates",
+           "mstopk_assemble"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
@@ -337,3 +338,36 @@ def _band_candidates(mag, t1, t2, q, seed, cap):
     keys = torch.full((cap,), -1.0, dtype=torch.float32, device=dev)
     _band_compact_kernel[grid](mag, n, th, ends, pos, keys, cap, *seed, BLOCK=_BAND_BLOCK)
     return pos, keys
+
+
+# ====================================================================== the payload
+if HAVE_TRITON:
+    @triton.jit
+    def _assemble_kernel(x_ptr, n, above_ptr, band_ptr, c1_ptr, k, val_ptr, idx_ptr, BLOCK: tl.constexpr):
+        """Slot s < k: position above[s] if s < c1, else band[s - c1]; a position n (no entry) sends 0 at 0."""
+        s = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = s < k
+        c1 = tl.load(c1_ptr).to(tl.int64)
+        first = s < c1
+        a = tl.load(above_ptr + s, mask=m & first, other=0)
+        b = tl.load(band_ptr + (s - c1), mask=m & (s >= c1), other=0)
+        pos = tl.where(first, a, b)
+        valid = m & (pos < n)
+        tl.store(val_ptr + s, tl.load(x_ptr + pos, mask=valid, other=0.0), mask=m)
+        tl.store(idx_ptr + s, tl.where(valid, pos, 0), mask=m)
+
+
+#: slots per program of :func:`mstopk_assemble` (gathers, as RandomK's and DGC's: a few per cent of a gradient)
+_ASSEMBLE_BLOCK = 512
+
+
+def mstopk_assemble(flat: torch.Tensor, idx_above: torch.Tensor, c1: torch.Tensor, idx_band: torch.Tensor):
+    """:meth:`~studykit.compressors.sparsification.MSTopK._assemble` in one kernel: the k (values, int64
+    positions) of the payload, bit for bit the reference's."""
+    k, n = idx_above.numel(), flat.numel()
+    vals = torch.empty(k, dtype=torch.float32, device=flat.device)
+    idx = torch.empty(k, dtype=torch.int64, device=flat.device)
+    if k:
+        _assemble_kernel[(triton.cdiv(k, _ASSEMBLE_BLOCK),)](flat, n, idx_above, idx_band, c1.reshape(1), k, vals, idx,
+                                                             BLOCK=_ASSEMBLE_BLOCK)
+    return vals, idx

@@ -242,7 +242,8 @@ def split_calls(events: Sequence[tuple], reps: int) -> list[dict]:
     kernel, one call) -> per kernel of the call, in the first call's order: ``{"name", "us_median", "us_min"}``.
     Kernels a CUDA graph runs concurrently (branches without a dependency between them) may start in another
     order from call to call: a kernel is matched across calls by its name and how many kernels of that name
-    started before it in its call."""
+    started before it in its call. A memset is named "Memset" (the profiler calls the same one "Memset
+    (Unknown)" in one call and "Memset (Device)" in another)."""
     import statistics
 
     ev = sorted(events)
@@ -266,6 +267,8 @@ def _by_occurrence(events: Sequence[tuple]) -> dict:
     seen: dict = {}
     out = {}
     for _, us, name in events:
+        if name.startswith("Memset ("):  # the profiler names one memset "Memset (Unknown)" or "Memset (Device)"
+            name = "Memset"
         j = seen[name] = seen.get(name, -1) + 1
         out[(name, j)] = us
     return out
