@@ -376,14 +376,14 @@ def test_dgc_reaches_its_sample_threshold_compaction_selection_and_take_kernels_
 
 def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_in_order(monkeypatch):
     """On CPU with the fast path forced on: MSTopK's select reaches |g| with its mean and maximum, the search, the
-    compaction of its certain entries, the band fill's keys and its candidates, and the payload, in that order (each kernel reached
-    is then replaced by what it computes, in PyTorch); with all the stand-ins it sends exactly k distinct
-    positions, the entries at or above the threshold among them."""
+    compaction of its certain entries, the band fill's keys and its candidates, and the payload, in that order
+    (each kernel reached is then replaced by what it computes, in PyTorch); with all the stand-ins it sends
+    exactly k distinct positions, the entries at or above the threshold among them."""
     from studykit.compressors import _fast
     from studykit.compressors.fastpath import reference
     from studykit.compressors.sparsification import MSTopK
 
-    def search(mag, k, rounds, lo, hi, count_dtype):
+    def search(mag, k, rounds, lo, hi, count_dtype, **options):
         return reference(MSTopK, "_search")(MSTopK(samplings=rounds), mag, k, lo, hi, count_dtype)
 
     def compact(x, t_bits, cap):
@@ -394,7 +394,8 @@ def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_i
                  "mstopk_search": search,
                  "compact_ge": compact,
                  "band_candidates": lambda mag, t1, t2, q, seed, cap, unfused: unfused(),
-                 "uniform_keys": lambda numel, seed, device: torch.rand(numel, generator=torch.Generator().manual_seed(1)),
+                 "uniform_keys": lambda numel, seed, device: torch.rand(numel,
+                                                                      generator=torch.Generator().manual_seed(1)),
                  "mstopk_assemble": lambda flat, above, c1, band: reference(MSTopK, "_assemble")(None, flat, above, c1,
                                                                                                band)}
     x = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
@@ -403,7 +404,7 @@ def test_mstopk_reaches_its_magnitudes_search_certain_entries_and_band_kernels_i
     monkeypatch.setattr(_fast, "seed_of", lambda comp, device: None)
     for i, name in enumerate(stand_ins):
         for later in list(stand_ins)[i:]:
-            monkeypatch.setattr(_fast, later, lambda *a, _k=later: (_ for _ in ()).throw(_KernelCalled(_k)))
+            monkeypatch.setattr(_fast, later, lambda *a, _k=later, **kw: (_ for _ in ()).throw(_KernelCalled(_k)))
         with pytest.raises(_KernelCalled, match=f"^{name}$"):
             MSTopK(ratio=0.01).select(x, [x.numel()])
         monkeypatch.setattr(_fast, name, stand_ins[name])

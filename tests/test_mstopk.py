@@ -86,7 +86,7 @@ def test_exactly_k_distinct_positions_above_the_band(x, ratio, samplings):
     k, mag = num_selected(x.numel(), ratio), x.abs()
     values, idx = comp.select(x, [x.numel()])
     assert idx.shape == (k,) and idx.unique().numel() == k and torch.equal(values, x[idx])
-    t1, c1, t2, _ = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
+    t1, c1, t2, _, _ = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
     assert torch.equal(mag[idx] >= t1, torch.arange(k) < c1)  # the c1 entries >= t1 first, then the band
     assert bool((mag[idx] >= t2).all())
 
@@ -101,7 +101,7 @@ def test_the_bracket_holds_at_ties_and_equal_magnitudes(x, k):
     k entries at or above it, t2 = 0 (c2 = numel) when none had more."""
     k = min(k, x.numel())
     mag = x.abs()
-    t1, c1, t2, c2 = mstopk()._search(mag, k, mag.mean(), mag.max(), torch.int32)
+    t1, c1, t2, c2, _ = mstopk()._search(mag, k, mag.mean(), mag.max(), torch.int32)
     assert t2 < t1 and c1 <= k and (c2 > k or (t2 == 0 and c2 == x.numel()))
     assert c1 == (mag >= t1).sum() and c2 == (mag >= t2).sum()
     if bool((x == x[0]).all()) and k < x.numel():  # every magnitude equal: no threshold splits them
@@ -129,7 +129,7 @@ def _fill_by_full_topk(comp, mag, t1, t2, k):
 def test_the_bounded_candidates_pick_what_a_top_k_over_the_whole_band_picks(x, ratio, samplings):
     comp = mstopk(ratio=ratio, samplings=samplings, seed=3)
     k, mag = num_selected(x.numel(), ratio), x.abs()
-    t1, c1, t2, c2 = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
+    t1, c1, t2, c2, _ = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
     want = int(k - c1)
     got = comp.band_fill(mag, t1, t2, k - c1, c2 - c1, k)
     full = _fill_by_full_topk(comp, mag, t1, t2, k)
@@ -228,7 +228,7 @@ def test_the_fused_band_candidates_equal_the_reference_with_the_same_keys(name, 
     k = num_selected(mag.numel(), ratio)
     comp = MSTopK(ratio=ratio, samplings=rounds, allow_nonfinite=True, seed=5)
     comp.step = 3
-    t1, c1, t2, c2 = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
+    t1, c1, t2, c2, _ = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
     for q, cap in [(1 - (k - c1 + 4) / (c2 - c1).clamp(min=1), k + 40), (torch.tensor(0.0), 7)]:
         q = q.float().to(dev)
         want = reference(MSTopK, "band_candidates")(comp, mag, t1, t2, q, cap)
@@ -274,17 +274,20 @@ def test_the_search_passes_with_a_masked_rest_equal_the_reference_loop(name, kee
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gauss", "few-levels", "equal", "zeros"])
 def test_the_entries_above_the_threshold_on_the_fast_path_are_the_references(name):
-    """MSTopK's certain entries (``mag >= t1``, the first k by position) counted then compacted: the reference's
-    ``torch.nonzero_static`` positions, at the search's own threshold and at +inf (none above)."""
+    """MSTopK's certain entries (``mag >= t1``, the first k by position) counted then compacted, over all of |g|
+    and over the entries the fast search kept: the reference's ``torch.nonzero_static`` positions, at the search's
+    own threshold and at +inf (none above)."""
     dev = _device()
     mag = CASES[name].to(dev).abs()
     k = num_selected(mag.numel(), 0.05)
     comp = MSTopK(ratio=0.05)
-    t1 = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)[0]
+    t1, _, _, _, kept = comp._search(mag, k, mag.mean(), mag.max(), torch.int32)
+    assert kept is not None  # the fast search kept its second pass's entries
     for t in (t1, torch.tensor(math.inf, device=dev)):
-        assert OVERRIDES[(MSTopK, "_above")].when(comp, mag, t, k)  # the kernels run, not the reference twice
+        assert OVERRIDES[(MSTopK, "_above")].when(comp, mag, t, k, kept)  # the kernels run, not the reference twice
         want = reference(MSTopK, "_above")(comp, mag, t, k)
-        assert torch.equal(comp._above(mag, t, k), want)
+        assert torch.equal(comp._above(mag, t, k), want)  # over all of |g|
+        assert torch.equal(comp._above(mag, t, k, kept), want)  # over the entries the search kept
 
 
 @pytest.mark.gpu
@@ -334,3 +337,32 @@ def test_the_assembled_payload_is_the_references(c1):
     got = comp._assemble(flat, above, c, band)
     want = reference(MSTopK, "_assemble")(comp, flat, above, c, band)
     assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("ratio,rounds,keep_from", [(0.01, 30, 1), (0.2, 7, 0), (0.05, 18, 1)])
+def test_the_entries_the_search_kept_are_those_at_or_above_its_bound_in_order(name, ratio, rounds, keep_from):
+    """``with_kept``: the first keeping pass's entries, ascending positions and their magnitudes, are exactly those
+    at or above that pass's lower bound, so they hold every entry at or above t1; the certain entries taken from
+    them are the reference's (the search's own results unchanged)."""
+    dev = _device()
+    mag = CASES[name].to(dev).abs()
+    k = num_selected(mag.numel(), ratio)
+    plain = _fast.mstopk_search(mag, k, rounds, mag.mean(), mag.max(), torch.int32, keep_from=keep_from)
+    *got, kept = _fast.mstopk_search(mag, k, rounds, mag.mean(), mag.max(), torch.int32, keep_from=keep_from,
+                                     with_kept=True)
+    assert all(torch.equal(g, w) or (g.isnan() and w.isnan()) for g, w in zip(got, plain))
+    bound = mag.mean()  # the keeping pass's lower bound: t2 once a step before it has gone right, else the mean
+    if keep_from:
+        t2 = _fast.mstopk_search(mag, k, keep_from * _fast._MSTOPK_BITS, mag.mean(), mag.max(), torch.int32,
+                                 keep_from=None)[2]
+        bound = t2 if t2 > 0 else bound
+    vals, pos, count = kept
+    want = torch.nonzero(mag >= bound).view(-1)
+    n = int(count)
+    assert n == want.numel() and torch.equal(pos[:n].long(), want) and torch.equal(vals[:n], mag[want])
+    t1 = got[0]
+    comp = MSTopK(ratio=ratio, samplings=rounds, allow_nonfinite=True)
+    assert torch.equal(_fast.above_from_kept(vals, pos, count, t1, k, mag.numel()),
+                       reference(MSTopK, "_above")(comp, mag, t1, k))

@@ -295,12 +295,17 @@ def _(self, flat):  # |g|, its mean and maximum in one pass (the mean summed per
 
 
 @override(MSTopK, "_search", when=lambda self, mag, k, lo, hi, count_dtype: _fast.enabled(mag))
-def _(self, mag, k, lo, hi, count_dtype):  # the same search, _fast._MSTOPK_BITS steps per pass over |g|
-    return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype)
+def _(self, mag, k, lo, hi, count_dtype):  # the same search, _fast._MSTOPK_BITS steps a pass, later passes over
+    # the entries the second kept, which _above then reads instead of all of |g|
+    return _fast.mstopk_search(mag, k, self.samplings, lo, hi, count_dtype, with_kept=True)
 
 
-@override(MSTopK, "_above", when=lambda self, mag, t1, k: mag.dtype == torch.float32 and _fast.enabled(mag))
-def _(self, mag, t1, k):  # count, then compact (a bitmask pass and a walk of it) instead of a mask and nonzero
+@override(MSTopK, "_above",
+          when=lambda self, mag, t1, k, kept=None: mag.dtype == torch.float32 and _fast.enabled(mag))
+def _(self, mag, t1, k, kept=None):  # count, then compact (a bitmask pass and a walk of it) instead of a mask and
+    # nonzero: over the entries the search kept where it kept some, else over all of |g|
+    if kept is not None:
+        return _fast.above_from_kept(*kept, t1, k, mag.numel())
     return _fast.compact_ge(mag, t1.reshape(1).view(torch.int32), k)[0]
 
 

@@ -280,8 +280,8 @@ class MSTopK(_GatherSparse):
         k = num_selected(numel, self.ratio)
         mag, lo, hi = self._magnitudes(flat)
         count_dtype = index_dtype(numel)  # summing bools into int32 is ~15% faster than int64
-        t1, c1, t2, c2 = self._search(mag, k, lo, hi, count_dtype)
-        idx_above = self._above(mag, t1, k)
+        t1, c1, t2, c2, kept = self._search(mag, k, lo, hi, count_dtype)
+        idx_above = self._above(mag, t1, k, kept)
         idx_band = self.band_fill(mag, t1, t2, k - c1, c2 - c1, k)
         return self._assemble(flat, idx_above, c1, idx_band)
 
@@ -300,7 +300,8 @@ class MSTopK(_GatherSparse):
 
     def _search(self, mag, k, lo, hi, count_dtype):
         """``samplings`` rounds of binary search for the threshold (Shi et al. 2021, Algorithm 1);
-        returns the 0-d tensors (t1, c1, t2, c2): c1 = #(mag >= t1) <= k < c2 = #(mag >= t2)."""
+        returns the 0-d tensors (t1, c1, t2, c2): c1 = #(mag >= t1) <= k < c2 = #(mag >= t2), and what the
+        search kept of ``mag`` for :meth:`_above` (None here: all of it; the fast path's search keeps fewer)."""
         # t1 starts at +inf (count 0); t2 at 0, which every entry but NaN reaches (count taken as numel)
         t1 = torch.full((), math.inf, device=mag.device)
         c1 = torch.zeros((), dtype=count_dtype, device=mag.device)
@@ -313,11 +314,12 @@ class MSTopK(_GatherSparse):
             hi, lo = torch.where(few, mid, hi), torch.where(few, lo, mid)
             t1, c1 = torch.where(few, mid, t1), torch.where(few, count, c1)
             t2, c2 = torch.where(few, t2, mid), torch.where(few, c2, count)
-        return t1, c1, t2, c2
+        return t1, c1, t2, c2, None
 
-    def _above(self, mag, t1, k: int) -> torch.Tensor:
+    def _above(self, mag, t1, k: int, kept=None) -> torch.Tensor:
         """The first ``k`` positions (ascending, int64) with ``mag >= t1`` (there are c1 <= k), ``numel`` in the
-        unused slots."""
+        unused slots. ``kept``: what :meth:`_search` kept of ``mag`` (a set holding every entry >= t1), or None
+        for all of it; the reference reads all of ``mag`` either way."""
         return torch.nonzero_static(mag >= t1, size=k, fill_value=mag.numel()).view(-1)
 
     def keys(self, numel: int, device: torch.device) -> torch.Tensor:

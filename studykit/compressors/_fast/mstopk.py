@@ -1,7 +1,9 @@
 """Fused kernels of MSTopK (Shi et al. 2021, https://arxiv.org/abs/2010.10458): |g| with its mean and maximum in
 one pass (:func:`abs_mean_max`), the binary search for the threshold a few steps per pass (:func:`mstopk_search`), and
 the band fill's keys and candidates (:func:`uniform_keys`, :func:`band_candidates`) and the payload from both
-(:func:`mstopk_assemble`); its certain entries are :func:`~studykit.compressors._fast.topk.compact_ge`'s. Each kernel next to the function that launches it."""
+(:func:`mstopk_assemble`); its certain entries are compacted from the entries the search kept
+(:func:`above_from_kept`) or by :func:`~studykit.compressors._fast.topk.compact_ge`. Each kernel next to the
+function that launches it."""
 from __future__ import annotations
 
 import functools
@@ -12,11 +14,12 @@ from studykit.compressors._fast import common
 from studykit.compressors._fast.common import _BLOCK, HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
-__all__ = ["abs_mean_max", "_MSTOPK_BITS", "mstopk_search", "uniform_keys", "band_candidates",
+__all__ = ["abs_mean_max", "_MSTOPK_BITS", "mstopk_search", "above_from_kept", "uniform_keys", "band_candidates",
            "mstopk_assemble"]
 
 if HAVE_TRITON:
     from studykit.compressors._fast.common import _jit_seeded, _ld, _philox_seed, _st, _uniform8
+    from studykit.compressors._fast.topk import _mark_block, _mask_compact_kernel
 
 
 # ====================================================================== |g|, its mean and its maximum
@@ -102,11 +105,7 @@ if HAVE_TRITON:
             else:
                 acc += tl.histogram(leaf, 1 << BITS)
             if MARK:
-                keep = ((v >= lo) & m).to(tl.int32)
-                tl.store(counts_ptr + first + it, tl.sum(keep, axis=0))
-                shifted = tl.reshape(keep, (BLOCK // 32, 32)) << tl.arange(0, 32)[None, :]
-                tl.store(words_ptr + (first + it) * (BLOCK // 32) + tl.arange(0, BLOCK // 32),
-                         tl.xor_sum(shifted, axis=1))
+                _mark_block((v >= lo) & m, first + it, counts_ptr, words_ptr, BLOCK)
         tl.atomic_add(hist_ptr + tl.arange(0, 1 << BITS), acc, sem="relaxed")
 
     @triton.jit
@@ -182,7 +181,7 @@ def _kept_programs(device: torch.device) -> int:
 
 
 def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: torch.Tensor, count_dtype,
-                  bits: int = _MSTOPK_BITS, keep_from: int | None = 1):
+                  bits: int = _MSTOPK_BITS, keep_from: int | None = 1, with_kept: bool = False):
     """MSTopK's binary search (``rounds`` steps between ``lo`` and ``hi``) in ceil(rounds / bits)
     passes and two launches a pass, instead of a pass over ``mag`` and two launches a step: each
     pass histograms every entry into the 2**bits leaves of the next ``bits`` steps' midpoint tree, and a
@@ -198,11 +197,12 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
     ``_mask_compact_kernel`` then compacts in order (appending each block's with an atomic made the pass about
     twice as long on an H200); later ones append theirs in any order, one atomic a block. The first pass's
     ``lo`` is the mean, which over half of a Gaussian's entries reach; later ones keep a few per cent.
+    ``with_kept``: a fifth value, ``(magnitudes, positions, count)`` of the entries the first keeping pass kept, in
+    ascending position order (buffers as large as ``mag``, ``count`` a 1-element int32 tensor), which hold every
+    entry at or above t1 (:func:`above_from_kept`); None when no pass kept.
     The entries past whole programs run masked, one block a program (one masked program for all of them took
     10 us a pass on ResNet-50's gradient on an H200, codec_kernels_h200/replayed_bands; 3 us so,
     codec_kernels_h200/mstopk_shapes, where five other program shapes were no faster)."""
-    from studykit.compressors._fast.topk import _mask_compact_kernel
-
     if not (isinstance(bits, int) and 1 <= bits <= 10):
         raise ValueError(f"bits must be an integer in [1, 10], got {bits!r}")
     if keep_from is not None and not (isinstance(keep_from, int) and keep_from >= 0):
@@ -215,15 +215,22 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
     stores = [keep_from is not None and keep_from <= i < len(steps) - 1 for i in range(len(steps))]
     hists = torch.zeros(sum(1 << b for b in steps) + len(steps), dtype=torch.int32, device=dev)
     kept = hists[-len(steps):]  # kept[i]: how many entries pass i kept (the passes after the first that keeps)
-    bufs = [torch.empty(n, dtype=torch.float32, device=dev) for _ in range(min(2, sum(stores)))]
+    # the kept entries: the first keeping pass's in bufs[0], the later ones' alternating in the others (with_kept:
+    # bufs[0] is returned, so no later pass may write there)
+    later = sum(stores) - 1
+    nbufs = min(sum(stores), 1 + min(2, later) if with_kept else 2)
+    bufs = [torch.empty(n, dtype=torch.float32, device=dev) for _ in range(nbufs)]
     block, iters, span = 1024, 8, 4096
     nblocks = triton.cdiv(n, block)
     bulk = n // (block * iters)
     rest = triton.cdiv(n - bulk * block * iters, block)
     src, src_n, start = None, None, 0  # the entries the previous pass kept and their count (None: all of mag)
+    first_kept = None  # (magnitudes, positions, count) of the first pass that keeps
     for i, b in enumerate(steps):
         hist = hists[start:start + (1 << b)]
-        dst = bufs[i % len(bufs)] if stores[i] else None
+        j = sum(stores[:i])  # how many passes kept before this one
+        dst = (bufs[0] if j == 0 else bufs[1 + (j - 1) % (len(bufs) - 1)] if with_kept else bufs[j % len(bufs)]) \
+            if stores[i] else None
         if src is None:
             mark = dst is not None
             counts = torch.empty(nblocks if mark else 1, dtype=torch.int32, device=dev)
@@ -236,10 +243,13 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
                                              BITS=b, BLOCK=block, ITERS=1, MARK=mark)
             if mark:
                 ends = torch.cumsum(counts, 0, dtype=torch.int32)
-                _mask_compact_kernel[(triton.cdiv(n, span),)](mag, words, words.numel(), ends, nblocks, dst,
-                                                               dst.view(torch.int32), n, BLOCK=block, SPAN=span,
-                                                               POS=False)
+                first_pos = torch.empty(n if with_kept else 1, dtype=torch.int32 if n < 2**31 else torch.int64,
+                                        device=dev)
+                _mask_compact_kernel[(triton.cdiv(n, span),)](mag, words, words.numel(), ends, nblocks, first_pos,
+                                                               dst.view(torch.int32), n, first_pos, BLOCK=block,
+                                                               SPAN=span, POS=int(with_kept))
                 src, src_n = dst, ends[-1:]
+                first_kept = (dst, first_pos, src_n)
         else:
             _mstopk_kept_hist_kernel[(_kept_programs(dev),)](src, src_n, st, hist, dst if stores[i] else src,
                                                              kept[i:], BITS=b, BLOCK=block, KEEP=stores[i])
@@ -247,7 +257,41 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
                 src, src_n = dst, kept[i:i + 1]
         _mstopk_walk_kernel[(1,)](st, cnt, hist, k, BITS=b)
         start += 1 << b
-    return st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)
+    out = st[2], cnt[0].to(count_dtype), st[3], cnt[1].to(count_dtype)
+    return (*out, first_kept) if with_kept else out
+
+
+# ====================================================================== the certain entries, from the kept ones
+if HAVE_TRITON:
+    @triton.jit
+    def _kept_mask_kernel(x_ptr, n_ptr, t_ptr, counts_ptr, words_ptr, BLOCK: tl.constexpr):
+        """``_mask_ge_kernel`` over the first n_ptr[0] entries of x (a count on the device), x >= 0: block p's
+        entries at or above t (float bits, t_ptr[0]) as a bitmask and a count (none past the count)."""
+        p = tl.program_id(0)
+        idx = p * BLOCK + tl.arange(0, BLOCK)
+        m = idx < tl.load(n_ptr)
+        v = tl.load(x_ptr + idx, mask=m, other=0.0).to(tl.int32, bitcast=True)
+        _mark_block((v >= tl.load(t_ptr)) & m, p, counts_ptr, words_ptr, BLOCK)
+
+
+def above_from_kept(vals: torch.Tensor, pos: torch.Tensor, count: torch.Tensor, t1: torch.Tensor, k: int,
+                    numel: int) -> torch.Tensor:
+    """:meth:`~studykit.compressors.sparsification.MSTopK._above` from the entries a search kept
+    (:func:`mstopk_search`'s ``with_kept``: magnitudes ``vals`` and ascending positions ``pos``, the first
+    ``count`` valid), which hold every entry at or above ``t1``: the first ``k`` positions (int64, ascending,
+    ``numel`` in the unused slots) whose magnitude reaches t1, bit for bit the reference's. One marking pass and
+    one compacting walk over the kept entries instead of over all of |g|."""
+    room, block, span = vals.numel(), 1024, 4096
+    nblocks = triton.cdiv(room, block)
+    counts = torch.empty(nblocks, dtype=torch.int32, device=vals.device)
+    words = torch.empty(nblocks * (block // 32), dtype=torch.int32, device=vals.device)
+    _kept_mask_kernel[(nblocks,)](vals, count, t1.float().reshape(1).view(torch.int32), counts, words, BLOCK=block)
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    out = torch.full((k,), numel, dtype=torch.int64, device=vals.device)
+    bits = torch.empty(k, dtype=torch.int32, device=vals.device)
+    _mask_compact_kernel[(triton.cdiv(room, span),)](vals, words, words.numel(), ends, nblocks, out, bits, k, pos,
+                                                      BLOCK=block, SPAN=span, POS=2)
+    return out
 
 
 # ====================================================================== MSTopK's band fill: keys and candidates
