@@ -246,8 +246,8 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
                 first_pos = torch.empty(n if with_kept else 1, dtype=torch.int32 if n < 2**31 else torch.int64,
                                         device=dev)
                 _mask_compact_kernel[(triton.cdiv(n, span),)](mag, words, words.numel(), ends, nblocks, first_pos,
-                                                               dst.view(torch.int32), n, first_pos, BLOCK=block,
-                                                               SPAN=span, POS=int(with_kept))
+                                                               dst.view(torch.int32), n, BLOCK=block, SPAN=span,
+                                                               POS=with_kept)
                 src, src_n = dst, ends[-1:]
                 first_kept = (dst, first_pos, src_n)
         else:
@@ -264,14 +264,38 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
 # ====================================================================== the certain entries, from the kept ones
 if HAVE_TRITON:
     @triton.jit
-    def _kept_mask_kernel(x_ptr, n_ptr, t_ptr, counts_ptr, words_ptr, BLOCK: tl.constexpr):
-        """``_mask_ge_kernel`` over the first n_ptr[0] entries of x (a count on the device), x >= 0: block p's
-        entries at or above t (float bits, t_ptr[0]) as a bitmask and a count (none past the count)."""
-        p = tl.program_id(0)
-        idx = p * BLOCK + tl.arange(0, BLOCK)
-        m = idx < tl.load(n_ptr)
+    def _kept_ge(x_ptr, b, n, t, BLOCK: tl.constexpr):
+        """Block b of the first n entries of x (>= 0): their indices and which reach t (float bits)."""
+        idx = b * BLOCK + tl.arange(0, BLOCK)
+        m = idx < n
         v = tl.load(x_ptr + idx, mask=m, other=0.0).to(tl.int32, bitcast=True)
-        _mark_block((v >= tl.load(t_ptr)) & m, p, counts_ptr, words_ptr, BLOCK)
+        return idx, ((v >= t) & m).to(tl.int32)
+
+    @triton.jit
+    def _kept_count_kernel(x_ptr, n_ptr, t_ptr, counts_ptr, BLOCK: tl.constexpr):
+        """counts[b] = how many of block b of the first n_ptr[0] entries of x reach t_ptr[0] (float bits), for
+        the blocks that hold entries; each program strides over them."""
+        n = tl.load(n_ptr)
+        t = tl.load(t_ptr)
+        b = tl.program_id(0)
+        while b * BLOCK < n:
+            _, keep = _kept_ge(x_ptr, b, n, t, BLOCK)
+            tl.store(counts_ptr + b, tl.sum(keep, axis=0))
+            b += tl.num_programs(0)
+
+    @triton.jit
+    def _kept_take_kernel(x_ptr, pos_ptr, n_ptr, t_ptr, ends_ptr, out_ptr, cap, BLOCK: tl.constexpr):
+        """out[slot] = pos[i] for the entries i (in order) that ``_kept_count_kernel`` counted, the first ``cap``
+        (``ends``: the inclusive prefix sums of its counts); each program strides over the blocks."""
+        n = tl.load(n_ptr)
+        t = tl.load(t_ptr)
+        b = tl.program_id(0)
+        while b * BLOCK < n:
+            idx, keep = _kept_ge(x_ptr, b, n, t, BLOCK)
+            slot = tl.load(ends_ptr + b) - tl.sum(keep, axis=0) + tl.cumsum(keep, axis=0) - 1
+            ok = (keep != 0) & (slot < cap)
+            tl.store(out_ptr + slot, tl.load(pos_ptr + idx, mask=ok, other=0).to(tl.int64), mask=ok)
+            b += tl.num_programs(0)
 
 
 def above_from_kept(vals: torch.Tensor, pos: torch.Tensor, count: torch.Tensor, t1: torch.Tensor, k: int,
@@ -279,18 +303,21 @@ def above_from_kept(vals: torch.Tensor, pos: torch.Tensor, count: torch.Tensor, 
     """:meth:`~studykit.compressors.sparsification.MSTopK._above` from the entries a search kept
     (:func:`mstopk_search`'s ``with_kept``: magnitudes ``vals`` and ascending positions ``pos``, the first
     ``count`` valid), which hold every entry at or above ``t1``: the first ``k`` positions (int64, ascending,
-    ``numel`` in the unused slots) whose magnitude reaches t1, bit for bit the reference's. One marking pass and
-    one compacting walk over the kept entries instead of over all of |g|."""
-    room, block, span = vals.numel(), 1024, 4096
-    nblocks = triton.cdiv(room, block)
-    counts = torch.empty(nblocks, dtype=torch.int32, device=vals.device)
-    words = torch.empty(nblocks * (block // 32), dtype=torch.int32, device=vals.device)
-    _kept_mask_kernel[(nblocks,)](vals, count, t1.float().reshape(1).view(torch.int32), counts, words, BLOCK=block)
+    ``numel`` in the unused slots) whose magnitude reaches t1, bit for bit the reference's. A counting pass and a
+    taking pass over the kept entries alone (a few per cent of |g|), each a fixed number of programs striding over
+    the count on the device, instead of over all of |g|. The kept entries lie packed, so a prefix sum per block
+    places them: :func:`~studykit.compressors._fast.topk.compact_ge`'s walk of set bits suits scattered entries,
+    and a bitmask over the whole buffer costs as much as one over |g| (codec_kernels_h200/mstopk_kept_walk in the
+    archive)."""
+    block = 1024
+    nblocks = max(1, triton.cdiv(vals.numel(), block))
+    t = t1.float().reshape(1).view(torch.int32)
+    counts = torch.zeros(nblocks, dtype=torch.int32, device=vals.device)  # blocks past the count stay 0
+    grid = (_kept_programs(vals.device),)
+    _kept_count_kernel[grid](vals, count, t, counts, BLOCK=block)
     ends = torch.cumsum(counts, 0, dtype=torch.int32)
     out = torch.full((k,), numel, dtype=torch.int64, device=vals.device)
-    bits = torch.empty(k, dtype=torch.int32, device=vals.device)
-    _mask_compact_kernel[(triton.cdiv(room, span),)](vals, words, words.numel(), ends, nblocks, out, bits, k, pos,
-                                                      BLOCK=block, SPAN=span, POS=2)
+    _kept_take_kernel[grid](vals, pos, count, t, ends, out, k, BLOCK=block)
     return out
 
 

@@ -186,14 +186,13 @@ if HAVE_TRITON:
         return ((u * 0x01010101) >> 24).to(tl.int32)
 
     @triton.jit
-    def _mask_compact_kernel(x_ptr, words_ptr, nwords, ends_ptr, nblocks, pos_ptr, bits_ptr, cap, map_ptr,
-                             BLOCK: tl.constexpr, SPAN: tl.constexpr, POS: tl.constexpr = 1):
+    def _mask_compact_kernel(x_ptr, words_ptr, nwords, ends_ptr, nblocks, pos_ptr, bits_ptr, cap,
+                             BLOCK: tl.constexpr, SPAN: tl.constexpr, POS: tl.constexpr = True):
         """The positions (ascending) and |x| float bits of the elements ``_mask_ge_kernel`` marked, the first
         ``cap`` of them: program q takes the SPAN elements from q * SPAN on, SPAN // 32 words (``ends``: the
         inclusive prefix sums of the counts of its blocks of BLOCK). Each step takes every word's lowest set bit
         and clears it, until no word has one left: the work follows the marked elements, not x's size; x is
-        read again only at them. POS 1: the positions written; 0: not (``pos_ptr`` unused); 2: ``map_ptr`` at the
-        positions written instead (x a compacted array, ``map_ptr`` its entries' positions)."""
+        read again only at them. POS False: the positions are not written (``pos_ptr`` unused)."""
         W: tl.constexpr = SPAN // 32
         q = tl.program_id(0)
         wi = q * W + tl.arange(0, W)
@@ -206,10 +205,8 @@ if HAVE_TRITON:
             idx = wi * 32 + _popcount(w ^ (w - 1)) - 1  # the lowest set bit's: it and the bits below it, less one
             v = tl.load(x_ptr + idx, mask=has, other=0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
             ok = has & (slot < cap)
-            if POS == 1:
+            if POS:
                 tl.store(pos_ptr + slot, idx.to(tl.int64), mask=ok)
-            elif POS == 2:
-                tl.store(pos_ptr + slot, tl.load(map_ptr + idx, mask=ok, other=0).to(tl.int64), mask=ok)
             tl.store(bits_ptr + slot, v, mask=ok)
             w = w & (w - 1)
             c -= has.to(tl.int32)
@@ -252,7 +249,7 @@ def _compact_ge(x: torch.Tensor, t_bits: torch.Tensor, cap: int, block: int, spa
     ends = torch.cumsum(counts, 0, dtype=torch.int32)
     pos = torch.full((room,), n, dtype=torch.int64, device=dev)
     bits = torch.zeros(room, dtype=torch.int32, device=dev)
-    _mask_compact_kernel[(triton.cdiv(n, span),)](x, words, words.numel(), ends, nblocks, pos, bits, cap, pos,
+    _mask_compact_kernel[(triton.cdiv(n, span),)](x, words, words.numel(), ends, nblocks, pos, bits, cap,
                                                    BLOCK=block, SPAN=span)
     return pos, bits, ends[-1:]
 
