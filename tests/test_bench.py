@@ -1595,3 +1595,45 @@ def test_codec_kernels_readme_reading_of_the_replayed_profiles_holds():
     assert f"`torch.topk`'s kernels take {us('dgc', 'mbtopk', 'scan_by_key'):.0f} us" in text
     dgc_compact = max(x["us_median"] for x in kern["dgc"]["kernels"] if x["name"] == "_compact_ge_kernel")
     assert f"its compacting pass {dgc_compact:.0f} us" in text
+
+
+def test_the_archived_mstopk_kept_trials_readings_hold():
+    """The READMEs of archive/measurements/codec_kernels_h200/mstopk_atomic_keep/ and mstopk_kept_walk/: every
+    number, from their records."""
+    archive = Path(CODEC_KERNELS).parent.parent / "archive" / "measurements" / "codec_kernels_h200"
+
+    def read(name):
+        text = " ".join((archive / name / "README.md").read_text(encoding="utf-8").split())
+        recs = load_records(str(archive / name / "codec_kernels.jsonl"), quiet=True)
+        timed = next(r for r in recs if r["kind"] == "bench" and r["compressor"] == "mstopk")
+        kern = next(r for r in recs if r["kind"] == "codec_kernels" and r["compressor"] == "mstopk")
+        return text, timed, kern["kernels"]
+
+    def us(kernels, name):  # the medians of the kernels so named, in launch order
+        return [k["us_median"] for k in kernels if k["name"] == name]
+
+    text, timed, kernels = read("mstopk_atomic_keep")
+    assert timed["git_commit"][:7] == "dd1b084" and "`dd1b084`" in text
+    hist, kept = us(kernels, "_mstopk_hist_kernel"), us(kernels, "_mstopk_kept_hist_kernel")
+    assert len(hist) == 4 and len(kept) == 3  # two passes over |g| (each with its masked rest), three over the kept
+    assert f"{min(kept):.0f}" == "3" and f"{max(kept):.0f}" == "5" and "took 3-5 us each" in text
+    assert f"took {hist[2]:.0f} us replayed, against {hist[0]:.0f} us for the first pass" in text
+    assert f"took {timed['ms_median']:.4f} ms, {timed['ms_median'] / timed['floor_ms']:.1f}x the floor" in text
+    bits = {(r["model"], r["params"]["keep_from"]): r["ms_median"]
+            for r in load_records(str(archive / "mstopk_atomic_keep" / "mstopk_bits.jsonl"), quiet=True)}
+    spread = [(r["ms_q75"] - r["ms_q25"]) / r["ms_q25"]
+              for r in load_records(str(archive / "mstopk_atomic_keep" / "mstopk_bits.jsonl"), quiet=True)
+              if r["model"] == "resnet50"]
+    assert f"quartiles lie {100 * min(spread):.0f}-{100 * max(spread):.0f} % apart" in text
+    none = bits[("bert_base", None)]
+    assert (f"took {bits[('bert_base', 1)] / none:.2f}x the time of reading every pass in full "
+            f"({bits[('bert_base', 1)]:.4f} against {none:.4f} ms)") in text
+    assert f"from the first pass, whose lower bound is the mean, {bits[('bert_base', 0)] / none:.2f}x" in text
+    walk_text, walk_timed, walk = read("mstopk_kept_walk")
+    assert walk_timed["git_commit"][:7] == "45c9a4e" and "`45c9a4e`" in walk_text
+    assert (f"took {walk_timed['ms_median']:.4f} ms, {walk_timed['ms_median'] / walk_timed['floor_ms']:.1f}x the "
+            f"floor") in walk_text
+    walk_of_kept = us(walk, "_mask_compact_kernel")[1]  # the search's own compaction first
+    before = [us(kernels, "_mask_ge_kernel")[0], us(kernels, "_mask_compact_kernel")[0]]  # over |g| at dd1b084
+    assert (f"The marking pass took {us(walk, '_kept_mask_kernel')[0]:.0f} us and the walk {walk_of_kept:.0f} us, "
+            f"against {before[0]:.0f} and {before[1]:.0f} us over all of |g|") in walk_text
