@@ -1637,3 +1637,51 @@ def test_the_archived_mstopk_kept_trials_readings_hold():
     before = [us(kernels, "_mask_ge_kernel")[0], us(kernels, "_mask_compact_kernel")[0]]  # over |g| at dd1b084
     assert (f"The marking pass took {us(walk, '_kept_mask_kernel')[0]:.0f} us and the walk {walk_of_kept:.0f} us, "
             f"against {before[0]:.0f} and {before[1]:.0f} us over all of |g|") in walk_text
+
+
+def test_codec_kernels_readme_reading_of_mstopk_kept_holds():
+    """data/measurements/codec_kernels_h200/README.md on mstopk_kept/ (against mstopk_shapes/, and the codec runs
+    of codec_repeat_h200_mstopk_kept/): every number, from the records."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `mstopk_kept/`"):]
+
+    def profile(name):
+        recs = load_records(str(Path(CODEC_KERNELS) / name / "codec_kernels.jsonl"), quiet=True)
+        return (next(r for r in recs if r["kind"] == "bench" and r["compressor"] == "mstopk"),
+                next(r for r in recs if r["kind"] == "codec_kernels" and r["compressor"] == "mstopk")["kernels"])
+
+    def us(kernels, name):
+        return [k["us_median"] for k in kernels if k["name"] == name]
+
+    t, k = profile("mstopk_kept")
+    old_t, old_k = profile("mstopk_shapes")
+    assert t["git_commit"][:7] == "c56d7b8" and "kit `c56d7b8`" in text
+    assert (f"took {t['ms_median']:.3f} ms, {t['ms_median'] / t['floor_ms']:.1f}x the floor, with {len(k)} kernels "
+            f"({old_t['ms_median']:.3f} ms and {len(old_k)} kernels in `mstopk_shapes/`)") in text
+    bulk = us(k, "_mstopk_hist_kernel")[0::2]
+    assert len(bulk) == 2 and f"took {bulk[0]:.0f} and {bulk[1]:.0f} us; marking the kept entries costs the second " \
+        f"pass {bulk[1] - bulk[0]:.0f} us" in text
+    kept = us(k, "_mstopk_kept_hist_kernel")
+    assert len(kept) == 3 and f"{min(kept):.0f}-{max(kept):.0f} us each" in text
+    assert {f"{b:.0f}" for b in us(old_k, "_mstopk_hist_kernel")[0::2]} == {"56"} and "56 us each over |g|" in text
+    fused = us(k, "_abs_mean_max_kernel")
+    replaced = sum(x["us_median"] for x in old_k[:5] if not x["name"].startswith("Memset"))  # abs, mean, max
+    assert [x["name"] for x in old_k[:5]].count("Memset (Unknown)") == 2
+    assert (f"one pass of {fused[0]:.0f} us (and {fused[1]:.0f} us for the masked rest), against {replaced:.0f} us "
+            f"for the three passes") in text
+    take = us(k, "_kept_count_kernel")[0] + us(k, "_kept_take_kernel")[0]
+    assert f"The certain entries took {take:.0f} us (count and take), against 50 us" in text
+    assert "(the bitmask pass and its walk: 50 us)" in " ".join(
+        (Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())  # mstopk_shapes/' own reading
+    runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_mstopk_kept" /
+                                        "codecs.jsonl"), quiet=True) if r["kind"] == "bench"]
+    before = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_mstopk_search" /
+                                          "codecs.jsonl"), quiet=True) if r["kind"] == "bench"]
+    verdicts = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
+    assert [r["git_commit"][:7] for r in runs] == ["c56d7b8"] * 2
+    worst = max(r["ms_median"] / r["floor_ms"] for r in runs)
+    row = verdicts[(verdicts["compressor"] == "mstopk") & (verdicts["verdict"].isin(["PASS", "MISS"]))]
+    assert list(row["verdict"]) == ["PASS"] and f"{float(row['value'].iloc[0]):.1f}" == f"{worst:.1f}"
+    assert (f"{runs[0]['ms_median']:.4f} and {runs[1]['ms_median']:.4f} ms, {worst:.1f}x the floor, within its 10x "
+            f"target (PASS; {max(r['ms_median'] / r['floor_ms'] for r in before):.1f}x in "
+            f"`../codec_repeat_h200_mstopk_search/`)") in text

@@ -259,8 +259,9 @@ class MSTopK(_GatherSparse):
     0-d device tensors moved by ``torch.where``; ``torch.nonzero_static``; a sort of a bounded
     candidate set), so it is meta-safe and a GPU never waits for the host. Cost: ``samplings``
     + ~8 passes over |g| and a sort of about k random keys (the fused search of
-    :mod:`studykit.compressors.fastpath` does the ``samplings`` rounds in a few passes, and its
-    keys come from the step on the device, so a CUDA graph of a call replays).
+    :mod:`studykit.compressors.fastpath` does the ``samplings`` rounds in a few passes, the later ones and
+    :meth:`_above` over the entries the second kept, and its keys come from the step on the device, so a
+    CUDA graph of a call replays).
     """
 
     name = "mstopk"
