@@ -195,7 +195,8 @@ def mstopk_search(mag: torch.Tensor, k: int, rounds: int, lo: torch.Tensor, hi: 
     entry below ``lo`` ends in leaf 0 of every later pass, which no step reads, and a histogram does not depend
     on the order. The first pass that keeps reads all of ``mag``: it marks its entries in a bitmask, which
     ``_mask_compact_kernel`` then compacts in order (appending each block's with an atomic made the pass about
-    twice as long on an H200); later ones append theirs in any order, one atomic a block. The first pass's
+    twice as long on an H200: archive/measurements/codec_kernels_h200/mstopk_atomic_keep); later ones, over a few
+    per cent of the entries, append theirs in any order, one atomic a block. The first pass's
     ``lo`` is the mean, which over half of a Gaussian's entries reach; later ones keep a few per cent.
     ``with_kept``: a fifth value, ``(magnitudes, positions, count)`` of the entries the first keeping pass kept, in
     ascending position order (buffers as large as ``mag``, ``count`` a 1-element int32 tensor), which hold every
