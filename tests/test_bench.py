@@ -1685,3 +1685,46 @@ def test_codec_kernels_readme_reading_of_mstopk_kept_holds():
     assert (f"{runs[0]['ms_median']:.4f} and {runs[1]['ms_median']:.4f} ms, {worst:.1f}x the floor, within its 10x "
             f"target (PASS; {max(r['ms_median'] / r['floor_ms'] for r in before):.1f}x in "
             f"`../codec_repeat_h200_mstopk_search/`)") in text
+
+
+def test_findings_reading_of_the_latest_full_codec_run_holds():
+    """docs/findings.md on codec_repeat_h200_all/ (every codec at one commit): the PASS count and every range
+    it names, from the records (the worse of the two runs, as the speed-target table judges)."""
+    text = " ".join((Path(__file__).parent.parent / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    text = text[text.index("The latest run times every codec at one commit"):]
+    runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_all" / "codecs.jsonl"),
+                                    quiet=True) if r["kind"] == "bench"]
+    assert {r["git_commit"][:7] for r in runs} == {"3395d8d"}
+    v = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
+    v = v[v["verdict"].isin(["PASS", "MISS"])]
+    assert len(v) == 36 and f"{(v['verdict'] == 'PASS').sum()} of {len(v)} target rows PASS" in text
+
+    def span(rows, fmt="{:.1f}"):
+        lo, hi = fmt.format(float(rows["value"].min())), fmt.format(float(rows["value"].max()))
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    def rows(target, names=None, verdict=None):
+        r = v[v["target"] == target]
+        r = r[r["compressor"].isin(names)] if names else r
+        return r if verdict is None else r[r["verdict"] == verdict]
+
+    sparse = rows("topk")
+    assert set(sparse["verdict"]) == {"PASS"} and f"at {span(sparse)}x the floor against 5x" in text
+    assert set(sparse["compressor"]) == {"topk", "topk_chunked", "topk_chunked_allreduce", "dgc", "randomk"}
+    ms = rows("mstopk")
+    assert list(ms["verdict"]) == ["PASS"] and f"MSTopK at {span(ms)}x against 10x" in text
+    psgd = rows("powersgd")
+    assert set(psgd["verdict"]) == {"PASS"} and f"({float(psgd['value'].max()):.2f} ms at most against 1.5 ms)" in text
+    ok = rows("elementwise", verdict="PASS")
+    assert set(ok["compressor"]) == {"fp16", "bf16", "signsgd", "ef_signsgd", "natural", "qsgd"}
+    assert f"QSGD ({span(ok)}x against 2x)" in text
+    miss = rows("elementwise", verdict="MISS")
+    assert set(miss["compressor"]) == {"quantize", "terngrad"}
+    assert len(rows("elementwise", ["quantize"], "MISS")) == 15 == len(rows("elementwise", ["quantize"]))
+    assert (f"quantize at every b ({span(rows('elementwise', ['quantize']))}x) and TernGrad "
+            f"({span(rows('elementwise', ['terngrad']))}x) against 2x the floor") in text
+    thc = rows("thc")
+    assert list(thc["verdict"]) == ["MISS"] and f"THC ({span(thc)}x against 4x)" in text
+    atomo = [r["ms_median"] for r in runs if r["compressor"] == "atomo"]
+    assert set(rows("atomo")["verdict"]) == {"MISS"} and len(atomo) == 4
+    assert f"ATOMO ({min(atomo):.0f}-{max(atomo):.0f} ms against 20 ms)" in text
