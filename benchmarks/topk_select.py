@@ -1,18 +1,19 @@
 """The exact top-k selections that :func:`studykit.compressors._fast.topk_abs` chooses between with
 :func:`studykit.compressors._fast.pick`, timed side by side in one process on a flat gradient: the sampled
-threshold (a count pass and a compact pass keep the candidates; whether they hold the top k decided by one host
-synchronisation, ``_sampled_topk``, ``torch.topk`` on the sample and the candidates, or on the device,
-``_sampled_topk_nosync``, radix select on each), radix select (``_radix_topk``) and ``torch.topk`` itself. CUDA
-only.
+threshold (``_sampled_topk_nosync``: a count pass and a compact pass keep the candidates, radix select on the
+sample and on the candidates, whether they hold the top k decided on the device), radix select (``_radix_topk``)
+and ``torch.topk`` itself. CUDA only. Records before kit commit 5bc339a also time ``sampled``, a form of the
+sampled method whose host decided (one synchronisation; removed from the kit, since a hook must not wait for the
+GPU).
 
     python benchmarks/topk_select.py --out topk_select.jsonl
     python benchmarks/topk_select.py --models resnet50 --ratios 0.01 --min-time-s 1
 
 Per model and ratio it prints each method's median (ms, interquartile range, repetitions; timed under
 ``bench``'s repetition policy and its options, the L2 flushed before every call, with plain CUDA events, so the
-sampled method's synchronisation and the host's launches count), its ratio to ``torch.topk``, the floor (one
-read and one write of the fp32 gradient at this run's copy bandwidth), and which ones ``topk_abs`` picked in
-this process. The methods without a host synchronisation are also timed as a CUDA graph's replay (records with
+host's launches count), its ratio to ``torch.topk``, the floor (one
+read and one write of the fp32 gradient at this run's copy bandwidth), and which one ``topk_abs`` picked in
+this process. Every method is also timed as a CUDA graph's replay (records with
 ``params`` ``graph`` true; checked against ``torch.topk`` first), and the kit's own ones per kernel (device
 times, ``bench.kernel_times``, printed only). Where the sampled method applies, also its counting and
 compacting passes alone (``_fast._compact_ge``) in every program shape ``pick`` chooses among
@@ -52,11 +53,9 @@ from studykit.measure.timing import time_fn  # noqa: E402
 
 
 def candidates(x: torch.Tensor, k: int) -> dict:
-    """``{path: fn}``: the sampled method (decided on the host, then on the device; only where it applies),
-    radix select, ``torch.topk``."""
+    """``{path: fn}``: the sampled method (only where it applies), radix select, ``torch.topk``."""
     fns = {}
     if _fast._sampled_ok(x.numel(), k):
-        fns["sampled"] = lambda: _fast._sampled_topk(x, k)
         fns["sampled_nosync"] = lambda: _fast._sampled_topk_nosync(x, k)
     fns["radix"] = lambda: _fast._radix_topk(x, k)
     fns["torch"] = lambda: torch.topk(x.abs(), k, sorted=False).indices
@@ -154,24 +153,24 @@ def main(argv=None) -> int:
                       f"n={t.n_iter}  x {t.ms_median / floor:.1f} floor", flush=True)
                 _write(writer, policy, device, t, model, "topk_select", numel, k, floor, copy_gbps,
                        {"ratio": ratio, "path": path})
-                if path != "sampled":  # no host synchronisation: also replayed as a CUDA graph, and per kernel
-                    held = {}
-                    graph = capture_call(lambda f=fn: held.setdefault("out", f()), device)
-                    if graph is None:
-                        raise SystemExit(f"topk_select: {path} could not be captured as a CUDA graph")
-                    graph.replay()
-                    if not torch.equal(x[held["out"]].abs().sort(descending=True).values, want):
-                        raise SystemExit(f"topk_select: {path} replayed did not select the top {k} of {model}")
-                    t = time_fn(graph.replay, device=device, **timing)
-                    print(f"topk {model:10s} ratio={ratio:<6g} {path + ' graph':21s} {t.ms_median:.4f} ms "
-                          f"[{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
-                          flush=True)
-                    _write(writer, policy, device, t, model, "topk_select", numel, k, floor, copy_gbps,
-                           {"ratio": ratio, "path": path, "graph": True})
-                    if path != "torch":
-                        for kt in kernel_times(fn, device):
-                            print(f"    {kt['us_median']:8.1f} us  {kt['name'][:90]}", flush=True)
-            if "sampled" in fns:  # the compacting passes alone, at the sampled threshold, per program shape
+                # also replayed as a CUDA graph, and per kernel
+                held = {}
+                graph = capture_call(lambda f=fn: held.setdefault("out", f()), device)
+                if graph is None:
+                    raise SystemExit(f"topk_select: {path} could not be captured as a CUDA graph")
+                graph.replay()
+                if not torch.equal(x[held["out"]].abs().sort(descending=True).values, want):
+                    raise SystemExit(f"topk_select: {path} replayed did not select the top {k} of {model}")
+                t = time_fn(graph.replay, device=device, **timing)
+                print(f"topk {model:10s} ratio={ratio:<6g} {path + ' graph':21s} {t.ms_median:.4f} ms "
+                      f"[{t.ms_q25:.4f}-{t.ms_q75:.4f}] n={t.n_iter}  x {t.ms_median / floor:.1f} floor",
+                      flush=True)
+                _write(writer, policy, device, t, model, "topk_select", numel, k, floor, copy_gbps,
+                       {"ratio": ratio, "path": path, "graph": True})
+                if path != "torch":
+                    for kt in kernel_times(fn, device):
+                        print(f"    {kt['us_median']:8.1f} us  {kt['name'][:90]}", flush=True)
+            if "sampled_nosync" in fns:  # the compacting passes alone, at the sampled threshold, per program shape
                 compact_shapes(x, model, ratio, k, floor, copy_gbps, device, timing, policy, writer)
             rows_per_chunk(x, model, ratio, args.chunk, floor, copy_gbps, device, timing, policy, writer)
             before = set(_fast.common._PICKED)

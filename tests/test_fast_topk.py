@@ -1,6 +1,6 @@
-"""The sampled-threshold top-k of :mod:`studykit.compressors._fast` (``_sampled_topk`` and
-``_sampled_topk_nosync``, candidates ``topk_abs`` picks from): exact on any input, the fallback when the sample
-misses (decided on the host, or on the device inside a CUDA graph's replay), and its constants by hand.
+"""The sampled-threshold top-k of :mod:`studykit.compressors._fast` (``_sampled_topk_nosync``, a candidate
+``topk_abs`` picks from): exact on any input, the fallback when the sample misses (decided on the device, also
+inside a CUDA graph's replay), and its constants by hand.
 The kernel tests need a CUDA GPU with triton, or Triton's interpreter on the CPU::
 
     TRITON_INTERPRET=1 STUDYKIT_FAST_INTERPRET=1 python -m pytest -q tests/test_fast_topk.py
@@ -44,9 +44,9 @@ def _same_selection(x, idx, k):
 
 
 class _Spy:
-    """Records the sizes ``torch.topk`` is called on (the synchronising sampled method's fallback on everything)
-    and those radix select runs on, with whether it was gated on a device flag (the sampled method selects
-    from the sample and from the candidates with it; the device-decided form's fallback on everything is gated)."""
+    """Records the sizes ``torch.topk`` is called on (the sampled method never calls it) and those radix select
+    runs on, with whether it was gated on a device flag (the sampled method selects from the sample and from the
+    candidates with it; its fallback on everything is gated)."""
 
     def __init__(self, monkeypatch):
         self.sizes, self.radix = [], []
@@ -64,71 +64,61 @@ class _Spy:
         monkeypatch.setattr(_fast.topk, "_radix_select", spy_radix)
 
 
-#: the two forms of the sampled method: the host decides whether the sample missed, or the device does
-SAMPLED = pytest.mark.parametrize("sampled", ["_sampled_topk", "_sampled_topk_nosync"])
-
-
 @pytest.mark.gpu
-@SAMPLED
 @pytest.mark.parametrize("k", [1, 1_000, 10_486, 50_000])
-def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(dev, monkeypatch, k, sampled):
+def test_sampled_topk_is_exact_and_never_sorts_everything_on_ordinary_gradients(dev, monkeypatch, k):
     x = torch.randn(N, generator=torch.Generator().manual_seed(k)).to(dev) * torch.linspace(0.1, 3, N).to(dev)
     spy = _Spy(monkeypatch)
-    idx = getattr(_fast, sampled)(x, k)
+    idx = _fast._sampled_topk_nosync(x, k)
     cap = -(-_fast._sampled_threshold(k, N)[1] // _fast._ROOM_ALIGN) * _fast._ROOM_ALIGN  # whole programs
-    if sampled == "_sampled_topk":  # torch.topk on the sample and the candidates, never on everything
-        assert spy.sizes == [_fast._SAMPLES, cap] and spy.radix == []
-    else:  # no torch.topk at all: radix select on the sample and the candidates, then (gated) on everything
-        assert spy.sizes == [] and spy.radix == [(_fast._SAMPLES, False), (cap, False), (N, True)]
+    # no torch.topk at all: radix select on the sample and the candidates, then (gated) on everything
+    assert spy.sizes == [] and spy.radix == [(_fast._SAMPLES, False), (cap, False), (N, True)]
     _same_selection(x, idx, k)  # distinct positions, the top k magnitudes
 
 
 @pytest.mark.gpu
-@SAMPLED
-def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch, sampled):
+def test_sampled_topk_falls_back_when_the_sample_finds_too_many(dev, monkeypatch):
     """Zeros at every sampled position: the threshold is 0, every element reaches it, far more than the room
     kept (the candidates are then the first positions, holding few of the top k); the result must still be the
-    top k (by the fallback on everything: ``torch.topk``, or radix select decided on the device)."""
+    top k (by the fallback on everything: radix select, decided on the device)."""
     k = 1_000
     x = torch.zeros(N)
     x[torch.randperm(N, generator=torch.Generator().manual_seed(1))[:5_000]] = torch.rand(5_000) + 1
     zeros = torch.zeros(N).to(dev)
-    _fast._sampled_topk(zeros, 1)  # draw the sample positions for this size
+    _fast._threshold_from_sample(zeros, 1)  # draw the sample positions for this size
     pos = _fast._SAMPLE_POS[(zeros.device, N)].cpu()
     x[pos] = 0.0
     x = x.to(dev)
     spy = _Spy(monkeypatch)
-    idx = getattr(_fast, sampled)(x, k)
-    assert (spy.sizes[-1:] == [N]) == (sampled == "_sampled_topk")  # torch.topk's fallback ran (or radix select's)
+    idx = _fast._sampled_topk_nosync(x, k)
+    assert spy.sizes == [] and spy.radix[-1] == (N, True)  # the gated fallback launched (that it ran: exact below)
     _same_selection(x, idx, k)
 
 
 @pytest.mark.gpu
-@SAMPLED
-def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch, sampled):
+def test_sampled_topk_falls_back_when_the_sample_finds_too_few(dev, monkeypatch):
     """Huge magnitudes exactly at the sampled positions: the threshold is huge and only those (at most
     65,536) reach it, fewer than k = 100,000."""
     k = 100_000
     x = torch.rand(N, generator=torch.Generator().manual_seed(2))
     zeros = torch.zeros(N).to(dev)
-    _fast._sampled_topk(zeros, 1)
+    _fast._threshold_from_sample(zeros, 1)
     pos = _fast._SAMPLE_POS[(zeros.device, N)].cpu()
     x[pos] = 1e6 + torch.arange(pos.numel(), dtype=torch.float32)
     x = x.to(dev)
     spy = _Spy(monkeypatch)
-    idx = getattr(_fast, sampled)(x, k)
-    assert (spy.sizes[-1:] == [N]) == (sampled == "_sampled_topk")
+    idx = _fast._sampled_topk_nosync(x, k)
+    assert spy.sizes == [] and spy.radix[-1] == (N, True)
     _same_selection(x, idx, k)  # the candidates alone would hold n (unused room) among the positions
 
 
 @pytest.mark.gpu
-@SAMPLED
-def test_sampled_topk_counts_nan_and_inf_as_torch_topk_does(dev, sampled):
+def test_sampled_topk_counts_nan_and_inf_as_torch_topk_does(dev):
     x = torch.randn(N, generator=torch.Generator().manual_seed(3))
     x[[5, 77_777, N - 1]] = torch.tensor([float("nan"), float("-inf"), float("inf")])
     x = x.to(dev)
     k = 2_000
-    idx = getattr(_fast, sampled)(x, k)
+    idx = _fast._sampled_topk_nosync(x, k)
     ref = torch.topk(x.abs(), k).indices
     assert set(idx.tolist()) >= {5, 77_777, N - 1} and set(ref.tolist()) >= {5, 77_777, N - 1}
     finite = x[idx].isfinite()
@@ -192,10 +182,9 @@ def test_topk_abs_offers_the_sampled_method_only_where_it_applies(dev, monkeypat
     big, small = torch.randn(N).to(dev), torch.randn(5_000).to(dev)
     _fast.topk_abs(big, 1_000)
     _fast.topk_abs(small, 10)
-    # the sampled method decided on the device (where it applies), radix select and torch.topk first (timed eager,
-    # and as graph replays for a capture), then the sampled method decided on the host against the eager pick
-    want = {("topk_no_sync", big.device, N, 1_000): 3, ("topk", big.device, N, 1_000): 2,
-            ("topk_no_sync", small.device, 5_000, 10): 2}
+    # the sampled method (where it applies), radix select and torch.topk, timed eager and, for a capture, as graph
+    # replays; nothing else (no method that waits for the device)
+    want = {("topk_no_sync", big.device, N, 1_000): 3, ("topk_no_sync", small.device, 5_000, 10): 2}
     if big.is_cuda:  # graphs exist on CUDA only
         want |= {("topk_graph", big.device, N, 1_000): 3, ("topk_graph", small.device, 5_000, 10): 2}
     assert seen == want
@@ -203,12 +192,11 @@ def test_topk_abs_offers_the_sampled_method_only_where_it_applies(dev, monkeypat
 
 @pytest.mark.gpu
 def test_topk_abs_under_capture_replays_the_no_sync_pick(dev, monkeypatch):
-    """A process whose eager pick took the sampled method decided on the host (it waits for the device)
-    captures the method its replay-timed pick took (here ``torch.topk``), not radix select regardless; the
-    replay selects the top k."""
+    """A process whose eager pick took the sampled method captures the method its replay-timed pick took (here
+    ``torch.topk``), not radix select regardless; the replay selects the top k."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (CUDA graphs)")
-    picks = {"topk": 0, "topk_no_sync": 0, "topk_graph": 2}  # sampled (host), then torch.topk
+    picks = {"topk_no_sync": 0, "topk_graph": 2}  # sampled eagerly, torch.topk replayed
     monkeypatch.setattr(_fast, "pick", lambda key, fns: picks.get(key[0], 0))  # compact_ge: its first shape
     monkeypatch.setattr(_fast, "pick_replayed", lambda key, fns: 0)
     monkeypatch.setattr(_fast, "_PICKED", {})

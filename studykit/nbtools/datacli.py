@@ -4,8 +4,8 @@
 (PATH relative to ``data/``; a file where its folder holds unrelated files): the question it answers, date,
 machine, the kit's commit, the command that produced it, and whether it is current, superseded (by which entry)
 or archived. A generated entry carries its ``generator``: ``verify`` (``python -m studykit verify`` with its
-records and arguments), ``report`` (a benchmark script's ``report()`` rebuilding tables from the records in the
-folder) or ``main`` (a module's ``main(argv)``). Each ``[[block]]`` names the builder of one generated README block
+records and arguments), ``report`` (a benchmark script's ``report()`` rebuilding tables from the records file in the
+folder, or from a list of them, one per round of a campaign measured in rounds) or ``main`` (a module's ``main(argv)``). Each ``[[block]]`` names the builder of one generated README block
 (the text between ``<!-- MARKER:begin -->`` and ``<!-- MARKER:end -->``), a name of :data:`BUILDERS`.
 
     python -m studykit data list [--status current]
@@ -220,8 +220,8 @@ def dangling(manifest: Manifest, data: Path = paths.DATA) -> list[str]:
         inputs = list(g.get("records", ())) if g.get("kind") == "verify" else []
         inputs += [a for a in g.get("args", ()) + g.get("argv", ()) if "/" in a and "{out}" not in a]
         out += [f"campaign {e.path}: {p}" for p in inputs if not (paths.ROOT / p).exists()]
-        if g.get("kind") == "report" and not (data / e.path / g["records"]).exists():
-            out.append(f"campaign {e.path}: {g['records']}")
+        if g.get("kind") == "report":
+            out += [f"campaign {e.path}: {r}" for r in report_records(g) if not (data / e.path / r).exists()]
     out += [f"block {b.name}" for b in manifest.blocks if not (data / b.file).exists()]
     return out
 
@@ -455,6 +455,12 @@ BUILDERS: dict[str, Callable[..., object]] = {
 }
 
 
+def report_records(generator: dict) -> list[str]:
+    """A ``report`` generator's records files: its one file, or its list of them (a campaign measured in rounds)."""
+    r = generator["records"]
+    return [r] if isinstance(r, str) else list(r)
+
+
 def _module(file: str):
     """A Python file of the repository (a benchmark script) as a module."""
     path = paths.ROOT / file
@@ -506,14 +512,16 @@ def _build_entry(entry: Entry, dest: Path, overwrite_committed: bool) -> None:
             (dest if committed.is_dir() else dest.parent).mkdir(parents=True, exist_ok=True)
             with contextlib.chdir(paths.ROOT):
                 rc = importlib.import_module(g["module"]).main(argv + flag)
-        else:  # report: the script's report() reads the records file in the folder and writes beside it
+        else:  # report: the script's report() reads the records file(s) in the folder and writes beside them
             dest.mkdir(parents=True, exist_ok=True)
             if dest.resolve() != committed.resolve():
-                shutil.copy(committed / g["records"], dest / g["records"])
+                for name in report_records(g):
+                    shutil.copy(committed / name, dest / name)
                 for name in g["outputs"]:  # a README gets its block rewritten, not written from nothing
                     if name == "README.md":
                         shutil.copy(committed / name, dest / name)
-            text = _module(g["script"]).report(dest / g["records"], **g.get("kwargs", {}))
+            records = dest / g["records"] if isinstance(g["records"], str) else [dest / r for r in g["records"]]
+            text = _module(g["script"]).report(records, **g.get("kwargs", {}))
             if "returns" in g:
                 (dest / g["returns"]).write_text(text, encoding="utf-8")
             rc = 0

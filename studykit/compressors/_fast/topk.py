@@ -15,7 +15,7 @@ from studykit.compressors._fast.common import HAVE_TRITON, _launch, tl, triton
 
 #: the names :mod:`studykit.compressors._fast` re-exports from here
 __all__ = ["topk_abs", "kth_abs", "_SAMPLES", "_SAMPLE_POS", "_ROOM_ALIGN", "_sampled_threshold", "_sampled_ok",
-           "_sampled_topk", "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
+           "_sampled_topk_nosync", "_threshold_from_sample", "_top_candidates", "COMPACT_SHAPES",
            "compact_ge", "_compact_ge", "_RADIX", "_RANK_BLOCK", "_GATED_ITERS", "_GATED_GROUP", "_radix_select",
            "_radix_topk", "row_topk_ok", "ROW_TOPK_SHAPES", "row_topk", "row_scatter",
            "_GATHER_BLOCK", "uniform_positions", "sample_abs_bits", "take_slots", "aligned"]
@@ -25,38 +25,32 @@ if HAVE_TRITON:
 
 
 def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Four exact methods, the
-    fastest on this device and size kept (:func:`pick`):
+    """Positions (int64) of the k largest |x| of a flat fp32 tensor. Three exact methods, none of which makes the
+    host wait for the device (a DDP hook calls this from inside the backward pass), the fastest on this device and
+    size kept:
 
-    * a sampled threshold (on large tensors only): one counting pass and one compacting pass over |x| keep
-      the few entries at or above a threshold drawn from a sample, then a selection runs on those alone; if
-      they may miss some of the top k, the exact method runs on everything. Two forms: one host
-      synchronisation decides (:func:`_sampled_topk`: ``torch.topk`` on the sample, the candidates and, when
-      missed, everything: few launches for eager calls), or the device decides (:func:`_sampled_topk_nosync`:
-      radix select on each, on everything gated, its kernels idle when not needed: a graph's replay);
+    * a sampled threshold (on large tensors only, :func:`_sampled_topk_nosync`): one counting pass and one
+      compacting pass over |x| keep the few entries at or above a threshold drawn from a sample, radix select
+      takes the k largest of those; whether they may miss some of the top k is known on the device only, and radix
+      select on everything, gated on it, runs then (its kernels return at once otherwise);
     * radix select (:func:`_radix_topk`: four histogram passes over |x|'s bits (:data:`_RADIX`) find the k-th
       largest magnitude; a counting and a compacting pass then write everything above it and the first ones
-      equal to it, ascending positions; no sort, no host synchronisation);
+      equal to it, ascending positions; no sort);
     * ``torch.topk`` itself.
 
-    The three without a host synchronisation are picked between first (key ``topk_no_sync``), then the
-    synchronising sampled method against that pick. Under a CUDA graph capture (the DDP hook's graph runner,
-    ``bench --graph``) the synchronising one is left out, and the pick is the one an eager call with the same size
-    made among the other three timed as graph replays (keys ``topk_graph``, :func:`pick_no_sync`; eager, the
-    device-decided sampled method pays its host's many launches: on an H200, ResNet-50's gradient at 1 %, 1.99 ms
-    eager against 0.147 ms replayed, ``torch.topk`` 0.592 ms replayed: codec_kernels_h200/topk_bitmask);
-    ``torch.topk`` where none was made."""
-    n = x.numel()
-    no_sync = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
-    sampled = _sampled_ok(n, k)
-    if sampled:
-        no_sync.insert(0, lambda: _sampled_topk_nosync(x, k))
-    key = (x.device, n, k)
-    best = no_sync[common.pick_no_sync(("topk_no_sync",) + key, ("topk_graph",) + key, no_sync, x.device)]
-    if not sampled or (x.is_cuda and torch.cuda.is_current_stream_capturing()):  # a capture cannot wait
-        return best()
-    fns = [lambda: _sampled_topk(x, k), best]
-    return fns[common.pick(("topk",) + key, fns)]()
+    Eager, :func:`pick` times them (key ``topk_no_sync``); under a CUDA graph capture (the DDP hook's graph runner,
+    ``bench --graph``) the pick is the one an eager call with the same size made among them timed as graph replays
+    (key ``topk_graph``, :func:`pick_no_sync`; eager, the sampled method pays its host's many launches: on an H200,
+    ResNet-50's gradient at 1 %, 1.99 ms eager against 0.147 ms replayed, ``torch.topk`` 0.592 ms replayed:
+    codec_kernels_h200/topk_bitmask); ``torch.topk`` where none was made. A form of the sampled method that let
+    the host decide whether the sample missed (``torch.topk`` on the sample and the candidates: fewer launches
+    eagerly) was removed: its one synchronisation made a hook's host wait for the GPU
+    (``tests/test_host_sync.py``)."""
+    fns = [lambda: _radix_topk(x, k), lambda: torch.topk(x.abs(), k, sorted=False).indices]
+    if _sampled_ok(x.numel(), k):
+        fns.insert(0, lambda: _sampled_topk_nosync(x, k))
+    key = (x.device, x.numel(), k)
+    return fns[common.pick_no_sync(("topk_no_sync",) + key, ("topk_graph",) + key, fns, x.device)]()
 
 
 def kth_abs(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -71,7 +65,7 @@ def kth_abs(x: torch.Tensor, k: int) -> torch.Tensor:
 
 
 # ====================================================================== sampled threshold
-#: |x| sampled at this many positions (fixed per size) for :func:`_sampled_topk`'s threshold
+#: |x| sampled at this many positions (fixed per size) for :func:`_sampled_topk_nosync`'s threshold
 _SAMPLES = 1 << 16
 _SAMPLE_POS: dict = {}
 #: the candidates' room is a multiple of this: of every program size radix select takes (2048 to 16384 elements
@@ -86,7 +80,7 @@ def aligned(n: int) -> int:
 
 
 def _sampled_threshold(k: int, n: int) -> tuple[int, int]:
-    """``(r, capacity)`` of :func:`_sampled_topk`: the threshold is the ``r``-th largest of the sample,
+    """``(r, capacity)`` of :func:`_sampled_topk_nosync`: the threshold is the ``r``-th largest of the sample,
     where ``e = k * s / n`` of the ``s`` samples are expected in the top k: ``r = e + 4 sqrt(e) + 4`` (four
     standard deviations of a binomial count, plus four), so the entries at or above it are very likely
     to number at least k; about ``r * n / s`` of them are expected, and room is made for 1.5 times that."""
@@ -97,34 +91,21 @@ def _sampled_threshold(k: int, n: int) -> tuple[int, int]:
 
 
 def _sampled_ok(n: int, k: int) -> bool:
-    """Whether :func:`_sampled_topk` is a candidate: at least 16 samples' worth of elements per sample, and
+    """Whether :func:`_sampled_topk_nosync` is a candidate: at least 16 samples' worth of elements per sample, and
     room for candidates well below n."""
     return n >= 16 * _SAMPLES and 1 <= k and 2 * _sampled_threshold(k, n)[1] <= n
 
 
-def _sampled_topk(x: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest |x| through a threshold estimated from a sample (the idea of Lin et al. 2018's
-    sampled threshold, https://arxiv.org/abs/1712.01887, Sec. 3, made exact): |x| at ``_SAMPLES``
-    random positions (drawn once per size, seeded by it) gives the threshold
-    (:func:`_sampled_threshold`); a counting pass and a compacting pass keep the entries at or above it,
-    ``torch.topk`` takes the k largest of those (on the sample too: few launches, for eager calls; the
-    device-decided form, which a CUDA graph holds, selects with radix select instead). If fewer than k reached
-    the threshold, or more than the room kept, the candidates may miss some of the top k: then (one host
-    synchronisation tells) ``torch.topk`` runs on all of |x|, so the result is always exact. Magnitudes are
-    compared as float bits, so NaN counts as the largest, as in ``torch.topk``."""
-    t, cap = _threshold_from_sample(x, k, radix=False)
-    cand, cand_bits, found = compact_ge(x, t, cap)
-    chosen = cand[torch.topk(cand_bits, k, sorted=False).indices]
-    if not bool((found >= k) & (found <= cap)):  # the sample missed: the exact method on everything
-        return torch.topk(x.abs(), k, sorted=False).indices
-    return chosen
-
-
 def _sampled_topk_nosync(x: torch.Tensor, k: int) -> torch.Tensor:
-    """:func:`_sampled_topk` without its host synchronisation (so a CUDA graph can hold it): the candidates'
-    top k are written first; whether the sample missed is known on the device only, and radix select on all
-    of |x| (:func:`_radix_topk`, gated on it) overwrites them then, its kernels returning at once otherwise.
-    Always exact; a miss costs radix select's time."""
+    """The k largest |x| through a threshold estimated from a sample (the idea of Lin et al. 2018's sampled
+    threshold, https://arxiv.org/abs/1712.01887, Sec. 3, made exact), without a host synchronisation (so a CUDA
+    graph can hold it): |x| at ``_SAMPLES`` random positions (drawn once per size, seeded by it) gives the
+    threshold (:func:`_sampled_threshold`); a counting pass and a compacting pass keep the entries at or above it,
+    and their top k are written first. If fewer than k reached the threshold, or more than the room kept, the
+    candidates may miss some of the top k; that is known on the device only, and radix select on all of |x|
+    (:func:`_radix_topk`, gated on it) overwrites them then, its kernels returning at once otherwise. Always
+    exact; a miss costs radix select's time. Magnitudes are compared as float bits, so NaN counts as the largest,
+    as in ``torch.topk``."""
     t, cap = _threshold_from_sample(x, k)
     cand, cand_bits, found = compact_ge(x, t, cap)
     out = _top_candidates(cand, cand_bits, k)
@@ -132,10 +113,10 @@ def _sampled_topk_nosync(x: torch.Tensor, k: int) -> torch.Tensor:
     return _radix_topk(x, k, out=out, skip=hit)
 
 
-def _threshold_from_sample(x: torch.Tensor, k: int, radix: bool = True) -> tuple[torch.Tensor, int]:
-    """:func:`_sampled_topk`'s threshold (float bits, a 1-element int32 tensor) and room for candidates
+def _threshold_from_sample(x: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
+    """:func:`_sampled_topk_nosync`'s threshold (float bits, a 1-element int32 tensor) and room for candidates
     (:func:`_sampled_threshold`'s, rounded up to a multiple of :data:`_ROOM_ALIGN`): the sample's r-th largest
-    by radix select (a graph's replay: ~10 short kernels), or by ``torch.topk`` (eager: fewer launches)."""
+    by radix select."""
     n, dev = x.numel(), x.device
     pos = _SAMPLE_POS.get((dev, n))
     if pos is None:
@@ -145,9 +126,7 @@ def _threshold_from_sample(x: torch.Tensor, k: int, radix: bool = True) -> tuple
     # room rounded up to whole programs of radix select on the candidates (no masked launch for a rest); it
     # stays within n: the sampled method needs twice the room
     room = min(n, aligned(cap))
-    if radix:
-        return _radix_select(x[pos], r)[:1], room
-    return torch.topk(x.view(torch.int32)[pos].bitwise_and_(0x7FFFFFFF), r, sorted=False).values.min().reshape(1), room
+    return _radix_select(x[pos], r)[:1], room
 
 
 def _top_candidates(cand: torch.Tensor, cand_bits: torch.Tensor, k: int) -> torch.Tensor:

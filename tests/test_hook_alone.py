@@ -1,0 +1,103 @@
+"""benchmarks/hook_alone.py: the p = 1 hooks' table from ddp records (hand-computed ratios), its errors, and the
+reading of data/measurements/hook_runner/h200_p1/README.md against its records."""
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("hook_alone_bench", ROOT / "benchmarks" / "hook_alone.py")
+hook_alone = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hook_alone)
+P1 = ROOT / "data" / "measurements" / "hook_runner" / "h200_p1"
+
+
+def _rec(mode, ms, compressor=None, params=None, world_size=1, model="resnet50"):
+    return {"kind": "ddp", "status": "ok", "model": model, "mode": mode, "compressor": compressor,
+            "params": params or {}, "ms_median": ms, "world_size": world_size, "hook_overlap": mode == "hook" or None,
+            "gpu": "test GPU", "git_commit": "abc", "n_iter": 30, "n_warmup": 10, "schema": 1}
+
+
+ROUND = [_rec("syncsgd", 30.0), _rec("post", 32.0, "powersgd", {"rank": 4}), _rec("hook", 33.6, "powersgd", {"rank": 4}),
+         _rec("builtin", 48.0, "torch_powersgd", {"rank": 4, "start_iter": 2}), _rec("hook", 31.0, "topk", {"ratio": 0.01})]
+
+
+def test_one_row_per_hook_with_post_pytorch_and_syncsgd():
+    rows = {r["compressor"]: r for r in hook_alone.rows(ROUND)}
+    assert rows["powersgd rank=4"] == {"model": "resnet50", "compressor": "powersgd rank=4", "hook": 33.6, "n": 30,
+                                       "post": 32.0, "syncsgd": 30.0, "pytorch": 48.0}
+    assert rows["topk ratio=0.01"]["post"] is None and rows["topk ratio=0.01"]["pytorch"] is None
+
+
+def test_two_rounds_side_by_side_with_hand_computed_ratios(tmp_path):
+    second = [dict(r, ms_median=r["ms_median"] * (1.05 if r["mode"] == "post" else 1.0)) for r in ROUND]
+    for i, recs in enumerate((ROUND, second), 1):
+        (tmp_path / f"ddp_r{i}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = hook_alone.report(tmp_path, verbose=False)
+    line = next(x for x in text.splitlines() if x.startswith("| resnet50 | powersgd"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    # hook / post: 33.6 / 32 = 1.050, then 33.6 / 33.6 = 1.000; / PyTorch's 33.6 / 48 = 0.700; / syncSGD 1.120
+    assert cells[2:] == ["33.60 / 33.60", "32.00 / 33.60", "48.00 / 48.00", "30.00 / 30.00", "1.050 / 1.000",
+                         "0.700 / 0.700", "1.120 / 1.120"]
+    assert "- hook / post: 1.000 (resnet50, powersgd rank=4, r2) to 1.050 (resnet50, powersgd rank=4, r1) over 2 pairs." \
+        in text
+
+
+def test_records_of_several_gpus_and_a_folder_without_rounds_are_refused(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"world size \[2\].*hook_runner.py"):
+        hook_alone.rows(ROUND + [_rec("post", 40.0, world_size=2)])
+    with pytest.raises(SystemExit):
+        hook_alone.main([str(tmp_path)])
+    assert "no ddp_r1.jsonl" in capsys.readouterr().err
+
+
+def test_the_p1_readme_reads_its_records():
+    """Every number of h200_p1/README.md's findings, from the two rounds' records."""
+    text = " ".join((P1 / "README.md").read_text(encoding="utf-8").split())
+    rounds = [{(r["model"], r["compressor"]): r for r in hook_alone.rows(
+        hook_alone.load_records(P1 / f"ddp_r{i}.jsonl", quiet=True))} for i in (1, 2)]
+    keys = sorted(rounds[0])
+
+    def ratios(ref, comps=None):
+        return [x[k]["hook"] / x[k][ref] for x in rounds for k in keys
+                if x[k][ref] and (comps is None or k[1].split()[0] in comps)]
+
+    def span(xs):
+        return f"{min(xs):.3f}-{max(xs):.3f}x"
+
+    post = ratios("post")
+    assert len(post) == 16 and f"within {span(post)} of post" in text
+    assert f"at most {max(post) - 1:.1%}".replace("%", " %") in text
+    assert f"none`, fp16 and PowerSGD are at {span(ratios('post', ('none', 'fp16', 'powersgd')))}" in text
+    assert f"({span(ratios('post', ('topk',)))})" in text
+    worst = max((x[k]["hook"] / x[k]["post"], k, i) for i, x in enumerate(rounds, 1) for k in keys)
+    assert worst[1:] == (("bert_base", "none"), 2) and f"{worst[0]:.3f}x (BERT-base, `none`, round 2)" in text
+    bn = [x[("bert_base", "none")]["post"] for x in rounds]
+    assert f"({bn[1]:.2f} against {bn[0]:.2f} ms)" in text
+    moves = {k: rounds[1][k]["hook"] / rounds[1][k]["post"] / (rounds[0][k]["hook"] / rounds[0][k]["post"]) - 1
+             for k in keys}
+    k = max(moves, key=lambda k: abs(moves[k]))
+    assert k == ("resnet50", "powersgd rank=4") and f"up to {abs(moves[k]):.1%}".replace("%", " %") in text
+    r = [x[k]["hook"] / x[k]["post"] for x in rounds]
+    assert f"(ResNet-50's PowerSGD: {r[0]:.3f} and {r[1]:.3f})" in text
+    assert f"post took {rounds[0][k]['post']:.2f} and {rounds[1][k]['post']:.2f} ms" in text
+    assert f"hook takes {span(ratios('pytorch', ('powersgd',)))[:-1]}x PyTorch's PowerSGD hook" in text
+    assert f"fp16 hook {span(ratios('pytorch', ('fp16',)))[:-1]}x PyTorch's fp16 hook" in text
+    assert f"the hooks take {span(ratios('syncsgd'))}" in text
+    b = [x[("bert_base", "powersgd rank=4")]["hook"] / x[("bert_base", "powersgd rank=4")]["syncsgd"] for x in rounds]
+    assert f"most on BERT-base ({min(b):.3f}-{max(b):.3f}x)" in text and max(b) == max(ratios("syncsgd"))
+    assert re.search(r"up to 1\.23x on BERT-base at p = 4", text)
+
+
+def test_the_p1_hook_alone_table_is_the_script_output():
+    assert (P1 / "hook_alone.md").read_text(encoding="utf-8") == hook_alone.report(P1, verbose=False)
+
+
+def test_findings_read_the_p1_campaign_as_its_readme_does():
+    findings = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    readme = " ".join((P1 / "README.md").read_text(encoding="utf-8").split())
+    span = re.search(r"within (\d\.\d{3}-\d\.\d{3})x of post", readme).group(1)
+    move = re.search(r"by up to (\d\.\d) %", readme).group(1)
+    assert f"level with post: {span}x over two rounds, whose ratios differ by up to {move} %" in findings
