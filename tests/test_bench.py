@@ -1728,3 +1728,27 @@ def test_findings_reading_of_the_latest_full_codec_run_holds():
     atomo = [r["ms_median"] for r in runs if r["compressor"] == "atomo"]
     assert set(rows("atomo")["verdict"]) == {"MISS"} and len(atomo) == 4
     assert f"ATOMO ({min(atomo):.0f}-{max(atomo):.0f} ms against 20 ms)" in text
+
+
+def test_topk_eager_readme_reads_its_records():
+    """codec_kernels_h200/topk_eager/README.md: every number, from its records and topk_bitmask/'s."""
+    text = " ".join((Path(CODEC_KERNELS) / "topk_eager" / "README.md").read_text(encoding="utf-8").split())
+
+    def times(name):
+        recs = load_records(str(Path(CODEC_KERNELS) / name / "topk_select.jsonl.gz"), quiet=True)
+        return {(r["model"], r["params"]["path"], bool(r["params"].get("graph"))): r["ms_median"]
+                for r in recs if r.get("phase") == "topk_select"}
+
+    now, before = times("topk_eager"), times("topk_bitmask")
+    assert not any(path == "sampled" for _, path, _ in now)  # the host-decided form is gone
+    eager = {m: min((t, p) for (mm, p, g), t in now.items() if mm == m and not g) for m in ("resnet50", "bert_base")}
+    assert eager["resnet50"][1] == "torch" and eager["bert_base"][1] == "sampled_nosync"
+    for m, label in (("resnet50", "`torch.topk`"), ("bert_base", "the device-decided sampled selection")):
+        assert (f"the eager pick is now {label}, {eager[m][0]:.3f} ms, where the host-decided form took "
+                f"{before[(m, 'sampled', False)]:.3f} ms") in text
+    g = [now[(m, "sampled_nosync", True)] for m in ("resnet50", "bert_base")]
+    assert f"takes {g[0]:.3f} ms on ResNet-50 and {g[1]:.3f} ms on BERT-base, as before" in text
+    assert all(abs(now[(m, "sampled_nosync", True)] / before[(m, "sampled_nosync", True)] - 1) < 0.02
+               for m in ("resnet50", "bert_base"))
+    worst = max(eager[m][0] - before[(m, "sampled", False)] for m in eager)
+    assert f"costs up to {worst:.2f} ms more" in text

@@ -101,3 +101,45 @@ def test_findings_read_the_p1_campaign_as_its_readme_does():
     span = re.search(r"within (\d\.\d{3}-\d\.\d{3})x of post", readme).group(1)
     move = re.search(r"by up to (\d\.\d) %", readme).group(1)
     assert f"level with post: {span}x over two rounds, whose ratios differ by up to {move} %" in findings
+    b = " ".join((P1.parent / "h200_p1b" / "README.md").read_text(encoding="utf-8").split())
+    assert "no hook of any of the four models took more than 1.02x post in both rounds" in b
+    assert "(`h200_p1b/`): no hook of the four models took more than 1.02x post in both rounds" in findings
+
+
+def test_the_p1b_readme_reads_its_records():
+    """hook_runner/h200_p1b/README.md: ResNet-101 and GPT-2 small at p = 1, from the two rounds' records."""
+    p1b = P1.parent / "h200_p1b"
+    text = " ".join((p1b / "README.md").read_text(encoding="utf-8").split())
+    recs = [hook_alone.load_records(p1b / f"ddp_r{i}.jsonl", quiet=True) for i in (1, 2)]
+    rounds = [{(r["model"], r["compressor"]): r for r in hook_alone.rows(x)} for x in recs]
+
+    def post(model, comp, i):
+        x = rounds[i][(model, comp)]
+        return x["hook"] / x["post"]
+
+    gpt = [post("gpt2_small", c, i) for c in ("none", "powersgd rank=4") for i in (0, 1)]
+    assert f"Its hooks take {min(gpt):.3f}-{max(gpt):.3f}x post" in text
+    assert all(abs(post("gpt2_small", c, 1) / post("gpt2_small", c, 0) - 1) < 0.002 for c in ("none", "powersgd rank=4"))
+    sync = [next(r for r in x if r["model"] == "resnet101" and r["mode"] == "syncsgd") for x in recs]
+    assert (f"syncSGD took {sync[0]['ms_median']:.2f} ms there against {sync[1]['ms_median']:.2f} ms in the second, "
+            f"with an interquartile range of {sync[0]['ms_q25']:.2f}-{sync[0]['ms_q75']:.2f} ms against "
+            f"{sync[1]['ms_q25']:.2f}-{sync[1]['ms_q75']:.2f} ms") in text
+    ps, no = [post("resnet101", "powersgd rank=4", i) for i in (0, 1)], [post("resnet101", "none", i) for i in (0, 1)]
+    assert (f"PowerSGD's hook took {ps[0]:.3f}x post; in the second, {ps[1]:.3f}x, and `none`'s {no[0]:.3f}x and "
+            f"{no[1]:.3f}x") in text
+    move = max(abs(x[1] / x[0] - 1) for x in (ps, no))
+    assert f"moved ResNet-101's ratios by up to {move:.1%}".replace("%", " %") in text
+    pt = [x[k]["hook"] / x[k]["pytorch"] for x in rounds for k in x if x[k]["pytorch"]]
+    gp = [x[("gpt2_small", "powersgd rank=4")]["hook"] / x[("gpt2_small", "powersgd rank=4")]["pytorch"] for x in rounds]
+    assert f"took {min(pt):.3f}-{max(pt):.3f}x PyTorch's PowerSGD hook ({min(gp):.3f}-{max(gp):.3f}x on GPT-2" in text
+    both = [k for k in rounds[0] if all(x[k]["post"] and x[k]["hook"] > 1.02 * x[k]["post"] for x in rounds)]
+    p1 = [{(r["model"], r["compressor"]): r for r in hook_alone.rows(hook_alone.load_records(P1 / f"ddp_r{i}.jsonl",
+                                                                                              quiet=True))} for i in (1, 2)]
+    both += [k for k in p1[0] if all(x[k]["post"] and x[k]["hook"] > 1.02 * x[k]["post"] for x in p1)]
+    assert {m for m, _ in list(rounds[0]) + list(p1[0])} == {"resnet50", "bert_base", "resnet101", "gpt2_small"}
+    assert both == [] and "no hook of any of the four models took more than 1.02x post in both rounds" in text
+
+
+def test_the_p1b_hook_alone_table_is_the_script_output():
+    p1b = P1.parent / "h200_p1b"
+    assert (p1b / "hook_alone.md").read_text(encoding="utf-8") == hook_alone.report(p1b, verbose=False)
