@@ -41,8 +41,8 @@ def topk_abs(x: torch.Tensor, k: int) -> torch.Tensor:
     Eager, :func:`pick` times them (key ``topk_no_sync``); under a CUDA graph capture (the DDP hook's graph runner,
     ``bench --graph``) the pick is the one an eager call with the same size made among them timed as graph replays
     (key ``topk_graph``, :func:`pick_no_sync`; eager, the sampled method pays its host's many launches: on an H200,
-    ResNet-50's gradient at 1 %, 1.99 ms eager against 0.147 ms replayed, ``torch.topk`` 0.592 ms replayed:
-    codec_kernels_h200/topk_bitmask); ``torch.topk`` where none was made. A form of the sampled method that let
+    ResNet-50's gradient at 1 %, 1.10 ms eager against 0.147 ms replayed, ``torch.topk`` 0.592 ms replayed:
+    codec_kernels_h200/topk_eager); ``torch.topk`` where none was made. A form of the sampled method that let
     the host decide whether the sample missed (``torch.topk`` on the sample and the candidates: fewer launches
     eagerly) was removed: its one synchronisation made a hook's host wait for the GPU
     (``tests/test_host_sync.py``)."""
