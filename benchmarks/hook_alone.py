@@ -17,19 +17,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from hook_runner import _params  # noqa: E402  (the compressor's setting as hook_runner.py labels it)
 from studykit.measure.records import load_records  # noqa: E402
 
 #: the kit's hooks and the PyTorch hook each is set against
 PYTORCH = {"fp16": "torch_fp16", "powersgd": "torch_powersgd"}
 #: what a hook is set against, with its column title
 REFERENCES = (("post", "post"), ("pytorch", "PyTorch's hook"), ("syncsgd", "syncSGD"))
-
-
-def _params(r: dict) -> str:
-    p = r.get("params") or {}
-    key = {"powersgd": "rank", "topk": "ratio"}.get(r.get("compressor"))
-    return f"{key}={p[key]}" if key in p else ""
 
 
 def round_files(folder: Path) -> list[Path]:
