@@ -2,7 +2,7 @@
 :func:`studykit.compressors._fast.pick`, timed side by side in one process on a flat gradient: the sampled
 threshold (``_sampled_topk_nosync``: a count pass and a compact pass keep the candidates, radix select on the
 sample and on the candidates, whether they hold the top k decided on the device), radix select (``_radix_topk``)
-and ``torch.topk`` itself. CUDA only. Records before kit commit 5bc339a also time ``sampled``, a form of the
+and ``torch.topk`` itself. CUDA only. Records before kit commit 92636bf also time ``sampled``, a form of the
 sampled method whose host decided (one synchronisation; removed from the kit, since a hook must not wait for the
 GPU).
 
@@ -11,10 +11,9 @@ GPU).
 
 Per model and ratio it prints each method's median (ms, interquartile range, repetitions; timed under
 ``bench``'s repetition policy and its options, the L2 flushed before every call, with plain CUDA events, so the
-host's launches count), its ratio to ``torch.topk``, the floor (one
-read and one write of the fp32 gradient at this run's copy bandwidth), and which one ``topk_abs`` picked in
-this process. Every method is also timed as a CUDA graph's replay (records with
-``params`` ``graph`` true; checked against ``torch.topk`` first), and the kit's own ones per kernel (device
+host's launches count), its ratio to ``torch.topk``, the floor (one read and one write of the fp32 gradient at
+this run's copy bandwidth), and which one ``topk_abs`` picked in this process. Every method is also timed as a
+CUDA graph's replay (records with ``params`` ``graph`` true; checked against ``torch.topk`` first), and the kit's own ones per kernel (device
 times, ``bench.kernel_times``, printed only). Where the sampled method applies, also its counting and
 compacting passes alone (``_fast._compact_ge``) in every program shape ``pick`` chooses among
 (``_fast.COMPACT_SHAPES``), eagerly and replayed. Records of kind ``bench`` (``phase`` ``topk_select``, ``params``
