@@ -13,8 +13,8 @@ Per model and ratio it prints each method's median (ms, interquartile range, rep
 ``bench``'s repetition policy and its options, the L2 flushed before every call, with plain CUDA events, so the
 host's launches count), its ratio to ``torch.topk``, the floor (one read and one write of the fp32 gradient at
 this run's copy bandwidth), and which one ``topk_abs`` picked in this process. Every method is also timed as a
-CUDA graph's replay (records with ``params`` ``graph`` true; checked against ``torch.topk`` first), and the kit's own ones per kernel (device
-times, ``bench.kernel_times``, printed only). Where the sampled method applies, also its counting and
+CUDA graph's replay (records with ``params`` ``graph`` true; checked against ``torch.topk`` first), and the kit's
+own ones per kernel (device times, ``bench.kernel_times``, printed only). Where the sampled method applies, also its counting and
 compacting passes alone (``_fast._compact_ge``) in every program shape ``pick`` chooses among
 (``_fast.COMPACT_SHAPES``), eagerly and replayed. Records of kind ``bench`` (``phase`` ``topk_select``, ``params``
 ``ratio`` and ``path`` ``sampled`` / ``sampled_nosync`` / ``radix`` / ``torch``; ``phase`` ``compact_ge``,
