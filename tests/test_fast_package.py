@@ -70,3 +70,52 @@ def test_an_unknown_name_is_a_clear_attribute_error():
         assert "studykit.compressors._fast" in str(exc) and "no_such_kernel" in str(exc)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_threads_that_reach_one_key_together_make_one_pick_one_at_a_time(monkeypatch):
+    """Simulated workers are threads and reach a pick's key together; one thread's timing synchronises the device,
+    which another thread's CUDA graph capture does not survive. So a pick is made by one thread while the others
+    wait, and they take its result (the CUDA side of this: test_sparsification.py's test_cuda_matches_cpu, run
+    alone on a GPU). A candidate may pick among paths of its own in the same thread."""
+    import threading
+    import time
+
+    monkeypatch.setattr(_fast, "_PICKED", {})
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(common, "_interpret_on_cpu", lambda: False)
+    monkeypatch.setattr(common, "_timed", lambda call: float(call()))  # a candidate returns its "time"
+    inside, most, calls = {}, [0], []  # inside: thread -> candidates it is running (nested ones count once)
+    guard = threading.Lock()
+
+    def candidate(ms, nested=False):
+        def fn():
+            me = threading.get_ident()
+            with guard:
+                inside[me] = inside.get(me, 0) + 1
+                most[0] = max(most[0], sum(1 for d in inside.values() if d))
+                calls.append(ms)
+            time.sleep(0.02)
+            if nested:  # picks among paths of its own: the same thread takes the lock again
+                common.pick(("inner",), [candidate(5.0), candidate(4.0)])
+            with guard:
+                inside[me] -= 1
+            return ms
+        return fn
+
+    picks, start = [], threading.Barrier(4)
+
+    def worker():
+        start.wait()
+        picks.append(common.pick(("outer",), [candidate(3.0, nested=True), candidate(1.0), candidate(2.0)]))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a pick deadlocked"
+    assert picks == [1, 1, 1, 1]
+    assert most[0] == 1, f"{most[0]} threads ran candidates at once"
+    # one thread warmed and timed each candidate once (the nested pick once, inside the first candidate's warm-up)
+    assert sorted(calls) == sorted([3.0, 5.0, 4.0, 5.0, 4.0, 3.0, 1.0, 1.0, 2.0, 2.0])
+    assert common._PICKED == {("outer",): 1, ("inner",): 1}

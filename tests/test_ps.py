@@ -267,3 +267,21 @@ def test_no_buffer_broadcast_is_part_of_the_identity_of_the_ddp_modes_only():
 def test_run_ddp_refuses_a_switch_interval_out_of_range():
     with pytest.raises(ValueError, match=r"switch_interval_ms must be in \(0, 1000\] ms, got 0"):
         mddp.run_ddp(_Dist(), ["mlp_small"], [], None, switch_interval_ms=0)
+
+
+def test_pair_hook_post_puts_each_compressors_hooks_right_after_its_post_and_keeps_the_ids():
+    specs = [CompressorSpec("fp16", {}), CompressorSpec("signsgd", {})]
+    args = (_Dist(), ["mlp_small", "cnn_small"], None, specs, ("syncsgd", "hook", "post"), (), (), 128)
+    plain = mddp.plan_configs(*args, hook_runners=("thread", "graph"))
+    paired = mddp.plan_configs(*args, hook_runners=("thread", "graph"), pair_hook_post=True)
+    assert sorted(c.cid for c in plain) == sorted(c.cid for c in paired)  # the order changes, nothing else
+    key = [(c.mode, c.compressor, c.hook_runner) for c in plain if c.model == "mlp_small"]
+    assert key == [("syncsgd", None, None), ("post", "fp16", None), ("post", "signsgd", None),
+                   ("hook", "fp16", None), ("hook", "fp16", "graph"), ("hook", "signsgd", None),
+                   ("hook", "signsgd", "graph")]
+    key = [(c.mode, c.compressor, c.hook_runner) for c in paired if c.model == "mlp_small"]
+    assert key == [("syncsgd", None, None), ("post", "fp16", None), ("hook", "fp16", None),
+                   ("hook", "fp16", "graph"), ("post", "signsgd", None), ("hook", "signsgd", None),
+                   ("hook", "signsgd", "graph")]
+    # models still take turns: cnn_small's post of fp16 comes right after mlp_small's
+    assert [(c.model, c.mode) for c in paired][2:5] == [("mlp_small", "post"), ("cnn_small", "post"), ("mlp_small", "hook")]

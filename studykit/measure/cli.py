@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how overlapped hooks run a bucket's protocol (studykit.ddp.register's runner): thread (the "
                         "default) or graph (captured as a CUDA graph once a bucket is known, then replayed from DDP's "
                         "callback); each hook configuration once per value (with every --hook-coalesce-mb)")
+    p.add_argument("--pair-hook-post", action="store_true",
+                   help="time each compressor's hooks right after its post (default: every post first, then every "
+                        "hook, so a run cut short still has post for each compressor); on a shared machine a "
+                        "slow spell then falls on both sides of a hook / post ratio; records are unchanged")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
                         "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged; sets "
@@ -302,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                             hook_coalesce_mbs=list(dict.fromkeys(args.hook_coalesce_mb)), trace_dir=args.trace_dir,
                             hook_runners=list(dict.fromkeys(args.hook_runner)),
                             broadcast_buffers=args.broadcast_buffers, bucket_view=args.bucket_view,
-                            **_timing(args))
+                            pair_hook_post=args.pair_hook_post, **_timing(args))
             ok = True
         finally:
             writer = None

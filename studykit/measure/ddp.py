@@ -116,11 +116,13 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                  comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
                  hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
                  broadcast_buffers: bool = True, hook_runners: Sequence[str] = ("thread",),
-                 bucket_view: bool = False) -> list[_Config]:
+                 bucket_view: bool = False, pair_hook_post: bool = False) -> list[_Config]:
     """Every configuration, most important first *across models*, so a run cut short by a
     deadline still has syncSGD and post-backward compression for every model: syncSGD at
     DDP's default bucket, other buckets, PyTorch's hooks, each compressor after the backward,
-    each compressor as a hook; hook and post once per communicator of ``comms``."""
+    each compressor as a hook; hook and post once per communicator of ``comms``. ``pair_hook_post``:
+    each compressor's hooks right after its post instead (a slow spell of a shared machine then falls on
+    both sides of a hook / post ratio, not on the hooks alone; a deadline may cut some compressors' post)."""
     bad = [c for c in comms if c not in COMM_KINDS]
     if bad or not comms:
         what = f"unknown communicator kind {bad[0]!r}" if bad else "no communicator kind given"
@@ -165,10 +167,12 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                     if "hook" in modes:
                         for mb in hook_coalesce_mbs:
                             for runner in hook_runners:
-                                add(4, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm,
+                                add(3 if pair_hook_post else 4, "hook", spec.name, params, spec=spec,
+                                    hook_overlap=True, comm=comm,
                                     coalesce=mb, runner=None if runner == "thread" else runner)
                     if "hook_blocking" in modes:
-                        add(4, "hook", spec.name, params, spec=spec, hook_overlap=False, comm=comm)
+                        add(3 if pair_hook_post else 4, "hook", spec.name, params, spec=spec, hook_overlap=False,
+                            comm=comm)
     # within a group: configuration by configuration, every model in turn
     order = {m: i for i, m in enumerate(model_names)}
     out = []
@@ -339,7 +343,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             comms: Sequence[str] = ("collective",), switch_interval_ms: Optional[float] = None,
             hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
             trace_dir: Optional[str] = None, broadcast_buffers: bool = True,
-            hook_runners: Sequence[str] = ("thread",), bucket_view: bool = False) -> int:
+            hook_runners: Sequence[str] = ("thread",), bucket_view: bool = False,
+            pair_hook_post: bool = False) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -359,6 +364,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     records keep DDP's default, and such hooks are not stamped (``hook_times``). ``bucket_view=True`` likewise builds
     those configurations with ``DDP(gradient_as_bucket_view=True)`` (the gradients are views into DDP's buckets:
     no copy of the buckets' averages into them), ``gradient_as_bucket_view: true`` in their identity.
+    ``pair_hook_post``: the order of :func:`plan_configs` (each compressor's hooks right after its post).
     Each ``ddp`` record names the fast path's choices rank 0 had made by its end (``picked``,
     :func:`studykit.compressors._fast.picks_since`): which method a codec's call, and so a captured hook, runs."""
     if switch_interval_ms is not None:
@@ -368,7 +374,8 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     timing_kw = dict(n_iter=n_iter, n_warmup=n_warmup, budget_s=budget_s, min_iter=min_iter)
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
-                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers, hook_runners, bucket_view)
+                                    switch_interval_ms, hook_coalesce_mbs, broadcast_buffers, hook_runners, bucket_view,
+                                    pair_hook_post)
             if c.cid not in done or (hook_times and _stamped(c) and _hook_times_cid(c) not in done)]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident

@@ -9,6 +9,7 @@ setting them on :mod:`studykit.compressors._fast` (which sets them here) reaches
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from typing import NamedTuple
 
@@ -235,33 +236,49 @@ def settle_generators(device: torch.device) -> None:
 
 
 def _pick_timed(key, candidates, warm) -> int:
-    """:func:`pick` and :func:`pick_replayed`: ``warm(fn)`` readies each candidate and returns what to time."""
+    """:func:`pick` and :func:`pick_replayed`: ``warm(fn)`` readies each candidate and returns what to time. One
+    pick at a time per process (:data:`_PICKING`)."""
     if key in _PICKED:
         return _PICKED[key]
-    if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
-        _PICKED[key] = 0
-        return 0
-    times = []
-    for i, fn in enumerate(candidates):
-        try:
-            call = warm(fn)
-        except Exception as exc:  # noqa: BLE001 - e.g. a tl.dot precision this GPU or Triton lacks
-            if i == len(candidates) - 1:
-                raise  # the last candidate is the plain-PyTorch path: its failure is a real error
-            times.append(float("inf"))
-            warnings.warn(f"fast path {key[0]!r}: candidate {i} failed ({type(exc).__name__}: {exc}); left out",
-                          RuntimeWarning, stacklevel=3)
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        call()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    _PICKED[key] = min(range(len(times)), key=times.__getitem__)
-    return _PICKED[key]
+    with _PICKING:
+        if key in _PICKED:  # another thread made it while this one waited
+            return _PICKED[key]
+        if len(candidates) == 1 or not torch.cuda.is_available() or _interpret_on_cpu():
+            _PICKED[key] = 0
+            return 0
+        times = []
+        for i, fn in enumerate(candidates):
+            try:
+                call = warm(fn)
+            except Exception as exc:  # noqa: BLE001 - e.g. a tl.dot precision this GPU or Triton lacks
+                if i == len(candidates) - 1:
+                    raise  # the last candidate is the plain-PyTorch path: its failure is a real error
+                times.append(float("inf"))
+                warnings.warn(f"fast path {key[0]!r}: candidate {i} failed ({type(exc).__name__}: {exc}); left out",
+                              RuntimeWarning, stacklevel=3)
+                continue
+            times.append(_timed(call))
+        _PICKED[key] = min(range(len(times)), key=times.__getitem__)
+        return _PICKED[key]
+
+
+#: held while a pick is made: the simulated workers of :func:`~studykit.compressors.simulate` (threads) reach the
+#: same key together, and one thread's timing synchronises the device, which a CUDA graph capture made by another
+#: thread does not survive (on an H200, two workers' TopK failed so: data/measurements/gpu_pytest_picks.txt).
+#: Re-entrant: a candidate may pick among paths of its own.
+_PICKING = threading.RLock()
+
+
+def _timed(call) -> float:
+    """Milliseconds of two calls of ``call`` back to back, by CUDA events, after the device is idle."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    call()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def picks_since(before: set) -> dict | None:
