@@ -45,6 +45,23 @@ def test_two_rounds_side_by_side_with_hand_computed_ratios(tmp_path):
         in text
 
 
+def test_each_round_is_named_with_its_first_record_and_its_order(tmp_path):
+    """The header says when each round's first record was written and whether its hooks came after every post or
+    right after their own (``ddp --pair-hook-post``), read from the order of the records in the file."""
+    stamped = [dict(r, timestamp=f"2026-12-03T03:{10 + i:02d}:05+00:00") for i, r in enumerate(ROUND)]
+    # ROUND: syncSGD, PowerSGD's post, its hook, PyTorch's hook, TopK's hook: no post after the first hook
+    assert hook_alone._round_note(Path("ddp_r1.jsonl"), stamped) == \
+        "ddp_r1.jsonl: first record 2026-12-03 03:10 UTC, every post, then every hook"
+    paired = stamped + [dict(_rec("post", 31.5, "topk", {"ratio": 0.01}), timestamp="2026-12-03T03:20:00+00:00")]
+    assert hook_alone._round_note(Path("ddp_r2.jsonl"), paired) == \
+        "ddp_r2.jsonl: first record 2026-12-03 03:10 UTC, each hook right after its post"
+    assert hook_alone._round_note(Path("ddp_r3.jsonl"), ROUND) == "ddp_r3.jsonl: every post, then every hook"
+    for i, recs in enumerate((stamped, paired), 1):
+        (tmp_path / f"ddp_r{i}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert ("2 rounds (ddp_r1.jsonl: first record 2026-12-03 03:10 UTC, every post, then every hook; ddp_r2.jsonl: "
+            "first record 2026-12-03 03:10 UTC, each hook right after its post)") in hook_alone.report(tmp_path, False)
+
+
 def test_records_of_several_gpus_and_a_folder_without_rounds_are_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"world size \[2\].*hook_runner.py"):
         hook_alone.rows(ROUND + [_rec("post", 40.0, world_size=2)])
