@@ -178,3 +178,20 @@ def test_ddp_coalesced_hooks_are_configurations_of_their_own_and_traces_are_writ
     nob = [r for r in load_records(out) if r["mode"] == "syncsgd"]
     assert len(nob) == 1 and nob[0]["broadcast_buffers"] is False and nob[0]["status"] == "ok"
     assert '"broadcast_buffers":false' in nob[0]["config_id"]
+
+
+def test_ddp_pair_hook_post_writes_each_hook_right_after_its_post(tmp_path):
+    """``ddp --pair-hook-post``: the records come out post, hook, post, hook (the default: every post, then every
+    hook); the configurations and their ids are the default's."""
+    runs = {}
+    for name, extra in (("paired", ["--pair-hook-post"]), ("default", [])):
+        out = tmp_path / f"{name}.jsonl"
+        torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--compressors", "fp16", "signsgd",
+                 "--modes", "hook", "post", "--iters", "2", "--warmup", "1", "--out", str(out), *extra)
+        runs[name] = [r for r in load_records(out) if r["kind"] == "ddp"]
+    assert [(r["mode"], r["compressor"]) for r in runs["paired"]] == [
+        ("post", "fp16"), ("hook", "fp16"), ("post", "signsgd"), ("hook", "signsgd")]
+    assert [(r["mode"], r["compressor"]) for r in runs["default"]] == [
+        ("post", "fp16"), ("post", "signsgd"), ("hook", "fp16"), ("hook", "signsgd")]
+    assert sorted(r["config_id"] for r in runs["paired"]) == sorted(r["config_id"] for r in runs["default"])
+    assert all(r["status"] == "ok" for r in runs["paired"] + runs["default"])
