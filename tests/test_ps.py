@@ -284,4 +284,5 @@ def test_pair_hook_post_puts_each_compressors_hooks_right_after_its_post_and_kee
                    ("hook", "fp16", "graph"), ("post", "signsgd", None), ("hook", "signsgd", None),
                    ("hook", "signsgd", "graph")]
     # models still take turns: cnn_small's post of fp16 comes right after mlp_small's
-    assert [(c.model, c.mode) for c in paired][2:5] == [("mlp_small", "post"), ("cnn_small", "post"), ("mlp_small", "hook")]
+    assert [(c.model, c.mode) for c in paired][2:5] == [("mlp_small", "post"), ("cnn_small", "post"),
+                                                        ("mlp_small", "hook")]

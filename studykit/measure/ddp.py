@@ -161,18 +161,17 @@ def plan_configs(d: Dist, model_names, batch_sizes, specs, modes, bucket_mbs, bu
                     add(2, "builtin", name, BUILTIN_HOOKS[name])
             for spec in specs:
                 params = effective_params(C.get(spec.name, allow_nonfinite=True, **spec.kwargs))
+                hooks = 3 if pair_hook_post else 4  # paired: in post's group, right after it
                 for comm in comm_ids:
                     if "post" in modes:
                         add(3, "post", spec.name, params, spec=spec, comm=comm)
                     if "hook" in modes:
                         for mb in hook_coalesce_mbs:
                             for runner in hook_runners:
-                                add(3 if pair_hook_post else 4, "hook", spec.name, params, spec=spec,
-                                    hook_overlap=True, comm=comm,
+                                add(hooks, "hook", spec.name, params, spec=spec, hook_overlap=True, comm=comm,
                                     coalesce=mb, runner=None if runner == "thread" else runner)
                     if "hook_blocking" in modes:
-                        add(3 if pair_hook_post else 4, "hook", spec.name, params, spec=spec, hook_overlap=False,
-                            comm=comm)
+                        add(hooks, "hook", spec.name, params, spec=spec, hook_overlap=False, comm=comm)
     # within a group: configuration by configuration, every model in turn
     order = {m: i for i, m in enumerate(model_names)}
     out = []
