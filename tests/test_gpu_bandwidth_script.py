@@ -140,3 +140,17 @@ def test_hook_runner_passes_every_runner_to_ddp_and_defaults_to_the_thread(tmp_p
     (tmp_path / "default").mkdir()
     res, calls = _run(tmp_path / "default", RATES="5")
     assert parser.parse_args(_ddp_args(calls[0])).hook_runner == ["thread"]
+
+
+def test_pair_hook_post_reaches_every_ddp_call_and_a_bad_value_is_refused(tmp_path):
+    paired, default, bad = (tmp_path / name for name in ("paired", "default", "bad"))
+    for folder in (paired, default, bad):
+        folder.mkdir()
+    parser = mcli.build_parser()
+    res, calls = _run(paired, RATES="25 5", PAIR_HOOK_POST="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert len(calls) == 2 and all(parser.parse_args(_ddp_args(a)).pair_hook_post for a in calls)
+    res, calls = _run(default, RATES="5")
+    assert res.returncode == 0 and len(calls) == 1 and not parser.parse_args(_ddp_args(calls[0])).pair_hook_post
+    res, calls = _run(bad, RATES="5", PAIR_HOOK_POST="yes")
+    assert res.returncode == 2 and calls == [] and "PAIR_HOOK_POST must be 0 or 1, got 'yes'" in res.stderr
