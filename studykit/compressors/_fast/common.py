@@ -174,6 +174,11 @@ if HAVE_TRITON:
 
 # ====================================================================== choosing
 _PICKED: dict = {}
+#: held while a pick is made: the simulated workers of :func:`~studykit.compressors.simulate` (threads) reach the
+#: same key together, and one thread's timing synchronises the device, which a CUDA graph capture made by another
+#: thread does not survive (on an H200, two workers' TopK failed so: data/measurements/gpu_pytest_picks.txt).
+#: Re-entrant: a candidate may pick among paths of its own.
+_PICKING = threading.RLock()
 
 
 def pick(key, candidates) -> int:
@@ -260,13 +265,6 @@ def _pick_timed(key, candidates, warm) -> int:
             times.append(_timed(call))
         _PICKED[key] = min(range(len(times)), key=times.__getitem__)
         return _PICKED[key]
-
-
-#: held while a pick is made: the simulated workers of :func:`~studykit.compressors.simulate` (threads) reach the
-#: same key together, and one thread's timing synchronises the device, which a CUDA graph capture made by another
-#: thread does not survive (on an H200, two workers' TopK failed so: data/measurements/gpu_pytest_picks.txt).
-#: Re-entrant: a candidate may pick among paths of its own.
-_PICKING = threading.RLock()
 
 
 def _timed(call) -> float:
