@@ -69,7 +69,8 @@ def _cells(vals, fmt) -> str:
 def _round_note(file: Path, records: list[dict]) -> str:
     """``ddp_r1.jsonl: first record 2026-12-02 14:05 UTC, every post, then every hook``: when the round's first
     record was written and in which order its records were (``ddp --pair-hook-post``: each compressor's hooks
-    right after its post, so a slow spell of a shared machine falls on both sides of a ratio)."""
+    right after its post, so a slow spell of a shared machine falls on both sides of a ratio; ``ddp
+    --pair-hook-post iterations``: a round of each per timed iteration, records with ``timed_with``)."""
     ddp = [r for r in records if r.get("kind") == "ddp"]
     modes = [r.get("mode") for r in ddp]
     hooks = [i for i, m in enumerate(modes) if m == "hook"]
@@ -77,6 +78,8 @@ def _round_note(file: Path, records: list[dict]) -> str:
     stamp = min((str(r["timestamp"]) for r in ddp if r.get("timestamp")), default="")
     when = f"first record {stamp[:10]} {stamp[11:16]} UTC, " if len(stamp) >= 16 else ""
     order = "each hook right after its post" if paired else "every post, then every hook"
+    if any(r.get("timed_with") for r in ddp):
+        order = "each compressor's post and hooks timed iteration by iteration"
     return f"{file.name}: {when}{order}"
 
 

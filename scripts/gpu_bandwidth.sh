@@ -35,6 +35,8 @@
 # gradient_as_bucket_view=True (`ddp --gradient-as-bucket-view`: the gradients are views into DDP's buckets).
 # PAIR_HOOK_POST=1 times each compressor's hooks right after its post (`ddp --pair-hook-post`; the default times
 # every post first): on a shared machine a slow spell then falls on both sides of a hook / post ratio.
+# PAIR_HOOK_POST=iterations builds them side by side and times a round of each per iteration (`ddp
+# --pair-hook-post iterations`): a spell longer than one configuration's run then falls on both sides too.
 # TRACE=1 also writes, in the first round, a torch.profiler trace of every DDP configuration (rank 0, 3 more
 # iterations after the timed ones; `ddp --trace-dir`) into $OUT/traces/, named after the configuration and
 # rate: where the iteration's time goes, stream by stream (`python benchmarks/hook_trace.py TRACES`).
@@ -69,11 +71,11 @@ HOOK_TIMES=${HOOK_TIMES:-0}        # 1: hook configurations also record per-buck
 BROADCAST_BUFFERS=${BROADCAST_BUFFERS:-1}  # per rate, once per value: 1 DDP's default, 0 --no-broadcast-buffers
 BUCKET_VIEW=${BUCKET_VIEW:-0}      # 1: DDP(gradient_as_bucket_view=True) in every DDP configuration
 ROUNDS=${ROUNDS:-1}                # rounds over the rates; round k > 1 into $OUT/round<k>/
-PAIR_HOOK_POST=${PAIR_HOOK_POST:-0}  # 1: each compressor's hooks right after its post (ddp --pair-hook-post)
+PAIR_HOOK_POST=${PAIR_HOOK_POST:-0}  # 1: each compressor's hooks right after its post; iterations: also interleaved
+case $PAIR_HOOK_POST in 0|1|iterations) ;; *) echo "PAIR_HOOK_POST must be 0, 1 or iterations, got '$PAIR_HOOK_POST'" >&2; exit 2;; esac
 case " $MODES " in *" hook "*) HOOK_PROFILE=${HOOK_PROFILE:-1};; *) HOOK_PROFILE=${HOOK_PROFILE:-0};; esac
 case $HOOK_PROFILE in 0|1) ;; *) echo "HOOK_PROFILE must be 0 or 1, got '$HOOK_PROFILE'" >&2; exit 2;; esac
 case $BUCKET_VIEW in 0|1) ;; *) echo "BUCKET_VIEW must be 0 or 1, got '$BUCKET_VIEW'" >&2; exit 2;; esac
-case $PAIR_HOOK_POST in 0|1) ;; *) echo "PAIR_HOOK_POST must be 0 or 1, got '$PAIR_HOOK_POST'" >&2; exit 2;; esac
 TRACE=${TRACE:-0}                  # 1: every DDP configuration of the first round also traced into $OUT/traces/
 case $TRACE in 0|1) ;; *) echo "TRACE must be 0 or 1, got '$TRACE'" >&2; exit 2;; esac
 case $ROUNDS in ''|*[!0-9]*|0) echo "ROUNDS must be a whole number >= 1, got '$ROUNDS'" >&2; exit 2;; esac
@@ -135,7 +137,7 @@ for round in $(seq 1 "$ROUNDS"); do
       --hook-runner $HOOK_RUNNER \
       $([ "$BUCKET_TIMES$stamps" = 11 ] && echo --bucket-times) $([ "$HOOK_TIMES$stamps" = 11 ] && echo --hook-times) \
       $([ "$bb" = 0 ] && echo --no-broadcast-buffers) $([ "$BUCKET_VIEW" = 1 ] && echo --gradient-as-bucket-view) \
-      $([ "$PAIR_HOOK_POST" = 1 ] && echo --pair-hook-post) $([ "$TRACE$stamps" = 11 ] && echo --trace-dir "$OUT/traces")
+      $(case $PAIR_HOOK_POST in 1) echo --pair-hook-post configs;; iterations) echo --pair-hook-post iterations;; esac) $([ "$TRACE$stamps" = 11 ] && echo --trace-dir "$OUT/traces")
     done
   done
 done

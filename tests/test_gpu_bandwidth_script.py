@@ -147,10 +147,12 @@ def test_pair_hook_post_reaches_every_ddp_call_and_a_bad_value_is_refused(tmp_pa
     for folder in (paired, default, bad):
         folder.mkdir()
     parser = mcli.build_parser()
-    res, calls = _run(paired, RATES="25 5", PAIR_HOOK_POST="1")
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert len(calls) == 2 and all(parser.parse_args(_ddp_args(a)).pair_hook_post for a in calls)
+    for value, want in (("1", "configs"), ("iterations", "iterations")):
+        (paired / value).mkdir()
+        res, calls = _run(paired / value, RATES="25 5", PAIR_HOOK_POST=value)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert len(calls) == 2 and all(parser.parse_args(_ddp_args(a)).pair_hook_post == want for a in calls)
     res, calls = _run(default, RATES="5")
-    assert res.returncode == 0 and len(calls) == 1 and not parser.parse_args(_ddp_args(calls[0])).pair_hook_post
+    assert res.returncode == 0 and len(calls) == 1 and parser.parse_args(_ddp_args(calls[0])).pair_hook_post == "off"
     res, calls = _run(bad, RATES="5", PAIR_HOOK_POST="yes")
-    assert res.returncode == 2 and calls == [] and "PAIR_HOOK_POST must be 0 or 1, got 'yes'" in res.stderr
+    assert res.returncode == 2 and calls == [] and "PAIR_HOOK_POST must be 0, 1 or iterations, got 'yes'" in res.stderr

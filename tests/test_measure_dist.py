@@ -195,3 +195,23 @@ def test_ddp_pair_hook_post_writes_each_hook_right_after_its_post(tmp_path):
         ("post", "fp16"), ("post", "signsgd"), ("hook", "fp16"), ("hook", "signsgd")]
     assert sorted(r["config_id"] for r in runs["paired"]) == sorted(r["config_id"] for r in runs["default"])
     assert all(r["status"] == "ok" for r in runs["paired"] + runs["default"])
+
+
+def test_ddp_pair_hook_post_iterations_times_post_and_hooks_side_by_side(tmp_path):
+    """``ddp --pair-hook-post iterations`` on two ranks: every record ok, with the default's ids and as many
+    timed iterations as asked; each compressor's post and hook name each other in ``timed_with``."""
+    out = tmp_path / "interleaved.jsonl"
+    torchrun("ddp", "--models", "mlp_small", "--batch-sizes", "8", "--compressors", "fp16", "signsgd",
+             "--modes", "syncsgd", "hook", "post", "--iters", "4", "--warmup", "1", "--out", str(out),
+             "--pair-hook-post", "iterations", nproc=2)
+    recs = [r for r in load_records(out) if r["kind"] == "ddp"]
+    assert [(r["mode"], r["compressor"]) for r in recs] == [
+        ("syncsgd", None), ("post", "fp16"), ("hook", "fp16"),
+        ("post", "signsgd"), ("hook", "signsgd")]
+    assert all(r["status"] == "ok" and r["n_iter"] == 4 and r["n_warmup"] == 1 for r in recs)
+    by = {(r["mode"], r["compressor"]): r for r in recs}
+    assert by[("syncsgd", None)]["timed_with"] is None
+    for name in ("fp16", "signsgd"):
+        post, hook = by[("post", name)], by[("hook", name)]
+        assert post["timed_with"] == [hook["config_id"]] and hook["timed_with"] == [post["config_id"]]
+        assert post["wire_bytes_per_iter"] > 0 and hook["wire_bytes_per_iter"] > 0

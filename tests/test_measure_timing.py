@@ -222,3 +222,43 @@ def test_another_iteration_is_the_budget_rule_both_timers_share():
     assert T.another_iteration([50.0] * 3, 10, 3, 0.2)  # 150 + 50 = 200 ms <= 200 ms
     assert not T.another_iteration([50.0] * 4, 10, 3, 0.2)  # 250 ms > 200 ms
     assert T.another_iteration([50.0] * 9, 10, 3, float("inf"))
+
+
+def test_time_interleaved_times_a_round_of_every_call_per_iteration_every_other_round_reversed():
+    order = []
+    fns = [lambda: order.append("a"), lambda: order.append("b"), lambda: order.append("c")]
+    clock = FakeClock(lambda i: float(i))  # call i takes i ms: the times say which call was timed when
+    ta, tb, tc = T.time_interleaved(fns, n_iter=3, n_warmup=2, clock=clock)
+    assert "".join(order) == "abc" "cba" + "abc" "cba" "abc"  # 2 warm-up rounds, then 3 timed ones
+    # the timed rounds are calls 6-14: a at 6, 11, 12; b at 7, 10, 13; c at 8, 9, 14
+    assert ta.times_ms == [6.0, 11.0, 12.0] and tb.times_ms == [7.0, 10.0, 13.0] and tc.times_ms == [8.0, 9.0, 14.0]
+    assert ta.n_warmup == tb.n_warmup == 2 and ta.n_iter == 3
+
+
+def test_time_interleaved_lets_a_slow_spell_fall_on_every_call_alike():
+    """Two calls of equal cost, timed through a spell that doubles every call's time for a while: back to back
+    (time_fn, one after the other) the spell falls on the second alone; interleaved, their ratio stays 1."""
+    spell = lambda i: 20.0 if 30 <= i < 60 else 10.0  # noqa: E731
+    first = time_fn(lambda: None, n_iter=30, n_warmup=0, clock=(c := FakeClock(spell)))
+    second = time_fn(lambda: None, n_iter=30, n_warmup=0, clock=c)
+    assert second.ms_median / first.ms_median == pytest.approx(2.0)
+    a, b = T.time_interleaved([lambda: None, lambda: None], n_iter=30, n_warmup=0, clock=FakeClock(spell))
+    assert b.ms_median / a.ms_median == pytest.approx(1.0)
+
+
+def test_time_interleaved_stops_at_the_budget_but_not_before_min_iter():
+    ta, tb = T.time_interleaved([lambda: None, lambda: None], n_iter=100, n_warmup=1, budget_s=1.0, min_iter=3,
+                                clock=FakeClock(100.0))
+    assert ta.n_iter == tb.n_iter == 8  # 8 x 100 ms = 0.8 s, 80 % of the budget; a ninth would pass it
+    ta, _ = T.time_interleaved([lambda: None, lambda: None], n_iter=100, n_warmup=1, budget_s=0.05, min_iter=3,
+                               clock=FakeClock(100.0))
+    assert ta.n_iter == 3
+
+
+@pytest.mark.parametrize("kw, match", [({"n_iter": 0}, "n_iter must be >= 1"), ({"n_warmup": -1}, "n_warmup"),
+                                       ({"budget_s": 0}, "budget_s must be positive")])
+def test_time_interleaved_rejects_bad_counts(kw, match):
+    with pytest.raises(ValueError, match=match):
+        T.time_interleaved([lambda: None], clock=FakeClock(1.0), **kw)
+    with pytest.raises(ValueError, match="no calls to time"):
+        T.time_interleaved([], clock=FakeClock(1.0))

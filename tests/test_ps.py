@@ -286,3 +286,27 @@ def test_pair_hook_post_puts_each_compressors_hooks_right_after_its_post_and_kee
     # models still take turns: cnn_small's post of fp16 comes right after mlp_small's
     assert [(c.model, c.mode) for c in paired][2:5] == [("mlp_small", "post"), ("cnn_small", "post"),
                                                         ("mlp_small", "hook")]
+
+
+def test_pairing_by_iterations_times_each_compressors_post_and_hooks_as_one_unit():
+    specs = [CompressorSpec("fp16", {}), CompressorSpec("signsgd", {})]
+    args = (_Dist(), ["mlp_small", "cnn_small"], None, specs, ("syncsgd", "hook", "post"), (), (), 128)
+    todo = mddp.plan_configs(*args, hook_runners=("thread", "graph"), pair_hook_post=True)
+    units = mddp._together(todo, set(), "iterations")
+    assert sum(map(len, units)) == len(todo) and [c for u in units for c in u] != todo  # regrouped, none lost
+    keys = [[(c.model, c.mode, c.compressor, c.hook_runner) for c in u] for u in units]
+    assert keys[:4] == [[("mlp_small", "syncsgd", None, None)], [("cnn_small", "syncsgd", None, None)],
+                        [("mlp_small", "post", "fp16", None), ("mlp_small", "hook", "fp16", None),
+                         ("mlp_small", "hook", "fp16", "graph")],
+                        [("cnn_small", "post", "fp16", None), ("cnn_small", "hook", "fp16", None),
+                         ("cnn_small", "hook", "fp16", "graph")]]
+    assert len(units) == 2 + 4  # syncSGD per model, then one unit per model and compressor
+    # a configuration already timed (only its hook_times record missing) is left alone
+    done = {todo[3].cid}
+    assert [todo[3]] in mddp._together(todo, done, "iterations")
+    assert mddp._together(todo, set(), "configs") == [[c] for c in todo]
+
+
+def test_run_ddp_names_the_valid_pairings():
+    with pytest.raises(ValueError, match="pair_hook_post must be one of off, configs, iterations"):
+        mddp.run_ddp(_Dist(), ["mlp_small"], [], None, pair_hook_post="rounds")

@@ -173,10 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how overlapped hooks run a bucket's protocol (studykit.ddp.register's runner): thread (the "
                         "default) or graph (captured as a CUDA graph once a bucket is known, then replayed from DDP's "
                         "callback); each hook configuration once per value (with every --hook-coalesce-mb)")
-    p.add_argument("--pair-hook-post", action="store_true",
-                   help="time each compressor's hooks right after its post (default: every post first, then every "
-                        "hook, so a run cut short still has post for each compressor); on a shared machine a "
-                        "slow spell then falls on both sides of a hook / post ratio; records are unchanged")
+    p.add_argument("--pair-hook-post", nargs="?", const="configs", default="off", choices=["off", "configs", "iterations"],
+                   help="time each compressor's hooks beside its post (default off: every post first, then every "
+                        "hook, so a run cut short still has post for each compressor): 'configs' (the flag alone) "
+                        "times them right after its post, 'iterations' also builds them side by side and times a "
+                        "round of each per iteration (records name each other in timed_with); on a shared machine "
+                        "a slow spell then falls on both sides of a hook / post ratio; the ids are unchanged")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
                         "rank 0's Chrome trace (.json.gz) into DIR (a diagnosis aid; records are unchanged; sets "

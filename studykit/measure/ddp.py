@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import json
 import statistics
 import sys
 import time
@@ -63,13 +64,16 @@ from studykit.measure.hook_times import measure_hook_times
 from studykit.measure.profile import effective_params
 from studykit.measure.records import RecordWriter, _network, config_id, done_ids, make_record
 from studykit.measure.runtime import CompressorSpec, Dist, note, progress
-from studykit.measure.timing import StampClock, host_clock, host_ms, time_fn
+from studykit.measure.timing import StampClock, host_clock, host_ms, time_fn, time_interleaved
 
 __all__ = ["BUILTIN_HOOKS", "MODES", "measure_bucket_times", "run_ddp"]
 
 MODES = ("syncsgd", "builtin", "hook", "post", "hook_blocking")
 #: the modes that run the model inside DistributedDataParallel (post runs the plain model)
 DDP_MODES = ("syncsgd", "builtin", "hook")
+#: how ``run_ddp(pair_hook_post=...)`` times a compressor's hooks beside its post: not at all, one configuration
+#: right after the other, or iteration by iteration
+PAIRINGS = ("off", "configs", "iterations")
 #: PyTorch's built-in hooks timed as peers: name -> params recorded
 BUILTIN_HOOKS = {"torch_fp16": {}, "torch_bf16": {}, "torch_powersgd": {"rank": 4, "start_iter": 2}}
 BUILTIN_SKIP_REASON = ("PyTorch's built-in DDP comm hooks are run on NCCL only: on gloo bf16_compress_hook "
@@ -188,10 +192,17 @@ def _rank_in_model(group: list[_Config], cfg: _Config) -> int:
     return same.index(cfg)
 
 
-def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, trace_dir: Optional[str] = None) -> dict:
-    """Build the configuration's model/optimizer/hook, time its iterations; returns result fields.
-    ``trace_dir``: then 3 more iterations under ``torch.profiler``, rank 0's trace written there (gzipped
-    Chrome trace JSON named after the configuration; a diagnosis aid, not a record)."""
+@dataclass
+class _Built:
+    """A configuration ready to time: its training step and what the step's records read afterwards."""
+    step: Callable[[], None]
+    state: object  # the hook's or reducer's state (bytes sent), None for syncSGD and PyTorch's hooks
+    steps: list  # [iterations run so far]
+    primed: int  # iterations run before any warm-up (PyTorch's PowerSGD starts compressing at iteration 2)
+
+
+def _build(cfg: _Config, d: Dist, base: torch.nn.Module, batch) -> _Built:
+    """The configuration's model, optimizer and hook, from a fresh copy of ``base``."""
     net = copy.deepcopy(base)
     fwd, reducer, state = net, None, None
     if cfg.mode in DDP_MODES:
@@ -227,14 +238,63 @@ def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, tra
         for _ in range(BUILTIN_HOOKS["torch_powersgd"]["start_iter"]):
             step()
             primed += 1
-    t = time_fn(step, device=d.device, agree=d.agree_max, **timing_kw)
-    if trace_dir is not None:
-        _trace(step, d, cfg, trace_dir)
+    return _Built(step, state, steps, primed)
+
+
+def _fields(built: _Built, t) -> dict:
+    """A timed configuration's result fields: the timing's statistics, its warm-ups and its bytes sent."""
     fields = t.as_dict()
-    fields["n_warmup"] += primed
-    fields["wire_bytes_per_iter"] = state.bytes_sent / steps[0] if state is not None and steps[0] else None
-    del fwd, net, opt, reducer, state, step
+    fields["n_warmup"] += built.primed
+    state, steps = built.state, built.steps[0]
+    fields["wire_bytes_per_iter"] = state.bytes_sent / steps if state is not None and steps else None
     return fields
+
+
+def _measure(cfg: _Config, d: Dist, base: torch.nn.Module, batch, timing_kw, trace_dir: Optional[str] = None) -> dict:
+    """Build the configuration's model/optimizer/hook, time its iterations; returns result fields.
+    ``trace_dir``: then 3 more iterations under ``torch.profiler``, rank 0's trace written there (gzipped
+    Chrome trace JSON named after the configuration; a diagnosis aid, not a record)."""
+    built = _build(cfg, d, base, batch)
+    t = time_fn(built.step, device=d.device, agree=d.agree_max, **timing_kw)
+    if trace_dir is not None:
+        _trace(built.step, d, cfg, trace_dir)
+    return _fields(built, t)
+
+
+def _measure_together(cfgs: list[_Config], d: Dist, bases: dict, seq_len: int, timing_kw,
+                      trace_dir: Optional[str] = None) -> list[dict]:
+    """:func:`_measure` for several configurations built side by side and timed iteration by iteration
+    (:func:`studykit.measure.timing.time_interleaved`): one compressor's post and hooks under
+    ``pair_hook_post="iterations"``. Each result names the configurations it was timed with (``timed_with``)."""
+    built = [_build(c, d, *_base(bases, c, d, seq_len)) for c in cfgs]
+    ts = time_interleaved([b.step for b in built], device=d.device, agree=d.agree_max, **timing_kw)
+    out = []
+    for cfg, b, t in zip(cfgs, built, ts):
+        if trace_dir is not None:
+            _trace(b.step, d, cfg, trace_dir)
+        out.append({**_fields(b, t), "timed_with": [c.cid for c in cfgs if c is not cfg]})
+    return out
+
+
+def _together(todo: list[_Config], done: set, pair: str) -> list[list[_Config]]:
+    """The run's configurations in the units they are timed in: one each, or under ``pair == "iterations"``
+    each compressor's post and hooks (same model, batch size, parameters and communicator) as one unit, where
+    its first member stood. A configuration already timed (only its ``hook_times`` record missing) stays alone."""
+    if pair != "iterations":
+        return [[c] for c in todo]
+    units: list[list[_Config]] = []
+    at: dict = {}
+    for c in todo:
+        if c.mode not in ("post", "hook") or c.cid in done:
+            units.append([c])
+            continue
+        key = (c.model, c.batch_size, c.compressor, json.dumps(c.params, sort_keys=True, default=str), c.comm)
+        if key in at:
+            at[key].append(c)
+        else:
+            at[key] = [c]
+            units.append(at[key])
+    return units
 
 
 def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> None:
@@ -343,7 +403,7 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
             hook_times: bool = False, hook_coalesce_mbs: Sequence[Optional[float]] = (None,),
             trace_dir: Optional[str] = None, broadcast_buffers: bool = True,
             hook_runners: Sequence[str] = ("thread",), bucket_view: bool = False,
-            pair_hook_post: bool = False) -> int:
+            pair_hook_post: bool | str = False) -> int:
     """Time every configuration not yet in the file on every rank; rank 0 writes. Returns records written.
     ``bucket_times``: each syncSGD configuration also writes a ``buckets`` record (:func:`measure_bucket_times`);
     ``hook_times``: each hook configuration (overlapped and blocking) also writes a ``hook_times`` record
@@ -363,9 +423,15 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     records keep DDP's default, and such hooks are not stamped (``hook_times``). ``bucket_view=True`` likewise builds
     those configurations with ``DDP(gradient_as_bucket_view=True)`` (the gradients are views into DDP's buckets:
     no copy of the buckets' averages into them), ``gradient_as_bucket_view: true`` in their identity.
-    ``pair_hook_post``: the order of :func:`plan_configs` (each compressor's hooks right after its post).
+    ``pair_hook_post``: True or "configs", the order of :func:`plan_configs` (each compressor's hooks right after
+    its post); "iterations", that order with each compressor's post and hooks also built side by side and timed
+    iteration by iteration (:func:`_measure_together`: a slow spell longer than one configuration's run still falls
+    on both sides of a hook / post ratio; the records name each other in ``timed_with``); False or "off": neither.
     Each ``ddp`` record names the fast path's choices rank 0 had made by its end (``picked``,
     :func:`studykit.compressors._fast.picks_since`): which method a codec's call, and so a captured hook, runs."""
+    pair = {False: "off", True: "configs"}.get(pair_hook_post, pair_hook_post)
+    if pair not in PAIRINGS:
+        raise ValueError(f"pair_hook_post must be one of {', '.join(PAIRINGS)} (or a bool), got {pair_hook_post!r}")
     if switch_interval_ms is not None:
         if not 0 < switch_interval_ms <= 1000:
             raise ValueError(f"switch_interval_ms must be in (0, 1000] ms, got {switch_interval_ms}")
@@ -374,58 +440,78 @@ def run_ddp(d: Dist, model_names: Sequence[str], specs: Sequence[CompressorSpec]
     done = d.broadcast_object(writer.done() if d.is_main else None)
     todo = [c for c in plan_configs(d, model_names, batch_sizes, specs, modes, bucket_mbs, builtins, seq_len, comms,
                                     switch_interval_ms, hook_coalesce_mbs, broadcast_buffers, hook_runners, bucket_view,
-                                    pair_hook_post)
+                                    pair != "off")
             if c.cid not in done or (hook_times and _stamped(c) and _hook_times_cid(c) not in done)]
     written = 0
     bases: dict = {}  # (model, batch size) -> (initial model, batch): every model stays resident
     main = verbose and d.is_main
-    for cfg in progress(todo, total=len(todo), desc="ddp", enabled=main):
-        if cfg.cid in done:  # timed by an earlier run: only its hook_times record is missing
-            written += _write_hook_times(cfg, d, writer, bases, seq_len, timing_kw, main)
+    units = _together(todo, done, pair)
+    for unit in progress(units, total=len(units), desc="ddp", enabled=main):
+        if len(unit) == 1 and unit[0].cid in done:  # timed by an earlier run: only its hook_times record is missing
+            written += _write_hook_times(unit[0], d, writer, bases, seq_len, timing_kw, main)
             continue
-        fields = _record_fields(cfg, seq_len)
-        if cfg.mode == "builtin" and d.backend != "nccl":
-            rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
-                              status="skipped", reason=BUILTIN_SKIP_REASON, **fields)
+        for cfg, rec in zip(unit, _time_unit(unit, d, writer, bases, seq_len, timing_kw, trace_dir)):
+            written += _written(cfg, rec, d, writer, bases, seq_len, timing_kw, main, done, bucket_times, hook_times)
+    return written
+
+
+def _time_unit(unit: list[_Config], d: Dist, writer: RecordWriter, bases: dict, seq_len: int, timing_kw: dict,
+               trace_dir: Optional[str]) -> list[dict]:
+    """The ``ddp`` records of a unit of :func:`_together` (ok, skipped or error; a unit fails as a whole)."""
+    def rec(cfg, **kw):
+        return make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
+                           **_record_fields(cfg, seq_len), **kw)
+
+    if len(unit) == 1 and unit[0].mode == "builtin" and d.backend != "nccl":
+        return [rec(unit[0], status="skipped", reason=BUILTIN_SKIP_REASON)]
+    try:
+        if len(unit) == 1:
+            results = [_measure(unit[0], d, *_base(bases, unit[0], d, seq_len), timing_kw, trace_dir)]
         else:
-            try:
-                result = _measure(cfg, d, *_base(bases, cfg, d, seq_len), timing_kw, trace_dir)
-                rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
-                                  **fields, **result, picked=_fast.picks_since(set()))
-            except ModuleNotFoundError as exc:  # torchvision/transformers missing (same on every rank)
-                rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
-                                  status="skipped", reason=str(exc), **fields)
-            except Exception as exc:  # noqa: BLE001
-                rec = make_record("ddp", cfg.cid, device=d.device, backend=d.backend, world_size=d.world_size,
-                                  status="error", reason=f"rank {d.rank}: {type(exc).__name__}: {exc}"[:500], **fields)
-                _failed(writer, d, rec, f"{cfg.model} {cfg.mode} {cfg.compressor}")
-        gc.collect()
-        if d.device.type == "cuda":
-            torch.cuda.empty_cache()
-        writer.write(rec)
-        written += 1
-        label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode + (' ps' if cfg.comm else ''):<10} {cfg.compressor or '':<16} " \
-                f"{'' if cfg.bucket_mb is None else f'{cfg.bucket_mb:g}MB':<6}"
-        msg = f"{rec['ms_mean']:9.2f} ms (n={rec['n_iter']})" if rec["status"] == "ok" else \
-            f"{rec['status'].upper()} {str(rec['reason'])[:70]}"
-        note(f"{label} {msg}", main)
+            results = _measure_together(unit, d, bases, seq_len, timing_kw, trace_dir)
+        picked = _fast.picks_since(set())
+        return [rec(cfg, **result, picked=picked) for cfg, result in zip(unit, results)]
+    except ModuleNotFoundError as exc:  # torchvision/transformers missing (same on every rank)
+        return [rec(cfg, status="skipped", reason=str(exc)) for cfg in unit]
+    except Exception as exc:  # noqa: BLE001
+        out = [rec(cfg, status="error", reason=f"rank {d.rank}: {type(exc).__name__}: {exc}"[:500]) for cfg in unit]
+        for cfg, r in zip(unit, out):
+            _failed(writer, d, r, f"{cfg.model} {cfg.mode} {cfg.compressor}")
+        return out
+
+
+def _written(cfg: _Config, rec: dict, d: Dist, writer: RecordWriter, bases: dict, seq_len: int, timing_kw: dict,
+             main: bool, done: set, bucket_times: bool, hook_times: bool) -> int:
+    """Write ``cfg``'s ``ddp`` record ``rec``, report it, and add its ``buckets`` and ``hook_times`` records where
+    asked for. Returns the records written."""
+    written = 0
+    gc.collect()
+    if d.device.type == "cuda":
+        torch.cuda.empty_cache()
+    writer.write(rec)
+    written += 1
+    label = f"{cfg.model:>10} b{cfg.batch_size:<3} {cfg.mode + (' ps' if cfg.comm else ''):<10} {cfg.compressor or '':<16} " \
+            f"{'' if cfg.bucket_mb is None else f'{cfg.bucket_mb:g}MB':<6}"
+    msg = f"{rec['ms_mean']:9.2f} ms (n={rec['n_iter']})" if rec["status"] == "ok" else \
+        f"{rec['status'].upper()} {str(rec['reason'])[:70]}"
+    note(f"{label} {msg}", main)
+    d.barrier()
+    if bucket_times and cfg.mode == "syncsgd" and rec["status"] == "ok":
+        bcid = config_id(kind="buckets", model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode,
+                         bucket_mb=cfg.bucket_mb, seq_len=M.seq_len_of(cfg.model, seq_len),
+                         world_size=d.world_size, backend=d.backend, device_type=d.device.type)
+        if bcid not in done:
+            res = measure_bucket_times(cfg, d, *bases[(cfg.model, cfg.batch_size)], **_extra_counts(timing_kw))
+            writer.write(make_record("buckets", bcid, device=d.device, backend=d.backend,
+                                     world_size=d.world_size, model=cfg.model, batch_size=cfg.batch_size,
+                                     mode=cfg.mode, bucket_mb=cfg.bucket_mb,
+                                     seq_len=M.seq_len_of(cfg.model, seq_len), **res))
+            written += 1
+            note(f"{cfg.model:>10} b{cfg.batch_size:<3} buckets ready at "
+                 + ", ".join(f"{x:.2f}" for x in res["ready_ms"]) + f" ms ({res['clock']})", main)
         d.barrier()
-        if bucket_times and cfg.mode == "syncsgd" and rec["status"] == "ok":
-            bcid = config_id(kind="buckets", model=cfg.model, batch_size=cfg.batch_size, mode=cfg.mode,
-                             bucket_mb=cfg.bucket_mb, seq_len=M.seq_len_of(cfg.model, seq_len),
-                             world_size=d.world_size, backend=d.backend, device_type=d.device.type)
-            if bcid not in done:
-                res = measure_bucket_times(cfg, d, *bases[(cfg.model, cfg.batch_size)], **_extra_counts(timing_kw))
-                writer.write(make_record("buckets", bcid, device=d.device, backend=d.backend,
-                                         world_size=d.world_size, model=cfg.model, batch_size=cfg.batch_size,
-                                         mode=cfg.mode, bucket_mb=cfg.bucket_mb,
-                                         seq_len=M.seq_len_of(cfg.model, seq_len), **res))
-                written += 1
-                note(f"{cfg.model:>10} b{cfg.batch_size:<3} buckets ready at "
-                     + ", ".join(f"{x:.2f}" for x in res["ready_ms"]) + f" ms ({res['clock']})", main)
-            d.barrier()
-        if hook_times and _stamped(cfg) and rec["status"] == "ok" and _hook_times_cid(cfg) not in done:
-            written += _write_hook_times(cfg, d, writer, bases, seq_len, timing_kw, main)
+    if hook_times and _stamped(cfg) and rec["status"] == "ok" and _hook_times_cid(cfg) not in done:
+        written += _write_hook_times(cfg, d, writer, bases, seq_len, timing_kw, main)
     return written
 
 

@@ -162,6 +162,9 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
         "picked": "the fast path's choices (studykit.compressors._fast.pick) rank 0's process had made by the end of "
                   "this configuration: which method each codec call, and so a captured hook, runs; null when none "
                   "and in records written before this field existed",
+        "timed_with": "the configuration ids this one was built beside and timed with iteration by iteration "
+                      "(`ddp --pair-hook-post iterations`: one compressor's post and hooks, a round of each per "
+                      "timed iteration; studykit.measure.timing.time_interleaved); null when it was timed alone, as in every record written before this field existed",
     },
     "buckets": {  # `ddp --bucket-times` (syncSGD configurations): studykit.measure.ddp.measure_bucket_times
         "bucket_index": "DDP bucket indices, in communication order; every per-bucket list below follows it",

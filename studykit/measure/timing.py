@@ -68,11 +68,11 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
-__all__ = ["Timing", "HostSyncCall", "time_fn", "reps_needed", "quartiles", "PAPER_ITERATIONS", "PAPER_DISCARDED", "MIN_REPS",
+__all__ = ["Timing", "HostSyncCall", "time_fn", "time_interleaved", "reps_needed", "quartiles", "PAPER_ITERATIONS", "PAPER_DISCARDED", "MIN_REPS",
            "MIN_TIME_S", "L2_FLUSH_BYTES", "host_clock", "host_ms", "StampClock"]
 
 #: Agarwal et al. 2022, Sec. 3: 60 iterations per setup, the first 10 discarded
@@ -420,6 +420,46 @@ def time_fn(fn: Callable[[], object], *, n_iter: int = PAPER_ITERATIONS - PAPER_
     while another_iteration(times, n_iter, min_iter, 0.8 * budget_s):
         times.append(once())  # agreed values: every rank takes the same branch
     return Timing.from_times(times, len(warm))
+
+
+def time_interleaved(fns: Sequence[Callable[[], object]], *, n_iter: int = PAPER_ITERATIONS - PAPER_DISCARDED,
+                     n_warmup: int = PAPER_DISCARDED, device=None, budget_s: Optional[float] = None,
+                     min_iter: int = 3, agree: Optional[Callable[[float], float]] = None, clock=None) -> list[Timing]:
+    """:func:`time_fn` for several calls at once, iteration by iteration: ``n_warmup`` rounds, then up to
+    ``n_iter`` timed rounds, each round calling every ``fn`` once (every other round in reverse order, so no call
+    always follows the same one). A slow spell of a shared machine then falls on every call alike, and a ratio
+    of two of them keeps its value where two back-to-back runs of :func:`time_fn` would not. Each call is timed
+    alone on the clock of :func:`time_fn` (synchronised before it). ``budget_s``: no further round once one more
+    would take any call past 80 % of it (:func:`another_iteration`; never fewer than ``min_iter`` rounds); the
+    warm-up rounds always all run. Returns one :class:`Timing` per ``fn``, in order."""
+    fns = list(fns)
+    if not fns:
+        raise ValueError("time_interleaved: no calls to time")
+    if n_iter < 1:
+        raise ValueError(f"time_interleaved: n_iter must be >= 1, got {n_iter}")
+    if n_warmup < 0:
+        raise ValueError(f"time_interleaved: n_warmup must be >= 0, got {n_warmup}")
+    if budget_s is not None and budget_s <= 0:
+        raise ValueError(f"time_interleaved: budget_s must be positive, got {budget_s}")
+    min_iter = max(1, min(int(min_iter), n_iter))
+    clock = clock if clock is not None else _Clock(device, 0)
+
+    def one_round(out: list[list[float]], r: int) -> None:
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            ms = clock(fns[i])
+            out[i].append(agree(ms) if agree is not None else ms)
+
+    warm: list[list[float]] = [[] for _ in fns]
+    for r in range(n_warmup):
+        one_round(warm, r)
+    times: list[list[float]] = [[] for _ in fns]
+    cap = math.inf if budget_s is None else 0.8 * budget_s
+    r = n_warmup
+    while not times[0] or all(another_iteration(t, n_iter, min_iter, cap) for t in times):
+        one_round(times, r)  # agreed values: every rank takes the same branch
+        r += 1
+    return [Timing.from_times(t, n_warmup) for t in times]
 
 
 def another_iteration(times_ms: list[float], n_iter: int, min_iter: int, budget_s: float) -> bool:
