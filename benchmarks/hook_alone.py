@@ -13,6 +13,7 @@ a rerun moves them. Ratios below 1 mean the kit's hook is faster.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -70,7 +71,9 @@ def _round_note(file: Path, records: list[dict]) -> str:
     """``ddp_r1.jsonl: first record 2026-12-02 14:05 UTC, every post, then every hook``: when the round's first
     record was written and in which order its records were (``ddp --pair-hook-post``: each compressor's hooks
     right after its post, so a slow spell of a shared machine falls on both sides of a ratio; ``ddp
-    --pair-hook-post iterations``: a round of each per timed iteration, records with ``timed_with``)."""
+    --pair-hook-post iterations``: a round of each per timed iteration, records with ``timed_with``), and how
+    noisy the machine was: the iterations' spread, the median over the round's configurations of the interquartile
+    range over the median (a quiet machine: a few tenths of a percent)."""
     ddp = [r for r in records if r.get("kind") == "ddp"]
     modes = [r.get("mode") for r in ddp]
     hooks = [i for i, m in enumerate(modes) if m == "hook"]
@@ -80,7 +83,10 @@ def _round_note(file: Path, records: list[dict]) -> str:
     order = "each hook right after its post" if paired else "every post, then every hook"
     if any(r.get("timed_with") for r in ddp):
         order = "each compressor's post and hooks timed iteration by iteration"
-    return f"{file.name}: {when}{order}"
+    spread = [(r["ms_q75"] - r["ms_q25"]) / r["ms_median"] for r in ddp
+              if r.get("ms_q25") is not None and r.get("ms_q75") is not None and r.get("ms_median")]
+    noise = f", iterations' spread {100 * statistics.median(spread):.1f} %" if spread else ""
+    return f"{file.name}: {when}{order}{noise}"
 
 
 def table(files: list[Path], title: str) -> str:

@@ -147,14 +147,27 @@ def _mean_during(samples: list, spans: list, col: int, before: float, after: flo
     return statistics.fmean(vals) if vals else None
 
 
-def report(data: dict) -> str:
-    """The probe's table (markdown) from the data ``measure`` wrote."""
+def report(records, verbose: bool = False) -> str:
+    """The tables (markdown) of one probe or several: the data ``measure`` wrote, or its file(s) (``data regen``'s
+    report generator passes a campaign's list), one section per probe in order; printed with ``verbose``."""
+    if isinstance(records, dict):
+        items = [records]
+    else:
+        items = [json.loads(Path(f).read_text()) for f in ([records] if isinstance(records, (str, Path)) else records)]
+    text = "\n".join(table(d) for d in items)
+    if verbose:
+        print(text)
+    return text
+
+
+def table(data: dict) -> str:
+    """One probe's tables (markdown) from the data ``measure`` wrote."""
     calls = data["calls"]
     n = min(len(calls[c]["times_ms"]) for c in CALLS)
     med = {c: statistics.median(calls[c]["times_ms"][:n]) for c in CALLS}
     slow = {c: [t > SLOW * med[c] for t in calls[c]["times_ms"][:n]] for c in CALLS}
     prov = data["provenance"]
-    lines = [f"# Where the slow spells come from: {prov.get('gpu')}, {n} rounds", "",
+    lines = [f"## Where the slow spells come from: {prov.get('gpu')}, {n} rounds", "",
              f"{prov.get('gpu')}, driver {prov.get('driver')}, torch {prov.get('torch')}, kit commit "
              f"{prov.get('git_commit')}, {prov.get('timestamp')}. One round times each call once "
              f"(`time_interleaved`); a round is slow for a call when it took over {SLOW}x the call's median. "
@@ -210,8 +223,7 @@ def main(argv=None) -> int:
     src = folder / "noise_probe.json"
     if not src.is_file():
         ap.error(f"{src} not found (write it with --out {folder} on a GPU machine)")
-    text = report(json.loads(src.read_text()))
-    print(text)
+    text = report(src, verbose=True)
     if args.write:
         (folder / "noise_probe.md").write_text(text)
     return 0

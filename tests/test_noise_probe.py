@@ -46,8 +46,49 @@ def test_the_command_refuses_what_it_cannot_do(tmp_path, capsys):
     (tmp_path / "noise_probe.json").write_text(json.dumps(_data()))
     assert probe.main(["--report", str(tmp_path), "--write"]) == 0
     assert (tmp_path / "noise_probe.md").read_text() == probe.report(_data())
+    # a campaign's files, as data regen passes them: one section each, in order
+    (tmp_path / "b.json").write_text(json.dumps(_data()))
+    two = probe.report([tmp_path / "noise_probe.json", tmp_path / "b.json"])
+    assert two == probe.report(_data()) + "\n" + probe.report(_data()) and two.count("## Where") == 2
 
 
 def test_smi_rows_reads_nvidia_smis_csv_and_skips_what_is_not_a_sample():
     rows = probe._smi_rows("2026/12/03 06:20:01.250, 1980, 3201, 512.30, 41\nNo devices were found\n")
     assert len(rows) == 1 and rows[0][1:] == [1980.0, 3201.0, 512.3, 41.0]
+
+
+def test_the_h200_readme_reads_its_probes():
+    """data/measurements/noise_probe_h200/README.md against its three probes (and noise_probe.md is the script's)."""
+    import statistics
+
+    folder = paths.MEASUREMENTS / "noise_probe_h200"
+    probes = [json.loads((folder / f"probe_{i}.json").read_text()) for i in (1, 2, 3)]
+    assert (folder / "noise_probe.md").read_text() == probe.report(
+        [folder / f"probe_{i}.json" for i in (1, 2, 3)])
+    text = " ".join((folder / "README.md").read_text().split())
+    med = [{c: statistics.median(d["calls"][c]["times_ms"]) for c in probe.CALLS} for d in probes]
+    slow = [{c: [t > probe.SLOW * m[c] for t in d["calls"][c]["times_ms"]] for c in probe.CALLS}
+            for d, m in zip(probes, med)]
+    steps = sum(len(d["calls"]["train"]["times_ms"]) for d in probes)
+    assert f"Of {steps} training steps, {sum(sum(s['train']) for s in slow)} took over 1.1x the median" in text
+    assert steps == 2300 and sum(sum(s["gpu"]) for s in slow) == 0 and "The matmuls never did" in text
+
+    def iqr(ts):
+        q = statistics.quantiles(ts, n=4)
+        return q[2] - q[0]
+
+    assert all(iqr(d["calls"]["gpu"]["times_ms"]) < 0.006 * m["gpu"] for d, m in zip(probes, med))
+    assert "their interquartile range is within 0.6 % of their median" in text
+    train = [d["calls"]["train"]["times_ms"] for d in probes]
+    assert all(0.035 < iqr(t) / m["train"] < 0.045 and round(m["train"], 1) == 33.0 for t, m in zip(train, med))
+    assert "Its interquartile range spans about 4 % of its median (33.0 ms) in every probe" in text
+    blocks = [statistics.median(t[i:i + 100]) / m["train"] - 1 for t, m in zip(train, med) for i in range(0, len(t), 100)]
+    assert max(map(abs, blocks)) < 0.004 and "the median of every 100 rounds is within 0.4 % of the whole probe's" in text
+    clock = [statistics.fmean(r[1] for r in d["smi"]) for d in probes]
+    assert all(abs(c - 1860) < 15 for c in clock) and "The SM clock averaged about 1860 MHz" in text
+    host = [sum(s["host"]) for s in slow]
+    assert (min(host), max(host)) == (6, 17) and "rare slow rounds (6-17 per probe) that no other call shares" in text
+    assert not any(s["host"][i] and (s["gpu"][i] or s["train"][i]) for s in slow for i in range(len(s["host"])))
+    steal = [r[2] for d in probes for r in d["cpu"]]
+    assert (len(steal), sum(x > 0 for x in steal)) == (2545, 1)
+    assert "CPU steal was zero in all but one of 2545 samples of 50 ms" in text
