@@ -61,6 +61,12 @@ back to back on the stream with a pair of CUDA events around each call and one s
 at the end (do_bench's method): the host's launch latency of the first kernel is hidden
 behind the flush, so the events time what the device does. The result carries the
 interquartile range (``ms_q25``, ``ms_q75``) beside median, mean, min and max.
+
+**Side by side** (:func:`time_interleaved`): several calls timed a round at a time, one call of each per round
+(every other round in reverse order), each on the clock and with the statistics above. Two back-to-back runs of
+:func:`time_fn` let a slow spell of a shared machine fall on one of them alone; interleaved, it falls on all
+(``ddp --pair-hook-post iterations``). On a quiet machine both give the same ratios
+(``data/measurements/hook_runner/h200_p1c/``); through a spell, neither does.
 """
 from __future__ import annotations
 
