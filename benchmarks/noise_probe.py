@@ -162,6 +162,8 @@ def report(records, verbose: bool = False) -> str:
 
 def table(data: dict) -> str:
     """One probe's tables (markdown) from the data ``measure`` wrote."""
+    from studykit.measure.timing import quartiles
+
     calls = data["calls"]
     n = min(len(calls[c]["times_ms"]) for c in CALLS)
     med = {c: statistics.median(calls[c]["times_ms"][:n]) for c in CALLS}
@@ -176,10 +178,10 @@ def table(data: dict) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     n_train = sum(slow["train"])
     for c in CALLS:
-        ts = sorted(calls[c]["times_ms"][:n])
-        q25, q75 = ts[len(ts) // 4], ts[(3 * len(ts)) // 4]
+        ts = calls[c]["times_ms"][:n]
+        q25, _, q75 = quartiles(ts)
         both = sum(s and t for s, t in zip(slow[c], slow["train"]))
-        lines.append(f"| {c} | {med[c]:.2f} | {q25:.2f}-{q75:.2f} | {ts[-1]:.2f} | {sum(slow[c])} of {n} | "
+        lines.append(f"| {c} | {med[c]:.2f} | {q25:.2f}-{q75:.2f} | {max(ts):.2f} | {sum(slow[c])} of {n} | "
                      + (f"{both} of {n_train} |" if n_train else "- |"))
     lines.append("")
     spans = {k: [] for k in (True, False)}
