@@ -433,8 +433,9 @@ def time_interleaved(fns: Sequence[Callable[[], object]], *, n_iter: int = PAPER
                      min_iter: int = 3, agree: Optional[Callable[[float], float]] = None, clock=None) -> list[Timing]:
     """:func:`time_fn` for several calls at once, iteration by iteration: ``n_warmup`` rounds, then up to
     ``n_iter`` timed rounds, each round calling every ``fn`` once (every other round in reverse order, so no call
-    always follows the same one). A slow spell of a shared machine then falls on every call alike, and a ratio
-    of two of them keeps its value where two back-to-back runs of :func:`time_fn` would not. Each call is timed
+    always follows the same one). A slow spell that lasts several rounds then falls on every call alike, where
+    two back-to-back runs of :func:`time_fn` would put it on one of them (spells of a shared GPU machine that
+    come and go within rounds still move a ratio: ``data/measurements/hook_runner/h200_p1c/``). Each call is timed
     alone on the clock of :func:`time_fn` (synchronised before it). ``budget_s``: no further round once one more
     would take any call past 80 % of it (:func:`another_iteration`; never fewer than ``min_iter`` rounds); the
     warm-up rounds always all run. Returns one :class:`Timing` per ``fn``, in order."""
@@ -462,7 +463,7 @@ def time_interleaved(fns: Sequence[Callable[[], object]], *, n_iter: int = PAPER
     times: list[list[float]] = [[] for _ in fns]
     cap = math.inf if budget_s is None else 0.8 * budget_s
     r = n_warmup
-    while not times[0] or all(another_iteration(t, n_iter, min_iter, cap) for t in times):
+    while all(another_iteration(t, n_iter, min_iter, cap) for t in times):
         one_round(times, r)  # agreed values: every rank takes the same branch
         r += 1
     return [Timing.from_times(t, n_warmup) for t in times]
