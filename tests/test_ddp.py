@@ -214,6 +214,39 @@ def test_one_round_codecs_chain_the_async_all_reduce_without_the_thread(name):
     assert not C.get("powersgd").one_round_allreduce and not C.get("fp16", error_feedback=True).one_round_allreduce
 
 
+class _TwinComm:
+    """World size 2 whose other worker holds the same gradient: an all-reduce doubles."""
+
+    rank, world_size = 0, 2
+
+    def all_reduce(self, t):
+        return t * 2
+
+    def all_gather(self, t):
+        return [t, t]
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "none"])
+def test_one_round_codecs_outside_the_async_chain_decode_into_the_bucket(name):
+    """A one-round codec run as one call of the protocol (a coalesced group of one bucket here; a bucket the graph
+    runner captures on CUDA) decodes the average straight into the bucket: the values of ``Compressor.reduce``, one
+    step counted, the payload's bytes sent."""
+    params = [torch.nn.Parameter(torch.randn(16, 8)), torch.nn.Parameter(torch.randn(8))]
+    state = sk_ddp.HookState(C.get(name), comm=_TwinComm(), coalesce_mb=0)
+    into = []
+    decode = state.compressor.decompress_mean_into
+    state.compressor.decompress_mean_into = lambda s, c, w, out: into.append(out.data_ptr()) or decode(s, c, w, out)
+    bucket = _Bucket(params)
+    grad = bucket.buffer().clone()
+    out = sk_ddp.compressor_hook(state, bucket).wait()
+    ref = C.get(name).reduce(grad, _TwinComm())
+    assert into == [bucket.buffer().data_ptr()] == [out.data_ptr()], "not decoded into the bucket"
+    assert torch.allclose(out, ref, rtol=0, atol=0), f"{name}: {out[:4]} != {ref[:4]}"
+    width = 4 if name == "none" else 2
+    assert state.compressor.step == 1 and state.calls == 1 and state.bytes_sent == grad.numel() * width
+    state.close()
+
+
 def test_hook_error_reaches_the_future():
     class Broken(_GatedComm):
         def all_reduce(self, t):

@@ -306,9 +306,7 @@ def test_ddp_on_two_gpus_trains_the_same_through_replayed_graphs(name):
                 assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"{name}: rank {rank}, coalesced differs"
             if name != "qsgd":
                 assert finals["graph_c0_graphs"] == 1, f"{name}: the coalesced iteration was not one replayed graph"
-            if name == "none":  # one all-reduce round: chained to an asynchronous all-reduce, nothing to capture
-                assert finals["graph_graphs"] == 0, f"{name}: a one-round all-reduce was captured"
-            elif name != "qsgd":  # qsgd draws host-seeded random numbers: eager
+            if name != "qsgd":  # qsgd draws host-seeded random numbers: eager (one-round "none" is captured too)
                 assert finals["graph_graphs"] > 0, f"{name}: no bucket was replayed as a graph"
 
 

@@ -307,6 +307,22 @@ def test_pairing_by_iterations_times_each_compressors_post_and_hooks_as_one_unit
     assert mddp._together(todo, set(), "configs") == [[c] for c in todo]
 
 
+def test_pairing_by_iterations_times_pytorchs_hook_beside_the_kits_of_the_same_codec():
+    """PyTorch's fp16 hook joins the kit's fp16 unit and its PowerSGD hook (rank 4) the kit's PowerSGD of rank 4,
+    not of rank 1; a built-in hook with no kit peer (bf16 not asked for) stays alone."""
+    specs = [CompressorSpec("fp16", {}), CompressorSpec("powersgd", {"rank": 1}), CompressorSpec("powersgd", {"rank": 4})]
+    args = (_Dist(), ["mlp_small"], None, specs, ("syncsgd", "builtin", "hook", "post"), (),
+            ("torch_fp16", "torch_bf16", "torch_powersgd"), 128)
+    todo = mddp.plan_configs(*args)
+    units = mddp._together(todo, set(), "iterations")
+    assert sorted(c.cid for u in units for c in u) == sorted(c.cid for c in todo)  # none lost, none twice
+    keys = [[(c.mode, c.compressor, c.params.get("rank")) for c in u] for u in units]
+    assert [("builtin", "torch_bf16", None)] in keys
+    assert [("post", "fp16", None), ("hook", "fp16", None), ("builtin", "torch_fp16", None)] in keys
+    assert [("post", "powersgd", 1), ("hook", "powersgd", 1)] in keys
+    assert [("post", "powersgd", 4), ("hook", "powersgd", 4), ("builtin", "torch_powersgd", 4)] in keys
+
+
 def test_run_ddp_names_the_valid_pairings():
     with pytest.raises(ValueError, match="pair_hook_post must be one of off, configs, iterations"):
         mddp.run_ddp(_Dist(), ["mlp_small"], [], None, pair_hook_post="rounds")

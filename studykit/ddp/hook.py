@@ -382,8 +382,9 @@ def _launch(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[t
         fut.set_result(_reduce_bucket(state, comp, buf, key, ids, shapes))
         return fut
     comm = state.comm  # built here, in the caller's thread
+    graph = state.runner == "graph" and cuda
     if comp.one_round_allreduce and not NonFinite.flagged(comp) and state.coalesce_bytes is None \
-            and hasattr(comm, "all_reduce_async"):
+            and hasattr(comm, "all_reduce_async") and not graph:
         _track(state, key, ids, shapes)
         return _reduce_async(state, comp, buf, comm)
     ready = consumer = None
@@ -396,13 +397,13 @@ def _launch(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[t
         waiting = sum(b.numel() * b.element_size() for b, *_ in state._pending)
         if bucket.is_last() or 0 < state.coalesce_bytes <= waiting:
             group, state._pending = state._pending, []
-            if state.runner == "graph" and cuda:
+            if graph:
                 _graph_run(state, comp, group, _group_key(group), comm, consumer)
             else:
                 state.submit(lambda: _run_group(state, comp, group, comm))
         return fut
 
-    if state.runner == "graph" and cuda:
+    if graph:
         _graph_run(state, comp, [(buf, key, ids, shapes, fut, ready)], key, comm, consumer)
         return fut
 
@@ -629,7 +630,9 @@ def _protocol(state: HookState, comp: Compressor, group: list, gkey, rec) -> Opt
     returns :meth:`NonFinite.spread`'s flag."""
     bufs = [b for b, *_ in group]
     bad = state.nonfinite.zero(comp, bufs)
-    if comp.partition_invariant:
+    if comp.one_round_allreduce and len(bufs) == 1:
+        _one_round_into(comp, bufs[0], rec)
+    elif comp.partition_invariant:
         outs = comp.reduce(bufs, rec, key=gkey)
         for b, o in zip(bufs, outs):
             if o.data_ptr() != b.data_ptr():
@@ -638,6 +641,18 @@ def _protocol(state: HookState, comp: Compressor, group: list, gkey, rec) -> Opt
         grads = [v for b, _, _, shapes, *_ in group for v in views(b, shapes)]
         copy_back(grads, comp.reduce(grads, rec, key=gkey))
     return state.nonfinite.spread(comp, bufs, rec, bad)
+
+
+def _one_round_into(comp: Compressor, buf: torch.Tensor, comm: Communicator) -> None:
+    """A one-round all-reduce protocol (``Compressor.one_round_allreduce``: fp16, bf16, none) on one bucket, its
+    average decoded straight into ``buf`` (:meth:`Compressor.decompress_mean_into`) as :func:`_reduce_async` decodes
+    it: one pass fewer than :meth:`Compressor.reduce`'s decoding into a new tensor and its copy into the bucket."""
+    flat = buf.view(-1)
+    comp.check([flat], comm.world_size)
+    payload, ctx = comp.compress(flat, comm.world_size)
+    summed = [comm.all_reduce(x.clone() if _shares_memory(x, flat) else x) for x in payload]
+    comp.decompress_mean_into(summed, ctx, comm.world_size, buf)
+    comp.advance()
 
 
 def _track(state: HookState, key: int, ids: list, shapes: list) -> None:

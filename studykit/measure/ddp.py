@@ -279,7 +279,9 @@ def _measure_together(cfgs: list[_Config], d: Dist, bases: dict, seq_len: int, t
 def _together(todo: list[_Config], done: set, pair: str) -> list[list[_Config]]:
     """The run's configurations in the units they are timed in: one each, or under ``pair == "iterations"``
     each compressor's post and hooks (same model, batch size, parameters and communicator) as one unit, where
-    its first member stood. A configuration already timed (only its ``hook_times`` record missing) stays alone."""
+    its first member stood, with PyTorch's built-in hook of the same codec (``torch_fp16`` beside ``fp16``,
+    ``torch_powersgd`` beside ``powersgd`` of its rank) in the first unit it matches. A configuration already timed
+    (only its ``hook_times`` record missing) stays alone."""
     if pair != "iterations":
         return [[c] for c in todo]
     units: list[list[_Config]] = []
@@ -294,7 +296,21 @@ def _together(todo: list[_Config], done: set, pair: str) -> list[list[_Config]]:
         else:
             at[key] = [c]
             units.append(at[key])
+    for b in [c for c in todo if c.mode == "builtin" and c.cid not in done]:
+        unit = next((u for u in at.values() if _builtin_peer(b, u[0])), None)
+        if unit is not None:
+            units = [u for u in units if u != [b]]
+            unit.append(b)
     return units
+
+
+def _builtin_peer(builtin: _Config, cfg: _Config) -> bool:
+    """Whether PyTorch's built-in hook ``builtin`` runs the codec of the kit's configuration ``cfg`` (post or hook,
+    through the backend's collectives): ``torch_<name>`` for the kit's ``<name>``, the parameters it records
+    (PowerSGD's rank) equal where the kit's configuration has them."""
+    return (builtin.compressor == f"torch_{cfg.compressor}" and cfg.comm is None
+            and (builtin.model, builtin.batch_size) == (cfg.model, cfg.batch_size)
+            and all(cfg.params.get(k, v) == v for k, v in builtin.params.items()))
 
 
 def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> None:
