@@ -15,9 +15,10 @@ _spec.loader.exec_module(hook_alone)
 P1 = ROOT / "data" / "measurements" / "hook_runner" / "h200_p1"
 
 
-def _rec(mode, ms, compressor=None, params=None, world_size=1, model="resnet50"):
+def _rec(mode, ms, compressor=None, params=None, world_size=1, model="resnet50", runner="graph"):
     return {"kind": "ddp", "status": "ok", "model": model, "mode": mode, "compressor": compressor,
             "params": params or {}, "ms_median": ms, "world_size": world_size, "hook_overlap": mode == "hook" or None,
+            "hook_runner": runner if mode == "hook" else None,
             "gpu": "test GPU", "git_commit": "abc", "n_iter": 30, "n_warmup": 10, "schema": 1}
 
 
@@ -30,6 +31,21 @@ def test_one_row_per_hook_with_post_pytorch_and_syncsgd():
     assert rows["powersgd rank=4"] == {"model": "resnet50", "compressor": "powersgd rank=4", "hook": 33.6, "n": 30,
                                        "post": 32.0, "syncsgd": 30.0, "pytorch": 48.0}
     assert rows["topk ratio=0.01"]["post"] is None and rows["topk ratio=0.01"]["pytorch"] is None
+
+
+def test_the_thread_runners_hook_is_a_row_of_its_own_beside_the_graph_runners(tmp_path):
+    """A round that ran both runners (``ddp --hook-runner thread graph``) keeps both hooks, each against the same
+    post and PyTorch's hook of its codec, the thread runner's marked; the header says so."""
+    recs = [_rec("post", 34.0, "bf16"), _rec("hook", 34.7, "bf16", runner=None), _rec("hook", 33.9, "bf16"),
+            _rec("builtin", 35.0, "torch_bf16")]
+    rows = {r["compressor"]: r for r in hook_alone.rows(recs)}
+    assert set(rows) == {"bf16", "bf16 (thread runner)"}
+    assert rows["bf16 (thread runner)"]["hook"] == 34.7 and rows["bf16"]["hook"] == 33.9
+    assert rows["bf16"]["post"] == rows["bf16 (thread runner)"]["post"] == 34.0 and rows["bf16"]["pytorch"] == 35.0
+    (tmp_path / "ddp_r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = hook_alone.report(tmp_path, verbose=False)
+    assert "Hooks: the graph runner, and the thread runner where marked, DDP built" in text
+    assert "Hooks: the graph runner, DDP built" in hook_alone.report([P1 / "ddp_r1.jsonl"], verbose=False)
 
 
 def test_two_rounds_side_by_side_with_hand_computed_ratios(tmp_path):

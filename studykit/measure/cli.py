@@ -176,8 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pair-hook-post", nargs="?", const="configs", default="off", choices=["off", "configs", "iterations"],
                    help="time each compressor's hooks beside its post (default off: every post first, then every "
                         "hook, so a run cut short still has post for each compressor): 'configs' (the flag alone) "
-                        "times them right after its post, 'iterations' also builds them side by side and times a "
-                        "round of each per iteration (records name each other in timed_with); on a shared machine "
+                        "times them right after its post, 'iterations' also builds them side by side, with PyTorch's "
+                        "hook of the same codec, and times a round of each per iteration (records name each other "
+                        "in timed_with); on a shared machine "
                         "a slow spell then falls on both sides of a hook / post ratio; the ids are unchanged")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="after timing each configuration, profile 3 more iterations with torch.profiler and write "
