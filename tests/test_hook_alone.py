@@ -293,8 +293,55 @@ def test_the_16bit_check_reads_its_records():
     assert "BERT-base's DDP has 14 buckets against ResNet-50's 5" in text
     findings = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     assert "its fp16 and bf16 hooks cost the same (1.025-1.028x, `h200_p1_16bit/`)" in findings
+    assert ("captured they were faster than chained in 34 of 36 side-by-side pairs, by a median of 5.1 %, and within "
+            "0.964-1.026x PyTorch's hook (`h200_p1_one_round/`)") in findings  # its numbers: the next test
+    assert "(spread 3.1-9.3 % in all but one)" in findings
 
 
 def test_the_p1c_hook_alone_table_is_the_script_output():
     p1c = P1.parent / "h200_p1c"
     assert (p1c / "hook_alone.md").read_text(encoding="utf-8") == hook_alone.report(p1c, verbose=False)
+
+
+def test_the_one_round_check_reads_its_records():
+    """hook_runner/h200_p1_one_round/README.md: the 16-bit hooks captured as graphs against the same hooks chained
+    on the host (the thread runner), post and PyTorch's hook, pair by pair in each round (and the table is the
+    script's output)."""
+    folder = P1.parent / "h200_p1_one_round"
+    assert (folder / "hook_alone.md").read_text(encoding="utf-8") == hook_alone.report(folder, verbose=False)
+    text = " ".join((folder / "README.md").read_text(encoding="utf-8").split())
+    recs = [hook_alone.load_records(f, quiet=True) for f in hook_alone.round_files(folder)]
+    rounds = [{(r["model"], r["compressor"]): r for r in hook_alone.rows(x)} for x in recs]
+    pairs = [(m, c) for m in ("bert_base", "resnet50") for c in ("bf16", "fp16")]
+    assert len(rounds) == 9 and all(sorted(x) == sorted(pairs + [(m, f"{c} (thread runner)") for m, c in pairs])
+                                    for x in rounds)
+    assert all(r.get("timed_with") for x in recs for r in x if r["kind"] == "ddp" and r["mode"] in ("hook", "post"))
+    graph_over_chain = [x[p]["hook"] / x[(p[0], f"{p[1]} (thread runner)")]["hook"] for x in rounds for p in pairs]
+    assert (len(graph_over_chain), sum(v < 1 for v in graph_over_chain)) == (36, 34)
+    assert f"{100 * (1 - statistics.median(graph_over_chain)):.1f}" == "5.1"
+    assert "The captured hook was faster in 34 of them, by a median of 5.1 %" in text
+    bert_bf16 = [x[("bert_base", "bf16")]["hook"] / x[("bert_base", "bf16 (thread runner)")]["hook"] for x in rounds]
+    assert (f"{min(bert_bf16):.3f}", f"{max(bert_bf16):.3f}") == ("0.863", "0.968")
+    assert "On BERT-base bf16 it took 0.863-0.968x the chained hook's time" in text
+    to_pt = [x[p]["hook"] / x[p]["pytorch"] for x in rounds for p in pairs]
+    chained_pt = [x[(m, f"{c} (thread runner)")]["hook"] / x[(m, c)]["pytorch"] for x in rounds for m, c in pairs]
+    assert (f"{min(to_pt):.3f}", f"{max(to_pt):.3f}", f"{max(chained_pt):.3f}") == ("0.964", "1.026", "1.169")
+    assert ("Every captured hook took 0.964-1.026x PyTorch's hook of the same codec. The chained hooks took up to "
+            "1.169x") in text
+    post = {p: [x[p]["hook"] / x[p]["post"] for x in rounds] for p in pairs}
+    resnet = post[("resnet50", "bf16")] + post[("resnet50", "fp16")]
+    assert (f"{min(resnet):.3f}", f"{max(resnet):.3f}", f"{statistics.median(resnet):.3f}") == ("0.990", "1.026", "1.008")
+    assert "ResNet-50's captured hooks took 0.990-1.026x post (median 1.008x)" in text
+    for c, lo, hi, med, said in (("fp16", "0.988", "1.133", "1.014", "BERT-base's fp16 took"),
+                                 ("bf16", "0.987", "1.090", "1.040", "its bf16")):
+        v = post[("bert_base", c)]
+        assert (f"{min(v):.3f}", f"{max(v):.3f}", f"{statistics.median(v):.3f}") == (lo, hi, med)
+        assert f"{said} {lo}-{hi}x (median {med}x)" in text
+    spreads = [_spread(x) for x in recs]
+    quiet = [i + 1 for i, v in enumerate(spreads) if v < 0.01]
+    others = [v for v in spreads if v >= 0.01]
+    assert quiet == [8] and (f"{100 * min(others):.1f}", f"{100 * max(others):.1f}", f"{100 * spreads[7]:.1f}") == \
+        ("3.1", "9.3", "0.6")
+    assert "was 3.1-9.3 % in all rounds but round 8 (0.6 %), against 0.2 % in the quiet rounds" in text
+    assert (f"{post[('bert_base', 'bf16')][7]:.3f}", f"{post[('bert_base', 'fp16')][7]:.3f}") == ("0.987", "1.023")
+    assert "In round 8, the one quiet round, BERT-base's bf16 hook took 0.987x post and its fp16 hook 1.023x" in text

@@ -58,13 +58,14 @@ def test_smi_rows_reads_nvidia_smis_csv_and_skips_what_is_not_a_sample():
 
 
 def test_the_h200_readme_reads_its_probes():
-    """data/measurements/noise_probe_h200/README.md against its three probes (and noise_probe.md is the script's)."""
+    """data/measurements/noise_probe_h200/README.md against its first three probes, on a quiet machine (and
+    noise_probe.md is the script's output for all six)."""
     import statistics
 
     folder = paths.MEASUREMENTS / "noise_probe_h200"
     probes = [json.loads((folder / f"probe_{i}.json").read_text()) for i in (1, 2, 3)]
     assert (folder / "noise_probe.md").read_text() == probe.report(
-        [folder / f"probe_{i}.json" for i in (1, 2, 3)])
+        [folder / f"probe_{i}.json" for i in (1, 2, 3, 4, 5, 6)])
     text = " ".join((folder / "README.md").read_text().split())
     med = [{c: statistics.median(d["calls"][c]["times_ms"]) for c in probe.CALLS} for d in probes]
     slow = [{c: [t > probe.SLOW * m[c] for t in d["calls"][c]["times_ms"]] for c in probe.CALLS}
@@ -92,3 +93,61 @@ def test_the_h200_readme_reads_its_probes():
     steal = [r[2] for d in probes for r in d["cpu"]]
     assert (len(steal), sum(x > 0 for x in steal)) == (2545, 1)
     assert "CPU steal was zero in all but one of 2545 samples of 50 ms" in text
+
+
+def test_the_h200_readme_reads_probe_4_on_a_noisy_host():
+    """The README's reading of probe 4: the host loop slow and unsteady beside the quiet machine's, the matmuls
+    steady, the training step's slow rounds, and the steal samples."""
+    import statistics
+
+    folder = paths.MEASUREMENTS / "noise_probe_h200"
+    quiet, noisy = (json.loads((folder / f"probe_{i}.json").read_text()) for i in (1, 4))
+    text = " ".join((folder / "README.md").read_text().split())
+    med = {c: statistics.median(noisy["calls"][c]["times_ms"]) for c in probe.CALLS}
+    host_quiet = statistics.median(quiet["calls"]["host"]["times_ms"])
+    host = noisy["calls"]["host"]["times_ms"]
+    blocks = [statistics.median(host[i:i + 100]) for i in range(0, len(host), 100)]
+    assert (f"{med['host']:.2f}", f"{med['host'] / host_quiet:.1f}", f"{host_quiet:.2f}") == ("16.28", "2.4", "6.88")
+    assert (f"{min(blocks):.1f}", f"{max(blocks):.1f}") == ("12.3", "17.3")
+    assert ("In probe 4, the fixed Python loop took a median of 16.28 ms, 2.4x the quiet machine's 6.88 ms, and its medians over "
+            "100 rounds ranged from 12.3 to 17.3 ms") in text
+    gpu = noisy["calls"]["gpu"]["times_ms"]
+    q = statistics.quantiles(gpu, n=4)
+    assert q[2] - q[0] < 0.005 * med["gpu"] and not any(t > probe.SLOW * med["gpu"] for t in gpu)
+    assert f"The matmuls stayed within 0.5 % of their median ({med['gpu']:.2f} ms) and never had a slow round" in text
+    train = noisy["calls"]["train"]["times_ms"]
+    slow = sum(t > probe.SLOW * med["train"] for t in train)
+    tb = [statistics.median(train[i:i + 100]) / med["train"] - 1 for i in range(0, len(train), 100)]
+    assert (slow, f"{med['train']:.2f}", f"{-100 * min(tb):.1f}", f"{100 * max(tb):.1f}") == (44, "34.13", "2.0", "2.6")
+    assert (f"{slow} of its 1000 rounds took over 1.1x its median ({med['train']:.2f} ms)" in text
+            and "moved from 2.0 % below the whole probe's to 2.6 % above" in text)
+    steal = [r[2] for r in noisy["cpu"]]
+    assert (sum(x > 0 for x in steal), len(steal), f"{100 * max(steal):.2f}") == (66, 1267, "1.25")
+    assert "CPU steal was above zero in 66 of 1267 samples of 50 ms, at most 1.25 %" in text
+
+
+def test_the_h200_readme_reads_probes_5_and_6_minutes_apart():
+    """Probes 5 and 6, before and after rounds 8 and 9 of hook_runner/h200_p1_one_round: the host loop's medians, and
+    those rounds' spreads as hook_alone.py gives them."""
+    import importlib.util
+    import statistics
+
+    folder = paths.MEASUREMENTS / "noise_probe_h200"
+    five, six = (json.loads((folder / f"probe_{i}.json").read_text()) for i in (5, 6))
+    host = [statistics.median(d["calls"]["host"]["times_ms"]) for d in (five, six)]
+    assert [f"{h:.2f}" for h in host] == ["9.03", "16.77"]
+    from datetime import datetime
+
+    apart = (datetime.fromisoformat(six["provenance"]["timestamp"]) -
+             datetime.fromisoformat(five["provenance"]["timestamp"])).total_seconds()
+    assert 150 <= apart <= 210  # three minutes
+    text = " ".join((folder / "README.md").read_text().split())
+    assert ("probe 5's loop took a median of 9.03 ms and probe 6's, three minutes later, 16.77 ms. Between them, round 8 "
+            "of `../hook_runner/h200_p1_one_round/` had a spread of 0.6 % and round 9 of 9.3 %") in text
+    spec = importlib.util.spec_from_file_location("hook_alone_np", paths.ROOT / "benchmarks" / "hook_alone.py")
+    ha = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ha)
+    rounds = paths.MEASUREMENTS / "hook_runner" / "h200_p1_one_round"
+    for r, want in ((8, "0.6"), (9, "9.3")):
+        note = ha._round_note(rounds / f"ddp_r{r}.jsonl", ha.load_records(rounds / f"ddp_r{r}.jsonl", quiet=True))
+        assert note.endswith(f"iterations' spread {want} %"), note
