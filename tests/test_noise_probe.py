@@ -151,3 +151,28 @@ def test_the_h200_readme_reads_probes_5_and_6_minutes_apart():
     for r, want in ((8, "0.6"), (9, "9.3")):
         note = ha._round_note(rounds / f"ddp_r{r}.jsonl", ha.load_records(rounds / f"ddp_r{r}.jsonl", quiet=True))
         assert note.endswith(f"iterations' spread {want} %"), note
+
+
+def test_quiet_below_judges_the_host_by_its_loops_spread(tmp_path, capsys):
+    """``--quiet-below``: exit 0 on a steady host loop, 3 on an unsteady one, the spread printed; a bad value is
+    refused. On the committed probes, 10 % passes the quiet machine's probes 1-3 and probe 5 (right before the one
+    quiet round of hook_runner/h200_p1_one_round) and stops probes 4 and 6 (beside its noisy rounds)."""
+    steady = _data()
+    steady["calls"]["host"]["times_ms"] = [10.0, 10.1, 9.9, 10.2, 9.8, 10.0, 10.05, 9.95]
+    unsteady = _data()
+    unsteady["calls"]["host"]["times_ms"] = [10.0, 14.0, 7.0, 16.0, 9.0, 12.0, 8.0, 15.0]
+    for data, rc, verdict in ((steady, 0, "quiet"), (unsteady, 3, "noisy")):
+        (tmp_path / "noise_probe.json").write_text(json.dumps(data))
+        assert probe.main(["--report", str(tmp_path), "--quiet-below", "0.1"]) == rc
+        assert f"(quiet below 10 %): {verdict}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        probe.main(["--report", str(tmp_path), "--quiet-below", "10"])
+    assert "--quiet-below must be a fraction between 0 and 1 (0.1: 10 %), got 10.0" in capsys.readouterr().err
+    folder = paths.MEASUREMENTS / "noise_probe_h200"
+    spreads = {i: probe.host_spread(json.loads((folder / f"probe_{i}.json").read_text())) for i in range(1, 7)}
+    assert [i for i, v in spreads.items() if v < 0.1] == [1, 2, 3, 5]
+    assert [f"{spreads[i]:.2f}" for i in (5, 6, 4)] == ["0.07", "0.14", "0.33"]
+    assert all(0.01 < spreads[i] < 0.02 for i in (1, 2, 3))  # the docstring of host_spread quotes these
+    text = " ".join((folder / "README.md").read_text().split())
+    assert ("It was 1-2 % in probes 1-3 and 7 % in probe 5, right before the one quiet round. It was 14 % and 33 % in "
+            "probes 6 and 4, beside noisy rounds") in text
