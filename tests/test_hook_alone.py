@@ -330,7 +330,8 @@ def test_the_one_round_check_reads_its_records():
             "1.169x") in text
     post = {p: [x[p]["hook"] / x[p]["post"] for x in rounds] for p in pairs}
     resnet = post[("resnet50", "bf16")] + post[("resnet50", "fp16")]
-    assert (f"{min(resnet):.3f}", f"{max(resnet):.3f}", f"{statistics.median(resnet):.3f}") == ("0.990", "1.026", "1.008")
+    assert (f"{min(resnet):.3f}", f"{max(resnet):.3f}", f"{statistics.median(resnet):.3f}") == \
+        ("0.990", "1.026", "1.008")
     assert "ResNet-50's captured hooks took 0.990-1.026x post (median 1.008x)" in text
     for c, lo, hi, med, said in (("fp16", "0.988", "1.133", "1.014", "BERT-base's fp16 took"),
                                  ("bf16", "0.987", "1.090", "1.040", "its bf16")):

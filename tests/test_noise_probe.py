@@ -142,8 +142,8 @@ def test_the_h200_readme_reads_probes_5_and_6_minutes_apart():
              datetime.fromisoformat(five["provenance"]["timestamp"])).total_seconds()
     assert 150 <= apart <= 210  # three minutes
     text = " ".join((folder / "README.md").read_text().split())
-    assert ("probe 5's loop took a median of 9.03 ms and probe 6's, three minutes later, 16.77 ms. Between them, round 8 "
-            "of `../hook_runner/h200_p1_one_round/` had a spread of 0.6 % and round 9 of 9.3 %") in text
+    assert ("probe 5's loop took a median of 9.03 ms and probe 6's, three minutes later, 16.77 ms. Between them, "
+            "round 8 of `../hook_runner/h200_p1_one_round/` had a spread of 0.6 % and round 9 of 9.3 %") in text
     spec = importlib.util.spec_from_file_location("hook_alone_np", paths.ROOT / "benchmarks" / "hook_alone.py")
     ha = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ha)

@@ -310,7 +310,8 @@ def test_pairing_by_iterations_times_each_compressors_post_and_hooks_as_one_unit
 def test_pairing_by_iterations_times_pytorchs_hook_beside_the_kits_of_the_same_codec():
     """PyTorch's fp16 hook joins the kit's fp16 unit and its PowerSGD hook (rank 4) the kit's PowerSGD of rank 4,
     not of rank 1; a built-in hook with no kit peer (bf16 not asked for) stays alone."""
-    specs = [CompressorSpec("fp16", {}), CompressorSpec("powersgd", {"rank": 1}), CompressorSpec("powersgd", {"rank": 4})]
+    specs = [CompressorSpec("fp16", {}), CompressorSpec("powersgd", {"rank": 1}),
+             CompressorSpec("powersgd", {"rank": 4})]
     args = (_Dist(), ["mlp_small"], None, specs, ("syncsgd", "builtin", "hook", "post"), (),
             ("torch_fp16", "torch_bf16", "torch_powersgd"), 128)
     todo = mddp.plan_configs(*args)

@@ -24,8 +24,9 @@ its own that first waits for the bucket's gradients, and completes the bucket's 
 its decode is done; DDP waits for all futures at the end of the backward pass. A protocol of
 one all-reduce round (``Compressor.one_round_allreduce``: fp16, bf16, none) skips the thread
 as PyTorch's own hooks do: encode on the current stream, ``all_reduce(..., async_op=True)``,
-decode in the future's callback (the graph runner captures it as it captures the others). ``overlap=False`` runs the protocol inside the hook (the old,
-blocking behaviour: on NCCL every collective then makes the backward pass's stream wait for it).
+decode in the future's callback (the graph runner captures it as it captures the others).
+``overlap=False`` runs the protocol inside the hook (the old, blocking behaviour: on NCCL every
+collective then makes the backward pass's stream wait for it).
 
 ``runner="graph"`` (CUDA) takes the protocol off the communication thread once DDP has settled its buckets: each
 bucket's protocol is captured as a CUDA graph (with its collectives) the ``CAPTURE_AFTER``-th time the bucket comes
