@@ -151,7 +151,9 @@ KIND_FIELDS: dict[str, dict[str, str]] = {
                        "`ddp --hook-runner`): graph (each bucket's protocol captured as a CUDA graph and replayed from "
                        "DDP's callback) or inline (the whole protocol in DDP's callback: a runner measured once and "
                        "removed, slower than the thread); null: the communication thread, as in every record "
-                       "written before this field existed",
+                       "written before this field existed. One-round codecs (fp16, bf16, none) skip the thread in "
+                       "both runners' records before kit commit 9c341fc: an asynchronous all-reduce, decoded in its "
+                       "callback; since then the graph runner captures them too",
         "broadcast_buffers": "modes syncsgd/builtin/hook: false when DDP ran without its buffer broadcast at every "
                              "forward (`ddp --no-broadcast-buffers`; an A/B that fits and scores leave out); null: "
                              "DDP's default (broadcast), as in every record written before this field existed",
