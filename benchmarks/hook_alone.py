@@ -29,9 +29,14 @@ PYTORCH = {"fp16": "torch_fp16", "bf16": "torch_bf16", "powersgd": "torch_powers
 REFERENCES = (("post", "post"), ("pytorch", "PyTorch's hook"), ("syncsgd", "syncSGD"))
 
 
+def round_number(file: Path) -> int:
+    """The round a record file holds, from its name (``ddp_r12.jsonl``: 12)."""
+    return int(file.stem.split("_r")[-1])
+
+
 def round_files(folder: Path) -> list[Path]:
     """The folder's round files, in round order; an error naming what is expected where there are none."""
-    files = sorted(folder.glob("ddp_r*.jsonl"), key=lambda f: int(f.stem.split("_r")[-1]))
+    files = sorted(folder.glob("ddp_r*.jsonl"), key=round_number)
     if not files:
         raise ValueError(f"{folder}: no ddp_r1.jsonl, ddp_r2.jsonl, ... (one ddp record file per round)")
     return files
@@ -105,7 +110,8 @@ def table(files: list[Path], title: str) -> str:
     keys = sorted(set().union(*per))
     any_r = next(r for r in rounds[0] if r.get("kind") == "ddp")
     commits = sorted({str(r.get("git_commit")) for recs in rounds for r in recs if r.get("kind") == "ddp"})
-    label = " / ".join(f"r{i + 1}" for i in range(len(files)))
+    numbers = [round_number(f) for f in files]
+    label = " / ".join(f"r{n}" for n in numbers)
     head = ["model", "kit hook", f"hook ms {label}"] + [f"{t} ms {label}" for _, t in REFERENCES] + [
         f"hook / {t} {label}" for _, t in REFERENCES]
     lines = [f"# The kit's hooks on one GPU (p = 1): {title}", "",
@@ -124,7 +130,7 @@ def table(files: list[Path], title: str) -> str:
         cells += [_cells([x and x[k] for x in xs], "{:.2f}") for k, _ in REFERENCES]
         for k, _ in REFERENCES:
             rs = [x["hook"] / x[k] if x and x[k] else None for x in xs]
-            ratios[k] += [(r, key, i + 1) for i, r in enumerate(rs) if r is not None]
+            ratios[k] += [(r, key, n) for n, r in zip(numbers, rs) if r is not None]
             cells.append(_cells(rs, "{:.3f}"))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")

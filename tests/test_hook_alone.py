@@ -62,6 +62,18 @@ def test_two_rounds_side_by_side_with_hand_computed_ratios(tmp_path):
         in text
 
 
+def test_rounds_are_labelled_by_their_file_numbers(tmp_path):
+    """A campaign that numbers its rounds on from an earlier one (ddp_r10.jsonl, ddp_r11.jsonl) is labelled so, in
+    round order (10 before 9 would be the names' order)."""
+    second = [dict(r, ms_median=r["ms_median"] * (1.05 if r["mode"] == "post" else 1.0)) for r in ROUND]
+    for n, recs in ((9, ROUND), (10, second)):
+        (tmp_path / f"ddp_r{n}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert [f.name for f in hook_alone.round_files(tmp_path)] == ["ddp_r9.jsonl", "ddp_r10.jsonl"]
+    text = hook_alone.report(tmp_path, verbose=False)
+    assert "| hook ms r9 / r10 |" in text and "r1 /" not in text
+    assert "- hook / post: 1.000 (resnet50, powersgd rank=4, r10) to 1.050 (resnet50, powersgd rank=4, r9)" in text
+
+
 def test_each_round_is_named_with_its_first_record_and_its_order(tmp_path):
     """The header says when each round's first record was written and whether its hooks came after every post or
     right after their own (``ddp --pair-hook-post``), read from the order of the records in the file."""
@@ -346,3 +358,59 @@ def test_the_one_round_check_reads_its_records():
     assert "was 3.1-9.3 % in all rounds but round 8 (0.6 %), against 0.2 % in the quiet rounds" in text
     assert (f"{post[('bert_base', 'bf16')][7]:.3f}", f"{post[('bert_base', 'fp16')][7]:.3f}") == ("0.987", "1.023")
     assert "In round 8, the one quiet round, BERT-base's bf16 hook took 0.987x post and its fp16 hook 1.023x" in text
+
+
+def test_the_gated_check_reads_its_records():
+    """hook_runner/h200_p1_gated/README.md: the 16-bit hooks again, read apart where a host probe let the round
+    through (10, 16, 17) and where it did not (11-15); the probes kept; the table is the script's output."""
+    folder = P1.parent / "h200_p1_gated"
+    assert (folder / "hook_alone.md").read_text(encoding="utf-8") == hook_alone.report(folder, verbose=False)
+    text = " ".join((folder / "README.md").read_text(encoding="utf-8").split())
+    files = hook_alone.round_files(folder)
+    assert [hook_alone.round_number(f) for f in files] == list(range(10, 18))
+    recs = {hook_alone.round_number(f): hook_alone.load_records(f, quiet=True) for f in files}
+    rows = {n: {(r["model"], r["compressor"]): r for r in hook_alone.rows(x)} for n, x in recs.items()}
+    gated, other = (10, 16, 17), (11, 12, 13, 14, 15)
+    spreads = {n: _spread(x) for n, x in recs.items()}
+    for ns, lo, hi in ((gated, "1.3", "2.1"), (other, "2.3", "6.7")):
+        assert (f"{100 * min(spreads[n] for n in ns):.1f}", f"{100 * max(spreads[n] for n in ns):.1f}") == (lo, hi)
+    assert "Their iterations' spread (the interquartile range over the median) was 1.3-2.1 %" in text
+    assert "Their spread was 2.3-6.7 %" in text
+
+    def post(ns, model, thread=False):
+        return [rows[n][(model, c + (" (thread runner)" if thread else ""))]["hook"] / rows[n][(model, c)]["post"]
+                for n in ns for c in ("bf16", "fp16")]
+
+    def span(vals):
+        return f"{min(vals):.3f}-{max(vals):.3f}"
+
+    assert (span(post(gated, "bert_base")), span(post(gated, "bert_base", True))) == ("0.986-0.993", "1.008-1.079")
+    assert ("In the three gated rounds they took 0.986-0.993x post (bf16 and fp16 alike). The chained hooks took "
+            "1.008-1.079x post in the same rounds") in text
+    assert (f"{max(post(other, 'bert_base')):.3f}", f"{max(post(other, 'bert_base', True)):.3f}") == ("1.204", "1.405")
+    assert "the captured hooks went up to 1.204x post and the chained ones to 1.405x" in text
+    assert (span(post(gated, "resnet50")), span(post(gated, "resnet50", True))) == ("1.009-1.037", "0.994-1.081")
+    assert "the captured hooks took 1.009-1.037x post and the chained ones 0.994-1.081x" in text
+
+    def g_over_t(ns, models):
+        return [rows[n][(m, c)]["hook"] / rows[n][(m, f"{c} (thread runner)")]["hook"]
+                for n in ns for m in models for c in ("bf16", "fp16")]
+
+    resnet = g_over_t(gated, ("resnet50",))
+    near = [v for v in resnet if 1.014 <= round(v, 3) <= 1.019]
+    assert (len(resnet), len(near)) == (6, 5)
+    assert "Captured over chained was 1.014-1.019x in 5 of the 6 gated pairs" in text
+    every = g_over_t(rows, ("bert_base", "resnet50"))
+    assert (len(every), sum(v < 1 for v in every), f"{100 * (1 - statistics.median(every)):.1f}") == (32, 24, "4.2")
+    assert "the captured hook was faster than chained in 24 of 32 pairs**, by a median of 4.2 %" in text
+    to_pt = [rows[n][(m, c)]["hook"] / rows[n][(m, c)]["pytorch"] for n in rows
+             for m in ("bert_base", "resnet50") for c in ("bf16", "fp16")]
+    assert span(to_pt) == "0.966-1.018" and "Every captured hook took 0.966-1.018x PyTorch's hook" in text
+    one_round = P1.parent / "h200_p1_one_round"
+    quiet = {(r["model"], r["compressor"]): r for r in hook_alone.rows(
+        hook_alone.load_records(one_round / "ddp_r8.jsonl", quiet=True))}
+    ratio = quiet[("resnet50", "bf16")]["hook"] / quiet[("resnet50", "bf16 (thread runner)")]["hook"]
+    assert f"{ratio:.3f}" == "1.015" and "one quiet round agrees for bf16 (1.015x)" in text
+    findings = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    assert ("BERT-base's captured 16-bit hooks took 0.986-0.993x post and the chained ones 1.008-1.079x; on ResNet-50 "
+            "the captured hooks took 1.009-1.037x post") in findings

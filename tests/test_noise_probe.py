@@ -176,3 +176,30 @@ def test_quiet_below_judges_the_host_by_its_loops_spread(tmp_path, capsys):
     text = " ".join((folder / "README.md").read_text().split())
     assert ("It was 1-2 % in probes 1-3 and 7 % in probe 5, right before the one quiet round. It was 14 % and 33 % in "
             "probes 6 and 4, beside noisy rounds") in text
+
+
+def test_the_gated_campaigns_probes_found_the_host_quiet_three_times():
+    """hook_runner/h200_p1_gated/probes/: the probes that gated its rounds (13-51, calls 2 and 3), as its README and
+    this folder's README read them: quiet (host loop spread below 10 %) in probes 16, 25 and 49 only, each right
+    before a round (16 and 17) or too late in its call for one (49)."""
+    import statistics
+    from datetime import datetime
+
+    folder = paths.MEASUREMENTS / "hook_runner" / "h200_p1_gated" / "probes"
+    data = {int(f.stem.split("_")[-1]): json.loads(f.read_text()) for f in folder.glob("probe_*.json")}
+    assert sorted(data) == list(range(13, 52))
+    spreads = {k: probe.host_spread(d) for k, d in data.items()}
+    assert [k for k, v in sorted(spreads.items()) if v < 0.1] == [16, 25, 49]
+    assert f"{100 * statistics.median(spreads.values()):.1f}" == "39.9"
+    assert all(d["provenance"]["rounds"] == 200 for d in data.values())
+    stamps = sorted(datetime.fromisoformat(d["provenance"]["timestamp"]) for d in data.values())
+    assert 16 * 60 <= (stamps[-1] - stamps[0]).total_seconds() <= 18 * 60  # about 17 minutes
+    text = " ".join((folder.parent / "README.md").read_text().split())
+    assert ("Only 3 of them found the host quiet: the host loop's spread was under 10 % in probes 16, 25 and 49, and "
+            "its median over the 39 was 39.9 %") in text
+    here = " ".join((paths.MEASUREMENTS / "noise_probe_h200" / "README.md").read_text().split())
+    assert ("found the host quiet in only 3 of 39 tries over about 17 minutes; the host loop's spread had a median "
+            "of 39.9 % there") in here
+    log = (folder.parent / "run.log").read_text()
+    assert log.count("== round 16") == 1 and log.index("== probe 16 ") < log.index("== round 16") < \
+        log.index("== probe 17 ")
