@@ -27,7 +27,8 @@ the rest, the mean SM clock and CPU steal sampled while they ran.
 Writes ``DIR/noise_probe.json`` (the times, their host start times, the samples and provenance) and prints the
 table; ``--report DIR --write`` writes it to ``DIR/noise_probe.md``. ``--quiet-below 0.1`` also judges the host and
 exits 3 where the host loop's interquartile range is not below 10 % of its median, so that a script can skip its
-timed runs on a noisy host (``python benchmarks/noise_probe.py --out DIR --quiet-below 0.1 && torchrun ...``).
+timed runs on a noisy host (``python benchmarks/noise_probe.py --out DIR --quiet-below 0.1 && torchrun ...``;
+``benchmarks/when_quiet.py`` probes and runs in turn until a time budget is spent).
 """
 from __future__ import annotations
 

@@ -200,6 +200,8 @@ def test_the_gated_campaigns_probes_found_the_host_quiet_three_times():
     here = " ".join((paths.MEASUREMENTS / "noise_probe_h200" / "README.md").read_text().split())
     assert ("found the host quiet in only 3 of 39 tries over about 17 minutes; the host loop's spread had a median "
             "of 39.9 % there") in here
+    usage = " ".join((paths.ROOT / "docs" / "usage.md").read_text().split())
+    assert "it found the host quiet in 3 of 39 tries over 17 minutes" in usage
     log = (folder.parent / "run.log").read_text()
     assert log.count("== round 16") == 1 and log.index("== probe 16 ") < log.index("== round 16") < \
         log.index("== probe 17 ")
