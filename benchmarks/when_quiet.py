@@ -10,7 +10,7 @@ quiet, the command once with ``{round}`` replaced by the round's number. It trie
 spent or ``--rounds`` rounds have run. ``--needs-s`` is what a probe and a round take together: no probe starts
 with less than that left, so every quiet probe is followed by its round.
 
-Writes ``DIR/probes/probe_K.json`` (each probe's ``noise_probe.json``, K from ``--first-probe`` on) and
+Writes ``DIR/probe_K.json`` (each probe's ``noise_probe.json``, K from ``--first-probe`` on) and
 ``DIR/when_quiet.log`` (each try: when, the probe's verdict line, the round it let through and that round's exit
 status), and prints the same lines. Stops with an error where a probe fails (no CUDA device, say) or a round exits
 non-zero; what ran before stays. Exits 0 where at least one round ran, 3 where none did.
@@ -48,10 +48,10 @@ def gate(command: list[str], out: Path, budget_s: float, needs_s: float, *, quie
     """Probe and run until the budget is spent or ``max_rounds`` rounds have run; the rounds that ran.
 
     ``probe(dir, rounds, quiet_below) -> (status, output)`` and ``run(command) -> status`` are the two calls (the
-    tests pass their own); a probe's ``noise_probe.json`` is moved to ``out/probes/probe_K.json``."""
+    tests pass their own); a probe's ``noise_probe.json`` is moved to ``out/probe_K.json`` (beside the rounds' files,
+    one campaign folder, as ``data/measurements`` keeps them)."""
     start = clock()
-    probes = out / "probes"
-    probes.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     log_path = out / "when_quiet.log"
     k, r, ran = first_probe, first_round, []
 
@@ -61,10 +61,10 @@ def gate(command: list[str], out: Path, budget_s: float, needs_s: float, *, quie
             f.write(line + "\n")
 
     while budget_s - (clock() - start) >= needs_s and (max_rounds is None or len(ran) < max_rounds):
-        target = probes / f"probe_{k}.json"
+        target = out / f"probe_{k}.json"
         if target.exists():
-            raise FileExistsError(f"{target} exists; give --first-probe past the probes already in {probes}")
-        work = probes / f".probe_{k}"
+            raise FileExistsError(f"{target} exists; give --first-probe past the probes already in {out}")
+        work = out / f".probe_{k}"
         log(f"== probe {k} at {clock() - start:.0f} s")
         status, text = probe(work, probe_rounds, quiet_below)
         verdict = next((x for x in reversed(text.splitlines()) if x.startswith("the host loop's spread")), None)
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  usage="%(prog)s --out DIR --budget-s S --needs-s S [options] -- COMMAND ...")
-    ap.add_argument("--out", type=Path, required=True, help="where probes/ and when_quiet.log go")
+    ap.add_argument("--out", type=Path, required=True, help="where the probes (probe_K.json) and when_quiet.log go")
     ap.add_argument("--budget-s", type=float, required=True, help="seconds to keep trying")
     ap.add_argument("--needs-s", type=float, required=True,
                     help="seconds a probe and a round take together: no probe starts with less left")

@@ -179,13 +179,13 @@ def test_quiet_below_judges_the_host_by_its_loops_spread(tmp_path, capsys):
 
 
 def test_the_gated_campaigns_probes_found_the_host_quiet_three_times():
-    """hook_runner/h200_p1_gated/probes/: the probes that gated its rounds (13-51, calls 2 and 3), as its README and
+    """hook_runner/h200_p1_gated/probe_*.json: the probes that gated its rounds (13-51, calls 2 and 3), as its README and
     this folder's README read them: quiet (host loop spread below 10 %) in probes 16, 25 and 49 only, each right
     before a round (16 and 17) or too late in its call for one (49)."""
     import statistics
     from datetime import datetime
 
-    folder = paths.MEASUREMENTS / "hook_runner" / "h200_p1_gated" / "probes"
+    folder = paths.MEASUREMENTS / "hook_runner" / "h200_p1_gated"
     data = {int(f.stem.split("_")[-1]): json.loads(f.read_text()) for f in folder.glob("probe_*.json")}
     assert sorted(data) == list(range(13, 52))
     spreads = {k: probe.host_spread(d) for k, d in data.items()}
@@ -194,7 +194,7 @@ def test_the_gated_campaigns_probes_found_the_host_quiet_three_times():
     assert all(d["provenance"]["rounds"] == 200 for d in data.values())
     stamps = sorted(datetime.fromisoformat(d["provenance"]["timestamp"]) for d in data.values())
     assert 16 * 60 <= (stamps[-1] - stamps[0]).total_seconds() <= 18 * 60  # about 17 minutes
-    text = " ".join((folder.parent / "README.md").read_text().split())
+    text = " ".join((folder / "README.md").read_text().split())
     assert ("Only 3 of them found the host quiet: the host loop's spread was under 10 % in probes 16, 25 and 49, and "
             "its median over the 39 was 39.9 %") in text
     here = " ".join((paths.MEASUREMENTS / "noise_probe_h200" / "README.md").read_text().split())
@@ -202,6 +202,6 @@ def test_the_gated_campaigns_probes_found_the_host_quiet_three_times():
             "of 39.9 % there") in here
     usage = " ".join((paths.ROOT / "docs" / "usage.md").read_text().split())
     assert "it found the host quiet in 3 of 39 tries over 17 minutes" in usage
-    log = (folder.parent / "run.log").read_text()
+    log = (folder / "run.log").read_text()
     assert log.count("== round 16") == 1 and log.index("== probe 16 ") < log.index("== round 16") < \
         log.index("== probe 17 ")

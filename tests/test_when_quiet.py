@@ -56,9 +56,10 @@ def test_rounds_run_only_after_quiet_probes_numbered_on(tmp_path):
     assert fake.commands == [["ddp", "--out", str(tmp_path / f"ddp_r{r}.jsonl")] for r in (10, 11)]
     assert [p[0] for p in fake.probed] == [f".probe_{k}" for k in range(7, 18)]
     assert {p[1:] for p in fake.probed} == {(150, 0.08)}
-    kept = sorted((tmp_path / "probes").iterdir(), key=lambda f: int(f.stem.split("_")[-1]))
-    assert [f.name for f in kept] == [f"probe_{k}.json" for k in range(7, 18)]  # no work folders left
-    assert json.loads((tmp_path / "probes" / "probe_8.json").read_text()) == {"probe": 2}
+    kept = sorted(tmp_path.glob("probe_*.json"), key=lambda f: int(f.stem.split("_")[-1]))
+    assert [f.name for f in kept] == [f"probe_{k}.json" for k in range(7, 18)]
+    assert sorted(f.name for f in tmp_path.iterdir() if f.is_dir()) == []  # no work folders left
+    assert json.loads((tmp_path / "probe_8.json").read_text()) == {"probe": 2}
     log = (tmp_path / "when_quiet.log").read_text()
     assert log.index("== probe 8 at 20 s") < log.index("== round 10 at 40 s") < log.index("== probe 9 at 100 s")
     assert log.count("== round") == 2 and log.count("(quiet below 10 %): noisy") == 9
@@ -77,7 +78,7 @@ def test_a_failed_probe_or_round_stops_it_and_keeps_what_ran(tmp_path):
     fake = Fake([0, 2])
     with pytest.raises(RuntimeError, match=r"probe 2 failed \(exit status 2\); 1 rounds ran before it"):
         _gate(fake, tmp_path)
-    assert sorted(f.name for f in (tmp_path / "probes").iterdir()) == ["probe_1.json"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["probe_1.json", "when_quiet.log"]
     assert "measuring needs a CUDA device" in (tmp_path / "when_quiet.log").read_text()
     fake = Fake([0, 0], round_status=1)
     with pytest.raises(RuntimeError, match=r"round 1 exited with status 1; 0 rounds ran before it"):
@@ -86,11 +87,10 @@ def test_a_failed_probe_or_round_stops_it_and_keeps_what_ran(tmp_path):
 
 
 def test_probes_already_kept_are_not_overwritten(tmp_path):
-    (tmp_path / "probes").mkdir()
-    (tmp_path / "probes" / "probe_1.json").write_text("kept")
+    (tmp_path / "probe_1.json").write_text("kept")
     with pytest.raises(FileExistsError, match="give --first-probe past the probes already in"):
         _gate(Fake([0]), tmp_path)
-    assert (tmp_path / "probes" / "probe_1.json").read_text() == "kept"
+    assert (tmp_path / "probe_1.json").read_text() == "kept"
 
 
 @pytest.mark.parametrize("args, said", [
@@ -108,7 +108,7 @@ def test_bad_arguments_are_refused(tmp_path, capsys, args, said):
     with pytest.raises(SystemExit) as exc:
         wq.main(["--out", str(tmp_path)] + args)
     assert exc.value.code == 2 and said in capsys.readouterr().err
-    assert not (tmp_path / "probes").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_on_a_machine_without_cuda_the_real_probe_fails_clearly(tmp_path, capsys):
@@ -123,4 +123,4 @@ def test_on_a_machine_without_cuda_the_real_probe_fails_clearly(tmp_path, capsys
     assert rc == 1
     assert "when_quiet: probe 1 failed (exit status 2); 0 rounds ran before it" in capsys.readouterr().err
     assert "measuring needs a CUDA device" in (tmp_path / "when_quiet.log").read_text()
-    assert list((tmp_path / "probes").iterdir()) == []
+    assert [f.name for f in tmp_path.iterdir()] == ["when_quiet.log"]
