@@ -362,7 +362,8 @@ def test_the_one_round_check_reads_its_records():
 
 def test_the_gated_check_reads_its_records():
     """hook_runner/h200_p1_gated/README.md: the 16-bit hooks again, read apart where a host probe let the round
-    through (10, 16, 17) and where it did not (11-15); the table is the script's output (the probes: test_noise_probe)."""
+    through (10, 16, 17) and where it did not (11-15); the table is the script's output (its probes are read in
+    test_noise_probe.py)."""
     folder = P1.parent / "h200_p1_gated"
     assert (folder / "hook_alone.md").read_text(encoding="utf-8") == hook_alone.report(folder, verbose=False)
     text = " ".join((folder / "README.md").read_text(encoding="utf-8").split())
