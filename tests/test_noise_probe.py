@@ -180,8 +180,8 @@ def test_quiet_below_judges_the_host_by_its_loops_spread(tmp_path, capsys):
 
 def test_the_gated_campaigns_probes_found_the_host_quiet_three_times():
     """hook_runner/h200_p1_gated/probe_*.json: the probes that gated its rounds (13-51, calls 2 and 3), as its
-    README and this folder's README read them: quiet (host loop spread below 10 %) in probes 16, 25 and 49 only, each right
-    before a round (16 and 17) or too late in its call for one (49)."""
+    README and this folder's README read them: quiet (host loop spread below 10 %) in probes 16, 25 and 49 only,
+    each right before a round (16 and 17) or too late in its call for one (49)."""
     import statistics
     from datetime import datetime
 
