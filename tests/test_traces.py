@@ -61,3 +61,80 @@ def test_bad_traces_are_clear_errors(tmp_path, content, match):
 def test_iterations_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
         summarize_trace(_trace(), iterations=0)
+
+
+def test_device_activity_is_what_a_trace_without_kernels_lacks(tmp_path):
+    from studykit.measure.traces import has_device_activity
+
+    assert has_device_activity(_trace())
+    host_only = [e for e in _trace() if e["cat"] not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert not has_device_activity(host_only)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": host_only}).encode()))
+    assert not has_device_activity(path)
+
+
+class _Profile:
+    """Stands in for torch.profiler.profile: the n-th profile exports ``traces[n]`` (hand-made events)."""
+
+    def __init__(self, traces):
+        self.traces, self.n = traces, 0
+
+    def __call__(self, activities=None):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.n += 1
+        return False
+
+    def export_chrome_trace(self, path):
+        with gzip.open(path, "wt") as f:
+            json.dump({"traceEvents": self.traces[self.n - 1]}, f)
+
+
+def _run_trace(monkeypatch, tmp_path, traces, device="cuda:0"):
+    """``studykit.measure.ddp._trace`` with a stand-in profiler and one rank on ``device``: (steps, trace dir)."""
+    import types
+
+    import torch
+
+    from studykit.measure import ddp as mddp
+
+    prof = _Profile(traces)
+    monkeypatch.setattr(torch.profiler, "profile", prof)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    steps = []
+    d = types.SimpleNamespace(device=torch.device(device), is_main=True, agree_max=lambda x: x)
+    cfg = types.SimpleNamespace(model="resnet50", batch_size=64, mode="hook", compressor="bf16",
+                                hook_coalesce_mb=None, hook_runner="graph")
+    mddp._trace(lambda: steps.append(1), d, cfg, str(tmp_path / "tr"))
+    return len(steps), tmp_path / "tr"
+
+
+def test_a_gpu_trace_the_profiler_left_empty_is_profiled_again(monkeypatch, tmp_path):
+    """``ddp --trace-dir``: a profile on a GPU that recorded no device work (seen on an H200) is taken again."""
+    from studykit.measure.traces import has_device_activity
+
+    host_only = [e for e in _trace() if e["cat"] != "kernel"]
+    steps, folder = _run_trace(monkeypatch, tmp_path, [host_only, _trace()])
+    assert steps == 6  # two profiles of 3 iterations
+    assert has_device_activity(folder / "resnet50_b64_hook_bf16_graph.json.gz")
+
+
+def test_a_gpu_trace_empty_every_time_is_not_written_and_is_named(monkeypatch, tmp_path, capsys):
+    from studykit.measure.ddp import TRACE_TRIES
+
+    host_only = [e for e in _trace() if e["cat"] != "kernel"]
+    steps, folder = _run_trace(monkeypatch, tmp_path, [host_only] * TRACE_TRIES)
+    assert steps == 3 * TRACE_TRIES and list(folder.iterdir()) == []
+    err = capsys.readouterr().err
+    assert "no device activity for resnet50_b64_hook_bf16_graph" in err and "not written" in err
+
+
+def test_a_cpu_trace_has_no_device_work_to_miss(monkeypatch, tmp_path):
+    host_only = [e for e in _trace() if e["cat"] != "kernel"]
+    steps, folder = _run_trace(monkeypatch, tmp_path, [host_only], device="cpu")
+    assert steps == 3 and [p.name for p in folder.iterdir()] == ["resnet50_b64_hook_bf16_graph.json.gz"]

@@ -313,9 +313,17 @@ def _builtin_peer(builtin: _Config, cfg: _Config) -> bool:
             and all(cfg.params.get(k, v) == v for k, v in builtin.params.items()))
 
 
+#: profiles of a configuration tried before its trace is given up: CUPTI at times records no device activity at
+#: all (seen on one H200 under torch 2.11, several profiles in one process), and such a trace cannot be read
+TRACE_TRIES = 3
+
+
 def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> None:
     """3 iterations of ``step`` under ``torch.profiler`` (CPU and, on GPUs, CUDA activity); rank 0 writes
     ``<trace_dir>/<model>_b<batch>_<mode>_<compressor>[_c<coalesce MB>][_<rate>G].json.gz``.
+
+    A trace on a GPU that holds no device activity (the profiler at times records none) is profiled again, every
+    rank together, up to :data:`TRACE_TRIES` times; after the last it is removed and a warning names it.
 
     The next configurations are timed after this profile. PyTorch leaves CUPTI attached when a profile
     ends unless ``TEARDOWN_CUPTI=1`` (https://github.com/pytorch/pytorch/issues/144455), and an attached
@@ -326,22 +334,33 @@ def _trace(step: Callable[[], None], d: Dist, cfg: _Config, trace_dir: str) -> N
     runs that check it are indexed in ``data/campaigns.toml``)."""
     import os
 
+    from studykit.measure.traces import has_device_activity
+
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if d.device.type == "cuda" else [])
-    with torch.profiler.profile(activities=acts) as prof:
-        for _ in range(3):
-            step()
-        if d.device.type == "cuda":
-            torch.cuda.synchronize(d.device)
-    if not d.is_main:
-        return
     rate = (_network() or {}).get("rate_gbps")
     name = (f"{cfg.model}_b{cfg.batch_size}_{cfg.mode}_{cfg.compressor or 'dense'}"
             + ("" if cfg.hook_coalesce_mb is None else f"_c{cfg.hook_coalesce_mb:g}")
             + ("" if cfg.hook_runner is None else f"_{cfg.hook_runner}")
             + ("" if rate is None else f"_{rate:g}G"))
-    os.makedirs(trace_dir, exist_ok=True)
-    prof.export_chrome_trace(os.path.join(trace_dir, name + ".json.gz"))  # gzipped by the profiler (.gz)
+    path = os.path.join(trace_dir, name + ".json.gz")  # gzipped by the profiler (.gz)
+    for attempt in range(1, TRACE_TRIES + 1):
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(3):
+                step()
+            if d.device.type == "cuda":
+                torch.cuda.synchronize(d.device)
+        empty = 0.0
+        if d.is_main:
+            os.makedirs(trace_dir, exist_ok=True)
+            prof.export_chrome_trace(path)
+            empty = float(d.device.type == "cuda" and not has_device_activity(path))
+        if not d.agree_max(empty):  # every rank profiles again, or none does
+            return
+        if d.is_main and attempt == TRACE_TRIES:
+            os.remove(path)
+            print(f"ddp: warning: the profiler recorded no device activity for {name} in {TRACE_TRIES} tries; "
+                  f"its trace is not written", file=sys.stderr, flush=True)
 
 
 def measure_bucket_times(cfg: _Config, d: Dist, base: torch.nn.Module, batch, *, n_iter: int = 5,

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["load_trace", "summarize_trace", "traces_markdown"]
+__all__ = ["has_device_activity", "load_trace", "summarize_trace", "traces_markdown"]
 
 #: Chrome-trace categories of device work
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -42,6 +42,14 @@ def load_trace(path: str | Path) -> list[dict]:
     if not isinstance(events, list):
         raise ValueError(f"{path}: no traceEvents list (a torch.profiler export_chrome_trace file has one)")
     return [e for e in events if isinstance(e, dict)]
+
+
+def has_device_activity(events: list[dict] | str | Path) -> bool:
+    """Whether a trace (events, or a file :func:`load_trace` reads) holds any device work (kernel, memcpy,
+    memset): a profile on a GPU whose CUPTI recorded nothing has none, and :func:`summarize_trace` refuses it."""
+    if not isinstance(events, list):
+        events = load_trace(events)
+    return any(e.get("cat", "") in DEVICE_CATS for e in events)
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -1,0 +1,198 @@
+"""How long a DDP comm hook holds the backward pass's host thread, bucket by bucket: the kit's hook on its two
+runners (``graph``: a captured protocol replayed from DDP's callback; ``thread``: the communication thread, or for
+one-round codecs such as fp16 an asynchronous all-reduce chained on the host) beside PyTorch's hook of the same
+codec. DDP calls the hook on autograd's thread between two gradients; while the hook runs, no further backward
+kernel is launched, so where the GPU has little queued work this host time is added to the iteration.
+
+    python -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/hook_host.py \\
+        --models resnet50 bert_base --compressors bf16 fp16 --out hook_host.jsonl
+    python benchmarks/hook_host.py --table hook_host.jsonl [--write]     # the table (--write: hook_host.md beside)
+
+Each configuration (model, codec, hook) is timed with ``studykit.measure.timing.time_fn`` (30 iterations after 10
+warm-up by default, CUDA events) in a DDP built with ``gradient_as_bucket_view=True, broadcast_buffers=False``; a
+wrapper around the registered hook stamps each call's start and return on the host (``time.perf_counter_ns``).
+One JSON line per configuration, with the kit's provenance: the iteration's median, each timed iteration's hook
+host time summed over its buckets, and each bucket's median host time per call. What the wrapper cannot see: work
+the hook leaves to other threads (the thread runner's protocol, a chained decode that runs later).
+"""
+import argparse
+import copy
+import functools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: the hooks timed per codec: the kit's two runners and PyTorch's hook of the codec
+HOOKS = ("graph", "thread", "pytorch")
+#: codecs with a PyTorch hook of their own (``default_hooks``)
+PYTORCH = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
+
+
+class HookClock:
+    """Stamps each call of a DDP comm hook on the host, by bucket index and iteration (``iteration``, set by the
+    caller): :meth:`wrap` gives the hook to register, with the wrapped hook's name and signature (DDP checks both)."""
+
+    def __init__(self):
+        self.iteration, self.calls = 0, []
+
+    def wrap(self, hook):
+        @functools.wraps(hook)
+        def timed(state, bucket):
+            t0 = time.perf_counter_ns()
+            fut = hook(state, bucket)
+            self.calls.append((self.iteration, bucket.index(), (time.perf_counter_ns() - t0) / 1e3))
+            return fut
+        return timed
+
+    def summary(self, first: int, last: int) -> dict:
+        """Per-iteration sums (us) over iterations ``first``..``last`` and each bucket's median (us), by index."""
+        kept = [c for c in self.calls if first <= c[0] <= last]
+        if not kept:
+            raise ValueError(f"no hook calls in iterations {first}-{last}: did DDP call the hook?")
+        per_iter = [sum(us for i, _, us in kept if i == it) for it in range(first, last + 1)]
+        buckets = sorted({b for _, b, _ in kept})
+        per_bucket = [statistics.median(us for _, b, us in kept if b == k) for k in buckets]
+        return {"hook_us_per_iter": per_iter, "hook_us_median": statistics.median(per_iter),
+                "bucket_us_median": per_bucket, "buckets": len(buckets)}
+
+
+def _register(net, hook: str, codec: str, clock: "HookClock"):
+    """Register ``hook`` for ``codec`` on ``net`` through ``clock``; returns the kit's hook state (None: PyTorch's)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from studykit import ddp as sk_ddp
+
+    original = net.register_comm_hook
+
+    def wrapped(state, fn):
+        return original(state, clock.wrap(fn))
+
+    net.register_comm_hook = wrapped
+    if hook == "pytorch":
+        if codec not in PYTORCH:
+            raise ValueError(f"PyTorch has no hook for {codec!r}; it has one for {', '.join(PYTORCH)}")
+        net.register_comm_hook(None, getattr(default_hooks, PYTORCH[codec]))
+        return None
+    return sk_ddp.register(net, codec, runner=hook)
+
+
+def run(argv=None) -> int:
+    import torch
+
+    from studykit import compressors as C
+    from studykit import models as M
+    from studykit.measure.records import provenance
+    from studykit.measure.runtime import finish_dist, init_dist
+    from studykit.measure.timing import time_fn
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["resnet50", "bert_base"], choices=M.available())
+    ap.add_argument("--compressors", nargs="+", default=["bf16", "fp16"], metavar="NAME",
+                    help="codecs (default bf16 fp16); the pytorch hook only for " + ", ".join(PYTORCH))
+    ap.add_argument("--hooks", nargs="+", default=list(HOOKS), choices=HOOKS)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--out", type=Path, required=True, help="JSON lines, appended")
+    args = ap.parse_args(argv)
+    if args.iters < 1 or args.warmup < 0:
+        ap.error(f"--iters must be >= 1 and --warmup >= 0, got {args.iters} and {args.warmup}")
+    for name in args.compressors:
+        C.get(name)  # a bad name fails here, before any GPU work
+    d = init_dist(require_group=True)
+    if d.device.type != "cuda" and "graph" in args.hooks:
+        print("hook_host: no CUDA device: the graph runner runs the thread's way; timing it anyway", file=sys.stderr)
+    ok = False
+    try:
+        for model_name in args.models:
+            torch.manual_seed(0)
+            base = M.build(model_name).to(d.device).train()
+            batch = M.example_batch(model_name, M.default_batch(model_name), d.device)
+            for codec in args.compressors:
+                for hook in args.hooks:
+                    if hook == "pytorch" and (codec not in PYTORCH or d.backend != "nccl"):
+                        continue  # PyTorch's 16-bit hooks: NCCL only (MACHINE-NOTES: bf16 refused on gloo)
+                    model = copy.deepcopy(base)
+                    net = torch.nn.parallel.DistributedDataParallel(
+                        model, device_ids=[d.device.index] if d.device.type == "cuda" else None,
+                        gradient_as_bucket_view=True, broadcast_buffers=False)
+                    clock = HookClock()
+                    state = _register(net, hook, codec, clock)
+                    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+                    def step():
+                        clock.iteration += 1
+                        opt.zero_grad(set_to_none=True)
+                        M.loss(model_name, net, batch).backward()
+                        opt.step()
+
+                    t = time_fn(step, n_iter=args.iters, n_warmup=args.warmup, device=d.device, agree=d.agree_max)
+                    summary = clock.summary(clock.iteration - args.iters + 1, clock.iteration)
+                    if state is not None:
+                        state.close()
+                    if d.is_main:
+                        rec = {"kind": "hook_host", "model": model_name, "batch_size": M.default_batch(model_name),
+                               "compressor": codec, "hook": hook, "world_size": d.world_size,
+                               "ms_median": t.ms_median, "ms_q25": t.ms_q25, "ms_q75": t.ms_q75,
+                               "times_ms": list(t.times_ms), "n_iter": args.iters, "n_warmup": args.warmup,
+                               **summary, **provenance(d.device)}
+                        with open(args.out, "a", encoding="utf-8") as f:
+                            f.write(json.dumps(rec) + "\n")
+                        print(f"{model_name:10s} {codec:6s} {hook:8s} {t.ms_median:8.2f} ms/iter, hook holds the "
+                              f"host {summary['hook_us_median']:8.1f} us/iter over {summary['buckets']} buckets",
+                              flush=True)
+                    del net, model, opt, state, step, clock
+        ok = True
+    finally:
+        finish_dist(d, ok)
+    return 0
+
+
+def table(path: Path) -> str:
+    """The markdown table of a ``hook_host`` file: per model and codec, each hook's iteration and host time."""
+    from studykit.measure.records import RecordError, load_records
+
+    try:
+        recs = load_records(path, kind="hook_host", quiet=True)
+    except RecordError as exc:
+        raise SystemExit(f"hook_host.py --table: {exc}") from None
+    if not recs:
+        raise SystemExit(f"{path}: no hook_host records (python -m torch.distributed.run ... benchmarks/hook_host.py "
+                         f"--out FILE writes them)")
+    r0 = recs[0]
+    lines = [f"# How long each hook holds the backward pass's host thread: {path.parent.name}", "",
+             f"Device: {r0['world_size']} x {r0.get('gpu')}; torch {r0.get('torch')}, NCCL {r0.get('nccl')}; kit "
+             f"commit {r0.get('git_commit')}; median of {r0['n_iter']} timed iterations after {r0['n_warmup']} "
+             f"warm-up; DDP(gradient_as_bucket_view=True, broadcast_buffers=False). Host time: what the hook call "
+             f"took on the host, summed over the iteration's buckets (median over iterations), and its median per "
+             f"bucket call. Generated by `python benchmarks/hook_host.py --table FILE --write`.", "",
+             "| model | codec | hook | ms per iteration | hook host us per iteration | buckets | us per bucket call, "
+             "median (smallest-largest) |", "|---|---|---|---:|---:|---:|---|"]
+    for r in recs:
+        b = r["bucket_us_median"]
+        lines.append(f"| {r['model']} | {r['compressor']} | {r['hook']} | {r['ms_median']:.2f} | "
+                     f"{r['hook_us_median']:.0f} | {r['buckets']} | {statistics.median(b):.0f} ({min(b):.0f}-"
+                     f"{max(b):.0f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def report(records_path, verbose: bool = False) -> str:
+    """:func:`table` of ``records_path`` (a ``hook_host`` JSON-lines file), printed with ``verbose``."""
+    text = table(Path(records_path))
+    if verbose:
+        print(text)
+    return text
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--table":
+        text = table(Path(sys.argv[2]))
+        print(text)
+        if "--write" in sys.argv[3:]:
+            (Path(sys.argv[2]).parent / "hook_host.md").write_text(text, encoding="utf-8")
+        sys.exit(0)
+    sys.exit(run())
