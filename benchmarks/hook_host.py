@@ -29,6 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 #: the hooks timed per codec: the kit's two runners and PyTorch's hook of the codec
 HOOKS = ("graph", "thread", "pytorch")
+#: iterations run with cProfile inside the hook calls (``--python-profile``), after the timed ones
+PROFILED_ITERATIONS = 10
 #: codecs with a PyTorch hook of their own (``default_hooks``)
 PYTORCH = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 
@@ -39,12 +41,18 @@ class HookClock:
 
     def __init__(self):
         self.iteration, self.calls = 0, []
+        self.profiler = None  #: a cProfile.Profile to run inside each hook call (:func:`python_profile`), or None
 
     def wrap(self, hook):
         @functools.wraps(hook)
         def timed(state, bucket):
+            prof = self.profiler
             t0 = time.perf_counter_ns()
+            if prof is not None:
+                prof.enable()
             fut = hook(state, bucket)
+            if prof is not None:
+                prof.disable()
             self.calls.append((self.iteration, bucket.index(), (time.perf_counter_ns() - t0) / 1e3))
             return fut
         return timed
@@ -59,6 +67,19 @@ class HookClock:
         per_bucket = [statistics.median(us for _, b, us in kept if b == k) for k in buckets]
         return {"hook_us_per_iter": per_iter, "hook_us_median": statistics.median(per_iter),
                 "bucket_us_median": per_bucket, "buckets": len(buckets)}
+
+
+def python_profile(prof, iterations: int, top: int) -> list[dict]:
+    """The ``top`` functions of a cProfile run inside the hook calls of ``iterations`` iterations, by the time spent
+    in them alone: ``function`` (file name:line(name)), ``calls`` and ``own_us`` per iteration. cProfile slows
+    every Python call it sees, so these times are larger than the hook's own: read them as shares."""
+    import pstats
+
+    rows = []
+    for (file, line, func), (_, calls, own, _cum, _) in pstats.Stats(prof).stats.items():
+        rows.append({"function": f"{Path(file).name}:{line}({func})", "calls": calls / iterations,
+                     "own_us": own * 1e6 / iterations})
+    return sorted(rows, key=lambda r: -r["own_us"])[:top]
 
 
 def _register(net, hook: str, codec: str, clock: "HookClock"):
@@ -97,10 +118,14 @@ def run(argv=None) -> int:
     ap.add_argument("--hooks", nargs="+", default=list(HOOKS), choices=HOOKS)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--python-profile", type=int, default=0, metavar="N",
+                    help="after the timing, 10 more iterations with cProfile inside each hook call; the record keeps "
+                         "the N functions the hook spent most time in (default 0: none)")
     ap.add_argument("--out", type=Path, required=True, help="JSON lines, appended")
     args = ap.parse_args(argv)
-    if args.iters < 1 or args.warmup < 0:
-        ap.error(f"--iters must be >= 1 and --warmup >= 0, got {args.iters} and {args.warmup}")
+    if args.iters < 1 or args.warmup < 0 or args.python_profile < 0:
+        ap.error(f"--iters must be >= 1, --warmup and --python-profile >= 0, got {args.iters}, {args.warmup} and "
+                 f"{args.python_profile}")
     for name in args.compressors:
         C.get(name)  # a bad name fails here, before any GPU work
     d = init_dist(require_group=True)
@@ -132,6 +157,14 @@ def run(argv=None) -> int:
 
                     t = time_fn(step, n_iter=args.iters, n_warmup=args.warmup, device=d.device, agree=d.agree_max)
                     summary = clock.summary(clock.iteration - args.iters + 1, clock.iteration)
+                    if args.python_profile:
+                        import cProfile
+
+                        clock.profiler = prof = cProfile.Profile()
+                        for _ in range(PROFILED_ITERATIONS):
+                            step()
+                        clock.profiler = None
+                        summary["python_profile"] = python_profile(prof, PROFILED_ITERATIONS, args.python_profile)
                     if state is not None:
                         state.close()
                     if d.is_main:

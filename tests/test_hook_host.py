@@ -78,9 +78,29 @@ def test_a_cpu_run_writes_one_record_per_hook_with_provenance(tmp_path):
     out = tmp_path / "h.jsonl"
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                     str(ROOT / "benchmarks" / "hook_host.py"), "--models", "mlp_small", "--compressors", "fp16",
-                    "--iters", "3", "--warmup", "1", "--out", str(out)],
+                    "--iters", "3", "--warmup", "1", "--python-profile", "3", "--out", str(out)],
                    check=True, capture_output=True, timeout=300, cwd=tmp_path)
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["hook"] for r in recs] == ["graph", "thread"]  # PyTorch's 16-bit hooks: NCCL only
     assert all(len(r["hook_us_per_iter"]) == 3 and r["buckets"] >= 1 and r["hook_us_median"] > 0
-               and r["git_commit"] and r["torch"] for r in recs)
+               and r["git_commit"] and r["torch"] and len(r["python_profile"]) == 3 for r in recs)
+
+
+def test_the_python_profile_keeps_the_costliest_functions_per_iteration():
+    import cProfile
+
+    def costly():
+        return sum(range(20000))
+
+    def cheap():
+        return 1
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(4):
+        costly()
+        cheap()
+    prof.disable()
+    rows = hook_host.python_profile(prof, iterations=2, top=2)
+    assert len(rows) == 2 and "costly" in rows[0]["function"] and rows[0]["calls"] == pytest.approx(2.0)
+    assert rows[0]["own_us"] >= rows[1]["own_us"] > 0
