@@ -445,8 +445,8 @@ class _BucketGraph:
 def _graph_run(state: HookState, comp: Compressor, group: list, gkey, comm, consumer) -> None:
     """The graph runner for ``group``, (buffer, index, ids, shapes, future, ready event) per bucket: one bucket
     alone (``gkey`` its index) or a coalesced group (``gkey`` its :func:`_group_key`). A protocol captured before
-    replays its graph (in the hook when the thread is idle, a few microseconds of host work); one seen
-    ``CAPTURE_AFTER`` times with the same parameters and buffers is captured, in the hook, once the thread is idle;
+    replays its graph (in the hook when the thread is idle: a graph launch and the future, no protocol Python); one
+    seen ``CAPTURE_AFTER`` times with the same parameters and buffers is captured, in the hook, once the thread is idle;
     anything else runs on the thread as with the thread runner. Completes every bucket's future."""
     ids = [i for _, _, bids, *_ in group for i in bids]
     ptrs = tuple(b.data_ptr() for b, *_ in group)
@@ -730,7 +730,7 @@ def register(ddp_model, compressor: Union[str, Compressor], process_group=None, 
     ``runner`` (overlapped hooks on CUDA): "thread" runs each bucket's (or coalesced group's) protocol on the
     communication thread; "graph" captures it as a CUDA graph once DDP has settled its buckets (its
     ``CAPTURE_AFTER``-th call with the same parameters and buffers) and from then on replays it from DDP's callback:
-    a few microseconds of host work per bucket or group instead of the protocol's Python and its dozens of launches.
+    one graph launch per bucket or group instead of the protocol's Python and its dozens of launches.
     A protocol that draws host-seeded random numbers (ATOMO; the fused kernels of the stochastic codecs read the
     step on the device and replay), replaces its state tensors or waits for the device keeps running on
     the thread. On CPU both run the thread's way.
