@@ -147,7 +147,7 @@ def run(argv=None) -> int:
             for codec in args.compressors:
                 for hook in args.hooks:
                     if hook == "pytorch" and (codec not in PYTORCH or d.backend != "nccl"):
-                        continue  # PyTorch's 16-bit hooks: NCCL only (MACHINE-NOTES: bf16 refused on gloo)
+                        continue  # PyTorch's 16-bit hooks: NCCL only (its bf16 hook is refused on gloo)
                     model = copy.deepcopy(base)
                     net = torch.nn.parallel.DistributedDataParallel(
                         model, device_ids=[d.device.index] if d.device.type == "cuda" else None,
