@@ -446,8 +446,8 @@ def _graph_run(state: HookState, comp: Compressor, group: list, gkey, comm, cons
     """The graph runner for ``group``, (buffer, index, ids, shapes, future, ready event) per bucket: one bucket
     alone (``gkey`` its index) or a coalesced group (``gkey`` its :func:`_group_key`). A protocol captured before
     replays its graph (in the hook when the thread is idle: a graph launch and the future, no protocol Python); one
-    seen ``CAPTURE_AFTER`` times with the same parameters and buffers is captured, in the hook, once the thread is idle;
-    anything else runs on the thread as with the thread runner. Completes every bucket's future."""
+    seen ``CAPTURE_AFTER`` times with the same parameters and buffers is captured, in the hook, once the thread is
+    idle; anything else runs on the thread as with the thread runner. Completes every bucket's future."""
     ids = [i for _, _, bids, *_ in group for i in bids]
     ptrs = tuple(b.data_ptr() for b, *_ in group)
     where = ptrs if isinstance(gkey, tuple) else ptrs[0]  # a bucket alone: its buffer's address
