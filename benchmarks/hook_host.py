@@ -6,7 +6,7 @@ kernel is launched, so where the GPU has little queued work this host time is ad
 
     python -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/hook_host.py \\
         --models resnet50 bert_base --compressors bf16 fp16 --out hook_host.jsonl
-    python benchmarks/hook_host.py --table hook_host_r1.jsonl [FILE ...] [--write]   # the tables (--write: hook_host.md beside)
+    python benchmarks/hook_host.py --table hook_host_r1.jsonl [FILE ...] [--write]   # --write: hook_host.md beside
 
 Each configuration (model, codec, hook) is timed with ``studykit.measure.timing.time_fn`` (30 iterations after 10
 warm-up by default, CUDA events) in a DDP built with ``gradient_as_bucket_view=True, broadcast_buffers=False``; a
@@ -76,8 +76,9 @@ def _profiler_own(function: str) -> bool:
 
 def python_profile(prof, iterations: int, top: int) -> list[dict]:
     """The ``top`` functions of a cProfile run inside the hook calls of ``iterations`` iterations (cProfile's own
-    calls left out), by the time spent in them alone: ``function`` (file name:line(name)), ``calls`` and ``own_us`` per iteration. cProfile slows
-    every Python call it sees, so these times are larger than the hook's own: read them as shares."""
+    calls left out), by the time spent in them alone: ``function`` (file name:line(name)), ``calls`` and ``own_us``
+    per iteration. cProfile slows every Python call it sees, so these times are larger than the hook's own: read
+    them as shares."""
     import pstats
 
     rows = []

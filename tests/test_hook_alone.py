@@ -459,7 +459,8 @@ def test_the_traced_check_reads_its_traces_and_records():
     assert (f"{min(captured):.2f}", f"{max(captured):.2f}") == ("2.40", "14.09")
     least = {min((v, c) for c, v in t[idle].items() if not c.startswith("post"))[1] for t in resnet.values()}
     assert len(least) > 1 and "2.40-14.09 ms for the captured bf16 hook across rounds" in text
-    rounds = {hook_alone.round_number(f): hook_alone.load_records(f, quiet=True) for f in hook_alone.round_files(folder)}
+    rounds = {hook_alone.round_number(f): hook_alone.load_records(f, quiet=True)
+              for f in hook_alone.round_files(folder)}
     ratio = {}
     for n, recs in rounds.items():
         rows = {(r["model"], r["compressor"]): r for r in hook_alone.rows(recs)}

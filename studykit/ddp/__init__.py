@@ -34,7 +34,8 @@ with the same parameters and buffer, in DDP's callback while the thread is idle,
 graph launch and the bucket's future per bucket, about as much host work as PyTorch's own hooks do (0.1-0.4 ms a
 bucket on a lent H200's host, ``data/measurements/hook_runner/h200_p1_host/``). A protocol whose replay would not be
 its next call (random numbers seeded on the host, state replaced by new tensors) or that cannot be captured (it waits
-for the device) keeps running on the thread; a rebuilt bucket, a swapped compressor or an overflow's forgotten state is captured again.
+for the device) keeps running on the thread; a rebuilt bucket, a swapped compressor or an overflow's forgotten state
+is captured again.
 
 ``coalesce_mb`` (overlapped hooks) holds buckets back until at least that many MB of them, or the iteration's
 last bucket, are ready, and runs the protocol once over all of them: a protocol of small, latency-bound
