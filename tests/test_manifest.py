@@ -273,8 +273,10 @@ def test_regen_refuses_committed_data_without_the_flag_and_writes_elsewhere(tmp_
     assert paths.OVERWRITE_FLAG in capsys.readouterr().err and demo.stat().st_mtime_ns == before
     assert cli.main(["data", "regen", "--only", "measurements/synthetic", "verification/README.md", "--out", str(tmp_path),
                      "--quiet"]) == 0
-    assert (tmp_path / "measurements" / "synthetic" / "demo.jsonl").read_bytes() == demo.read_bytes()
-    assert (tmp_path / "verification" / "README.md").read_text() == (paths.DATA / "verification" / "README.md").read_text()
+    # written there, the same as the committed files up to float rounding (numpy's sums move with its version)
+    for rel in ("measurements/synthetic/demo.jsonl", "verification/README.md"):
+        out = datacli.compare_files(tmp_path / rel, paths.DATA / rel, "regen", rel)
+        assert out.verdict in ("identical", "within tolerance"), out
 
 
 def test_check_fails_naming_a_file_that_differs(tmp_path, monkeypatch, capsys):
