@@ -30,6 +30,7 @@ RECORDS = "data/measurements/bandwidth/h200_p2d"
 def table() -> pd.DataFrame:
     from studykit.perfmodel.verify import cli
     from studykit.perfmodel.verify.files import read_predictions
+    from studykit.perfmodel.verify.platform import coalesce_of
 
     with tempfile.TemporaryDirectory() as tmp:
         rc = cli.main(["--records", str(ROOT / RECORDS), *ARGS, "--out", tmp])
@@ -37,7 +38,7 @@ def table() -> pd.DataFrame:
             raise SystemExit(f"verify failed ({rc})")
         p = read_predictions(tmp)
     h = p[(p["mode"] == "hook") & (p["variant"] == "extended")].copy()
-    h["coalesce_mb"] = h["config"].str.extract(r"coalesce=([0-9.]+)MB")[0].fillna("none (per bucket)")
+    h["coalesce_mb"] = ["none (per bucket)" if c is None else f"{c:g}" for c in map(coalesce_of, h["config"])]
     return h
 
 

@@ -1691,13 +1691,20 @@ def test_findings_reading_of_the_latest_full_codec_run_holds():
     """docs/findings.md on codec_repeat_h200_all/ (every codec at one commit): the PASS count and every range
     it names, from the records (the worse of the two runs, as the speed-target table judges)."""
     text = " ".join((Path(__file__).parent.parent / "docs" / "findings.md").read_text(encoding="utf-8").split())
-    text = text[text.index("The latest run times every codec at one commit"):]
-    runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / "codec_repeat_h200_all" / "codecs.jsonl"),
-                                    quiet=True) if r["kind"] == "bench"]
-    assert {r["git_commit"][:7] for r in runs} == {"3395d8d"}
-    v = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
-    v = v[v["verdict"].isin(["PASS", "MISS"])]
-    assert len(v) == 36 and f"{(v['verdict'] == 'PASS').sum()} of {len(v)} target rows PASS" in text
+    text = text[text.index("The two latest runs time every codec at one commit each"):]
+
+    def verdicts(folder, commit):
+        runs = [r for r in load_records(str(Path(CODEC_KERNELS).parent / folder / "codecs.jsonl"), quiet=True)
+                if r["kind"] == "bench"]
+        assert {r["git_commit"][:7] for r in runs} == {commit}
+        v = bench.speed_targets(bench.compare_runs(bench.split_repeats(runs)))
+        return runs, v[v["verdict"].isin(["PASS", "MISS"])]
+
+    runs, v = verdicts("codec_repeat_h200_all", "3395d8d")
+    again = verdicts("codec_repeat_h200_rerun", "4ee8452")[1]
+    assert len(v) == 36 and f"{(v['verdict'] == 'PASS').sum()} of {len(v)} target rows PASS in each, the same rows" in text
+    key = ["compressor", "params", "verdict"]
+    assert sorted(map(tuple, v[key].values)) == sorted(map(tuple, again[key].values))
 
     def span(rows, fmt="{:.1f}"):
         lo, hi = fmt.format(float(rows["value"].min())), fmt.format(float(rows["value"].max()))

@@ -149,3 +149,31 @@ def test_the_codec_runs_block_counts_agreement_eager_configurations_and_targets(
     monkeypatch.setattr(paths, "DATA", tmp_path)
     line = codec_runs_block(["measurements/codec_run"]).splitlines()[-1]
     assert line == "| codec_run | abc1234 | CUDA graph replays (bench --graph) | 1 of 2 | 1 | 1 of 2 |"
+
+
+def test_the_codec_rerun_block_sets_each_run_beside_the_same_run_of_another_campaign(tmp_path, monkeypatch):
+    """Two campaigns by hand, two runs each: fp16 at 0.08 ms in all four runs (ratio 1), quantize 0.20/0.21 ms in
+    the first campaign and 0.21/0.25 ms in the second (run 1: 1.05, agrees; run 2: 1.19, disagrees)."""
+    from studykit import paths
+    from studykit.measure.records import SCHEMA_VERSION
+    from studykit.nbtools.codec_blocks import codec_rerun_block
+
+    def rec(name, ms, repeat):
+        return {"schema": SCHEMA_VERSION, "kind": "bench", "status": "ok", "config_id": f"{name}-{repeat}",
+                "model": "resnet50", "compressor": name, "params": {}, "phase": "encdec", "layout": "flat",
+                "mode": "flat:fast", "device": "cuda:0", "floor_ms": 0.05, "ms_median": ms, "n_iter": 100,
+                "repeat": repeat, "timer": "cuda_graph"}
+
+    for name, quantize in (("old", (0.20, 0.21)), ("new", (0.21, 0.25))):
+        folder = tmp_path / "measurements" / name
+        folder.mkdir(parents=True)
+        rows = [rec("fp16", 0.08, r) for r in (1, 2)] + [rec("quantize", ms, r) for r, ms in zip((1, 2), quantize)]
+        (folder / "codecs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(paths, "DATA", tmp_path)
+    lines = codec_rerun_block("measurements/old", "measurements/new").splitlines()
+    assert lines[0].endswith("| new / old: median [min-max] |")
+    assert lines[2] == "| run 1 of each | 2 | 2 | 1.025 [1.000-1.050] |"
+    assert lines[3] == "| run 2 of each | 2 | 1 | 1.095 [1.000-1.190] |"
+    (tmp_path / "measurements" / "new" / "codecs.jsonl").write_text(json.dumps(rec("fp16", 0.08, 1)) + "\n")
+    with pytest.raises(ValueError, match="must each hold two runs"):
+        codec_rerun_block("measurements/old", "measurements/new")

@@ -186,7 +186,7 @@ def test_a_graph_runner_hook_is_priced_without_the_host_chain():
     hooks.index = hooks.index.str.replace(" runner=graph", "")
     assert other["inputs"].str.contains(", host chain").sum() == graph.sum()
     assert not other["inputs"].str.contains("graph runner").any()
-    both = hooks.join(other, rsuffix="_thread", how="inner")
+    both = hooks.merge(other, left_index=True, right_index=True, suffixes=("", "_thread"))
     assert len(both) == len(hooks)
     assert (both["predicted_ms"] - both["predicted_ms_thread"]).abs().max() > 0.1  # the host chain moved some
 
@@ -723,6 +723,58 @@ def test_implied_encode_decode_by_hand():
     assert "| m | c | rank 4 | 3 | 6.00 | 4.00 | 0.67 | 20.0 % |" in verify.implied_encode_decode_markdown(t)
     with pytest.raises(ValueError, match=r"lack column\(s\) \['t_comm_ms'\]"):
         verify.implied_encode_decode(pd.DataFrame(rows).drop(columns="t_comm_ms"))
+
+
+def test_coalesce_picks_by_hand():
+    def row(config, predicted, measured, rate=5.0, **kw):
+        return dict({"variant": "extended", "mode": "hook", "config": config, "model": "m", "batch_size": 8,
+                     "compressor": "powersgd", "world_size": 2, "rate_gbps": rate, "predicted_ms": predicted,
+                     "measured_ms": measured}, **kw)
+    base = "m b8 hook powersgd {{rank:4}}{} runner=graph p=2 {}Gbps"
+    rows = [row(base.format("", 5), 40.0, 48.0),                       # per bucket: predicted fastest
+            row(base.format(" coalesce=100MB", 5), 41.0, 42.0),        # 100 MB: measured fastest
+            row(base.format(" coalesce=0MB", 5), 45.0, 45.0),          # once per iteration
+            row(base.format(" coalesce=0MB", 25), 30.0, 33.0, rate=25.0),  # predicted as fast as per bucket:
+            row(base.format("", 25), 30.0, 30.0, rate=25.0),                 # the tie goes to per bucket, right
+            row(base.format("", 1), 60.0, 60.0, rate=1.0),             # one setting only: no choice to score
+            row(base.format("", 5), 1.0, 99.0, variant="paper"),       # another variant: not read
+            row(base.format("", 5).replace("hook", "post"), 1.0, 99.0, mode="post")]
+    t = verify.coalesce_picks(pd.DataFrame(rows)).set_index("rate_gbps")
+    assert sorted(t.index) == [5.0, 25.0] and list(t["settings"].loc[[5.0, 25.0]]) == [3, 2]
+    assert t.loc[5.0, "fastest"] == "100 MB" and t.loc[5.0, "pick"] == "per bucket"
+    assert t.loc[5.0, "pick_over_fastest"] == pytest.approx(48.0 / 42.0)
+    assert t.loc[5.0, "measured"] == {"per bucket": 48.0, "100 MB": 42.0, "per iteration": 45.0}
+    assert t.loc[25.0, "fastest"] == t.loc[25.0, "pick"] == "per bucket" and t.loc[25.0, "pick_over_fastest"] == 1.0
+    md = verify.coalesce_picks_markdown(t.reset_index())
+    assert "| 25 | 2 | m b8 | powersgd | 30.0 / 30.0 |  | 33.0 / 30.0 | per bucket | per bucket | 1.00 |" in md
+    assert "| 5 | 2 | m b8 | powersgd | 48.0 / 40.0 | 42.0 / 41.0 | 45.0 / 45.0 | 100 MB | per bucket | 1.14 |" in md
+    assert "fastest coalescing for 1 of 2 hooks; its picks took at most 1.14x the fastest (median 1.07x)" in md
+    assert "per bucket: measured / predicted ms | 100 MB: measured / predicted ms | per iteration:" in md
+    assert "No hook" in verify.coalesce_picks_markdown(verify.coalesce_picks(pd.DataFrame(rows[5:6])))
+
+
+def test_hook_runner_readme_reading_of_the_coalescing_picks_holds():
+    """data/verification/hook_runner/README.md's and docs/findings.md's reading of the coalesce-picks block."""
+    folder = paths.DATA / "verification" / "hook_runner" / "h200_p2_coalesce"
+    t = verify.coalesce_picks(verify.read_predictions(folder))
+    # the model picks per bucket, the default, for every hook it scored
+    assert len(t) == 6 and (t["pick"] == "per bucket").all()
+    # it predicts per bucket and 100 MB groups alike on BERT-base's 5 and 25 Gbit/s links
+    bert = t[t["model"] == "bert_base"].set_index("rate_gbps")
+    for rate in (5.0, 25.0):
+        assert bert.loc[rate, "predicted"]["per bucket"] == pytest.approx(bert.loc[rate, "predicted"]["100 MB"],
+                                                                            rel=1e-3)
+    # its one costly pick: BERT-base at 5 Gbit/s, whose per-bucket hook was slower than at 25 Gbit/s
+    costly = t[t["pick_over_fastest"] > 1.05]
+    assert list(zip(costly["model"], costly["rate_gbps"])) == [("bert_base", 5.0)]
+    assert bert.loc[5.0, "measured"]["per bucket"] > bert.loc[25.0, "measured"]["per bucket"]
+    # findings: post within its target, the hooks not, worst on BERT-base's per-bucket hook at 1 Gbit/s
+    s = pd.read_csv(folder / "summary.csv").set_index(["group", "variant"])
+    assert s.loc[("compressors (post)", "extended"), "median_abs_rel_error"] <= 0.03
+    assert s.loc[("compressors (post)", "extended"), "max_abs_rel_error"] <= 0.10
+    worst = s.loc[("compressors (hook)", "extended")]
+    assert worst["max_abs_rel_error"] > 0.15 and "coalesce" not in worst["worst_config"]
+    assert worst["worst_config"].startswith("bert_base b16 hook") and worst["worst_config"].endswith("p=2 1Gbps")
 
 
 def test_bandwidth_readme_reading_of_the_implied_encode_decode_holds():

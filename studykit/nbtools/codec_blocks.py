@@ -43,6 +43,26 @@ def codec_runs_block(campaigns: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def codec_rerun_block(before: str, after: str) -> str:
+    """The same codecs timed in two campaigns (data-relative folders holding ``codecs.jsonl``, each with two runs),
+    run ``i`` of ``after`` beside run ``i`` of ``before``: configurations in both, how many agree within 10 %
+    (``bench.compare_runs``) and the ratio after / before of their medians."""
+    from studykit.measure import bench
+    from studykit.measure.records import load_records
+
+    first, second = (bench.split_repeats(load_records(paths.DATA / c / "codecs.jsonl", quiet=True))
+                     for c in (before, after))
+    if len(first) != 2 or len(second) != 2:
+        raise ValueError(f"codec_rerun: {before} and {after} must each hold two runs")
+    out = [f"| runs | configurations in both | agree within 10 % | {Path(after).name} / {Path(before).name}: "
+           "median [min-max] |", "|---|---:|---:|---|"]
+    for i in (0, 1):
+        c = bench.compare_runs([first[i], second[i]]).dropna(subset=["ratio"])
+        out.append(f"| run {i + 1} of each | {len(c)} | {int(c['agree'].sum())} | {c['ratio'].median():.3f} "
+                   f"[{c['ratio'].min():.3f}-{c['ratio'].max():.3f}] |")
+    return "\n".join(out) + "\n"
+
+
 #: cuSOLVER's batched Jacobi eigen/singular-value kernels (ATOMO's decompositions)
 ATOMO_SOLVER = ("syevj", "syevbj", "gesvdj", "gesvdbj", "rotate")
 

@@ -440,10 +440,11 @@ def splice(text: str, marker: str, block: str) -> str:
 
 BUILDERS: dict[str, Callable[..., object]] = {
     "summary": RB.summary_block, "implied_encode_decode": RB.implied_encode_decode_block, "hook_budget": RB.hook_budget_block,
+    "coalesce_picks": RB.coalesce_picks_block,
     "hook_gamma": RB.hook_gamma_block, "hook_variants": RB.hook_variants_block, "gamma_measured": RB.gamma_measured_block,
     "claims": RB.claims_block, "folders": RB.folders_block, "crossovers": RB.crossovers_block,
     "crossovers_at_scale": RB.crossovers_at_scale_block, "hook_runners": HB.hook_runners_block, "hook_views": HB.hook_views_block,
-    "codec_runs": CB.codec_runs_block,
+    "codec_runs": CB.codec_runs_block, "codec_rerun": CB.codec_rerun_block,
     "nvlink_checks": RB.nvlink_checks_blocks, "nvlink_alone": RB.nvlink_alone_blocks,
     "nvlink_rounds": RB.nvlink_rounds_blocks, "orthogonalization": RB.orthogonalization_blocks,
     "trace_ab": RB.trace_ab_block, "benchmark_hook_targets": RB.benchmark_hook_targets_block,

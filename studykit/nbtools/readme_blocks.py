@@ -427,6 +427,14 @@ def hook_errors(folder: str) -> tuple[int, float, float]:
     return int(row["n"]), float(row["median_abs_rel_error"]), float(row["max_abs_rel_error"])
 
 
+def coalesce_picks_block(folder: str) -> str:
+    """The hook's coalescing the model would pick beside the one measured fastest (``verify.coalesce_picks``), from
+    the verification ``folder`` under ``data/``."""
+    from studykit.perfmodel import verify
+
+    return verify.coalesce_picks_markdown(verify.coalesce_picks(_verification(folder)))
+
+
 def summary_block(rows: list, targets: bool = True) -> str:
     """Rows ``[label, folder]``: their summary.csv files as one table (``verify.summary_markdown``), with the
     targets and whether they are met unless ``targets`` is false."""

@@ -106,12 +106,13 @@ from studykit.perfmodel.verify.scoring import (CALIBRATE_MAX_P, DDP_DEFAULT_BUCK
                                                _predict_record, check_disjoint, check_world_size_holdout,
                                                fit_gamma_loo, leave_one_out, paper_buckets,
                                                rel_error, verify_platform)
-from studykit.perfmodel.verify.tables import (SMALL_BATCH, TARGETS, by_batch_size, implied_encode_decode,
+from studykit.perfmodel.verify.tables import (SMALL_BATCH, TARGETS, by_batch_size, coalesce_picks,
+                                              coalesce_picks_markdown, implied_encode_decode,
                                               implied_encode_decode_markdown, noise_floor, repeatability,
                                               small_batch_table, summarize, summary_markdown)
 
 __all__ = ["REQUIRED_COLUMNS", "VARIANTS", "TARGETS", "rel_error", "summarize", "summary_markdown", "by_batch_size",
-           "implied_encode_decode", "implied_encode_decode_markdown",
+           "implied_encode_decode", "implied_encode_decode_markdown", "coalesce_picks", "coalesce_picks_markdown",
            "small_batch_table", "SMALL_BATCH", "load_platform",
            "paper_buckets", "noise_floor", "repeatability", "leave_one_out",
            "check_disjoint", "check_world_size_holdout", "fit_gamma_loo", "verify_platform", "verify", "default_sources", "main",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -175,6 +176,20 @@ def _label(r) -> str:
     parts.append(f"p={int(r['world_size'])}")
     parts.append(_net_label(r.get("rate_gbps"), r["world_size"]) if not _isnull(r.get("rate_gbps")) else "native")
     return " ".join(parts)
+
+
+_COALESCE = re.compile(r" coalesce=([^ ]+)MB")
+
+
+def coalesce_of(config: str) -> float | None:
+    """The ``coalesce_mb`` a configuration's name (:func:`_label`) carries; None for a hook run per bucket."""
+    m = _COALESCE.search(config)
+    return None if m is None else float(m.group(1))
+
+
+def without_coalesce(config: str) -> str:
+    """A configuration's name without its coalescing: the name every coalescing of one hook shares."""
+    return _COALESCE.sub("", config)
 
 
 def _isnull(x) -> bool:

@@ -1,6 +1,7 @@
 """Tables from ``verify``'s outputs and records: error summaries (:func:`summarize`, :func:`by_batch_size`,
 :func:`summary_markdown`, :func:`small_batch_table`), the encode/decode the iterations imply
-(:func:`implied_encode_decode`), and the noise under the error (:func:`noise_floor`, :func:`repeatability`)."""
+(:func:`implied_encode_decode`), the hook's coalescing the model would choose (:func:`coalesce_picks`), and the noise
+under the error (:func:`noise_floor`, :func:`repeatability`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Sequence
 import pandas as pd
 
 from studykit import paths
-from studykit.perfmodel.verify.platform import _label, load_platform
+from studykit.perfmodel.verify.platform import _label, coalesce_of, load_platform, without_coalesce
 
 #: the error targets of the bandwidth verification (median, max |relative error|) per group
 TARGETS = {"syncSGD": (0.03, 0.10), "compressors (post)": (0.03, 0.10), "compressors (hook)": (0.05, 0.15),
@@ -73,6 +74,66 @@ def implied_encode_decode_markdown(table: pd.DataFrame) -> str:
         lines.append(f"| {r.model} | {r.compressor} | {short(r.params)} | {r.n} | {r.profiled_ms:.2f} | "
                      f"{r.implied_ms:.2f} | {r.implied_over_profiled:.2f} | {100 * r.max_abs_rel_error:.1f} % |")
     return "\n".join(lines) + "\n"
+
+
+def _coalesce_name(mb) -> str:
+    return "per bucket" if mb is None else ("per iteration" if mb == 0 else f"{mb:g} MB")
+
+
+def _coalesce_order(name: str) -> tuple:
+    """Per bucket (the default) first, then groups by size, then one group per iteration."""
+    return (0, 0.0) if name == "per bucket" else (2, 0.0) if name == "per iteration" else (1, float(name.split()[0]))
+
+
+def coalesce_picks(predictions: pd.DataFrame, variant: str = "extended") -> pd.DataFrame:
+    """Which coalescing of an overlapped hook (a protocol per bucket, or ``coalesce_mb`` groups: ``register(...,
+    coalesce_mb=)``) the model predicts fastest, beside the one measured fastest: one row per hook (model, batch,
+    compressor, runner, world size, network) scored with more than one coalescing in ``predictions`` (``verify``'s
+    ``predictions.csv.gz``, scored with ``--score-coalesced``).
+
+    Columns: the hook's ``model``, ``batch_size``, ``compressor``, ``world_size``, ``rate_gbps``, ``settings`` (how
+    many coalescings), ``measured`` and ``predicted`` (``{coalescing: ms}``), ``fastest`` (measured),
+    ``pick`` (the model's), ``pick_over_fastest`` (the pick's measured time over the fastest's: what choosing by
+    the model cost, 1.0 where it chose right). A tie goes to the first in the order per bucket, groups by size, one
+    group per iteration."""
+    h = predictions[(predictions["variant"] == variant) & (predictions["mode"] == "hook")].copy()
+    h["coalesce"] = [_coalesce_name(coalesce_of(c)) for c in h["config"]]
+    h["hook"] = [without_coalesce(c) for c in h["config"]]
+    rows = []
+    for _, g in h.groupby("hook", sort=True):
+        if len(g) < 2:
+            continue
+        g = g.iloc[sorted(range(len(g)), key=lambda i: _coalesce_order(g["coalesce"].iloc[i]))]
+        first = g.iloc[0]
+        measured = dict(zip(g["coalesce"], g["measured_ms"].astype(float)))
+        predicted = dict(zip(g["coalesce"], g["predicted_ms"].astype(float)))
+        fastest, pick = min(measured, key=measured.get), min(predicted, key=predicted.get)
+        rows.append({"model": first["model"], "batch_size": int(first["batch_size"]),
+                     "compressor": first["compressor"], "world_size": int(first["world_size"]),
+                     "rate_gbps": first["rate_gbps"], "settings": len(g), "measured": measured,
+                     "predicted": predicted, "fastest": fastest, "pick": pick,
+                     "pick_over_fastest": measured[pick] / measured[fastest]})
+    return pd.DataFrame(rows)
+
+
+def coalesce_picks_markdown(table: pd.DataFrame) -> str:
+    """:func:`coalesce_picks` as a Markdown table (each coalescing's measured and predicted ms) and a count."""
+    if table.empty:
+        return "No hook was scored with more than one coalescing.\n"
+    names = sorted({k for m in table["measured"] for k in m}, key=_coalesce_order)
+    head = ["rate Gbit/s", "p", "model", "compressor"] + [f"{n}: measured / predicted ms" for n in names]
+    out = ["| " + " | ".join(head + ["fastest", "the model's pick", "pick / fastest"]) + " |",
+           "|" + "---|" * 4 + "---:|" * len(names) + "---|---|---:|"]
+    t = table.sort_values(["world_size", "model", "rate_gbps"], ascending=[True, True, False])
+    for r in t.to_dict("records"):
+        cells = [f"{r['measured'][n]:.1f} / {r['predicted'][n]:.1f}" if n in r["measured"] else "" for n in names]
+        rate = "NVLink" if pd.isna(r["rate_gbps"]) else f"{float(r['rate_gbps']):g}"
+        out.append(f"| {rate} | {r['world_size']} | {r['model']} b{r['batch_size']} | {r['compressor']} | "
+                   + " | ".join(cells) + f" | {r['fastest']} | {r['pick']} | {r['pick_over_fastest']:.2f} |")
+    right = int((t["pick"] == t["fastest"]).sum())
+    out += ["", f"The model picked the fastest coalescing for {right} of {len(t)} hooks; its picks took at most "
+                f"{t['pick_over_fastest'].max():.2f}x the fastest (median {t['pick_over_fastest'].median():.2f}x)."]
+    return "\n".join(out) + "\n"
 
 
 def summary_markdown(folders: dict[str, Path | str], targets: dict | None = TARGETS) -> str:
