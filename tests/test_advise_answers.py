@@ -108,7 +108,26 @@ def test_a_compressor_within_the_error_is_not_the_verdict():
     v = adv.verdict_data(2, 50)
     assert v["winner"] is None and v["candidate"] == "powersgd rank=4" and v["speedup_over_fp16"] > 1
     assert "use the fp16 baseline (powersgd rank=4 is predicted" in v["text"]
-    assert v["text"].endswith("faster, within the model's error).")
+    assert v["text"].endswith("faster, within the model's error).") and not v["intervals_decide"]
+
+
+def test_wide_calibration_intervals_not_the_model_error_withhold_the_verdict():
+    """At 1 Gbit/s PowerSGD beats the fp16 baseline by far more than 5 % at central constants (the verdict of
+    test_hand_checked_verdict_speedups_and_crossover); an encode/decode interval of [1 ms, 10 s] makes the
+    intervals overlap, and the words say that the calibration, not the model, withholds the verdict."""
+    cal = hand_calibration()
+    psgd = next(e for e in cal.t_encode_decode if e.compressor == "powersgd")
+    psgd.low, psgd.high = 0.001, 10.0
+    adv = A.advise(cal, "resnet50", 64, [2], [1], candidate_list=HAND_CANDIDATES, model_error=0.05, evidence=False)
+    v = adv.verdict_data(2, 1)
+    want = by_hand(1)
+    assert v["winner"] is None and v["candidate"] == "powersgd rank=4" and v["intervals_decide"]
+    assert v["speedup_over_fp16"] == pytest.approx(want["fp16"] / want["psgd"], rel=1e-9) and v["speedup_over_fp16"] > 1.2
+    assert v["text"] == (f"On 2 GPUs at 1 Gbit/s, the calibration cannot decide: powersgd rank=4 is predicted "
+                         f"{want['fp16'] / want['psgd']:.1f}x faster than the fp16 baseline, by more than the model's "
+                         "error, but the calibration's intervals overlap; until records determine its constants "
+                         "better, use the fp16 baseline.")
+    assert not hand_advice([1]).verdict_data(2, 1)["intervals_decide"]  # exact constants: a winner, nothing withheld
 
 
 def test_always_paying_compressor_says_so():

@@ -136,6 +136,39 @@ def test_file_without_example_batch_fails_only_when_timing(tmp_path, monkeypatch
         models.example_batch("bare.py:make", 2)
 
 
+@pytest.mark.parametrize("body,needle", [
+    ("def example_batch(batch_size):\n    return None, None\n",
+     "example_batch in bad.py must take (batch_size, device), as the kit calls it; it takes (batch_size)"),
+    ("def loss(batch):\n    return 0\n", "loss in bad.py must take (model, batch), as the kit calls it; it takes (batch)"),
+    ("example_batch = 3\n", "example_batch in bad.py is a int, not a function taking (batch_size, device)"),
+])
+def test_file_functions_the_kit_calls_with_the_wrong_arguments_are_refused_by_name(tmp_path, monkeypatch, body, needle):
+    (tmp_path / "bad.py").write_text("from torch import nn\ndef make():\n    return nn.Linear(4, 2)\n" + body)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as exc:
+        models.param_shapes("bad.py:make")
+    assert f"model spec 'bad.py:make': {needle}" in str(exc.value)
+    with pytest.raises(argparse.ArgumentTypeError, match="must take|not a function"):  # every --model: exit 2
+        argtypes.model_spec("bad.py:make")
+
+
+def test_a_build_function_that_needs_arguments_is_refused_before_it_is_called(tmp_path, monkeypatch):
+    (tmp_path / "net.py").write_text("from torch import nn\ndef make(width):\n    return nn.Linear(4, width)\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"make in net.py must take \(\), as the kit calls it; it takes \(width\)"):
+        models.param_shapes("net.py:make")
+
+
+def test_defaults_and_star_args_fit_the_contract(tmp_path, monkeypatch):
+    (tmp_path / "ok.py").write_text(
+        "import torch\nfrom torch import nn\ndef make(width=2):\n    return nn.Linear(4, width)\n"
+        "def example_batch(*args):\n    return torch.ones(args[0], 4), None\n"
+        "def loss(model, batch, scale=1.0):\n    return scale * model(batch[0]).sum()\n")
+    monkeypatch.chdir(tmp_path)
+    assert models.param_shapes("ok.py:make") == [(2, 4), (2,)]
+    assert models.example_batch("ok.py:make", 3)[0].shape == (3, 4)
+
+
 class _Out(nn.Module):
     """Returns a dict-like output with a ``loss`` field, or a tuple, for the default loss."""
 
@@ -202,6 +235,16 @@ def test_register_a_live_module_and_a_factory(registered):
 def test_register_refuses_bad_input_and_keeps_nothing(registered, name, obj, error, needle):
     with pytest.raises(error, match=needle):
         models.register(name, obj)
+    assert not models.is_known("fine")
+
+
+def test_register_refuses_an_example_batch_or_loss_it_cannot_call(registered):
+    with pytest.raises(ValueError, match=r"register\('fine'\): example_batch must take \(batch_size, device\)"):
+        models.register("fine", nn.Linear(1, 1), example_batch=lambda bs: (torch.ones(bs, 1), None))
+    with pytest.raises(ValueError, match=r"register\('fine'\): loss must take \(model, batch\)"):
+        models.register("fine", nn.Linear(1, 1), loss=lambda m: m.weight.sum())
+    with pytest.raises(ValueError, match=r"register\('fine'\): the factory must take \(\)"):
+        models.register("fine", nn.Linear)  # the class needs its sizes
     assert not models.is_known("fine")
 
 

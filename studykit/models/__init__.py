@@ -16,7 +16,9 @@ Every function taking a model name (and every ``--model``) also takes a *spec*
   returning a scalar. Without ``loss``, the model is called as ``model(**inputs)`` (a dict),
   ``model(*inputs)`` (a tuple or list) or ``model(inputs)``; the loss is the cross-entropy of its
   (first) output tensor if ``target`` is not None, else the output's ``.loss`` if it has one, else
-  the mean square of its first output tensor. ``examples/tiny_mlp.py`` is one to copy;
+  the mean square of its first output tensor. Reading the spec checks that FUNC, ``example_batch`` and
+  ``loss`` take those arguments (a ValueError names the one that does not). ``examples/tiny_mlp.py`` is one
+  to copy;
 * ``torchvision:NAME``: ``torchvision.models.get_model(NAME, weights=None)``; timing batches of
   3x224x224 images of 1000 classes (the crop size of its published weights where they say one, 299 for Inception v3);
 * ``transformers:MODEL_TYPE[:k=v,...]``: ``AutoModel.from_config(AutoConfig.for_model(MODEL_TYPE, **kv))``,

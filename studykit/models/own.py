@@ -52,6 +52,11 @@ def register(name: str, module_or_factory, builtin: list[str], *, example_batch:
         raise TypeError(f"register: expected an nn.Module or a zero-argument factory returning one, got "
                         f"{type(module_or_factory).__name__}")
     factory = (lambda: copy.deepcopy(module_or_factory)) if live else module_or_factory
+    where = f"register({name!r})"
+    if not live:
+        check_call(module_or_factory, 0, "the factory", "()", where)
+    check_call(example_batch, 2, "example_batch", "(batch_size, device)", where)
+    check_call(loss, 2, "loss", "(model, batch)", where)
     new = Own(name, ("registered", name, id(module_or_factory)), factory, _batch_of(example_batch), loss,
               "pass example_batch= to register()", module_or_factory if live else None)
     shapes.cache_clear()  # a module registered again (perhaps changed since) is read afresh
@@ -119,6 +124,10 @@ def _from_file(spec: str, path: str, func: str) -> Own:
                       if inspect.isfunction(v) and v.__module__ == mod.__name__ and not n.startswith("_"))
         raise ValueError(f"model spec {spec!r}: {path} defines no function {func!r}; its functions: "
                          f"{', '.join(have) or 'none'}")
+    where = f"model spec {spec!r}"
+    check_call(fn, 0, f"{func} in {path}", "()", where)
+    check_call(getattr(mod, "example_batch", None), 2, f"example_batch in {path}", "(batch_size, device)", where)
+    check_call(getattr(mod, "loss", None), 2, f"loss in {path}", "(model, batch)", where)
     return Own(spec, ("file", full, mtime_ns, func), fn, _batch_of(getattr(mod, "example_batch", None)),
                getattr(mod, "loss", None),
                f"define example_batch(batch_size, device) returning (inputs, target) in {path}")
@@ -139,6 +148,23 @@ def _import_file(path: str, mtime_ns: int):
             raise
         raise ValueError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
     return mod
+
+
+def check_call(fn: Callable | None, n_args: int, what: str, args: str, where: str) -> None:
+    """ValueError unless ``fn`` (None: nothing to check) can be called with ``n_args`` positional arguments, as the
+    contract calls it (``args`` names them); a callable whose signature cannot be read passes."""
+    if fn is None:
+        return
+    if not callable(fn):
+        raise ValueError(f"{where}: {what} is a {type(fn).__name__}, not a function taking {args}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins and C extensions
+        return
+    try:
+        sig.bind(*([None] * n_args))
+    except TypeError:
+        raise ValueError(f"{where}: {what} must take {args}, as the kit calls it; it takes {sig}") from None
 
 
 def _batch_of(fn: Callable | None):

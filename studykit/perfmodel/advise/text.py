@@ -29,6 +29,11 @@ def verdict_text(advice: Advice, v: dict) -> str:
                 f"{_x(v['speedup_over_syncsgd'])} faster than syncSGD and {_x(v['speedup_over_fp16'])} faster "
                 f"than the fp16 baseline (+-{100 * v['model_error']:.0f} %); {tail}.")
     base = "syncSGD" if v["best_baseline"] == SYNC else "the fp16 baseline"
+    if v.get("intervals_decide"):
+        own = v["speedup_over_syncsgd"] if v["best_baseline"] == SYNC else v["speedup_over_fp16"]
+        return (f"{where}the calibration cannot decide: {v['candidate']} is predicted {_x(own)} faster than {base}, "
+                f"by more than the model's error, but the calibration's intervals overlap; until records determine "
+                f"its constants better, use {base}.")
     text = f"{where}no compressor is predicted faster than {base} beyond the model's error; use {base}"
     if v["candidate"] is not None:
         own = v["speedup_over_syncsgd"] if v["best_baseline"] == SYNC else v["speedup_over_fp16"]
@@ -59,7 +64,8 @@ def format_advice(advice: Advice, top: int | None = None) -> str:
                                               if hooks else ""),
               "interval: the model at both ends of every calibrated interval"
               + (f" (taken as exact: {', '.join(advice.exact_constants)})" if advice.exact_constants else ""),
-              f"'~' : within the model's error of the fastest; +-: the model's error ({i['model_error']}: "
+              f"'~' : cannot be told from the fastest (the intervals, widened by the model's error, overlap); "
+              f"+-: the model's error ({i['model_error']}: "
               + ", ".join(f"{'syncSGD and the all-reduce hooks' if g == SYNC else g} {100 * e:.1f} %"
                           + (f" (from {i['model_error_hook']})" if g == "compressors (hook)" and
                              i.get("model_error_hook") else "") for g, e in errs) + ")",
