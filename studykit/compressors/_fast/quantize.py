@@ -19,7 +19,7 @@ if HAVE_TRITON:
     # ------------------------------------------------------------------ b-bit fields (pack_fields' layout)
     @triton.jit
     def _store_fields(out_ptr, v, g0, n, nbytes, MASKED: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
-                      G: tl.constexpr):
+                      G: tl.constexpr, GATHER: tl.constexpr = 0):
         """(G, 8) int32 fields (< 2^W) of elements 8 (g0 + g) + k -> the little-endian bit stream of
         :func:`~studykit.compressors.quantization.pack_fields` (element i on bits [i W, (i + 1) W)): a
         group of 8 elements is exactly W bytes. W = 16: ``out_ptr`` is int16 (two bytes, little-endian)."""
@@ -32,6 +32,20 @@ if HAVE_TRITON:
             byte = tl.sum(f << (tl.arange(0, P) * W)[None, :], axis=1)
             pos = g0 * W + tl.arange(0, G * W)
             _st(out_ptr + pos, byte.to(tl.uint8), pos < nbytes, MASKED)
+        elif GATHER:  # byte j: a 32-bit window of the K fields from the first one it overlaps, shifted into place
+            K: tl.constexpr = 4 if W < 8 else 2  # fields a byte overlaps, at most; K W <= 28 bits
+            j = tl.arange(0, WP)
+            e0 = (8 * j) // W
+            window = tl.zeros((G, WP), dtype=tl.int32)
+            for t in tl.static_range(K):  # fields past the group land above the byte's 8 bits
+                e = tl.broadcast_to(tl.minimum(e0 + t, 7)[None, :], (G, WP))
+                window |= tl.gather(v, e, axis=1) << (t * W)
+            byte = (window >> (8 * j - e0 * W)[None, :]) & 0xFF
+            pos = (g0 + tl.arange(0, G)).to(tl.int64)[:, None] * W + j[None, :]
+            ok = (j < W)[None, :]
+            if MASKED:
+                ok = ok & (pos < nbytes)
+            tl.store(out_ptr + pos, byte.to(tl.uint8), mask=ok)
         else:  # two int64 words of 4 fields (4 W <= 60 bits); byte j takes bits [8 j, 8 j + 8) of the pair
             k = tl.arange(0, 4)
             words = tl.sum(tl.reshape(v.to(tl.int64), (G, 2, 4)) << (k * W)[None, None, :], axis=2)
@@ -63,6 +77,33 @@ if HAVE_TRITON:
             word |= tl.load(p_ptr + b0 + 1, mask=m & (b0 + 1 < nbytes), other=0).to(tl.int32) << 8
             word |= tl.load(p_ptr + b0 + 2, mask=m & (b0 + 2 < nbytes), other=0).to(tl.int32) << 16
             return (word >> (bit & 7).to(tl.int32)) & ((1 << W) - 1)
+
+
+    @triton.jit
+    def _load_group_fields(p_ptr, g0, nbytes, MASKED: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
+        """The W-bit fields of the 8 G elements of groups g0 .. g0 + G - 1 (8 elements, W bytes each) of a
+        :func:`_store_fields` stream, int32 ``(8 G,)``, for W that does not divide 8: each group's W bytes
+        read once, each field gathered from the (at most 3) bytes it spans."""
+        WP: tl.constexpr = 4 if W <= 4 else (8 if W <= 8 else 16)
+        j = tl.arange(0, WP)
+        pos = (g0 + tl.arange(0, G)).to(tl.int64)[:, None] * W + j[None, :]
+        ok = (j < W)[None, :]
+        if MASKED:
+            ok = ok & (pos < nbytes)
+        b = tl.load(p_ptr + pos, mask=ok, other=0).to(tl.int32)  # (G, WP), zero past the group's W bytes
+        e = tl.arange(0, 8)
+        T: tl.constexpr = 2 if W <= 9 else 3  # bytes a field spans, at most (offset <= 7)
+        word = tl.zeros((G, 8), dtype=tl.int32)
+        for t in tl.static_range(T):
+            jj = tl.broadcast_to(tl.minimum(((e * W) >> 3) + t, WP - 1)[None, :], (G, 8))
+            word |= tl.gather(b, jj, axis=1) << (8 * t)
+        return tl.reshape((word >> ((e * W) & 7)[None, :]) & ((1 << W) - 1), (8 * G,))
+
+
+#: how quantize's and THC's kernels pack and unpack widths that do not divide 8: 1, each byte from the fields it
+#: overlaps and each field from its bytes by ``tl.gather``; 0, shifts of two int64 words per 8 fields and three
+#: byte loads per field (benchmarks/pack_fields_odd.py times the two side by side)
+GATHER_FIELDS = 1
 
 
 def _fields_nbytes(n: int, width: int) -> int:
@@ -180,7 +221,8 @@ def qsgd_decode(norms: torch.Tensor, packed: torch.Tensor, levels: int, bucket: 
 if HAVE_TRITON:
     @triton.jit
     def _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, MASKED: tl.constexpr,
-                            MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
+                            MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr,
+                            GATHER: tl.constexpr):
         """MODE 0 (quantize): floor(u + x L / scale) clamped to [-L, L], offset by L; MODE 1 (THC, L = top):
         floor(u + offset + x / (scale * mult)) clamped to [0, top] (:func:`thc_levels`' grid index)."""
         g0 = pid * G
@@ -199,18 +241,20 @@ if HAVE_TRITON:
             field = tl.minimum(tl.maximum(v, 0.0), lf).to(tl.int32)
         if MASKED:
             field = tl.where(m, field, 0)
-        _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G)
+        _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G, GATHER)
 
     @_jit_seeded
     def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed_ptr, seed_base, n_full,
                               REVERSE: tl.constexpr, MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
-                              G: tl.constexpr):
+                              G: tl.constexpr, GATHER: tl.constexpr):
         pid = _program(REVERSE)
         seed = _philox_seed(seed_ptr, seed_base)
         if pid < n_full:
-            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, False, MODE, W, WP, G)
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, False, MODE, W, WP, G,
+                                GATHER)
         else:
-            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, True, MODE, W, WP, G)
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, True, MODE, W, WP, G,
+                                GATHER)
 
 
 def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, seed: Seed) -> torch.Tensor:
@@ -222,7 +266,8 @@ def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: i
     packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, x, scale.reshape(1).float(), _field_view(packed, width), n,
-             nbytes, max_level, 1.0, 0.0, *seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g)
+             nbytes, max_level, 1.0, 0.0, *seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g,
+             GATHER=GATHER_FIELDS)
     return packed
 
 
@@ -235,7 +280,7 @@ def thc_pack(y: torch.Tensor, bound: torch.Tensor, top: int, width: int, seed: S
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, y, bound.reshape(1).float(), _field_view(packed, width), n,
              nbytes, top, 2.0 / top, top / 2, *seed, reverse=True, MODE=1, W=width, WP=triton.next_power_of_2(width),
-             G=g)
+             G=g, GATHER=GATHER_FIELDS)
     return packed
 
 
@@ -243,14 +288,17 @@ if HAVE_TRITON:
     @triton.jit
     def _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, pid,
                               MASKED: tl.constexpr, MODE: tl.constexpr, NW: tl.constexpr, W: tl.constexpr,
-                              BLOCK: tl.constexpr):
+                              BLOCK: tl.constexpr, GATHER: tl.constexpr):
         """MODE 0 (quantize): (sum_w field_w - NW L) * (scale * inv_l), times inv_w where NW > 1; MODE 1 (THC):
         sum_w field_w * (scale * inv_l / div) - scale (:func:`thc_decode`'s products, inv_l = 2 / top)."""
         idx = pid * BLOCK + tl.arange(0, BLOCK)
         m = idx < n
         total = tl.zeros([BLOCK], dtype=tl.int32)
         for w in range(NW):
-            total += _load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W)
+            if GATHER and W != 16 and 8 % W != 0:
+                total += _load_group_fields(p_ptr + w * row, pid * (BLOCK // 8), nbytes, MASKED, W, BLOCK // 8)
+            else:
+                total += _load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W)
         s = tl.load(scale_ptr)
         if MODE == 0:
             step = s * inv_l  # the reference's scale * reciprocal(L)
@@ -264,14 +312,14 @@ if HAVE_TRITON:
     @_jit_levels
     def _quantize_unpack_kernel(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, n_full,
                                 REVERSE: tl.constexpr, MODE: tl.constexpr,
-                                NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr):
+                                NW: tl.constexpr, W: tl.constexpr, BLOCK: tl.constexpr, GATHER: tl.constexpr):
         pid = _program(REVERSE)
         if pid < n_full:
             _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, pid, False, MODE,
-                                  NW, W, BLOCK)
+                                  NW, W, BLOCK, GATHER)
         else:
             _quantize_unpack_body(p_ptr, scale_ptr, out_ptr, n, nbytes, row, L, inv_l, inv_w, div, pid, True, MODE,
-                                  NW, W, BLOCK)
+                                  NW, W, BLOCK, GATHER)
 
 
 def quantize_unpack(packed: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, n: int) -> torch.Tensor:
@@ -282,7 +330,7 @@ def quantize_unpack(packed: torch.Tensor, scale: torch.Tensor, max_level: int, w
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), scale.reshape(1).float(), out, n,
              nbytes, n if width == 16 else nbytes, max_level, reciprocal(max_level), reciprocal(w), 1, MODE=0, NW=w,
-             W=width, BLOCK=_BLOCK)
+             W=width, BLOCK=_BLOCK, GATHER=GATHER_FIELDS)
     return out
 
 
@@ -293,7 +341,8 @@ def thc_unpack(packed: torch.Tensor, bound: torch.Tensor, top: int, width: int, 
     w, nbytes = packed.shape
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), bound.reshape(1).float(), out, n,
-             nbytes, n if width == 16 else nbytes, top, 2.0 / top, 1.0, div, MODE=1, NW=w, W=width, BLOCK=_BLOCK)
+             nbytes, n if width == 16 else nbytes, top, 2.0 / top, 1.0, div, MODE=1, NW=w, W=width, BLOCK=_BLOCK,
+             GATHER=GATHER_FIELDS)
     return out
 
 
