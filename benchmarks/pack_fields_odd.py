@@ -1,19 +1,21 @@
-"""Quantize's fused pack and unpack kernels at the widths that do not divide 8 (3, 5, 6, 7, 9-15 bits), two ways
-side by side on one GPU: ``gather`` (each byte built from the fields it overlaps, each field read from the bytes
-it spans, both by ``tl.gather`` within a group of 8 fields) and ``shifts`` (two int64 words per 8 fields shifted
-into bytes; three byte loads per field). :data:`studykit.compressors._fast.quantize.GATHER_FIELDS` picks one for
-quantize and THC. CUDA only.
+"""Quantize's and THC's fused unpack kernel at the widths that do not divide 8 (3, 5, 6, 7, 9-15 bits), two ways
+side by side on one GPU: ``gather`` (each group of 8 fields' bytes loaded once, each field gathered from the bytes
+it spans by ``tl.gather``) and ``shifts`` (three byte loads per field, shifted together).
+:data:`studykit.compressors._fast.quantize.GATHER_BELOW` picks the way per width (gather below it); this script
+sets it to 16 (``gather``) and 0 (``shifts``) in turn. CUDA only.
 
     python benchmarks/pack_fields_odd.py --out pack_fields_odd.jsonl
     python benchmarks/pack_fields_odd.py --widths 3 15 --workers 1 4 --rounds 3
 
-Per width it first checks that both ways give the same bytes and the same decoded floats, then times, round by
-round with the order of the two ways swapped every round, ``quantize_pack`` (fp32 in, packed levels out) and
-``quantize_unpack`` of ``--workers`` payloads (their sum decoded): median ms with the interquartile range and
-repetitions (plain CUDA events under ``bench``'s repetition policy, the L2 flushed before every call), and
-``gather / shifts`` per round. Records of kind ``bench`` (``phase`` ``quantize_pack`` / ``quantize_unpack``,
-``params`` ``bits``, ``path``, ``round``, ``workers``) go to ``--out`` with the usual provenance; the table is
-written beside it (``.md``; ``--report-only`` rewrites it).
+Per width it first checks that both ways decode the same floats, then times, round by round with the order of the
+two ways swapped every round, ``quantize_unpack`` of ``--workers`` packed payloads (their sum decoded, as the
+all-gather protocol decodes p workers' levels): median ms with the interquartile range and repetitions (plain CUDA
+events under ``bench``'s repetition policy, the L2 flushed before every call), and ``gather / shifts`` per round.
+Records of kind ``bench`` (``phase`` ``quantize_unpack``, ``params`` ``bits``, ``path``, ``round``,
+``workers``) go to ``--out`` with the usual provenance; the table is written beside it (``.md``;
+``--report-only`` rewrites it). Records of an earlier version of this script also timed packing both ways
+(``phase`` ``quantize_pack``, when the pack kernel had a gather way too); the table shows them where a file
+has them.
 """
 from __future__ import annotations
 
@@ -36,34 +38,33 @@ from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
-#: the widths whose kernels the two ways differ on (the rest pack whole fields per byte, or int16)
+#: the widths whose kernels the two ways differ on (the rest unpack whole fields per byte, or int16)
 ODD_WIDTHS = (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15)
-PATHS = {"shifts": 0, "gather": 1}
+#: each way as the value of fq.GATHER_BELOW that selects it at every width above
+PATHS = {"shifts": 0, "gather": 16}
 PHASES = ("quantize_pack", "quantize_unpack")
 
 
 def calls(x: torch.Tensor, bits: int, workers: int) -> dict:
-    """``{phase: fn}`` at ``bits``: the calls timed, each reading :data:`fq.GATHER_FIELDS` when it runs."""
-    comp = Quantize(bits=bits, seed=1234)
-    scale, L = x.abs().amax().reshape(1), comp.max_level
-    seed = _fast.seed_of(comp, x.device)
+    """``{phase: fn}`` at ``bits``: the call timed (unpacking ``workers`` payloads), reading
+    :data:`fq.GATHER_BELOW` when it runs."""
+    scale, L = x.abs().amax().reshape(1), Quantize(bits=bits).max_level
     packed = torch.stack([fq.quantize_pack(x, scale, L, bits, _fast.seed_of(Quantize(bits=bits, seed=s), x.device))
                           for s in range(workers)])
-    return {"quantize_pack": lambda: fq.quantize_pack(x, scale, L, bits, seed),
-            "quantize_unpack": lambda: fq.quantize_unpack(packed, scale, L, bits, x.numel())}
+    return {"quantize_unpack": lambda: fq.quantize_unpack(packed, scale, L, bits, x.numel())}
 
 
 def same_results(fns: dict) -> bool:
-    """Both ways give the same packed bytes and the same decoded floats, bit for bit."""
+    """Both ways decode the same floats, bit for bit."""
     got = {}
-    for path, flag in PATHS.items():
-        fq.GATHER_FIELDS = flag
+    for path, below in PATHS.items():
+        fq.GATHER_BELOW = below
         got[path] = [fn() for fn in fns.values()]
     return all(torch.equal(a, b) for a, b in zip(got["shifts"], got["gather"]))
 
 
 def run(args, policy, writer, device) -> None:
-    numel = M.numel(args.model)
+    numel, default = M.numel(args.model), fq.GATHER_BELOW
     x = torch.randn(numel, device=device)
     for bits in args.widths:
         for workers in args.workers:
@@ -73,11 +74,9 @@ def run(args, policy, writer, device) -> None:
             for rnd in range(1, args.rounds + 1):
                 order = list(PATHS) if rnd % 2 else list(PATHS)[::-1]
                 for phase, fn in fns.items():
-                    if phase == "quantize_pack" and workers != args.workers[0]:
-                        continue  # packing does not depend on the number of workers: timed once
                     ms = {}
                     for path in order:
-                        fq.GATHER_FIELDS = PATHS[path]
+                        fq.GATHER_BELOW = PATHS[path]
                         t = time_fn(fn, device=device, **policy.timing_kw(device))
                         ms[path] = t.ms_median
                         print(f"bits {bits:2d} workers {workers} round {rnd} {phase:15s} {path:6s} {t.ms_median:.4f} ms "
@@ -92,7 +91,7 @@ def run(args, policy, writer, device) -> None:
                                                      **policy.fields(device)))
                     print(f"bits {bits:2d} workers {workers} round {rnd} {phase:15s} gather / shifts "
                           f"{ms['gather'] / ms['shifts']:.3f}", flush=True)
-    fq.GATHER_FIELDS = 1
+    fq.GATHER_BELOW = default
 
 
 # ------------------------------------------------------------------ the table
@@ -122,12 +121,12 @@ def report(out: Path, verbose: bool = True) -> str:
     records = [r for r in bench.records_of(out, "bench", "benchmarks/pack_fields_odd.py") if r.get("phase") in PHASES]
     facts = sorted({f"{r['gpu']} ({r['device']}), torch {r['torch']}, numel {r['numel']:,}" for r in records})
     commits = sorted({str(r.get("git_commit")) for r in records})
-    text = (f"# Quantize's pack and unpack at widths that do not divide 8: gather against shifts\n\n"
+    text = (f"# Quantize's unpack (and pack) at widths that do not divide 8: gather against shifts\n\n"
             f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commit: {', '.join(commits)}; "
             f"policy: {bench.policy_text(records[0])}.\n\n"
-            f"`shifts`: `GATHER_FIELDS = 0`; `gather`: `GATHER_FIELDS = 1` "
-            f"(`studykit/compressors/_fast/quantize.py`); the two ways' order swapped every round. `same results`: "
-            f"both gave the same bytes and decoded floats.\n\n{table(records)}\n")
+            f"`shifts` and `gather`: the two ways of `studykit/compressors/_fast/quantize.py` "
+            f"(`benchmarks/pack_fields_odd.py` says which is which), their order swapped every round. `same "
+            f"results`: both gave the same bytes and decoded floats.\n\n{table(records)}\n")
     return bench.write_report(out, text, verbose)
 
 

@@ -92,6 +92,30 @@ def test_quantize_payloads_decode_the_same_on_both_paths(dev, reference, bits, w
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bits", [3, 5, 6, 7, 9, 12, 15])
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_both_ways_of_unpacking_odd_widths_give_the_same_floats(dev, monkeypatch, bits, world_size):
+    """The unpack kernel's two ways of reading widths that do not divide 8 (a group's bytes gathered, or three byte
+    loads per field; GATHER_BELOW picks per width) decode random payloads to the same floats, the masked last
+    block included."""
+    from studykit.compressors._fast import quantize as fq
+
+    n = 2 * 4096 + 13
+    nbytes = -(-n * bits // 8)
+    g = torch.Generator().manual_seed(bits + 100 * world_size)
+    packed = torch.randint(0, 256, (world_size, nbytes), generator=g, dtype=torch.uint8).to(dev)
+    scale = torch.tensor([0.5], device=dev)
+    got = {}
+    for below in (0, 16):
+        monkeypatch.setattr(fq, "GATHER_BELOW", below)
+        got[below] = fq.quantize_unpack(packed, scale, 2 ** (bits - 1) - 1, bits, n)
+    assert torch.equal(got[0], got[16])
+    want = Q.unpack_fields(packed.cpu(), bits, n).sum(0, dtype=torch.int32)
+    assert torch.equal(got[16].cpu(), Q.Quantize(bits=bits).decode(want - world_size * (2 ** (bits - 1) - 1),
+                                                                   scale.cpu(), world_size))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("bits", [2, 3, 8, 16])
 def test_quantize_reduce_on_the_fast_path_is_close_to_the_reference(dev, reference, bits):
     x = _x(20_011, dev)

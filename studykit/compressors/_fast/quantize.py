@@ -19,7 +19,7 @@ if HAVE_TRITON:
     # ------------------------------------------------------------------ b-bit fields (pack_fields' layout)
     @triton.jit
     def _store_fields(out_ptr, v, g0, n, nbytes, MASKED: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
-                      G: tl.constexpr, GATHER: tl.constexpr = 0):
+                      G: tl.constexpr):
         """(G, 8) int32 fields (< 2^W) of elements 8 (g0 + g) + k -> the little-endian bit stream of
         :func:`~studykit.compressors.quantization.pack_fields` (element i on bits [i W, (i + 1) W)): a
         group of 8 elements is exactly W bytes. W = 16: ``out_ptr`` is int16 (two bytes, little-endian)."""
@@ -32,20 +32,6 @@ if HAVE_TRITON:
             byte = tl.sum(f << (tl.arange(0, P) * W)[None, :], axis=1)
             pos = g0 * W + tl.arange(0, G * W)
             _st(out_ptr + pos, byte.to(tl.uint8), pos < nbytes, MASKED)
-        elif GATHER:  # byte j: a 32-bit window of the K fields from the first one it overlaps, shifted into place
-            K: tl.constexpr = 4 if W < 8 else 2  # fields a byte overlaps, at most; K W <= 28 bits
-            j = tl.arange(0, WP)
-            e0 = (8 * j) // W
-            window = tl.zeros((G, WP), dtype=tl.int32)
-            for t in tl.static_range(K):  # fields past the group land above the byte's 8 bits
-                e = tl.broadcast_to(tl.minimum(e0 + t, 7)[None, :], (G, WP))
-                window |= tl.gather(v, e, axis=1) << (t * W)
-            byte = (window >> (8 * j - e0 * W)[None, :]) & 0xFF
-            pos = (g0 + tl.arange(0, G)).to(tl.int64)[:, None] * W + j[None, :]
-            ok = (j < W)[None, :]
-            if MASKED:
-                ok = ok & (pos < nbytes)
-            tl.store(out_ptr + pos, byte.to(tl.uint8), mask=ok)
         else:  # two int64 words of 4 fields (4 W <= 60 bits); byte j takes bits [8 j, 8 j + 8) of the pair
             k = tl.arange(0, 4)
             words = tl.sum(tl.reshape(v.to(tl.int64), (G, 2, 4)) << (k * W)[None, None, :], axis=2)
@@ -78,7 +64,6 @@ if HAVE_TRITON:
             word |= tl.load(p_ptr + b0 + 2, mask=m & (b0 + 2 < nbytes), other=0).to(tl.int32) << 16
             return (word >> (bit & 7).to(tl.int32)) & ((1 << W) - 1)
 
-
     @triton.jit
     def _load_group_fields(p_ptr, g0, nbytes, MASKED: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
         """The W-bit fields of the 8 G elements of groups g0 .. g0 + G - 1 (8 elements, W bytes each) of a
@@ -100,10 +85,16 @@ if HAVE_TRITON:
         return tl.reshape((word >> ((e * W) & 7)[None, :]) & ((1 << W) - 1), (8 * G,))
 
 
-#: how quantize's and THC's kernels pack and unpack widths that do not divide 8: 1, each byte from the fields it
-#: overlaps and each field from its bytes by ``tl.gather``; 0, shifts of two int64 words per 8 fields and three
-#: byte loads per field (benchmarks/pack_fields_odd.py times the two side by side)
-GATHER_FIELDS = 1
+#: quantize's and THC's unpack kernel reads widths below this that do not divide 8 (3, 5, 6, 7) a group of 8
+#: fields at a time (:func:`_load_group_fields`), the other widths three byte loads per field
+#: (:func:`_load_fields`): the faster of the two, side by side on an H200 (benchmarks/pack_fields_odd.py, which
+#: sets it to 0 and 16 to time both ways at every width)
+GATHER_BELOW = 8
+
+
+def _gathered(width: int) -> bool:
+    """Whether the unpack kernel reads ``width``-bit fields by :func:`_load_group_fields`."""
+    return 8 % width != 0 and width < GATHER_BELOW
 
 
 def _fields_nbytes(n: int, width: int) -> int:
@@ -221,8 +212,7 @@ def qsgd_decode(norms: torch.Tensor, packed: torch.Tensor, levels: int, bucket: 
 if HAVE_TRITON:
     @triton.jit
     def _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, MASKED: tl.constexpr,
-                            MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr,
-                            GATHER: tl.constexpr):
+                            MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, G: tl.constexpr):
         """MODE 0 (quantize): floor(u + x L / scale) clamped to [-L, L], offset by L; MODE 1 (THC, L = top):
         floor(u + offset + x / (scale * mult)) clamped to [0, top] (:func:`thc_levels`' grid index)."""
         g0 = pid * G
@@ -241,20 +231,18 @@ if HAVE_TRITON:
             field = tl.minimum(tl.maximum(v, 0.0), lf).to(tl.int32)
         if MASKED:
             field = tl.where(m, field, 0)
-        _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G, GATHER)
+        _store_fields(out_ptr, field, g0, n, nbytes, MASKED, W, WP, G)
 
     @_jit_seeded
     def _quantize_pack_kernel(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed_ptr, seed_base, n_full,
                               REVERSE: tl.constexpr, MODE: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
-                              G: tl.constexpr, GATHER: tl.constexpr):
+                              G: tl.constexpr):
         pid = _program(REVERSE)
         seed = _philox_seed(seed_ptr, seed_base)
         if pid < n_full:
-            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, False, MODE, W, WP, G,
-                                GATHER)
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, False, MODE, W, WP, G)
         else:
-            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, True, MODE, W, WP, G,
-                                GATHER)
+            _quantize_pack_body(x_ptr, scale_ptr, out_ptr, n, nbytes, L, mult, offset, seed, pid, True, MODE, W, WP, G)
 
 
 def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: int, seed: Seed) -> torch.Tensor:
@@ -266,8 +254,7 @@ def quantize_pack(x: torch.Tensor, scale: torch.Tensor, max_level: int, width: i
     packed = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, x, scale.reshape(1).float(), _field_view(packed, width), n,
-             nbytes, max_level, 1.0, 0.0, *seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g,
-             GATHER=GATHER_FIELDS)
+             nbytes, max_level, 1.0, 0.0, *seed, reverse=True, MODE=0, W=width, WP=triton.next_power_of_2(width), G=g)
     return packed
 
 
@@ -280,7 +267,7 @@ def thc_pack(y: torch.Tensor, bound: torch.Tensor, top: int, width: int, seed: S
     g = _BLOCK // 8
     _launch1(_quantize_pack_kernel, n // 8, -(-n // 8), g, y, bound.reshape(1).float(), _field_view(packed, width), n,
              nbytes, top, 2.0 / top, top / 2, *seed, reverse=True, MODE=1, W=width, WP=triton.next_power_of_2(width),
-             G=g, GATHER=GATHER_FIELDS)
+             G=g)
     return packed
 
 
@@ -295,7 +282,7 @@ if HAVE_TRITON:
         m = idx < n
         total = tl.zeros([BLOCK], dtype=tl.int32)
         for w in range(NW):
-            if GATHER and W != 16 and 8 % W != 0:
+            if GATHER:
                 total += _load_group_fields(p_ptr + w * row, pid * (BLOCK // 8), nbytes, MASKED, W, BLOCK // 8)
             else:
                 total += _load_fields(p_ptr + w * row, idx, m, nbytes, MASKED, W)
@@ -330,7 +317,7 @@ def quantize_unpack(packed: torch.Tensor, scale: torch.Tensor, max_level: int, w
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), scale.reshape(1).float(), out, n,
              nbytes, n if width == 16 else nbytes, max_level, reciprocal(max_level), reciprocal(w), 1, MODE=0, NW=w,
-             W=width, BLOCK=_BLOCK, GATHER=GATHER_FIELDS)
+             W=width, BLOCK=_BLOCK, GATHER=_gathered(width))
     return out
 
 
@@ -342,7 +329,7 @@ def thc_unpack(packed: torch.Tensor, bound: torch.Tensor, top: int, width: int, 
     out = torch.empty(n, dtype=torch.float32, device=packed.device)
     _launch1(_quantize_unpack_kernel, n, n, _BLOCK, _field_view(packed, width), bound.reshape(1).float(), out, n,
              nbytes, n if width == 16 else nbytes, top, 2.0 / top, 1.0, div, MODE=1, NW=w, W=width, BLOCK=_BLOCK,
-             GATHER=GATHER_FIELDS)
+             GATHER=_gathered(width))
     return out
 
 
