@@ -127,7 +127,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"`shifts` and `gather`: the two ways of `studykit/compressors/_fast/quantize.py` "
             f"(`benchmarks/pack_fields_odd.py` says which is which), their order swapped every round. `same "
             f"results`: both gave the same bytes and decoded floats.\n\n{table(records)}\n")
-    return bench.write_report(out, text, verbose)
+    return bench.write_report(Path(str(out).removesuffix(".gz")), text, verbose)  # x.jsonl(.gz) -> x.md
 
 
 def main(argv=None) -> int:
