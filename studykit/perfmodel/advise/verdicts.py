@@ -148,8 +148,8 @@ class Advice:
         baseline; the winner is the fastest compressor whose interval, widened by the model's error, lies
         wholly below the best baseline's (the identity compressor ``none`` is the compression path's cost, never
         a winner); None when no compressor beats the best baseline beyond the model's error. ``intervals_decide``:
-        there is no winner, yet the runner-up's central time beats the best baseline's by more than the model's
-        error: the calibration's intervals alone withhold the verdict."""
+        there is no winner, yet the fastest compressor's central time beats the best baseline's by more than the
+        model's error: the calibration's intervals alone withhold the verdict."""
         i, j = self.index(world_size, bandwidth_gbps)
         s, f = self._baselines()
         t = self.time_s[:, i, j]
@@ -170,7 +170,7 @@ class Advice:
                "crossover_gbps": None if k is None or not np.isfinite(cross[k]) else float(cross[k]),
                "crossover": None if k is None else self.crossover_text(cross[k]),
                # no winner although the central times differ by more than both model errors: the calibration's
-               # intervals (its poorly determined constants) are what keep the two apart
+               # intervals (its poorly determined constants) are what withhold the verdict
                "intervals_decide": bool(k is not None and not clear
                                         and t[k] * (1 + self.error[k]) < t[base] * (1 - self.error[base]))}
         out["text"] = text.verdict_text(self, out)
