@@ -149,13 +149,9 @@ def table(records) -> str:
 def report(out: Path, verbose: bool = True) -> str:
     """The table of the records in ``out``, with where they came from; written to ``out``.md."""
     records = bench.records_of(out, KIND, "benchmarks/pack_fields.py")
-    first = records[0]
-    facts = sorted({f"{r['gpu']} ({r['device']}, {r['num_threads']} torch threads), torch {r['torch']}, "
-                    f"numel {r['numel']:,}" for r in records})
-    commits = sorted({str(r.get("git_commit")) for r in records})
-    text = (f"# pack_fields / unpack_fields: pack+unpack per width, median ms\n\n"
-            f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commit: "
-            f"{', '.join(commits)}; policy: {bench.policy_text(first)}.\n\n"
+    line = bench.records_line(out, records, lambda r: f"{r['gpu']} ({r['device']}, {r['num_threads']} torch threads), "
+                                                       f"torch {r['torch']}, numel {r['numel']:,}")
+    text = (f"# pack_fields / unpack_fields: pack+unpack per width, median ms\n\n{line}\n\n"
             f"`kit`: `studykit.compressors.quantization.pack_fields` + `unpack_fields`; `bitwise`: the layout's "
             f"definition bit by bit (`benchmarks/pack_fields.py`). `same bytes`: both gave the same packed bytes "
             f"and both unpacks gave the values back; `load 1 min`: the machine's load average when each was timed.\n\n{table(records)}\n")

@@ -119,11 +119,9 @@ def table(records: list[dict]) -> str:
 def report(out: Path, verbose: bool = True) -> str:
     """The table of the records in ``out``, with where they came from; written to ``out``.md."""
     records = [r for r in bench.records_of(out, "bench", "benchmarks/pack_fields_odd.py") if r.get("phase") in PHASES]
-    facts = sorted({f"{r['gpu']} ({r['device']}), torch {r['torch']}, numel {r['numel']:,}" for r in records})
-    commits = sorted({str(r.get("git_commit")) for r in records})
-    text = (f"# Quantize's unpack (and pack) at widths that do not divide 8: gather against shifts\n\n"
-            f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commit: {', '.join(commits)}; "
-            f"policy: {bench.policy_text(records[0])}.\n\n"
+    line = bench.records_line(out, records, lambda r: f"{r['gpu']} ({r['device']}), torch {r['torch']}, "
+                                                       f"numel {r['numel']:,}")
+    text = (f"# Quantize's unpack (and pack) at widths that do not divide 8: gather against shifts\n\n{line}\n\n"
             f"`shifts` and `gather`: the two ways of `studykit/compressors/_fast/quantize.py` "
             f"(`benchmarks/pack_fields_odd.py` says which is which), their order swapped every round. `same "
             f"results`: both gave the same bytes and decoded floats.\n\n{table(records)}\n")

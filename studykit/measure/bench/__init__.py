@@ -22,7 +22,8 @@ from studykit.measure.bench.cli import main
 from studykit.measure.bench.codecs import ELEMENTWISE, PHASES, TOPK_FAMILY, attach_kernels, count_kernels, run_codecs
 from studykit.measure.bench.compare import (compare_markdown, compare_runs, speed_targets, speed_targets_markdown,
                                             split_repeats)
-from studykit.measure.bench.scripts import json_output_from_args, records_of, start, write_json, write_report
+from studykit.measure.bench.scripts import (json_output_from_args, records_line, records_of, start, write_json,
+                                            write_report)
 from studykit.measure.bench.summary import summarize
 from studykit.measure.bench.targets import AGREE_TOL, SPEED_TARGETS, TARGETS, SpeedTarget
 
@@ -45,5 +46,5 @@ from studykit.measure.timing import L2_FLUSH_BYTES, time_fn  # noqa: F401
 
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
            "AGREE_TOL", "attach_kernels", "count_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
-           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "write_report",
+           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "records_line", "write_report",
            "add_json_output_args", "json_output_from_args", "write_json", "main"]

@@ -180,6 +180,17 @@ def records_of(out: Path, kind: str, script: str) -> list[dict]:
     return records
 
 
+def records_line(out: Path, records: list[dict], fact: Callable[[dict], str]) -> str:
+    """The line under a benchmark table's title: ``out``'s name and record count, the distinct ``fact(record)``
+    (the machine and versions), the kit commits and the first record's repetition policy."""
+    from studykit.measure.bench.calls import policy_text
+
+    facts = sorted({fact(r) for r in records})
+    commits = sorted({str(r.get("git_commit")) for r in records})
+    return (f"Records: `{out.name}` ({len(records)} records); {'; '.join(facts)}; kit commit: {', '.join(commits)}; "
+            f"policy: {policy_text(records[0])}.")
+
+
 def write_report(out: Path, text: str, verbose: bool = True) -> str:
     """``text`` (a benchmark's Markdown tables) written beside ``out`` as ``.md``, printed if ``verbose``."""
     out.with_suffix(".md").write_text(text, encoding="utf-8")
