@@ -15,7 +15,8 @@ script times the same calls after three flushes, round by round with their order
 The calls, on the flat gradient of ``--model``: ``copy`` (the memory floor's own call, one read and one write of
 the gradient, ``bench``'s floor), ``max abs(g)`` (``torch.linalg.vector_norm(g, inf)``, the first pass of quantize and
 TernGrad), ``g * 2`` (one read and one write, out of place) and each of ``--compressors``' encode+decode as ``bench``
-times it (world size 1, error feedback off). Plain CUDA events under ``bench``'s repetition policy.
+times it with ``--graph`` (world size 1, error feedback off; each call captured once as a CUDA graph and its replays
+timed, as the committed codec tables were). Plain CUDA events under ``bench``'s repetition policy.
 
 Records of kind ``bench`` (``phase`` ``l2_flush``, ``params`` ``call``, ``flush``, ``round``) go to ``--out`` with
 the usual provenance; the table is written beside it (``.md``; ``--report-only`` rewrites it): per call and flush,
@@ -35,6 +36,7 @@ import torch  # noqa: E402
 
 from studykit import argtypes  # noqa: E402
 from studykit import models as M  # noqa: E402
+from studykit.ddp.hook import replay_fingerprint  # noqa: E402
 from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.runtime import CompressorSpec, parse_compressor_specs  # noqa: E402
@@ -48,16 +50,22 @@ DEFAULT_COMPRESSORS = ("quantize:bits=2", "quantize:bits=4", "quantize:bits=8", 
 
 
 def calls(model: str, specs: list[CompressorSpec], device) -> dict:
-    """``{label: fn}``: the three passes, then each codec's encode+decode (``bench``'s ``encdec`` call)."""
+    """``{label: (fn, timer)}``: the three passes (one kernel each), then each codec's encode+decode (``bench``'s
+    ``encdec`` call), on CUDA captured as a CUDA graph whose replays are timed as ``bench --graph`` times them
+    (``timer`` ``cuda_graph``); ``timer`` None: the call itself, timed with the policy's timer."""
     numel = M.numel(model)
     x = torch.randn(numel, device=device)
     y = torch.empty_like(x)
-    out = {"copy": lambda: y.copy_(x), "max abs(g)": lambda: torch.linalg.vector_norm(x, float("inf")),
-           "g * 2": lambda: torch.mul(x, 2, out=y)}
+    out = {"copy": (lambda: y.copy_(x), None),
+           "max abs(g)": (lambda: torch.linalg.vector_norm(x, float("inf")), None),
+           "g * 2": (lambda: torch.mul(x, 2, out=y), None)}
     per_tensor = [torch.randn(s, device=device) for s in M.param_shapes(model)] if any(
         s.name in bench.LOW_RANK for s in specs) else []
     for spec in specs:
-        out[str(spec)] = bench.encdec_call(spec, x, per_tensor)[2]
+        comp, _, fn = bench.encdec_call(spec, x, per_tensor)
+        bench._settle(fn, device)
+        graph = bench.capture_call(fn, device, lambda: replay_fingerprint(comp, 0)) if device.type == "cuda" else None
+        out[str(spec)] = (graph.replay, "cuda_graph") if graph is not None else (fn, None)
     return out
 
 
@@ -79,7 +87,7 @@ def run(args, specs, policy, writer, device) -> None:
     kws = {f: flush_kw(f, flush_bytes, device) for f in FLUSHES}
     for rnd in range(1, args.rounds + 1):
         order = FLUSHES[(rnd - 1) % 3:] + FLUSHES[:(rnd - 1) % 3]  # each flush first in one round of three
-        for label, fn in fns.items():
+        for label, (fn, timer) in fns.items():
             for flush in order:
                 t = time_fn(fn, device=device, **timing_kw, **kws[flush])
                 print(f"round {rnd} {label:22s} flush {flush:5s} {t.ms_median:.4f} ms [{t.ms_q25:.4f}-{t.ms_q75:.4f}] "
@@ -90,7 +98,7 @@ def run(args, specs, policy, writer, device) -> None:
                                                                 phase="l2_flush", device_type="cuda"),
                                              timing=t, device=device, model=args.model, params=params,
                                              phase="l2_flush", numel=M.numel(args.model), flush_bytes=flush_bytes,
-                                             **policy.fields(device)))
+                                             **dict(policy.fields(device), timer=timer or policy.timer(device))))
 
 
 # ------------------------------------------------------------------ the table
@@ -115,7 +123,10 @@ def table(records: list[dict]) -> str:
     x = ratios(records)
     order = [c for c in PASSES if any(k[0] == c for k in ms)] + sorted({c for c, _ in ms} - set(PASSES))
     head = " | ".join(f"{f}: ms (x copy)" for f in FLUSHES)
-    lines = [f"| call | {head} | read / write, ms |", "|---|" + "---:|" * (len(FLUSHES) + 1)]
+    timers: dict = {}
+    for r in records:
+        timers.setdefault(r["params"]["call"], set()).add(r["timer"])
+    lines = [f"| call | timer | {head} | read / write, ms |", "|---|---|" + "---:|" * (len(FLUSHES) + 1)]
     for call in order:
         cells = []
         for f in FLUSHES:
@@ -124,7 +135,7 @@ def table(records: list[dict]) -> str:
                          else f"{statistics.median(t):.4f}")
         rw = (f"{statistics.median(ms[(call, 'read')]) / statistics.median(ms[(call, 'write')]):.3f}"
               if ms.get((call, "read")) and ms.get((call, "write")) else "—")
-        lines.append(f"| {call} | {' | '.join(cells)} | {rw} |")
+        lines.append(f"| {call} | {', '.join(sorted(timers[call]))} | {' | '.join(cells)} | {rw} |")
     return "\n".join(lines)
 
 
