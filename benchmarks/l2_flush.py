@@ -65,7 +65,8 @@ def calls(model: str, specs: list[CompressorSpec], device) -> dict:
         comp, _, fn = bench.encdec_call(spec, x, per_tensor)
         bench._settle(fn, device)
         graph = bench.capture_call(fn, device, lambda: replay_fingerprint(comp, 0)) if device.type == "cuda" else None
-        out[str(spec)] = (graph.replay, "cuda_graph") if graph is not None else (fn, None)
+        # the replay reads the compressor's state tensors (its device step): the call keeps them alive
+        out[str(spec)] = ((lambda g=graph, _alive=(comp, fn): g.replay()), "cuda_graph") if graph is not None else (fn, None)
     return out
 
 
