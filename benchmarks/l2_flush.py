@@ -12,15 +12,16 @@ script times the same calls after three flushes, round by round with their order
 * ``read``: as many bytes read (a maximum over them): the L2 is as full, of lines that need no write-back;
 * ``none``: no flush (what the previous call left in the L2).
 
-The calls, on the flat gradient of ``--model``: ``copy`` (the memory floor's own call, one read and one write of
-the gradient, ``bench``'s floor), ``max abs(g)`` (``torch.linalg.vector_norm(g, inf)``, the first pass of quantize and
-TernGrad), ``g * 2`` (one read and one write, out of place) and each of ``--compressors``' encode+decode as ``bench``
-times it with ``--graph`` (world size 1, error feedback off; each call captured once as a CUDA graph and its replays
-timed, as the committed codec tables were). Plain CUDA events under ``bench``'s repetition policy.
+The calls: ``floor copy`` (256 MiB copied: the copy whose bandwidth sets ``bench``'s memory floor, 8 bytes per element of the
+gradient at that bandwidth), then on the flat gradient of ``--model``: ``copy`` (one read and one write of the
+gradient itself), ``max abs(g)`` (``torch.linalg.vector_norm(g, inf)``, the first pass of quantize and TernGrad),
+``g * 2`` (one read and one write, out of place) and each of ``--compressors``' encode+decode as ``bench`` times it
+with ``--graph`` (world size 1, error feedback off; each call captured once as a CUDA graph and its replays timed,
+as the committed codec tables were). Plain CUDA events under ``bench``'s repetition policy.
 
 Records of kind ``bench`` (``phase`` ``l2_flush``, ``params`` ``call``, ``flush``, ``round``) go to ``--out`` with
-the usual provenance; the table is written beside it (``.md``; ``--report-only`` rewrites it): per call and flush,
-the median ms of the rounds and the call against the ``copy`` of the same flush and round.
+the usual provenance; the table is written beside it (``.md``; ``--report-only`` rewrites it): the memory floor, and
+per call and flush the median ms of the rounds and the call against the floor of the same flush and round.
 """
 from __future__ import annotations
 
@@ -38,25 +39,29 @@ from studykit import argtypes  # noqa: E402
 from studykit import models as M  # noqa: E402
 from studykit.ddp.hook import replay_fingerprint  # noqa: E402
 from studykit.measure import bench  # noqa: E402
+from studykit.measure.profile import memory_floor_ms  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.runtime import CompressorSpec, parse_compressor_specs  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
 FLUSHES = ("write", "read", "none")
-#: the calls that are not codecs, in the table's order
-PASSES = ("copy", "max abs(g)", "g * 2")
+#: the calls that are not codecs, in the table's order; FLOOR (bench's floor copy) gives each round's memory floor
+FLOOR = "floor copy"
+PASSES = (FLOOR, "copy", "max abs(g)", "g * 2")
 DEFAULT_COMPRESSORS = ("quantize:bits=2", "quantize:bits=4", "quantize:bits=8", "terngrad", "qsgd", "natural", "fp16",
                        "bf16", "signsgd", "ef_signsgd")
 
 
 def calls(model: str, specs: list[CompressorSpec], device) -> dict:
-    """``{label: (fn, timer)}``: the three passes (one kernel each), then each codec's encode+decode (``bench``'s
+    """``{label: (fn, timer)}``: the four passes (one kernel each), then each codec's encode+decode (``bench``'s
     ``encdec`` call), on CUDA captured as a CUDA graph whose replays are timed as ``bench --graph`` times them
     (``timer`` ``cuda_graph``); ``timer`` None: the call itself, timed with the policy's timer."""
     numel = M.numel(model)
     x = torch.randn(numel, device=device)
     y = torch.empty_like(x)
-    out = {"copy": (lambda: y.copy_(x), None),
+    src = torch.ones(bench.FLOOR_COPY_BYTES[device.type == "cuda"] // 4, device=device)
+    dst = torch.empty_like(src)
+    out = {FLOOR: (lambda: dst.copy_(src), None), "copy": (lambda: y.copy_(x), None),
            "max abs(g)": (lambda: torch.linalg.vector_norm(x, float("inf")), None),
            "g * 2": (lambda: torch.mul(x, 2, out=y), None)}
     per_tensor = [torch.randn(s, device=device) for s in M.param_shapes(model)] if any(
@@ -99,34 +104,39 @@ def run(args, specs, policy, writer, device) -> None:
                                                                 phase="l2_flush", device_type="cuda"),
                                              timing=t, device=device, model=args.model, params=params,
                                              phase="l2_flush", numel=M.numel(args.model), flush_bytes=flush_bytes,
+                                             floor_copy_bytes=bench.FLOOR_COPY_BYTES[device.type == "cuda"],
                                              **dict(policy.fields(device), timer=timer or policy.timer(device))))
 
 
 # ------------------------------------------------------------------ the table
-def ratios(records: list[dict]) -> dict:
-    """``{(call, flush): [ms / copy's ms of the same flush and round, per round]}``."""
-    ms = {(r["params"]["call"], r["params"]["flush"], r["params"]["round"]): r["ms_median"] for r in records}
-    out: dict = {}
-    for (call, flush, rnd), t in sorted(ms.items()):
-        floor = ms.get(("copy", flush, rnd))
-        if floor:
-            out.setdefault((call, flush), []).append(t / floor)
-    return out
+def floor_ms(records: list[dict]) -> dict:
+    """``{(flush, round): ms}``: the memory floor as ``bench`` sets it (8 bytes per element of the gradient at the
+    bandwidth of :data:`FLOOR`'s copy), from that copy timed after ``flush`` in ``round``."""
+    return {(r["params"]["flush"], r["params"]["round"]):
+            memory_floor_ms(r["numel"], 2 * r["floor_copy_bytes"] / (r["ms_median"] * 1e-3) / 1e9)
+            for r in records if r["params"]["call"] == FLOOR}
 
 
 def table(records: list[dict]) -> str:
-    """Markdown: per call, each flush's median ms of the rounds and its median x copy of the same flush and round;
-    then read / write of the ms."""
+    """Markdown: the memory floor, then per call each flush's median ms of the rounds and, in brackets, the median
+    over the rounds of the call against the floor of the same flush and round; then read / write of the ms."""
+    floors = floor_ms(records)
     ms: dict = {}
+    x: dict = {}
+    timers: dict = {}
     for r in records:
         p = r["params"]
         ms.setdefault((p["call"], p["flush"]), []).append(r["ms_median"])
-    x = ratios(records)
-    order = [c for c in PASSES if any(k[0] == c for k in ms)] + sorted({c for c, _ in ms} - set(PASSES))
-    head = " | ".join(f"{f}: ms (x copy)" for f in FLUSHES)
-    timers: dict = {}
-    for r in records:
-        timers.setdefault(r["params"]["call"], set()).add(r["timer"])
+        if (p["flush"], p["round"]) in floors:
+            x.setdefault((p["call"], p["flush"]), []).append(r["ms_median"] / floors[(p["flush"], p["round"])])
+        timers.setdefault(p["call"], set()).add(r["timer"])
+    for (f, _), t in floors.items():
+        ms.setdefault(("memory floor", f), []).append(t)
+        x.setdefault(("memory floor", f), []).append(1.0)
+    timers["memory floor"] = {f"from `{FLOOR}`"}
+    order = ["memory floor"] + [c for c in PASSES[1:] if any(k[0] == c for k in ms)] + sorted(
+        {c for c, _ in ms} - set(PASSES) - {"memory floor"})
+    head = " | ".join(f"{f}: ms (x floor)" for f in FLUSHES)
     lines = [f"| call | timer | {head} | read / write, ms |", "|---|---|" + "---:|" * (len(FLUSHES) + 1)]
     for call in order:
         cells = []
@@ -148,8 +158,9 @@ def report(out: Path, verbose: bool = True) -> str:
     rounds = sorted({r["params"]["round"] for r in records})
     text = (f"# The L2 flush before each timed call: written, read or none\n\n{line}\n\n"
             f"Each cell: the median over {len(rounds)} round(s) of the call's median ms, and in brackets the median "
-            f"over the rounds of the call against `copy` (the memory floor's call) timed after the same flush in the "
-            f"same round. `benchmarks/l2_flush.py` says what each flush and call is.\n\n{table(records)}\n")
+            f"over the rounds of the call against the memory floor as `bench` sets it (8 bytes per element at the "
+            f"bandwidth of `{FLOOR}`, bench's 256 MiB copy, timed after the same flush in the same round). "
+            f"`benchmarks/l2_flush.py` says what each flush and call is.\n\n{table(records)}\n")
     return bench.write_report(Path(str(out).removesuffix(".gz")), text, verbose)  # x.jsonl(.gz) -> x.md
 
 

@@ -32,8 +32,8 @@ from studykit.measure.bench.targets import AGREE_TOL, SPEED_TARGETS, TARGETS, Sp
 from studykit.measure.bench.calls import (BUDGET_S, _fast_paths, _host_ms, _kernels, _settle, _time,  # noqa: F401
                                           capture_call, kernel_times, policy_text, split_calls)
 from studykit.measure.bench.cli import DDP_MODELS, DDP_SPECS, build_parser  # noqa: F401
-from studykit.measure.bench.codecs import (FAST_CODECS, LOW_RANK, RAW_TIMES_MAX, codec_inputs,  # noqa: F401
-                                           encdec_call)
+from studykit.measure.bench.codecs import (FAST_CODECS, FLOOR_COPY_BYTES, LOW_RANK, RAW_TIMES_MAX,  # noqa: F401
+                                           codec_inputs, encdec_call)
 from studykit.measure.bench.scripts import (add_candidates_args, add_json_output_args, add_output_args,  # noqa: F401
                                             add_policy_args, candidates_gpu, output_from_args, policy_from_args,
                                             start_candidates)

@@ -23,6 +23,8 @@ from studykit.measure.runtime import CompressorSpec, note
 
 #: the benchmark's codec groups; the targets judge the first two
 ELEMENTWISE, TOPK_FAMILY, LOW_RANK = (C.in_group(g) for g in ("elementwise", "topk", "lowrank"))  # class metadata
+#: bytes of the copy whose bandwidth sets the memory floor (:func:`run_codecs`): [on CPU, on CUDA]
+FLOOR_COPY_BYTES = (64 * 2**20, 256 * 2**20)
 #: codec phases (``python -m studykit bench --help`` says what each times); --phases picks some
 PHASES = ("encdec", "encode", "decode", "default")
 #: raw per-repetition times kept in a record up to this many (a 0.05 ms codec runs 20,000 repetitions
@@ -109,7 +111,7 @@ def run_codecs(specs: Sequence[CompressorSpec], writer: RecordWriter, *, device:
         print("bench: WARNING the kit's commit is unknown (no .git here): records will say git_commit 'unknown'; "
               "set STUDYKIT_GIT_COMMIT=<sha> to stamp them", file=sys.stderr, flush=True)
 
-    copy_bytes = copy_bytes or (256 * 2**20 if dev_type == "cuda" else 64 * 2**20)
+    copy_bytes = copy_bytes or FLOOR_COPY_BYTES[dev_type == "cuda"]
     if policy.host_ahead and dev_type != "cuda":
         raise ValueError(f"host-ahead timing needs a CUDA device, got {device} (drop --host-ahead on a CPU)")
     if policy.graph and dev_type != "cuda":
