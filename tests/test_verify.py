@@ -859,6 +859,32 @@ def test_path_overhead_from_model_is_the_median_residual_of_the_same_model_at_ot
     assert "'post none'" in rows["a topk 1.0"]["inputs"]
 
 
+def test_the_per_bucket_fallback_says_when_its_records_differ_in_buckets(monkeypatch):
+    """No 'none' record: the path overhead is fitted per bucket on the other rates' records. Where those hold hooks
+    of different bucket or group counts (coalesced hooks), verify says that this form misses and what fits better."""
+    def fake_predict(r, inp, variant, terms=None, path_overhead_s=0.0, opts=None, ed_scale=(1.0, "")):
+        return {"predicted_ms": r["_base"] + path_overhead_s * 1e3, "k_buckets": r["_k"], "inputs": "inputs"}
+    monkeypatch.setattr(verify.scoring, "_predict_record", fake_predict)
+
+    def recs(ks):
+        out = []
+        for rate in (1.0, 2.0):
+            for i, k in enumerate(ks):
+                r = _po_rec("a", rate, f"powersgd{i}", 10.0 + k, 10.0)  # 1 ms of residual per bucket
+                out.append(dict(r, mode="hook", _k=k))
+        return out
+
+    for ks, said in (((14, 1), True), ((14, 14), False)):
+        plat = type("P", (), {"name": "p", "notes": []})()
+        rows = verify._extended_compressed(recs(ks), None, plat, "hook", group_of=lambda r: r["rate_gbps"])
+        assert [row["predicted_ms"] for row in rows] == pytest.approx([10.0 + k for k in ks] * 2)
+        assert "per bucket" in rows[0]["inputs"]
+        notes = [n for n in plat.notes if "--path-overhead-from model" in n]
+        assert len(notes) == int(said), (ks, plat.notes)
+        if said:
+            assert notes[0].startswith("hook: no identity-compressor ('none') record") and "1 to 14 buckets" in notes[0]
+
+
 def test_path_overhead_from_must_be_known():
     with pytest.raises(ValueError, match=r"path_overhead_from must be one of \('identity', 'model'\), got 'x'"):
         verify.verify_platform(verify.load_platform(paths.MEASUREMENTS / "bandwidth" / "h200_p2b", sweep_from=paths

@@ -636,6 +636,14 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
                 cal_g = [x for x in comp if group_of(x) != g]
                 res = [e / k for e, k in map(residual, cal_g)]
                 groups = sorted({str(group_of(x)) for x in cal_g})
+                ks = sorted({k for _, k in map(residual, cal_g)})
+                said = (f"{mode}: no identity-compressor ('none') record, so the path overhead is one constant per "
+                        f"DDP bucket fitted on records of {ks[0]} to {ks[-1]} buckets or groups; that form misses far "
+                        f"where hooks differ in their buckets or groups (coalesced or graph hooks: "
+                        f"data/verification/hook_runner/README.md); --path-overhead-from model fits one per iteration "
+                        f"on the same model's records")
+                if len(ks) > 1 and said not in getattr(plat, "notes", [said]):
+                    plat.notes.append(said)
                 # named by holdout group, not by configuration (hundreds per row): every one differs from r's
                 per_bucket_cache[g] = (fit_path_overhead(res), [f"{len(cal_g)} '{mode}' records of holdout groups "
                                                                 + ", ".join(groups)])
