@@ -174,11 +174,7 @@ def main(argv=None) -> int:
                     help="rounds of every call after every flush (default 3: each flush first once)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the table of --out's records and stop")
     bench.add_candidates_args(ap)
-    if "--report-only" in (argv if argv is not None else sys.argv[1:]):
-        args = ap.parse_args(argv)
-        if args.out is None:
-            ap.error("--report-only needs --out")
-        report(args.out)
+    if bench.candidates_report_only(ap, argv, report):
         return 0
     args = ap.parse_args(argv)
     try:

@@ -139,11 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=argtypes.int_range(1, 20), default=2, help="rounds of both ways (default 2)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the table of --out's records and stop")
     bench.add_candidates_args(ap)
-    if "--report-only" in (argv if argv is not None else sys.argv[1:]):
-        args = ap.parse_args(argv)
-        if args.out is None:
-            ap.error("--report-only needs --out")
-        report(args.out)
+    if bench.candidates_report_only(ap, argv, report):
         return 0
     args, policy, writer = bench.start_candidates(ap, argv)
     device, _ = bench.candidates_gpu("pack_fields_odd.py")

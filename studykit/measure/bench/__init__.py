@@ -35,8 +35,8 @@ from studykit.measure.bench.cli import DDP_MODELS, DDP_SPECS, build_parser  # no
 from studykit.measure.bench.codecs import (FAST_CODECS, FLOOR_COPY_BYTES, LOW_RANK, RAW_TIMES_MAX,  # noqa: F401
                                            codec_inputs, encdec_call)
 from studykit.measure.bench.scripts import (add_candidates_args, add_json_output_args, add_output_args,  # noqa: F401
-                                            add_policy_args, candidates_gpu, output_from_args, policy_from_args,
-                                            start_candidates)
+                                            add_policy_args, candidates_gpu, candidates_report_only, output_from_args,
+                                            policy_from_args, start_candidates)
 from studykit.measure.bench.summary import _params_str, summary_markdown  # noqa: F401
 from studykit.measure.bench.targets import TARGET_MODEL  # noqa: F401
 from studykit.measure.profile import effective_params  # noqa: F401

@@ -4,6 +4,7 @@ and reading their records and writing their reports."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -158,6 +159,18 @@ def start_candidates(ap: argparse.ArgumentParser, argv: Optional[list[str]]):
     if not torch.cuda.is_available() or not _fast.HAVE_TRITON:
         ap.error("needs a CUDA GPU and Triton (the fused kernels)")
     return args, policy, (RecordWriter(out) if out is not None else None)
+
+
+def candidates_report_only(ap: argparse.ArgumentParser, argv: Optional[list[str]], report: Callable[[Path], object]) -> bool:
+    """A candidate script's ``--report-only`` (``benchmarks/pack_fields_odd.py``, ``benchmarks/l2_flush.py``): when
+    it is given, ``report(--out)`` rewrites the table from the records, with no GPU needed, and this returns True."""
+    if "--report-only" not in (argv if argv is not None else sys.argv[1:]):
+        return False
+    args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--report-only needs --out")
+    report(args.out)
+    return True
 
 
 def candidates_gpu(script: str) -> tuple[torch.device, float]:
