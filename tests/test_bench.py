@@ -1816,7 +1816,8 @@ def test_pack_fields_odd_script_refuses_without_a_gpu_and_rewrites_its_table(tmp
 def _l2_flush_script():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("l2_flush", Path(__file__).parent.parent / "benchmarks" / "l2_flush.py")
+    spec = importlib.util.spec_from_file_location("l2_flush",
+                                                  Path(__file__).parent.parent / "benchmarks" / "l2_flush.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -1913,10 +1914,12 @@ def test_codec_kernels_readme_reading_of_the_l2_flush_holds():
            f"({min(rw[c] for c in meet):.2f}-{max(rw[c] for c in meet):.2f}x)" in text
     span = lambda f: f"{min(xf[(c, f)] for c in two_pass):.2f}-{max(xf[(c, f)] for c in two_pass):.2f}x"  # noqa: E731
     assert min(xf[(c, "read")] for c in two_pass) > 2 and max(xf[(c, "write")] for c in meet) < 2
-    assert f"still miss it: {span('read')} the floor (quantize at b = 2, 4, 8 and TernGrad), against {span('write')}" in text
+    assert (f"still miss it: {span('read')} the floor (quantize at b = 2, 4, 8 and TernGrad), against "
+            f"{span('write')}") in text
     assert (f"takes {xf[('copy', 'write')]:.2f}x it after `bench`'s flush and {xf[('copy', 'read')]:.2f}x after a "
             f"read") in text
-    assert f"Against that copy quantize at b = 2 takes {med[('quantize:bits=2', 'write')] / med[('copy', 'write')]:.2f}x" in text
+    b2 = med[("quantize:bits=2", "write")] / med[("copy", "write")]
+    assert f"Against that copy quantize at b = 2 takes {b2:.2f}x" in text
     findings = " ".join((Path(__file__).parent.parent / "docs" / "findings.md").read_text(encoding="utf-8").split())
     assert (f"Timed after a flush that leaves no written lines in the L2, they still take {span('read')} "
             f"(`data/measurements/codec_kernels_h200/l2_flush/`)") in findings

@@ -46,5 +46,5 @@ from studykit.measure.timing import L2_FLUSH_BYTES, time_fn  # noqa: F401
 
 __all__ = ["TARGETS", "ELEMENTWISE", "TOPK_FAMILY", "PHASES", "RepPolicy", "SpeedTarget", "SPEED_TARGETS",
            "AGREE_TOL", "attach_kernels", "count_kernels", "summarize", "run_codecs", "split_repeats", "compare_runs",
-           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "records_line", "write_report",
-           "add_json_output_args", "json_output_from_args", "write_json", "main"]
+           "compare_markdown", "speed_targets", "speed_targets_markdown", "start", "records_of", "records_line",
+           "write_report", "add_json_output_args", "json_output_from_args", "write_json", "main"]

@@ -642,8 +642,9 @@ def _extended_compressed(comp: list[dict], inp: RecordInputs, plat: Platform, mo
                         f"where hooks differ in their buckets or groups (coalesced or graph hooks: "
                         f"data/verification/hook_runner/README.md); --path-overhead-from model fits one per iteration "
                         f"on the same model's records")
-                if len(ks) > 1 and said not in getattr(plat, "notes", [said]):
-                    plat.notes.append(said)
+                notes = getattr(plat, "notes", None)  # once per mode: each held-out group has its own range
+                if len(ks) > 1 and notes is not None and not any(n.startswith(said[:60]) for n in notes):
+                    notes.append(said)
                 # named by holdout group, not by configuration (hundreds per row): every one differs from r's
                 per_bucket_cache[g] = (fit_path_overhead(res), [f"{len(cal_g)} '{mode}' records of holdout groups "
                                                                 + ", ".join(groups)])
