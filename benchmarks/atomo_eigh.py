@@ -15,13 +15,15 @@ matrices (of random gradients, each group stacked as ATOMO stacks it):
 * ``eigh magma``: fp32 with ``torch.backends.cuda.preferred_linalg_library("magma")``;
 * ``eigh cpu``: fp32 on the host's cores (LAPACK), the matrices copied there and the results back;
 * ``eigvalsh``: the eigenvalues alone (fp32, GPU): a bound for a method that would find the few sampled vectors
-  another way.
+  another way;
+* ``svd`` and ``svd fp64``: ATOMO's default decomposition (``svd="exact"``: ``torch.linalg.svd`` of the matrices
+  themselves), in fp32 as the kit runs it and in float64; their eigenvalues are the squared singular values.
 
 Per group and candidate: the median ms of its calls under ``bench``'s repetition options (plain CUDA events around
 each call, which waits for the solver anyway; no L2 flush: the solvers are not bound by memory), and the largest difference of its eigenvalues from float64's, relative to each matrix's largest.
 Records of kind ``bench`` (``phase`` ``atomo_eigh``, ``params`` ``candidate``, ``batch``, ``n``, ``m``, ``k``) go to
 ``--out``; the table, written beside it (``.md``; ``--report-only`` rewrites it), sums the groups per candidate
-and gives the total of the fastest candidate per group.
+and gives the total of the fastest Gram eigensolver per group.
 """
 from __future__ import annotations
 
@@ -43,7 +45,9 @@ from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
-CANDIDATES = ("eigh", "eigh fp64", "eigh magma", "eigh cpu", "eigvalsh")
+CANDIDATES = ("eigh", "eigh fp64", "eigh magma", "eigh cpu", "eigvalsh", "svd", "svd fp64")
+#: the candidates that decompose the matrices themselves (``svd="exact"``), not their Gram matrices
+ON_MATRICES = ("svd", "svd fp64")
 
 
 @contextlib.contextmanager
@@ -60,8 +64,14 @@ def _library(name: str | None):
         torch.backends.cuda.preferred_linalg_library(old)
 
 
-def candidate(name: str, gram: torch.Tensor):
-    """``fn() -> eigenvalues`` (ascending, float64 on the host) of ``gram`` by candidate ``name``."""
+def candidate(name: str, x: torch.Tensor, gram: torch.Tensor):
+    """``fn() -> eigenvalues`` of ``gram`` (ascending; for the SVDs the squared singular values of ``x``, whose
+    Gram matrix it is) by candidate ``name``."""
+    if name == "svd":
+        return lambda: torch.linalg.svd(x, full_matrices=False)[1].flip(-1) ** 2
+    if name == "svd fp64":
+        x64 = x.double()
+        return lambda: torch.linalg.svd(x64, full_matrices=False)[1].flip(-1) ** 2
     if name == "eigh":
         return lambda: torch.linalg.eigh(gram)[0]
     if name == "eigh fp64":
@@ -84,7 +94,7 @@ def candidate(name: str, gram: torch.Tensor):
 
 
 def grams(model: str, rank: int, device) -> list[tuple]:
-    """``(group, Gram matrices (B, k, k))`` of ATOMO's layout of ``model``'s gradient shapes (random gradients),
+    """``(group, matrices (B, n, m) scaled, their Gram matrices (B, k, k))`` of ATOMO's layout of ``model``'s gradient shapes (random gradients),
     formed as :func:`~studykit.compressors.lowrank.gram_svd` forms them."""
     shapes = [tuple(s) for s in M.param_shapes(model)]
     lay = LR._Layout(shapes, rank, 1.0)
@@ -93,16 +103,16 @@ def grams(model: str, rank: int, device) -> list[tuple]:
     for g in lay.groups:
         x = LR._stack(tensors, g)
         x = x / x.abs().amax(dim=(-2, -1), keepdim=True)
-        out.append((g, torch.bmm(x, x.mT) if g.n <= g.m else torch.bmm(x.mT, x)))
+        out.append((g, x, torch.bmm(x, x.mT) if g.n <= g.m else torch.bmm(x.mT, x)))
     return out
 
 
 def run(args, policy, writer, device) -> None:
-    for g, gram in grams(args.model, args.rank, device):
+    for g, x, gram in grams(args.model, args.rank, device):
         k = gram.shape[-1]
         ref = torch.linalg.eigh(gram.double().cpu())[0]
         for name in args.candidates:
-            fn = candidate(name, gram)
+            fn = candidate(name, x, gram)
             w = fn().double().cpu()
             err = float(((w - ref).abs().amax(-1) / ref.abs().amax(-1).clamp_min(1e-300)).max())
             t = time_fn(fn, device=device, **dict(policy.timing_kw(device), flush_bytes=0))
@@ -120,7 +130,7 @@ def run(args, policy, writer, device) -> None:
 # ------------------------------------------------------------------ the table
 def table(records: list[dict]) -> str:
     """Markdown: per candidate, the groups' ms summed, against the kit's ``eigh``, and the worst eigenvalue error;
-    then the sum of the fastest candidate per group."""
+    then the sum of the fastest Gram eigensolver per group; then each group by candidate."""
     by: dict = {}
     for r in records:
         p = r["params"]
@@ -137,10 +147,10 @@ def table(records: list[dict]) -> str:
                      f"| {c} | {len(rows)} | {total[c]:.1f} | — | {max(r['eig_rel_err'] for r in rows):.1e} |")
     full = [v for v in by.values() if all(c in v for c in names)]
     if full and base:
-        solvers = [c for c in names if c != "eigvalsh"]  # eigvalsh gives no vectors: not a pick
+        solvers = [c for c in names if c != "eigvalsh" and c not in ON_MATRICES]  # eigvalsh: no vectors
         best = sum(min(v[c]["ms_median"] for c in solvers) for v in full)
         picks = sorted({min(solvers, key=lambda c: v[c]["ms_median"]) for v in full})
-        lines.append(f"| fastest solver per group ({', '.join(picks)}) | {len(full)} | {best:.1f} | "
+        lines.append(f"| fastest Gram eigensolver per group ({', '.join(picks)}) | {len(full)} | {best:.1f} | "
                      f"{best / base:.2f} | — |")
     lines += ["", "| batch x n x m | k | " + " | ".join(f"{c} ms" for c in names) + " |",
               "|---|---:|" + "---:|" * len(names)]
