@@ -1925,6 +1925,76 @@ def test_codec_kernels_readme_reading_of_the_l2_flush_holds():
             f"take {span('read')} (`data/measurements/codec_kernels_h200/l2_flush/`)") in findings
 
 
+def test_codec_kernels_readme_reading_of_atomo_eigh_holds():
+    """codec_kernels_h200/README.md, section atomo_eigh/, and docs/findings.md's ATOMO line: every number, from the
+    records (the candidates' sums, the eigenvalue errors, ATOMO's call before and after)."""
+    text = " ".join((Path(CODEC_KERNELS) / "README.md").read_text(encoding="utf-8").split())
+    text = text[text.index("## `atomo_eigh/`"):text.index("## `mstopk_bits/`")]
+    recs = [r for r in load_records(str(Path(CODEC_KERNELS) / "atomo_eigh" / "atomo_eigh.jsonl"), quiet=True)
+            if r.get("phase") == "atomo_eigh"]
+    by = {}
+    for r in recs:
+        p = r["params"]
+        by.setdefault((p["batch"], p["n"], p["m"]), {})[p["candidate"]] = r
+    assert len(by) == 21 and all(len(v) == 7 for v in by.values())
+    tot = {c: sum(v[c]["ms_median"] for v in by.values()) for c in by[next(iter(by))]}
+    x = {c: t / tot["eigh"] for c, t in tot.items()}
+    err = {c: max(v[c]["eig_rel_err"] for v in by.values()) for c in tot}
+    faster = sum(v["eigh fp64"]["ms_median"] < v["eigh"]["ms_median"] for v in by.values())
+    assert (f"float64 takes {x['eigh fp64']:.2f}x the time of fp32**, {tot['eigh fp64']:.1f} ms against "
+            f"{tot['eigh']:.1f} ms, and is faster on {faster} of the 21 groups") in text
+    e = lambda v: f"{v:.1e}".replace("e-0", "e-")  # noqa: E731 - 2.2e-4 as the README writes it
+    assert f"(off by {e(err['eigh fp64'])} of the largest); fp32's were off by up to {e(err['eigh'])}" in text
+    solvers = ("eigh", "eigh fp64", "eigh magma", "eigh cpu")
+    host = [v for v in by.values() if min(solvers, key=lambda c: v[c]["ms_median"]) in ("eigh magma", "eigh cpu")]
+    ks = sorted({v["eigh"]["params"]["k"] for v in host})
+    best = sum(min(v[c]["ms_median"] for c in solvers) for v in by.values()) / tot["eigh"]
+    assert (f"MAGMA ({x['eigh magma']:.2f}x) and the host's 16 cores ({x['eigh cpu']:.2f}x) are the fastest only on "
+            f"the {len(host)} groups of k = {' and '.join(map(str, ks))}") in text
+    assert f"Picking the fastest solver per group would take {best:.2f}x" in text
+    assert f"takes {x['svd']:.2f}x the fp32 eigh, and {x['svd fp64']:.2f}x in float64" in text
+    from studykit.nbtools.codec_blocks import atomo_rows
+
+    before = {svd: (t, k) for svd, t, k, _ in atomo_rows()}["gram"]
+    after = {r["kind"]: r for r in load_records(str(Path(CODEC_KERNELS) / "atomo_eigh" / "after" /
+                                                    "codec_kernels.jsonl.gz"), quiet=True)}
+    t0, t1 = before[0]["ms_median"], after["bench"]["ms_median"]
+    k0, k1 = before[1], after["codec_kernels"]
+    assert (f"It took {t1:.1f} ms, {t1 / t0:.2f}x the {t0:.1f} ms of `atomo/`, with {k1['n_kernels']:,} kernels "
+            f"instead of {k0['n_kernels']:,} ({k1['ms_kernels']:.1f} ms alone)") in text
+    assert f"the float64 decompositions alone took {tot['eigh fp64']:.1f} ms" in text
+    findings = " ".join((Path(__file__).parent.parent / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    assert (f"which halved it ({t0:.1f} to {t1:.1f} ms, `data/measurements/codec_kernels_h200/atomo_eigh/`), still "
+            f"{t1 / 20:.1f}x the target") in findings and 0.45 < t1 / t0 < 0.55
+
+
+def test_atomo_eigh_script_refuses_bad_input_and_tabulates_by_hand():
+    """The script's refusals (a candidate it does not know, --report-only without --out), and its table on a
+    hand-made case: two groups, the kit's eigh at 10 + 2 ms, float64 at 4 + 3 ms, the host's at 6 + 1 ms."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("atomo_eigh",
+                                                  Path(__file__).parent.parent / "benchmarks" / "atomo_eigh.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for argv, needle in ((["--candidates", "qr"], "invalid choice: 'qr'"), (["--report-only"], "needs --out")):
+        with pytest.raises(SystemExit) as exc:
+            mod.main(argv)
+        assert exc.value.code == 2
+    with pytest.raises(ValueError, match="unknown candidate 'qr'; valid: eigh"):
+        mod.candidate("qr", None, None)
+
+    def rec(group, name, ms):
+        return {"params": {"candidate": name, "batch": 1, "n": group, "m": 2 * group, "k": group}, "ms_median": ms,
+                "eig_rel_err": 1e-7}
+    lines = mod.table([rec(64, "eigh", 10.0), rec(64, "eigh fp64", 4.0), rec(64, "eigh cpu", 6.0),
+                       rec(512, "eigh", 2.0), rec(512, "eigh fp64", 3.0), rec(512, "eigh cpu", 1.0)]).splitlines()
+    assert lines[2] == "| eigh | 2 | 12.0 | 1.00 | 1.0e-07 |"
+    assert lines[3] == "| eigh fp64 | 2 | 7.0 | 0.58 | 1.0e-07 |"
+    assert lines[5] == "| fastest Gram eigensolver per group (eigh cpu, eigh fp64) | 2 | 5.0 | 0.42 | — |"
+    assert lines[9] == "| 1 x 64 x 128 | 64 | 10.00 | 4.00 | 6.00 |"  # the slowest group first
+
+
 def test_topk_eager_readme_reads_its_records():
     """codec_kernels_h200/topk_eager/README.md: every number, from its records and topk_bitmask/'s."""
     text = " ".join((Path(CODEC_KERNELS) / "topk_eager" / "README.md").read_text(encoding="utf-8").split())
