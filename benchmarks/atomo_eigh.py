@@ -6,11 +6,11 @@ eigensolver PyTorch offers, side by side on one GPU, group by group of ``--model
 
 ATOMO needs every singular value of every matrix (its sampling probabilities) and the vectors of the r atoms it
 samples. :func:`studykit.compressors.lowrank.gram_svd` gets them from ``torch.linalg.eigh`` of the Gram matrices,
-fp32 on the GPU, where cuSOLVER's Jacobi solver takes most of ATOMO's time
-(``data/measurements/codec_kernels_h200/README.md``, section ``atomo/``). The candidates, on the same Gram
+fp32 on the GPU until this comparison, where cuSOLVER's Jacobi solver took most of ATOMO's time
+(``data/measurements/codec_kernels_h200/README.md``, sections ``atomo/`` and ``atomo_eigh/``). The candidates, on the same Gram
 matrices (of random gradients, each group stacked as ATOMO stacks it):
 
-* ``eigh``: what the kit does (fp32 on the GPU);
+* ``eigh``: what the kit did (fp32 on the GPU; it now takes ``eigh fp64`` there);
 * ``eigh fp64``: the same in float64 (cuSOLVER picks its solver by precision and size);
 * ``eigh magma``: fp32 with ``torch.backends.cuda.preferred_linalg_library("magma")``;
 * ``eigh cpu``: fp32 on the host's cores (LAPACK), the matrices copied there and the results back;
@@ -20,7 +20,8 @@ matrices (of random gradients, each group stacked as ATOMO stacks it):
   themselves), in fp32 as the kit runs it and in float64; their eigenvalues are the squared singular values.
 
 Per group and candidate: the median ms of its calls under ``bench``'s repetition options (plain CUDA events around
-each call, which waits for the solver anyway; no L2 flush: the solvers are not bound by memory), and the largest difference of its eigenvalues from float64's, relative to each matrix's largest.
+each call, which waits for the solver anyway; no L2 flush: the solvers are not bound by memory), and the largest
+difference of its eigenvalues from float64's, relative to each matrix's largest.
 Records of kind ``bench`` (``phase`` ``atomo_eigh``, ``params`` ``candidate``, ``batch``, ``n``, ``m``, ``k``) go to
 ``--out``; the table, written beside it (``.md``; ``--report-only`` rewrites it), sums the groups per candidate
 and gives the total of the fastest Gram eigensolver per group.
@@ -51,11 +52,8 @@ ON_MATRICES = ("svd", "svd fp64")
 
 
 @contextlib.contextmanager
-def _library(name: str | None):
-    """``torch.backends.cuda.preferred_linalg_library`` set for the block (None: left as it is)."""
-    if name is None:
-        yield
-        return
+def _library(name: str):
+    """``torch.backends.cuda.preferred_linalg_library`` set to ``name`` for the block."""
     old = torch.backends.cuda.preferred_linalg_library()
     torch.backends.cuda.preferred_linalg_library(name)
     try:
@@ -85,7 +83,7 @@ def candidate(name: str, x: torch.Tensor, gram: torch.Tensor):
     if name == "eigh cpu":
         def cpu():
             w, v = torch.linalg.eigh(gram.cpu())
-            v.to(gram.device, non_blocking=False)
+            v.to(gram.device)  # ATOMO needs the vectors on the GPU: their copy back is part of the cost
             return w
         return cpu
     if name == "eigvalsh":
