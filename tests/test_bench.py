@@ -1968,7 +1968,7 @@ def test_codec_kernels_readme_reading_of_atomo_eigh_holds():
             f"{t1 / 20:.1f}x the target") in findings and 0.45 < t1 / t0 < 0.55
 
 
-def test_atomo_eigh_script_refuses_bad_input_and_tabulates_by_hand():
+def test_atomo_eigh_script_refuses_bad_input_and_tabulates_by_hand(tmp_path, capsys):
     """The script's refusals (a candidate it does not know, --report-only without --out), and its table on a
     hand-made case: two groups, the kit's eigh at 10 + 2 ms, float64 at 4 + 3 ms, the host's at 6 + 1 ms."""
     import importlib.util
@@ -1977,10 +1977,14 @@ def test_atomo_eigh_script_refuses_bad_input_and_tabulates_by_hand():
                                                   Path(__file__).parent.parent / "benchmarks" / "atomo_eigh.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for argv, needle in ((["--candidates", "qr"], "invalid choice: 'qr'"), (["--report-only"], "needs --out")):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for argv, needle in ((["--candidates", "qr"], "invalid choice: 'qr'"), (["--report-only"], "needs --out"),
+                         (["--report-only", "--out", str(tmp_path / "none.jsonl")], "no records at"),
+                         (["--report-only", "--out", str(empty)], "no bench records")):
         with pytest.raises(SystemExit) as exc:
             mod.main(argv)
-        assert exc.value.code == 2
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown candidate 'qr'; valid: eigh"):
         mod.candidate("qr", None, None)
 

@@ -169,7 +169,12 @@ def candidates_report_only(ap: argparse.ArgumentParser, argv: Optional[list[str]
     args = ap.parse_args(argv)
     if args.out is None:
         ap.error("--report-only needs --out")
-    report(args.out)
+    if not Path(args.out).exists():
+        ap.error(f"--report-only: no records at {args.out}")
+    try:
+        report(args.out)
+    except RecordError as exc:
+        ap.error(str(exc))
     return True
 
 
