@@ -7,8 +7,8 @@ eigensolver PyTorch offers, side by side on one GPU, group by group of ``--model
 ATOMO needs every singular value of every matrix (its sampling probabilities) and the vectors of the r atoms it
 samples. :func:`studykit.compressors.lowrank.gram_svd` gets them from ``torch.linalg.eigh`` of the Gram matrices,
 fp32 on the GPU until this comparison, where cuSOLVER's Jacobi solver took most of ATOMO's time
-(``data/measurements/codec_kernels_h200/README.md``, sections ``atomo/`` and ``atomo_eigh/``). The candidates, on the same Gram
-matrices (of random gradients, each group stacked as ATOMO stacks it):
+(``data/measurements/codec_kernels_h200/README.md``, sections ``atomo/`` and ``atomo_eigh/``). The candidates, on
+the same Gram matrices (of random gradients, each group stacked as ATOMO stacks it):
 
 * ``eigh``: what the kit did (fp32 on the GPU; it now takes ``eigh fp64`` there);
 * ``eigh fp64``: the same in float64 (cuSOLVER picks its solver by precision and size);
@@ -17,7 +17,9 @@ matrices (of random gradients, each group stacked as ATOMO stacks it):
 * ``eigvalsh``: the eigenvalues alone (fp32, GPU): a bound for a method that would find the few sampled vectors
   another way;
 * ``svd`` and ``svd fp64``: ATOMO's default decomposition (``svd="exact"``: ``torch.linalg.svd`` of the matrices
-  themselves), in fp32 as the kit runs it and in float64; their eigenvalues are the squared singular values.
+  themselves), in fp32 as the kit runs it and in float64; their eigenvalues are the squared singular values;
+* ``svd gesvd`` and ``svd gesvd fp64``: the same with cuSOLVER's QR-based driver (``driver="gesvd"``) instead of
+  the one PyTorch picks.
 
 Per group and candidate: the median ms of its calls under ``bench``'s repetition options (plain CUDA events around
 each call, which waits for the solver anyway; no L2 flush: the solvers are not bound by memory), and the largest
@@ -46,9 +48,10 @@ from studykit.measure import bench  # noqa: E402
 from studykit.measure.records import config_id, make_record  # noqa: E402
 from studykit.measure.timing import time_fn  # noqa: E402
 
-CANDIDATES = ("eigh", "eigh fp64", "eigh magma", "eigh cpu", "eigvalsh", "svd", "svd fp64")
+CANDIDATES = ("eigh", "eigh fp64", "eigh magma", "eigh cpu", "eigvalsh", "svd", "svd fp64", "svd gesvd",
+              "svd gesvd fp64")
 #: the candidates that decompose the matrices themselves (``svd="exact"``), not their Gram matrices
-ON_MATRICES = ("svd", "svd fp64")
+ON_MATRICES = ("svd", "svd fp64", "svd gesvd", "svd gesvd fp64")
 
 
 @contextlib.contextmanager
@@ -65,11 +68,10 @@ def _library(name: str):
 def candidate(name: str, x: torch.Tensor, gram: torch.Tensor):
     """``fn() -> eigenvalues`` of ``gram`` (ascending; for the SVDs the squared singular values of ``x``, whose
     Gram matrix it is) by candidate ``name``."""
-    if name == "svd":
-        return lambda: torch.linalg.svd(x, full_matrices=False)[1].flip(-1) ** 2
-    if name == "svd fp64":
-        x64 = x.double()
-        return lambda: torch.linalg.svd(x64, full_matrices=False)[1].flip(-1) ** 2
+    if name in ON_MATRICES:
+        xx = x.double() if name.endswith("fp64") else x
+        driver = "gesvd" if "gesvd" in name and x.is_cuda else None
+        return lambda: torch.linalg.svd(xx, full_matrices=False, driver=driver)[1].flip(-1) ** 2
     if name == "eigh":
         return lambda: torch.linalg.eigh(gram)[0]
     if name == "eigh fp64":
@@ -92,8 +94,8 @@ def candidate(name: str, x: torch.Tensor, gram: torch.Tensor):
 
 
 def grams(model: str, rank: int, device) -> list[tuple]:
-    """``(group, matrices (B, n, m) scaled, their Gram matrices (B, k, k))`` of ATOMO's layout of ``model``'s gradient shapes (random gradients),
-    formed as :func:`~studykit.compressors.lowrank.gram_svd` forms them."""
+    """``(group, matrices (B, n, m) scaled, their Gram matrices (B, k, k))`` of ATOMO's layout of ``model``'s
+    gradient shapes (random gradients), formed as :func:`~studykit.compressors.lowrank.gram_svd` forms them."""
     shapes = [tuple(s) for s in M.param_shapes(model)]
     lay = LR._Layout(shapes, rank, 1.0)
     tensors = [torch.randn(s, device=device) for s in shapes]
@@ -163,7 +165,8 @@ def report(out: Path, verbose: bool = True) -> str:
     """The tables of the records in ``out``, with where they came from; written to ``out``.md."""
     records = [r for r in bench.records_of(out, "bench", "benchmarks/atomo_eigh.py") if r.get("phase") == "atomo_eigh"]
     line = bench.records_line(out, records, lambda r: f"{r['gpu']} ({r['device']}), torch {r['torch']}, model "
-                                                       f"{r['model']}, rank {r['rank']}, {r['cpu_threads']} CPU threads")
+                                                       f"{r['model']}, rank {r['rank']}, "
+                                                       f"{r['cpu_threads']} CPU threads")
     text = (f"# ATOMO's Gram eigendecompositions, by eigensolver\n\n{line}\n\n"
             f"`benchmarks/atomo_eigh.py` says what each candidate is. The groups are ATOMO's layout of the model's "
             f"matrices (random gradients), each decomposed as one batched call.\n\n{table(records)}\n")
