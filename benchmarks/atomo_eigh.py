@@ -170,7 +170,7 @@ def report(out: Path, verbose: bool = True) -> str:
     text = (f"# ATOMO's Gram eigendecompositions, by eigensolver\n\n{line}\n\n"
             f"`benchmarks/atomo_eigh.py` says what each candidate is. The groups are ATOMO's layout of the model's "
             f"matrices (random gradients), each decomposed as one batched call.\n\n{table(records)}\n")
-    return bench.write_report(Path(str(out).removesuffix(".gz")), text, verbose)  # x.jsonl(.gz) -> x.md
+    return bench.write_report(out, text, verbose)
 
 
 def main(argv=None) -> int:
@@ -180,8 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=argtypes.positive_int, default=4, help="ATOMO's rank, r (default 4)")
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES, metavar="NAME",
                     help=f"eigensolvers to time (default all: {', '.join(CANDIDATES)})")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the tables of --out's records and stop")
-    bench.add_candidates_args(ap)
+    bench.add_candidates_args(ap, report_only=True)
     if bench.candidates_report_only(ap, argv, report):
         return 0
     args, policy, writer = bench.start_candidates(ap, argv)

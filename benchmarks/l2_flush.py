@@ -161,7 +161,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"over the rounds of the call against the memory floor as `bench` sets it (8 bytes per element at the "
             f"bandwidth of `{FLOOR}`, bench's 256 MiB copy, timed after the same flush in the same round). "
             f"`benchmarks/l2_flush.py` says what each flush and call is.\n\n{table(records)}\n")
-    return bench.write_report(Path(str(out).removesuffix(".gz")), text, verbose)  # x.jsonl(.gz) -> x.md
+    return bench.write_report(out, text, verbose)
 
 
 def main(argv=None) -> int:
@@ -172,8 +172,7 @@ def main(argv=None) -> int:
                     help=f"codecs timed after the passes (default: {' '.join(DEFAULT_COMPRESSORS)}; none: only the passes)")
     ap.add_argument("--rounds", type=argtypes.int_range(1, 20), default=3,
                     help="rounds of every call after every flush (default 3: each flush first once)")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the table of --out's records and stop")
-    bench.add_candidates_args(ap)
+    bench.add_candidates_args(ap, report_only=True)
     if bench.candidates_report_only(ap, argv, report):
         return 0
     args = ap.parse_args(argv)

@@ -125,7 +125,7 @@ def report(out: Path, verbose: bool = True) -> str:
             f"`shifts` and `gather`: the two ways of `studykit/compressors/_fast/quantize.py` "
             f"(`benchmarks/pack_fields_odd.py` says which is which), their order swapped every round. `same "
             f"results`: both gave the same bytes and decoded floats.\n\n{table(records)}\n")
-    return bench.write_report(Path(str(out).removesuffix(".gz")), text, verbose)  # x.jsonl(.gz) -> x.md
+    return bench.write_report(out, text, verbose)
 
 
 def main(argv=None) -> int:
@@ -137,8 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", nargs="+", type=argtypes.int_range(1, 64), default=[1, 4], metavar="W",
                     help="payloads unpacked and summed per call (default 1 4)")
     ap.add_argument("--rounds", type=argtypes.int_range(1, 20), default=2, help="rounds of both ways (default 2)")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the table of --out's records and stop")
-    bench.add_candidates_args(ap)
+    bench.add_candidates_args(ap, report_only=True)
     if bench.candidates_report_only(ap, argv, report):
         return 0
     args, policy, writer = bench.start_candidates(ap, argv)

@@ -129,11 +129,14 @@ def start(ap: argparse.ArgumentParser, argv: Optional[list[str]], report: Callab
     return args, policy, output_from_args(ap, args, report)
 
 
-def add_candidates_args(ap: argparse.ArgumentParser) -> None:
+def add_candidates_args(ap: argparse.ArgumentParser, report_only: bool = False) -> None:
     """The options of a script that times a fast path's candidates side by side on one GPU
     (``benchmarks/thc_signed.py``, ``benchmarks/topk_select.py``): the repetition policy (:func:`add_policy_args`)
-    and ``--out`` (records appended; inside the committed data/ only with the overwrite flag)."""
+    and ``--out`` (records appended; inside the committed data/ only with the overwrite flag); with ``report_only``
+    also ``--report-only`` (:func:`candidates_report_only`)."""
     add_policy_args(ap)
+    if report_only:
+        ap.add_argument("--report-only", action="store_true", help="rewrite the table(s) of --out's records and stop")
     ap.add_argument("--out", type=Path, default=None, help="records (jsonl); appended to; inside the committed data/ "
                                                            f"only with {paths.OVERWRITE_FLAG}")
     ap.add_argument(paths.OVERWRITE_FLAG, action="store_true", help="allow --out inside the committed data/")
@@ -210,8 +213,9 @@ def records_line(out: Path, records: list[dict], fact: Callable[[dict], str]) ->
 
 
 def write_report(out: Path, text: str, verbose: bool = True) -> str:
-    """``text`` (a benchmark's Markdown tables) written beside ``out`` as ``.md``, printed if ``verbose``."""
-    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    """``text`` (a benchmark's Markdown tables) written beside ``out`` as ``.md`` (``x.jsonl`` and ``x.jsonl.gz``:
+    ``x.md``), printed if ``verbose``."""
+    Path(str(out).removesuffix(".gz")).with_suffix(".md").write_text(text, encoding="utf-8")
     if verbose:
         print(text)
     return text
