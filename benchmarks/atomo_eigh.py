@@ -95,16 +95,12 @@ def candidate(name: str, x: torch.Tensor, gram: torch.Tensor):
 
 def grams(model: str, rank: int, device) -> list[tuple]:
     """``(group, matrices (B, n, m) scaled, their Gram matrices (B, k, k))`` of ATOMO's layout of ``model``'s
-    gradient shapes (random gradients), formed as :func:`~studykit.compressors.lowrank.gram_svd` forms them."""
+    gradient shapes (random gradients), formed by :func:`~studykit.compressors.lowrank.gram_matrices` as
+    :func:`~studykit.compressors.lowrank.gram_svd` forms them."""
     shapes = [tuple(s) for s in M.param_shapes(model)]
     lay = LR._Layout(shapes, rank, 1.0)
     tensors = [torch.randn(s, device=device) for s in shapes]
-    out = []
-    for g in lay.groups:
-        x = LR._stack(tensors, g)
-        x = x / x.abs().amax(dim=(-2, -1), keepdim=True)
-        out.append((g, x, torch.bmm(x, x.mT) if g.n <= g.m else torch.bmm(x.mT, x)))
-    return out
+    return [(g, *LR.gram_matrices(LR._stack(tensors, g))[:2]) for g in lay.groups]
 
 
 def run(args, policy, writer, device) -> None:

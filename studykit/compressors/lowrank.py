@@ -44,7 +44,7 @@ from studykit.compressors.base import Compressor
 from studykit.compressors.registry import register
 
 __all__ = ["PowerSGD", "Atomo", "matrix_shape", "orthonormalize_", "atomo_probabilities",
-           "systematic_sample", "gram_svd"]
+           "systematic_sample", "gram_matrices", "gram_svd"]
 
 #: column norms below this are treated as zero by Gram-Schmidt (its square, 1e-40,
 #: is where fp32 sums of squares turn subnormal; a column that small is dropped
@@ -521,6 +521,16 @@ def systematic_sample(p: torch.Tensor, slots: int, u: torch.Tensor) -> tuple[tor
     return safe, valid
 
 
+def gram_matrices(mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(X, G, scale)`` of :func:`gram_svd`: each matrix of ``mat`` (B, n, m) scaled by its largest absolute entry
+    (``scale`` (B, 1, 1), at least fp32's smallest normal), and the smaller Gram matrix of each, ``X X^T`` when
+    ``n <= m``, else ``X^T X``."""
+    n, m = mat.shape[-2:]
+    scale = mat.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(mat.dtype).tiny)
+    x = mat / scale
+    return x, (torch.bmm(x, x.mT) if n <= m else torch.bmm(x.mT, x)), scale
+
+
 def gram_svd(mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Singular values and the smaller side's singular vectors of each matrix in ``mat`` (B, n, m),
     from the eigendecomposition of the smaller Gram matrix.
@@ -547,10 +557,7 @@ def gram_svd(mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     1e-15 (``benchmarks/atomo_eigh.py``, ``data/measurements/codec_kernels_h200/atomo_eigh/``). On the CPU,
     float64 costs several times more.
     """
-    n, m = mat.shape[-2:]
-    scale = mat.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(mat.dtype).tiny)
-    x = mat / scale
-    gram = torch.bmm(x, x.mT) if n <= m else torch.bmm(x.mT, x)
+    x, gram, scale = gram_matrices(mat)
     if gram.device.type == "cuda":
         w, vecs = (t.to(gram.dtype) for t in torch.linalg.eigh(gram.double()))  # ascending
     else:
